@@ -1,0 +1,94 @@
+"""Exit codes and the one exception family that reaches the user.
+
+Every failure gpulaunch reports is a :class:`GpuLaunchError` carrying a one-line message, an
+optional hint (the fix) and an exit code. Only ``cli.main`` catches them and prints them; library
+code never calls ``sys.exit``. Once the command has been exec'd, the exit code is the command's own.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "ExitCode",
+    "GpuLaunchError",
+    "UsageError",
+    "SnapshotError",
+    "NvmlUnavailable",
+    "NotEnoughGpus",
+    "WaitTimeout",
+    "ReservationConflict",
+    "CheckFailed",
+    "CommandNotFound",
+    "NotExecutable",
+    "Interrupted",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """gpulaunch's own exit codes (documented in README.md, "Exit codes")."""
+
+    OK = 0
+    USAGE = 2  # bad option, bad --gpus spec, bad size/duration, missing command
+    NO_DRIVER = 3  # NVML missing or failing: no driver, version mismatch, no permission
+    NOT_ENOUGH_GPUS = 4  # the request cannot be met by the GPUs that exist / are eligible
+    WAIT_TIMEOUT = 5  # --wait ran out before the request could be met
+    RESERVED = 6  # a GPU asked for by --gpus is reserved by another gpulaunch job
+    BAD_FILE = 7  # snapshot or config file missing, unreadable or invalid
+    CHECK_FAILED = 8  # `gpulaunch check` found that CUDA sees something else than chosen
+    NOT_EXECUTABLE = 126  # the command exists but cannot be executed
+    COMMAND_NOT_FOUND = 127  # the command is not on PATH
+    INTERRUPTED = 130  # Ctrl-C before the command started
+
+
+class GpuLaunchError(Exception):
+    """An error meant for the user: one line, an optional hint, and an exit code."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, hint: str | None = None, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(GpuLaunchError):
+    exit_code = ExitCode.USAGE
+
+
+class SnapshotError(GpuLaunchError):
+    exit_code = ExitCode.BAD_FILE
+
+
+class NvmlUnavailable(GpuLaunchError):
+    exit_code = ExitCode.NO_DRIVER
+
+
+class NotEnoughGpus(GpuLaunchError):
+    exit_code = ExitCode.NOT_ENOUGH_GPUS
+
+
+class WaitTimeout(GpuLaunchError):
+    exit_code = ExitCode.WAIT_TIMEOUT
+
+
+class ReservationConflict(GpuLaunchError):
+    exit_code = ExitCode.RESERVED
+
+
+class CheckFailed(GpuLaunchError):
+    exit_code = ExitCode.CHECK_FAILED
+
+
+class CommandNotFound(GpuLaunchError):
+    exit_code = ExitCode.COMMAND_NOT_FOUND
+
+
+class NotExecutable(GpuLaunchError):
+    exit_code = ExitCode.NOT_EXECUTABLE
+
+
+class Interrupted(GpuLaunchError):
+    exit_code = ExitCode.INTERRUPTED

@@ -1,0 +1,100 @@
+"""The machine as plain data: one immutable snapshot per invocation.
+
+Everything above the NVML adapter (selection, environment, rendering) works on these frozen
+dataclasses, so it can be tested against snapshot files with no GPU present. A value NVML could
+not give is ``None``; a GPU NVML could not read at all has ``available=False`` and an ``error``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["GpuProcess", "MigDevice", "Gpu", "Machine", "LINK_CODES"]
+
+#: The codes of `nvidia-smi topo -m`, best first after ``X`` (self). ``NV<k>`` is k bonded NVLinks.
+LINK_CODES = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU. ``user``/``command`` are None when the pid is not visible
+    from here (another container or PID namespace, or no permission)."""
+
+    pid: int
+    used_memory_mib: int | None = None
+    user: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG instance of a GPU in MIG mode; CUDA accepts it only by its ``MIG-`` UUID."""
+
+    uuid: str
+    profile: str | None = None  # e.g. "1g.10gb"
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    memory_free_mib: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU as NVML (and nvidia-smi) numbers it."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    memory_free_mib: int | None = None
+    utilization_gpu: int | None = None
+    temperature_c: int | None = None
+    compute_capability: str | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    mig_devices: tuple[MigDevice, ...] = ()
+    available: bool = True
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index}"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A snapshot of the machine's GPUs and the links between them.
+
+    ``links[i][j]`` is the `nvidia-smi topo -m` code between ``gpus[i]`` and ``gpus[j]``
+    (positions in ``gpus``, not NVML indices), or None when the topology was not read.
+    """
+
+    gpus: tuple[Gpu, ...]
+    links: tuple[tuple[str, ...], ...] | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    hostname: str | None = None
+    source: str = "nvml"  # "nvml" or the snapshot file / example name it was read from
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def by_index(self, index: int) -> Gpu | None:
+        for gpu in self.gpus:
+            if gpu.index == index:
+                return gpu
+        return None
+
+    def position(self, gpu: Gpu) -> int:
+        """Position of ``gpu`` in ``gpus`` (the row/column of ``links``)."""
+        for pos, candidate in enumerate(self.gpus):
+            if candidate.uuid == gpu.uuid:
+                return pos
+        raise KeyError(gpu.uuid)
+
+    def link(self, a: Gpu, b: Gpu) -> str | None:
+        if self.links is None:
+            return None
+        return self.links[self.position(a)][self.position(b)]

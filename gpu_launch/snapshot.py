@@ -1,0 +1,285 @@
+"""Snapshot files: the machine as JSON (schema version 1), read, validated and written.
+
+`gpulaunch ls --json` writes one; `--snapshot FILE|NAME` (or ``GPULAUNCH_SNAPSHOT``) makes every
+command read it instead of NVML. NAME is one of the example machines shipped in
+``gpu_launch/examples``. A bad file gets one clear error naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from importlib import resources
+from typing import Any
+
+from gpu_launch.errors import SnapshotError
+from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
+
+__all__ = ["SCHEMA_VERSION", "load", "loads", "dump", "to_dict", "example_names", "resolve"]
+
+SCHEMA_VERSION = 1
+MAX_BYTES = 64 * 1024 * 1024  # refuse absurd files up front instead of parsing for minutes
+_LINK_RE = re.compile(r"^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|PSB)$")
+_CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def example_names() -> list[str]:
+    """Short names of the bundled example machines (``dgx-h100``, ...)."""
+    files = resources.files("gpu_launch.examples")
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".json"))
+
+
+def resolve(value: str) -> Machine:
+    """Load ``value`` as a file path, or else as the short name of a bundled example."""
+    if os.path.exists(value) or os.sep in value or value.endswith(".json"):
+        return load(value)
+    if value in example_names():
+        text = resources.files("gpu_launch.examples").joinpath(f"{value}.json").read_text("utf-8")
+        return loads(text, source=value)
+    raise SnapshotError(
+        f"snapshot {value!r}: no such file, and not an example name",
+        hint="examples: " + ", ".join(example_names()),
+    )
+
+
+def load(path: str) -> Machine:
+    try:
+        size = os.path.getsize(path)
+        if os.path.isdir(path):
+            raise SnapshotError(f"snapshot {path}: is a directory, not a JSON file")
+        if size > MAX_BYTES:
+            raise SnapshotError(f"snapshot {path}: {size // (1024 * 1024)} MiB is too large (limit 64 MiB)")
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise SnapshotError(
+            f"snapshot {path}: no such file", hint="write one with `gpulaunch ls --json > FILE`"
+        ) from None
+    except OSError as exc:
+        raise SnapshotError(f"snapshot {path}: cannot read it ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SnapshotError(f"snapshot {path}: not UTF-8 text") from None
+    return loads(text, source=path)
+
+
+def loads(text: str, source: str = "<snapshot>") -> Machine:
+    if not text.strip():
+        raise SnapshotError(f"snapshot {source}: file is empty", hint="write one with `gpulaunch ls --json > FILE`")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise SnapshotError(f"snapshot {source}: not valid JSON ({detail})") from None
+    return _Reader(source).machine(data)
+
+
+class _Reader:
+    """Validates the parsed JSON; every error names the file and the JSON path of the field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> SnapshotError:
+        return SnapshotError(f"snapshot {self.source}: {where}: {problem}")
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected an object, got {_kind(value)}")
+        return value
+
+    def int_(self, d: dict[str, Any], key: str, where: str, *, required: bool = False,
+             lo: int | None = 0, hi: int | None = None) -> int | None:
+        value = d.get(key)
+        if value is None:
+            if required:
+                raise self.fail(f"{where}.{key}", "missing (required)")
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"{where}.{key}", f"expected an integer, got {_kind(value)}")
+        if lo is not None and value < lo:
+            raise self.fail(f"{where}.{key}", f"{value} is below {lo}")
+        if hi is not None and value > hi:
+            raise self.fail(f"{where}.{key}", f"{value} is above {hi}")
+        return value
+
+    def str_(self, d: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
+        value = d.get(key)
+        if value is None:
+            if required:
+                raise self.fail(f"{where}.{key}", "missing (required)")
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"{where}.{key}", f"expected a string, got {_kind(value)}")
+        return value
+
+    def machine(self, data: Any) -> Machine:
+        d = self.obj(data, "top level")
+        if "schema" not in d:
+            raise self.fail("schema", "missing; is this a `gpulaunch ls --json` file?")
+        if d["schema"] != SCHEMA_VERSION:
+            raise self.fail("schema", f"version {d['schema']!r} is not supported (this gpulaunch reads {SCHEMA_VERSION})")
+        raw_gpus = d.get("gpus")
+        if not isinstance(raw_gpus, list):
+            raise self.fail("gpus", f"expected a list, got {_kind(raw_gpus)}")
+        gpus = tuple(self.gpu(g, f"gpus[{i}]") for i, g in enumerate(raw_gpus))
+        seen_index: set[int] = set()
+        seen_uuid: set[str] = set()
+        for i, gpu in enumerate(gpus):
+            if gpu.index in seen_index:
+                raise self.fail(f"gpus[{i}].index", f"duplicate index {gpu.index}")
+            if gpu.uuid in seen_uuid:
+                raise self.fail(f"gpus[{i}].uuid", f"duplicate uuid {gpu.uuid}")
+            seen_index.add(gpu.index)
+            seen_uuid.add(gpu.uuid)
+        return Machine(
+            gpus=gpus,
+            links=self.links(d.get("links"), len(gpus)),
+            driver_version=self.str_(d, "driver_version", "top level"),
+            cuda_driver_version=self.str_(d, "cuda_driver_version", "top level"),
+            hostname=self.str_(d, "hostname", "top level"),
+            source=self.source,
+        )
+
+    def gpu(self, raw: Any, where: str) -> Gpu:
+        d = self.obj(raw, where)
+        available = d.get("available", True)
+        if not isinstance(available, bool):
+            raise self.fail(f"{where}.available", f"expected true or false, got {_kind(available)}")
+        total = self.int_(d, "memory_total_mib", where, required=available)
+        used = self.int_(d, "memory_used_mib", where, required=available)
+        free = self.int_(d, "memory_free_mib", where, required=available)
+        if total is not None and used is not None and used > total:
+            raise self.fail(f"{where}.memory_used_mib", f"{used} exceeds memory_total_mib {total}")
+        if total is not None and free is not None and free > total:
+            raise self.fail(f"{where}.memory_free_mib", f"{free} exceeds memory_total_mib {total}")
+        uuid = self.str_(d, "uuid", where, required=True)
+        assert uuid is not None
+        if not uuid.startswith("GPU-"):
+            raise self.fail(f"{where}.uuid", f"{uuid!r} does not start with 'GPU-'")
+        affinity = self.str_(d, "cpu_affinity", where)
+        if affinity is not None and not _CPULIST_RE.match(affinity):
+            raise self.fail(f"{where}.cpu_affinity", f"{affinity!r} is not a CPU list like '0-31,64-95'")
+        procs = d.get("processes", [])
+        if not isinstance(procs, list):
+            raise self.fail(f"{where}.processes", f"expected a list, got {_kind(procs)}")
+        migs = d.get("mig_devices", [])
+        if not isinstance(migs, list):
+            raise self.fail(f"{where}.mig_devices", f"expected a list, got {_kind(migs)}")
+        return Gpu(
+            index=self.int_(d, "index", where, required=True),  # type: ignore[arg-type]
+            uuid=uuid,
+            name=self.str_(d, "name", where) or "unknown GPU",
+            pci_bus_id=self.str_(d, "pci_bus_id", where),
+            memory_total_mib=total,
+            memory_used_mib=used,
+            memory_free_mib=free,
+            utilization_gpu=self.int_(d, "utilization_gpu", where, hi=100),
+            temperature_c=self.int_(d, "temperature_c", where, lo=-50, hi=200),
+            compute_capability=self.str_(d, "compute_capability", where),
+            numa_node=self.int_(d, "numa_node", where),
+            cpu_affinity=affinity,
+            processes=tuple(self.process(p, f"{where}.processes[{j}]") for j, p in enumerate(procs)),
+            mig_devices=tuple(self.mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
+            available=available,
+            error=self.str_(d, "error", where),
+        )
+
+    def process(self, raw: Any, where: str) -> GpuProcess:
+        d = self.obj(raw, where)
+        return GpuProcess(
+            pid=self.int_(d, "pid", where, required=True),  # type: ignore[arg-type]
+            used_memory_mib=self.int_(d, "used_memory_mib", where),
+            user=self.str_(d, "user", where),
+            command=self.str_(d, "command", where),
+        )
+
+    def mig(self, raw: Any, where: str) -> MigDevice:
+        d = self.obj(raw, where)
+        uuid = self.str_(d, "uuid", where, required=True)
+        assert uuid is not None
+        if not uuid.startswith("MIG-"):
+            raise self.fail(f"{where}.uuid", f"{uuid!r} does not start with 'MIG-'")
+        return MigDevice(
+            uuid=uuid,
+            profile=self.str_(d, "profile", where),
+            memory_total_mib=self.int_(d, "memory_total_mib", where),
+            memory_used_mib=self.int_(d, "memory_used_mib", where),
+            memory_free_mib=self.int_(d, "memory_free_mib", where),
+            gpu_instance_id=self.int_(d, "gpu_instance_id", where),
+            compute_instance_id=self.int_(d, "compute_instance_id", where),
+        )
+
+    def links(self, raw: Any, n: int) -> tuple[tuple[str, ...], ...] | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, list) or len(raw) != n:
+            got = f"{len(raw)} rows" if isinstance(raw, list) else _kind(raw)
+            raise self.fail("links", f"expected {n}x{n} matrix (one row per GPU), got {got}")
+        rows = []
+        for i, row in enumerate(raw):
+            if not isinstance(row, list) or len(row) != n:
+                got = f"{len(row)} entries" if isinstance(row, list) else _kind(row)
+                raise self.fail(f"links[{i}]", f"expected {n} entries, got {got}")
+            for j, code in enumerate(row):
+                if not isinstance(code, str) or not _LINK_RE.match(code):
+                    raise self.fail(f"links[{i}][{j}]", f"{code!r} is not a topology code (X, NV<k>, PIX, PXB, PHB, NODE, SYS)")
+                if (code == "X") != (i == j):
+                    raise self.fail(f"links[{i}][{j}]", "'X' belongs on the diagonal and only there")
+            rows.append(tuple(row))
+        for i in range(n):
+            for j in range(i):
+                if rows[i][j] != rows[j][i]:
+                    raise self.fail(f"links[{i}][{j}]", f"{rows[i][j]!r} differs from links[{j}][{i}] {rows[j][i]!r}")
+        return tuple(rows)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def to_dict(machine: Machine) -> dict[str, Any]:
+    """The schema-1 form of ``machine``; key order is stable."""
+    gpus = []
+    for g in machine.gpus:
+        entry: dict[str, Any] = {
+            "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
+            "memory_total_mib": g.memory_total_mib, "memory_used_mib": g.memory_used_mib,
+            "memory_free_mib": g.memory_free_mib, "utilization_gpu": g.utilization_gpu,
+            "temperature_c": g.temperature_c, "compute_capability": g.compute_capability,
+            "numa_node": g.numa_node, "cpu_affinity": g.cpu_affinity,
+            "processes": [
+                {"pid": p.pid, "used_memory_mib": p.used_memory_mib, "user": p.user, "command": p.command}
+                for p in g.processes
+            ],
+        }
+        if g.mig_devices:
+            entry["mig_devices"] = [
+                {"uuid": m.uuid, "profile": m.profile, "memory_total_mib": m.memory_total_mib,
+                 "memory_used_mib": m.memory_used_mib, "memory_free_mib": m.memory_free_mib,
+                 "gpu_instance_id": m.gpu_instance_id, "compute_instance_id": m.compute_instance_id}
+                for m in g.mig_devices
+            ]
+        if not g.available:
+            entry["available"] = False
+            entry["error"] = g.error
+        gpus.append(entry)
+    out: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "hostname": machine.hostname,
+        "driver_version": machine.driver_version,
+        "cuda_driver_version": machine.cuda_driver_version,
+        "gpus": gpus,
+    }
+    if machine.links is not None:
+        out["links"] = [list(row) for row in machine.links]
+    return out
+
+
+def dump(machine: Machine) -> str:
+    return json.dumps(to_dict(machine), indent=2) + "\n"
