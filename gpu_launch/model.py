@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["GpuProcess", "MigDevice", "Gpu", "Machine", "LINK_CODES"]
+__all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES"]
 
 #: The codes of `nvidia-smi topo -m`, best first after ``X`` (self). ``NV<k>`` is k bonded NVLinks.
 LINK_CODES = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -63,6 +63,32 @@ class Gpu:
     @property
     def label(self) -> str:
         return f"GPU {self.index}"
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a job is given: a whole GPU, or one MIG instance of it."""
+
+    gpu: Gpu
+    mig: MigDevice | None = None
+
+    @property
+    def uuid(self) -> str:
+        return self.mig.uuid if self.mig is not None else self.gpu.uuid
+
+    @property
+    def memory_free_mib(self) -> int | None:
+        return self.mig.memory_free_mib if self.mig is not None else self.gpu.memory_free_mib
+
+    @property
+    def memory_total_mib(self) -> int | None:
+        return self.mig.memory_total_mib if self.mig is not None else self.gpu.memory_total_mib
+
+    @property
+    def label(self) -> str:
+        if self.mig is None:
+            return self.gpu.label
+        return f"{self.gpu.label} MIG {self.mig.profile or self.mig.uuid}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,224 @@
+"""The command line: one table of options, one small parser, no framework on the launch path.
+
+``gpulaunch [OPTIONS] COMMAND [ARGS...]`` runs COMMAND; ``gpulaunch [OPTIONS] ls|env|...`` runs a
+subcommand. Everything after ``--``, or from the first word that is not a gpulaunch option, belongs
+to the command, its own flags included, and is passed on byte for byte. A subcommand name is only a
+subcommand when no ``--gpus``/``--auto``/``--fit`` came before it (``gpulaunch --gpus 0 ls`` runs
+the program ``ls``). Parsing is hand-written rather than built on click/typer: it keeps the launch
+path's start-up near the interpreter's floor and gives exactly these pass-through rules.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_launch import spec
+from gpu_launch.errors import UsageError
+from gpu_launch.units import parse_size
+
+__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse"]
+
+RUN = "run"
+SUBCOMMANDS: dict[str, str] = {
+    "ls": "list the GPUs: memory, utilisation, processes (--topo: the link matrix)",
+    "topo": "the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)",
+    "help": "show this help",
+}
+SELECTING = frozenset({RUN})
+ANY = frozenset({RUN, *SUBCOMMANDS})
+
+
+def _count(text: str, option: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not a whole number", hint=f"e.g. {option} 2") from None
+    if value < 1:
+        raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
+    return value
+
+
+def _percent(text: str, option: str) -> int:
+    try:
+        value = int(text.strip().rstrip("%"))
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not a percentage", hint=f"e.g. {option} 20") from None
+    if not 0 <= value <= 100:
+        raise UsageError(f"{option}: {value} is not between 0 and 100")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its spellings, where it goes, whether it takes a value, and its help."""
+
+    names: tuple[str, ...]
+    dest: str
+    help: str
+    metavar: str = ""  # empty: a flag
+    convert: Callable[[str, str], Any] | None = None
+    commands: frozenset[str] = ANY
+    group: str = "Output"
+    counted: bool = False  # -v, -vv
+
+    @property
+    def takes_value(self) -> bool:
+        return bool(self.metavar)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
+           "SPEC", lambda v, o: spec.parse(v, o), SELECTING, "Selection"),
+    Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
+           "N", _count, SELECTING, "Selection"),
+    Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE",
+           "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SELECTING, "Selection"),
+    Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
+           "SIZE", parse_size, SELECTING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, SELECTING, "Constraints"),
+    Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
+           commands=SELECTING, group="Constraints"),
+    Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
+           lambda v, o: spec.parse(v, o), SELECTING, "Constraints"),
+    Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
+           commands=SELECTING, group="Environment"),
+    Option(("--dry-run",), "dry_run", "print the environment and command that would run, and exit",
+           commands=SELECTING, group="Output"),
+    Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
+           commands=SELECTING, group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, --dry-run, --explain)", group="Output"),
+    Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
+    Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
+           "FILE", group="Input"),
+    Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
+    Option(("--verbose", "-v"), "verbose", "more detail: NVML query timings", group="Output", counted=True),
+    Option(("--help", "-h"), "help", "show this help and exit", group="Output"),
+    Option(("--version", "-V"), "version", "print the version and exit", group="Output"),
+)
+_BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the user asked for: a subcommand (``run`` for a launch), its options and arguments."""
+
+    command: str
+    options: dict[str, Any] = field(default_factory=dict)
+    positionals: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()  # the program to run, for ``run``
+
+    def get(self, dest: str, default: Any = None) -> Any:
+        return self.options.get(dest, default)
+
+
+def _unknown(token: str) -> UsageError:
+    name = token.split("=", 1)[0]
+    close = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else "see `gpulaunch --help`"
+    return UsageError(f"unknown option {name}", hint=hint)
+
+
+def parse(argv: Sequence[str]) -> Invocation:
+    """Split ``argv`` (without the program name) into gpulaunch's part and the command's."""
+    options: dict[str, Any] = {}
+    positionals: list[str] = []
+    command: str | None = None
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            if command is not None:
+                positionals.extend(argv[i + 1:])
+                break
+            return _finish(RUN, options, positionals, tuple(argv[i + 1:]))
+        if token.startswith("-") and token != "-":
+            i = _take_option(argv, i, options)
+            continue
+        if command is None and token in SUBCOMMANDS and not ({"gpus", "auto", "fit"} & options.keys()):
+            command = token
+        elif command is not None:
+            positionals.append(token)
+        else:
+            return _finish(RUN, options, positionals, tuple(argv[i:]))
+        i += 1
+    return _finish(command or RUN, options, positionals, ())
+
+
+def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
+    token = argv[i]
+    name, has_eq, inline = token.partition("=")
+    opt = _BY_NAME.get(name)
+    if opt is None:
+        raise _unknown(token)
+    if not opt.takes_value:
+        if has_eq:
+            raise UsageError(f"{name} takes no value", hint=f"write just {name}")
+        options[opt.dest] = options.get(opt.dest, 0) + 1 if opt.counted else True
+        return i + 1
+    if has_eq:
+        value, nxt = inline, i + 1
+    elif i + 1 < len(argv):
+        value, nxt = argv[i + 1], i + 2
+    else:
+        raise UsageError(f"{name} needs a value", hint=f"e.g. {name} {opt.metavar}")
+    options[opt.dest] = opt.convert(value, name) if opt.convert else value
+    options.setdefault("_given", {})[opt.dest] = name
+    return nxt
+
+
+def _finish(command: str, options: dict[str, Any], positionals: list[str], argv: tuple[str, ...]) -> Invocation:
+    given: dict[str, str] = options.pop("_given", {})
+    for dest in options:
+        opt = next(o for o in OPTIONS if o.dest == dest)
+        if command not in opt.commands:
+            where = "a launch" if opt.commands == SELECTING else "/".join(sorted(opt.commands))
+            shown = given.get(dest, opt.names[0])
+            raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
+    chosen = [f"--{d.replace('_', '-')}" for d in ("gpus", "auto", "fit") if d in options]
+    if len(chosen) > 1:
+        raise UsageError(f"{' and '.join(chosen)} cannot be used together", hint="name GPUs with --gpus, or let --auto/--fit pick them")
+    if "gpus" in options and "exclude" in options:
+        raise UsageError("--exclude makes no sense with --gpus", hint="leave the GPU out of --gpus instead")
+    return Invocation(command, options, tuple(positionals), argv)
+
+
+EXAMPLES = (
+    ("gpulaunch ls", "the GPUs, their memory, load and processes"),
+    ("gpulaunch --gpus 4-7 python train.py --lr 3e-4", "run on physical GPUs 4..7 (cuda:0 = GPU 4)"),
+    ("gpulaunch --auto 2 -- torchrun --nproc-per-node 2 train.py", "pick the best 2 GPUs, then run"),
+    ("gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}", "fewest GPUs that hold 60 GiB; {n} becomes the count"),
+    ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
+)
+
+
+def usage(command: str = RUN) -> str:
+    """The help text for ``command``, generated from :data:`OPTIONS`."""
+    from gpu_launch import __version__
+
+    lines = [f"gpulaunch {__version__}: put a command on the right NVIDIA GPUs", ""]
+    if command == RUN:
+        lines += ["usage: gpulaunch [OPTIONS] [--] COMMAND [ARGS...]", "       gpulaunch [OPTIONS] SUBCOMMAND", ""]
+        lines += ["Subcommands:"] + [f"  {name:<10} {text}" for name, text in SUBCOMMANDS.items()] + [""]
+    else:
+        lines += [f"usage: gpulaunch {command} [OPTIONS]", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
+    groups: dict[str, list[Option]] = {}
+    for opt in OPTIONS:
+        if command in opt.commands:
+            groups.setdefault(opt.group, []).append(opt)
+    for group, opts in groups.items():
+        lines.append(f"{group}:")
+        for opt in opts:
+            flags = ", ".join(opt.names) + (f" {opt.metavar}" if opt.metavar else "")
+            lines.append(f"  {flags:<22} {opt.help}")
+        lines.append("")
+    lines.append("Examples:")
+    examples = [e for e in EXAMPLES if command == RUN or f" {command}" in e[0]] or EXAMPLES[:1]
+    for example, what in examples:
+        lines.append(f"  {example}")
+        lines.append(f"      {what}")
+    lines += ["", "CUDA's numbering then agrees with nvidia-smi's: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID",
+              "are set for the command, the cuda:i → GPU mapping is printed on stderr, and the command is exec'd."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,32 @@
+"""The child's environment: the parent's, plus exactly the documented variables.
+
+``CUDA_VISIBLE_DEVICES`` lists the chosen devices in CUDA order and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+makes CUDA number the devices as nvidia-smi and NVML do, so "GPU 4" in `gpulaunch ls` is the GPU
+CUDA opens. MIG devices are always written as ``MIG-`` UUIDs, the only form CUDA accepts for them.
+Never modifies ``os.environ``: it returns a new dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.model import Device
+
+__all__ = ["SET_VARIABLES", "visible_devices", "build"]
+
+#: Every variable gpulaunch sets or replaces in the child (README, "The child's environment").
+SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
+
+
+def visible_devices(devices: tuple[Device, ...], use_uuid: bool = False) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value for ``devices`` (cuda:i = devices[i])."""
+    return ",".join(d.uuid if (use_uuid or d.mig is not None) else str(d.gpu.index) for d in devices)
+
+
+def build(devices: tuple[Device, ...], parent: Mapping[str, str], use_uuid: bool = False) -> dict[str, str]:
+    """The environment for a command that runs on ``devices`` (an empty tuple hides every GPU)."""
+    env = dict(parent)
+    env["CUDA_VISIBLE_DEVICES"] = visible_devices(devices, use_uuid)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    env["GPULAUNCH_GPUS"] = ",".join(str(d.gpu.index) for d in devices)
+    return env

@@ -1,0 +1,154 @@
+"""What the host (not NVML) knows: who runs a pid, and where a PCI device sits (NUMA node, CPUs).
+
+Process details come from psutil, imported inside the functions so that commands which never list
+processes do not pay for it. PCI facts come from sysfs (``/sys/bus/pci/devices/<bdf>/``); every
+function takes ``sysfs_root`` so tests can point it at a temporary directory. Anything that cannot be
+read is ``None``, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+__all__ = [
+    "process_user_and_command",
+    "parse_bus_id",
+    "pci_sysfs_name",
+    "pci_numa_node",
+    "pci_local_cpulist",
+    "possible_cpu_count",
+    "parse_cpulist",
+    "format_cpulist",
+    "cpulist_from_mask",
+]
+
+_T = TypeVar("_T")
+_CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# NVML writes "00000000:07:00.0" (32-bit domain); sysfs names the device "0000:07:00.0".
+_BUS_ID_RE = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+def process_user_and_command(pid: int) -> tuple[str | None, str | None]:
+    """The user name and command line of ``pid``, each None when it cannot be seen from here.
+
+    A pid NVML reports may live in another container or PID namespace, may have exited, or may
+    belong to another user whose command line we may not read (psutil ``AccessDenied``).
+    """
+    try:
+        import psutil
+    except ImportError:
+        return None, None
+    errors = (psutil.Error, OSError)
+    try:
+        proc = psutil.Process(pid)
+    except (*errors, ValueError):
+        return None, None
+    user = _call(proc.username, errors)
+    cmdline = _call(proc.cmdline, errors)
+    command = " ".join(cmdline) if cmdline else _call(proc.name, errors)
+    return user or None, command or None
+
+
+def _call(method: Callable[[], _T], errors: tuple[type[BaseException], ...]) -> _T | None:
+    try:
+        return method()
+    except errors:
+        return None
+
+
+def parse_bus_id(bus_id: str | bytes | None) -> tuple[int, int, int, int] | None:
+    """``"00000000:07:00.0"`` (any domain width, case; bytes too) → ``(0, 7, 0, 0)``, else None."""
+    if isinstance(bus_id, bytes):
+        bus_id = bus_id.decode("ascii", "replace")
+    if not isinstance(bus_id, str):
+        return None
+    match = _BUS_ID_RE.match(bus_id.strip().rstrip("\x00"))
+    if match is None:
+        return None
+    domain, bus, device, function = match.groups()
+    return int(domain or "0", 16), int(bus, 16), int(device, 16), int(function)
+
+
+def pci_sysfs_name(bus_id: str) -> str | None:
+    """``00000000:07:00.0`` (NVML) → ``0000:07:00.0`` (sysfs), or None if ``bus_id`` is not a bus id."""
+    parts = parse_bus_id(bus_id)
+    if parts is None:
+        return None
+    domain, bus, device, function = parts
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
+
+
+def _pci_attr(bus_id: str | None, attr: str, sysfs_root: str | os.PathLike[str]) -> str | None:
+    name = pci_sysfs_name(bus_id) if bus_id else None
+    if name is None:
+        return None
+    try:
+        return (Path(sysfs_root) / "bus" / "pci" / "devices" / name / attr).read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def pci_numa_node(bus_id: str | None, sysfs_root: str | os.PathLike[str] = "/sys") -> int | None:
+    """The NUMA node the kernel assigns to the PCI device; None when absent or ``-1`` (unknown)."""
+    text = _pci_attr(bus_id, "numa_node", sysfs_root)
+    try:
+        node = int(text) if text is not None else -1
+    except ValueError:
+        return None
+    return node if node >= 0 else None
+
+
+def pci_local_cpulist(bus_id: str | None, sysfs_root: str | os.PathLike[str] = "/sys") -> str | None:
+    """The CPUs local to the PCI device, as the kernel's cpulist (``0-31,64-95``), or None."""
+    text = _pci_attr(bus_id, "local_cpulist", sysfs_root)
+    if not text or not _CPULIST_RE.match(text):
+        return None
+    return format_cpulist(parse_cpulist(text))  # normalise: sorted, ranges merged
+
+
+def possible_cpu_count(sysfs_root: str | os.PathLike[str] = "/sys") -> int:
+    """One more than the highest CPU id the kernel could bring online (offline CPUs included)."""
+    try:
+        text = (Path(sysfs_root) / "devices" / "system" / "cpu" / "possible").read_text("ascii").strip()
+        if _CPULIST_RE.match(text):
+            return max(parse_cpulist(text)) + 1
+    except (OSError, UnicodeDecodeError):
+        pass
+    return os.cpu_count() or 1
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """``"0-2,8"`` → ``[0, 1, 2, 8]``. Raises ValueError on anything else."""
+    if not _CPULIST_RE.match(text.strip()):
+        raise ValueError(f"not a CPU list: {text!r}")
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 8]`` → ``"0-2,8"`` (the kernel's cpulist form)."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def cpulist_from_mask(words: Iterable[int], word_bits: int = 64) -> str | None:
+    """A bitmask in words of ``word_bits`` CPUs (word 0 = CPUs 0..63) → cpulist; None if empty."""
+    cpus = [
+        base + bit
+        for base, word in zip(range(0, 1 << 30, word_bits), words)
+        for bit in range(word_bits)
+        if int(word) >> bit & 1
+    ]
+    return format_cpulist(cpus) if cpus else None

@@ -1,0 +1,207 @@
+"""Which GPUs may a job get, and which does ``--auto`` give it. Pure functions over the snapshot.
+
+:func:`eligibility` applies the constraints to every GPU and records why each excluded one was
+excluded; :func:`choose_auto` hands the eligible ones to :mod:`gpu_launch.ranking` for the best set;
+:func:`check_explicit` vets a ``--gpus`` choice (it warns but obeys, except for unusable GPUs).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gpu_launch.errors import NotEnoughGpus, UsageError
+from gpu_launch.model import Device, Gpu, Machine
+from gpu_launch.units import Size, fmt_mib
+
+__all__ = [
+    "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
+    "eligibility", "choose_auto", "choose_fit", "check_explicit", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
+    "BUSY_MIN_USED", "FIT_SIZES",
+]
+
+# Availability thresholds (README, "How --auto ranks"). Memory "used" is NVML's, which on
+# driver >= 510 includes the driver's reserved memory, so an untouched card is not at 0.
+IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
+BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...
+BUSY_MIN_USED = 0.50  # ... or at least half the memory in use
+FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
+
+
+class Availability(enum.IntEnum):
+    """Lower is better: a job never lands on someone's GPU while an idle one is left."""
+
+    IDLE = 0
+    PARTLY_USED = 1
+    BUSY = 2
+
+    @property
+    def text(self) -> str:
+        return self.name.lower().replace("_", " ")
+
+
+def availability(gpu: Gpu) -> Availability:
+    total = gpu.memory_total_mib or 0
+    used_share = (gpu.memory_used_mib or 0) / total if total else 0.0
+    if (gpu.utilization_gpu or 0) >= BUSY_MIN_UTIL or used_share >= BUSY_MIN_USED:
+        return Availability.BUSY
+    if gpu.processes or used_share > IDLE_MAX_USED:
+        return Availability.PARTLY_USED
+    return Availability.IDLE
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What every chosen GPU must satisfy (``--min-free``, ``--max-util``, ``--idle``, ``--exclude``)."""
+
+    min_free: Size | None = None
+    max_util: int | None = None
+    idle: bool = False
+    exclude: frozenset[str] = frozenset()  # GPU UUIDs
+    reserved: dict[str, str] = field(default_factory=dict)  # UUID -> who holds it (reservations)
+
+    def describe(self) -> str:
+        parts = []
+        if self.min_free is not None:
+            parts.append(f"≥ {self.min_free} free")
+        if self.max_util is not None:
+            parts.append(f"≤ {self.max_util}% utilisation")
+        if self.idle:
+            parts.append("idle")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    gpu: Gpu
+    reason: str
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    eligible: tuple[Gpu, ...]
+    excluded: tuple[Exclusion, ...]
+
+
+def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
+    """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
+    if not gpu.available:
+        return f"unavailable ({gpu.error or 'NVML could not read it'})"
+    if gpu.uuid in c.exclude:
+        return "excluded by --exclude"
+    if gpu.uuid in c.reserved:
+        return f"reserved by {c.reserved[gpu.uuid]}"
+    if gpu.mig_devices:
+        return "in MIG mode (use --mig to pick its MIG devices)"
+    if gpu.memory_free_mib is None:
+        return "free memory unknown (NVML could not read it)"
+    if c.min_free is not None:
+        need = c.min_free.of(gpu.memory_total_mib)
+        if need is None or gpu.memory_free_mib < need:
+            return f"{fmt_mib(gpu.memory_free_mib)} free < {c.min_free} asked by --min-free"
+    if c.max_util is not None:
+        if gpu.utilization_gpu is None:
+            return "utilisation unknown, so --max-util cannot be checked"
+        if gpu.utilization_gpu > c.max_util:
+            return f"{gpu.utilization_gpu}% utilisation > --max-util {c.max_util}%"
+    if c.idle and availability(gpu) is not Availability.IDLE:
+        return f"not idle ({availability(gpu).text}; --idle)"
+    return None
+
+
+def eligibility(machine: Machine, constraints: Constraints) -> Eligibility:
+    eligible: list[Gpu] = []
+    excluded: list[Exclusion] = []
+    for gpu in machine.gpus:
+        reason = _failed_constraint(gpu, constraints)
+        if reason is None:
+            eligible.append(gpu)
+        else:
+            excluded.append(Exclusion(gpu, reason))
+    return Eligibility(tuple(eligible), tuple(excluded))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The devices a job gets, in CUDA order (cuda:i = devices[i]), and what to tell the user."""
+
+    devices: tuple[Device, ...]
+    warnings: tuple[str, ...] = ()
+    eligibility: Eligibility | None = None
+    ranking: object | None = None  # ranking.Ranked, for --explain
+
+
+def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constraints) -> NotEnoughGpus:
+    have = len(elig.eligible)
+    why = "; ".join(f"{e.gpu.label}: {e.reason}" for e in elig.excluded)
+    total = len(machine.gpus)
+    msg = f"need {n} GPU{'s' if n != 1 else ''}, but only {have} of {total} {'is' if have == 1 else 'are'} eligible"
+    if why:
+        msg += f" ({why})"
+    hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
+    if n > total:
+        msg = f"need {n} GPUs, but this machine has {total}"
+        hint = f"ask for at most {total}"
+    return NotEnoughGpus(msg, hint=hint)
+
+
+def choose_auto(machine: Machine, n: int, constraints: Constraints) -> Selection:
+    """The best ``n`` eligible GPUs (see :mod:`gpu_launch.ranking`)."""
+    from gpu_launch import ranking
+
+    if n < 1:
+        raise UsageError(f"--auto: {n} is not a GPU count", hint="ask for 1 or more, e.g. --auto 2")
+    elig = eligibility(machine, constraints)
+    if len(elig.eligible) < n:
+        raise _not_enough(n, machine, elig, constraints)
+    ranked = ranking.best_sets(machine, elig.eligible, n)
+    best = ranked.best
+    warnings = []
+    if len({g.name for g in best}) > 1:
+        warnings.append("no set of one GPU model was free: the chosen GPUs mix models, and the slowest sets the pace")
+    return Selection(tuple(Device(g) for g in best), tuple(warnings), elig, ranked)
+
+
+def choose_fit(machine: Machine, need: Size, constraints: Constraints) -> Selection:
+    """The smallest count in 1, 2, 4, 8 whose best set has ``need`` free in total (``--fit``)."""
+    if need.mib is None:
+        raise UsageError("--fit: give an absolute size like 60GiB, not a percentage")
+    elig = eligibility(machine, constraints)
+    best_total = 0.0
+    for n in FIT_SIZES:
+        if n > len(elig.eligible):
+            break
+        selection = choose_auto(machine, n, constraints)
+        total = sum(d.memory_free_mib or 0 for d in selection.devices)
+        if total >= need.mib:
+            return selection
+        best_total = max(best_total, total)
+    raise NotEnoughGpus(
+        f"--fit {need}: no set of 1, 2, 4 or 8 eligible GPUs has that much free "
+        f"(the most is {fmt_mib(best_total)} on {min(len(elig.eligible), 8)} of {len(machine.gpus)} GPUs)",
+        hint="wait with --wait, or lower the size (quantise, shorter context)",
+    )
+
+
+def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: Constraints) -> Selection:
+    """Vet a ``--gpus`` choice: unusable GPUs are errors, failed constraints are warnings."""
+    warnings = []
+    for device in devices:
+        gpu = device.gpu
+        if not gpu.available:
+            raise NotEnoughGpus(f"--gpus: {gpu.label} is unavailable ({gpu.error or 'NVML could not read it'})",
+                                hint="pick another GPU; `gpulaunch ls` shows their state")
+        if gpu.mig_devices and device.mig is None:
+            raise UsageError(f"--gpus: {gpu.label} is in MIG mode; CUDA can only use its MIG devices",
+                             hint="name one MIG device by its MIG- UUID (`gpulaunch ls` lists them)")
+        if device.mig is not None:
+            continue
+        reason = _failed_constraint(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
+        if reason is not None:
+            warnings.append(f"{gpu.label}: {reason}")
+        elif availability(gpu) is Availability.BUSY:
+            users = sorted({p.user for p in gpu.processes if p.user})
+            who = f" by {', '.join(users)}" if users else ""
+            warnings.append(f"{gpu.label} is busy{who} ({gpu.utilization_gpu or 0}% utilisation, "
+                            f"{fmt_mib(gpu.memory_free_mib)} free)")
+    return Selection(devices, tuple(warnings))

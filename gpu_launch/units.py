@@ -1,0 +1,94 @@
+"""Parsing and printing of sizes (``20GiB``, ``20GB``, ``80%``) and durations (``2h``, ``90s``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpu_launch.errors import UsageError
+
+__all__ = ["Size", "parse_size", "parse_duration", "fmt_mib", "fmt_duration"]
+
+_MIB = 1024 * 1024
+# Binary units count in MiB directly; decimal ones (GB) are converted from bytes. A bare K/M/G/T
+# means the binary unit, as nvidia-smi and PyTorch users mean it.
+_UNITS: dict[str, float] = {
+    "b": 1 / _MIB, "kib": 1 / 1024, "mib": 1.0, "gib": 1024.0, "tib": 1024.0**2,
+    "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2,
+    "kb": 1e3 / _MIB, "mb": 1e6 / _MIB, "gb": 1e9 / _MIB, "tb": 1e12 / _MIB,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z%]*)\s*$")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Size:
+    """A memory amount: absolute (``mib``) or a share of each GPU's total (``percent``)."""
+
+    mib: float | None = None
+    percent: float | None = None
+
+    def of(self, total_mib: int | None) -> float | None:
+        """The amount in MiB for a GPU of ``total_mib``; None when a percentage meets an unknown total."""
+        if self.mib is not None:
+            return self.mib
+        if total_mib is None or self.percent is None:
+            return None
+        return total_mib * self.percent / 100.0
+
+    def __str__(self) -> str:
+        return f"{self.percent:g}%" if self.percent is not None else fmt_mib(self.mib)
+
+
+def parse_size(text: str, option: str = "size", allow_percent: bool = True) -> Size:
+    m = _SIZE_RE.match(text)
+    example = "20GiB, 512MiB, 20GB" + (" or 80%" if allow_percent else "")
+    if not m:
+        raise UsageError(f"{option}: {text!r} is not a size", hint=f"write it like {example}")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "%":
+        if not allow_percent:
+            raise UsageError(f"{option}: a percentage makes no sense here", hint="write it like 20GiB")
+        if number > 100:
+            raise UsageError(f"{option}: {text!r} is over 100%")
+        return Size(percent=number)
+    if unit == "":
+        raise UsageError(f"{option}: {text!r} has no unit", hint=f"write it like {example}")
+    if unit not in _UNITS:
+        raise UsageError(f"{option}: unknown unit {m.group(2)!r} in {text!r}", hint=f"write it like {example}")
+    return Size(mib=number * _UNITS[unit])
+
+
+def parse_duration(text: str, option: str = "duration") -> float:
+    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
+    compact = text.strip().lower()
+    pos = 0
+    total = 0.0
+    for m in _DURATION_RE.finditer(compact):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _SECONDS[m.group(2)]
+        pos = m.end()
+    if not compact or pos != len(compact):
+        raise UsageError(f"{option}: {text!r} is not a duration", hint="write it like 90s, 30m, 2h or 1h30m")
+    return total
+
+
+def fmt_mib(mib: float | None) -> str:
+    if mib is None:
+        return "–"
+    if mib >= 1024:
+        return f"{mib / 1024:.1f} GiB"
+    return f"{mib:.0f} MiB"
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
