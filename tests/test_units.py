@@ -1,0 +1,47 @@
+"""Sizes and durations as users type them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_launch.errors import UsageError
+from gpu_launch.units import Size, fmt_mib, parse_duration, parse_size
+
+
+@pytest.mark.parametrize("text, mib", [
+    ("20GiB", 20480), ("512MiB", 512), ("20G", 20480), ("1.5GiB", 1536), ("1TiB", 1024 * 1024),
+    ("20GB", 20e9 / 2**20), ("500MB", 500e6 / 2**20), ("20gib", 20480), (" 8 GiB ", 8192),
+])
+def test_sizes(text, mib):
+    assert parse_size(text).mib == pytest.approx(mib)
+
+
+def test_percent_is_a_share_of_each_gpu():
+    size = parse_size("80%")
+    assert size == Size(percent=80.0) and size.of(1000) == 800 and size.of(None) is None
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("20XB", "unknown unit 'XB'"), ("20", "has no unit"), ("abc", "is not a size"), ("", "is not a size"),
+    ("150%", "over 100%"), ("-5GiB", "is not a size"),
+])
+def test_bad_sizes(text, fragment):
+    with pytest.raises(UsageError) as info:
+        parse_size(text, "--min-free")
+    assert fragment in info.value.message and info.value.message.startswith("--min-free")
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
+                                           ("1d", 86400), ("0.5h", 1800)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2x", "h", "1h 30m", "-5s", "2hh"])
+def test_bad_durations(text):
+    with pytest.raises(UsageError, match="is not a duration"):
+        parse_duration(text, "--wait")
+
+
+def test_fmt_mib():
+    assert fmt_mib(None) == "–" and fmt_mib(512) == "512 MiB" and fmt_mib(81559) == "79.6 GiB"
