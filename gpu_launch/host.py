@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import TypeVar
 
 __all__ = [
-    "process_user_and_command",
-    "parse_bus_id",
-    "pci_sysfs_name",
-    "pci_numa_node",
-    "pci_local_cpulist",
-    "possible_cpu_count",
-    "parse_cpulist",
-    "format_cpulist",
     "cpulist_from_mask",
+    "format_cpulist",
+    "parse_bus_id",
+    "parse_cpulist",
+    "pci_local_cpulist",
+    "pci_numa_node",
+    "pci_sysfs_name",
+    "possible_cpu_count",
+    "process_user_and_command",
 ]
 
 _T = TypeVar("_T")

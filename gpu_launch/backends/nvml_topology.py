@@ -20,7 +20,7 @@ from typing import Any
 from gpu_launch.host import parse_bus_id
 from gpu_launch.model import Gpu
 
-__all__ = ["TryCall", "NvLinkCensus", "link_matrix", "normalise_bus_id"]
+__all__ = ["NvLinkCensus", "TryCall", "link_matrix", "normalise_bus_id"]
 
 #: ``try_call(function_name, *args) -> (value, None) | (None, reason)``.
 TryCall = Callable[..., "tuple[Any, str | None]"]
@@ -82,7 +82,7 @@ def link_matrix(
     n = len(gpus)
     censuses = [nvlink_census(nvml, h, try_call) if h is not None else None for h in handles]
     buses = [normalise_bus_id(g.pci_bus_id) for g in gpus]
-    warnings: list[str] = []
+    unanswered: list[tuple[str, str, str]] = []
     rows = [["X" if i == j else "SYS" for j in range(n)] for i in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
@@ -93,10 +93,19 @@ def link_matrix(
             if code is None:
                 code, why = _pcie_code(nvml, handles[i], handles[j], try_call)
                 if why is not None:
-                    warnings.append(f"NVML could not tell how {gpus[i].label} and {gpus[j].label} are "
-                                    f"connected ({why}); treating the pair as SYS")
+                    unanswered.append((gpus[i].label, gpus[j].label, why))
             rows[i][j] = rows[j][i] = code
-    return tuple(tuple(row) for row in rows), warnings
+    return tuple(tuple(row) for row in rows), _warnings(unanswered)
+
+
+def _warnings(unanswered: list[tuple[str, str, str]], most: int = 3) -> list[str]:
+    """One warning per pair NVML could not place; one summary when there are many (e.g. in a VM)."""
+    if len(unanswered) > most:
+        reasons = ", ".join(sorted({why for _, _, why in unanswered}))
+        return [f"NVML could not tell how {len(unanswered)} GPU pairs are connected ({reasons}); "
+                f"treating them as SYS"]
+    return [f"NVML could not tell how {a} and {b} are connected ({why}); treating the pair as SYS"
+            for a, b, why in unanswered]
 
 
 def _nvlink_code(nvml: Any, handles: tuple[Any, Any], censuses: tuple[Any, Any],
