@@ -148,9 +148,11 @@ class _Reader:
         available = d.get("available", True)
         if not isinstance(available, bool):
             raise self.fail(f"{where}.available", f"expected true or false, got {_kind(available)}")
-        total = self.int_(d, "memory_total_mib", where, required=available)
-        used = self.int_(d, "memory_used_mib", where, required=available)
-        free = self.int_(d, "memory_free_mib", where, required=available)
+        # Memory may be null even on a usable GPU (NotSupported, no permission, unified memory);
+        # such a GPU is listed but never chosen by --auto.
+        total = self.int_(d, "memory_total_mib", where)
+        used = self.int_(d, "memory_used_mib", where)
+        free = self.int_(d, "memory_free_mib", where)
         if total is not None and used is not None and used > total:
             raise self.fail(f"{where}.memory_used_mib", f"{used} exceeds memory_total_mib {total}")
         if total is not None and free is not None and free > total:

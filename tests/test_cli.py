@@ -197,3 +197,21 @@ def test_module_and_console_script_agree():
     import subprocess
     out = subprocess.run([exe, "--snapshot", "pcie-8x", "--auto", "2", "--dry-run"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == run_cli("--snapshot", "pcie-8x", "--auto", "2", "--dry-run").stdout
+
+
+def _nvml_loadable() -> bool:
+    import ctypes
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_nvml_loadable(), reason="this machine has an NVIDIA driver")
+@pytest.mark.parametrize("args", [["ls"], ["--auto", "1", "--", "true"], ["--gpus", "0", "--", "true"]])
+def test_no_driver_is_one_line_with_a_hint(args):
+    result = run_cli(*args)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "NVML unavailable" in result.stderr and "--snapshot dgx-h100" in result.stderr
