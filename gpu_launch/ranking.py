@@ -8,44 +8,66 @@ Sets are compared by a key, lower is better, criterion by criterion (README, "Ho
 4. the total NVLinks inside the set (more is better);
 5. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
 6. free memory of the least-free GPU, then total free memory (more is better);
-7. the highest utilisation and the number of processes (lower is better);
-8. lower indices, so the result is deterministic.
+7. lower indices, so the result is deterministic.
 
-Criterion 1 is settled exactly before searching (only the n least-used classes can be in the best
-set). The search is an exact branch and bound for pools of up to :data:`EXACT_LIMIT` GPUs; beyond
-that a greedy search from every seed GPU, which keeps each step inside the best link class it can.
+Criteria 1 and 2 are settled before any search: only the GPUs of the n most available classes can
+be in the best set, and only GPUs of one model (or, when no model has n, of the fewest models that
+together have n). Each such *pool* is then searched for criteria 3-7:
+
+* N = 1 has no links: the pool is sorted by the key (exact for any size).
+* Pools of up to :data:`EXACT_LIMIT` GPUs: an exact branch and bound. It starts from the heuristic's
+  sets as incumbents, never extends a partial set by a GPU whose link to it is worse than the
+  incumbents' worst link, and cuts any partial set whose lower bound on the key (best remaining
+  links, NVLinks, free memory) cannot beat them.
+* Larger pools: the heuristic. It first finds the best link class that holds an N-set (greedy from
+  every GPU, then a bounded clique search), then grows a set from every seed GPU inside that class,
+  each step taking the GPU with the most NVLinks to the set, then one on a NUMA node already used,
+  then the most free memory; the best grown set is polished by single swaps that improve the key.
+  The same branch and bound then runs with a budget of :data:`EXACT_BUDGET` search nodes: when it
+  finishes inside it (it usually does, up to 64 GPUs), the answer is proven best after all, and
+  ``Ranked.exact`` says so; when not, the best set seen so far (never worse than the heuristic's) wins.
+  Node counts, not clocks, bound the work, so the same snapshot always gives the same answer.
 """
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 from gpu_launch.model import Gpu, Machine
 from gpu_launch.select import availability
 
-__all__ = ["CRITERIA", "EXACT_LIMIT", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
+__all__ = ["CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
 
-EXACT_LIMIT = 16
-KEEP = 4  # the best set plus runner-ups for --explain
+EXACT_LIMIT = 16  # pools up to this size are searched exactly
+EXACT_BUDGET = 2_000  # search nodes the exact search may spend on a larger pool (then: heuristic)
+KEEP = 4  # the best set plus three runner-ups, for --explain
+_CLIQUE_BUDGET = 20_000  # search nodes the heuristic may spend proving a link class has an N-set
 CRITERIA = (
     "availability", "GPU models", "worst link", "NVLinks inside", "NUMA nodes spanned",
-    "free memory of the least-free GPU", "total free memory", "utilisation", "processes", "lower indices",
+    "free memory of the least-free GPU", "total free memory", "lower indices",
 )
-_CLASS_RANK = {"PSB": 1000, "PIX": 1000, "PXB": 2000, "PHB": 3000, "NODE": 4000, "SYS": 5000}
+# PCIe classes after every NVLink count (NV<k> ranks -k). PSB (an old on-board switch) is PIX's
+# equal; CPU and SOC are what older drivers printed for NODE and SYS.
+_CLASS_RANK = {"PSB": 1000, "PIX": 1000, "PXB": 2000, "PHB": 3000, "NODE": 4000, "CPU": 4000, "SYS": 5000, "SOC": 5000}
+_UNKNOWN = 5000  # a pair whose link is unknown counts as the worst (SYS)
 
 
 def link_rank(code: str | None) -> int:
-    """Lower is better: NV18 < NV2 < PIX < PXB < PHB < NODE < SYS; unknown ranks as nothing (0)."""
-    if code is None or code == "X":
+    """Lower is better: NV18 < NV2 < PIX < PXB < PHB < NODE < SYS; an unknown link ranks as SYS."""
+    if code == "X":
         return 0
-    if code.startswith("NV"):
+    if code is None:
+        return _UNKNOWN
+    if code.startswith("NV") and code[2:].isdigit():
         return -int(code[2:])
-    return _CLASS_RANK.get(code, 5000)
+    return _CLASS_RANK.get(code, _UNKNOWN)
 
 
 def nvlinks(code: str | None) -> int:
-    return int(code[2:]) if code is not None and code.startswith("NV") else 0
+    """How many NVLinks a topo code stands for (NV12 → 12, anything else → 0)."""
+    return int(code[2:]) if code is not None and code.startswith("NV") and code[2:].isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +82,7 @@ class Candidate:
         for name, mine, theirs in zip(CRITERIA, self.key, best.key):
             if mine != theirs:
                 return name
-        return "lower indices"
+        return CRITERIA[-1]
 
 
 @dataclass(frozen=True)
@@ -70,40 +92,53 @@ class Ranked:
     exact: bool
 
 
-class _Pool:
-    """Precomputed per-GPU and per-pair numbers, so the search does only integer work."""
+# A search result: (sub-key over criteria 3-7, members as pool positions).
+_Found = tuple[tuple, tuple[int, ...]]
 
-    def __init__(self, machine: Machine, gpus: list[Gpu]) -> None:
-        self.gpus = gpus
-        n = len(gpus)
-        links = [[machine.link(a, b) for b in gpus] for a in gpus]
-        self.rank = [[link_rank(links[i][j]) for j in range(n)] for i in range(n)]
-        self.nv = [[nvlinks(links[i][j]) for j in range(n)] for i in range(n)]
-        self.max_nv = max((max(row) for row in self.nv), default=0)
-        self.avail = [int(availability(g)) for g in gpus]
+
+class _Pool:
+    """Per-GPU and per-pair numbers of one pool (GPUs in index order), so searches do integer work."""
+
+    def __init__(self, machine: Machine, gpus: Sequence[Gpu]) -> None:
+        self.gpus = tuple(gpus)
+        self.size = len(gpus)
+        where = {g.uuid: pos for pos, g in enumerate(machine.gpus)}
+        cols = [where[g.uuid] for g in gpus]
+        codes = [[machine.links[r][c] for c in cols] if machine.links is not None else [None] * len(cols)
+                 for r in cols]
+        self.rank = [[0 if i == j else link_rank(code) for j, code in enumerate(row)] for i, row in enumerate(codes)]
+        self.nv = [[0 if i == j else nvlinks(code) for j, code in enumerate(row)] for i, row in enumerate(codes)]
+        self.index = [g.index for g in gpus]
         self.free = [g.memory_free_mib or 0 for g in gpus]
-        self.util = [g.utilization_gpu or 0 for g in gpus]
-        self.procs = [len(g.processes) for g in gpus]
-        models = {name: i for i, name in enumerate(sorted({g.name for g in gpus}))}
-        self.model = [models[g.name] for g in gpus]
+        self.avail = [int(availability(g)) for g in gpus]
+        self.model = [g.name for g in gpus]
         groups: dict[object, int] = {}
         self.numa = [groups.setdefault(_numa_group(g), len(groups)) for g in gpus]
+        # top_nv[i][k]: the most NVLinks GPU i can have to any k others (bounds the exact search).
+        self.top_nv = []
+        for row in self.nv:
+            sums = [0]
+            for value in sorted(row, reverse=True):
+                sums.append(sums[-1] + value)
+            self.top_nv.append(sums)
+        self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
 
-    def key(self, members: list[int]) -> tuple:
-        worst = max((self.rank[a][b] for i, a in enumerate(members) for b in members[i + 1:]), default=0)
-        total_nv = sum(self.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
+    def subkey(self, members: Sequence[int]) -> tuple:
+        """Criteria 3-7 of a set of pool positions (1 and 2 are the same for every set of a pool)."""
+        members = sorted(members)
+        pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
         return (
-            max(self.avail[m] for m in members),
-            len({self.model[m] for m in members}),
-            worst,
-            -total_nv,
+            max((self.rank[a][b] for a, b in pairs), default=0),
+            -sum(self.nv[a][b] for a, b in pairs),
             len({self.numa[m] for m in members}),
             -min(self.free[m] for m in members),
             -sum(self.free[m] for m in members),
-            max(self.util[m] for m in members),
-            sum(self.procs[m] for m in members),
-            tuple(sorted(self.gpus[m].index for m in members)),
+            tuple(self.index[m] for m in members),
         )
+
+    def key(self, members: Sequence[int]) -> tuple:
+        """The full key, in ``CRITERIA`` order."""
+        return (max(self.avail[m] for m in members), len({self.model[m] for m in members}), *self.subkey(members))
 
 
 def _numa_group(gpu: Gpu) -> object:
@@ -114,100 +149,204 @@ def _numa_group(gpu: Gpu) -> object:
     return ("unknown",)
 
 
-def best_sets(machine: Machine, eligible: tuple[Gpu, ...], n: int) -> Ranked:
-    """The best ``n``-set of ``eligible`` GPUs (``len(eligible) >= n``) and a few runner-ups."""
-    classes = sorted(int(availability(g)) for g in eligible)
-    cutoff = classes[n - 1]
-    pool = [g for g in sorted(eligible, key=lambda g: g.index) if int(availability(g)) <= cutoff]
-    # Prefer one model: search each model that has enough GPUs on its own; mix only if none has.
+def _pools(gpus: list[Gpu], n: int) -> list[list[Gpu]]:
+    """The GPU pools that settle criterion 2: each model with ``n`` GPUs; if none has, every union
+    of the fewest models that together have ``n`` (so each set of a pool has the same model count)."""
     by_model: dict[str, list[Gpu]] = {}
-    for gpu in pool:
+    for gpu in gpus:
         by_model.setdefault(gpu.name, []).append(gpu)
-    pools = [group for group in by_model.values() if len(group) >= n] or [pool]
-    found: list[Candidate] = []
+    sizes = sorted((len(group) for group in by_model.values()), reverse=True)
+    fewest = next(k for k in range(1, len(sizes) + 1) if sum(sizes[:k]) >= n)
+    pools = []
+    for names in combinations(sorted(by_model), fewest):
+        members = [g for name in names for g in by_model[name]]
+        if len(members) >= n:
+            pools.append(sorted(members, key=lambda g: g.index))
+    return pools
+
+
+def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) -> Ranked:
+    """The best ``n``-set of ``eligible`` GPUs (``len(eligible) >= n``) and up to ``keep - 1``
+    runner-ups from the same availability class and model pools."""
+    if n < 1 or len(eligible) < n:
+        raise ValueError(f"cannot choose {n} of {len(eligible)} GPUs")
+    cutoff = sorted(availability(g) for g in eligible)[n - 1]  # criterion 1, settled exactly
+    pool = sorted((g for g in eligible if availability(g) <= cutoff), key=lambda g: g.index)
+    found: dict[tuple[int, ...], Candidate] = {}
     exact = True
-    for group in pools:
+    for group in _pools(pool, n):
         p = _Pool(machine, group)
-        if len(group) <= EXACT_LIMIT:
-            keys = _exact(p, n)
+        if n == 1:
+            results = sorted((p.subkey([i]), (i,)) for i in range(p.size))[:keep]
         else:
-            keys = _greedy(p, n)
-            exact = False
-        found.extend(Candidate(tuple(p.gpus[m] for m in members), key) for key, members in keys)
-    found.sort(key=lambda c: c.key)
-    best = found[0]
-    return Ranked(tuple(sorted(best.gpus, key=lambda g: g.index)), tuple(found[:KEEP]), exact)
+            budget = None if p.size <= EXACT_LIMIT else EXACT_BUDGET
+            results, proven = _exact(p, n, keep, _heuristic(p, n, keep), budget)
+            exact = exact and proven
+        for _, members in results:
+            candidate = Candidate(tuple(p.gpus[m] for m in members), p.key(members))
+            found[tuple(g.index for g in candidate.gpus)] = candidate
+    ranked = sorted(found.values(), key=lambda c: c.key)[:keep]
+    return Ranked(ranked[0].gpus, tuple(ranked), exact)
 
 
-def _exact(p: _Pool, n: int) -> list[tuple[tuple, list[int]]]:
-    """Branch and bound over index-ordered subsets, keeping the ``KEEP`` best keys."""
-    m = len(p.gpus)
-    heap: list[tuple[tuple, list[int]]] = []  # max-heap by key via negation is awkward; keep sorted list
+def _insert(found: list[_Found], item: _Found, keep: int) -> None:
+    if any(item[1] == members for _, members in found):
+        return
+    found.append(item)
+    found.sort()
+    del found[keep:]
 
-    def threshold() -> tuple | None:
-        return heap[-1][0] if len(heap) >= KEEP else None
 
-    def bound(members: list[int], worst: int, total_nv: int, start: int) -> tuple:
+def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None = None) -> tuple[list[_Found], bool]:
+    """Branch and bound over index-ordered subsets; ``start`` (the heuristic's sets) seeds the
+    incumbents, which is what makes the cuts bite from the first node. With a ``budget`` (search
+    nodes) it may stop early: then it returns the best sets seen and False (not proven best)."""
+    found: list[_Found] = []
+    for item in start:
+        _insert(found, item, keep)
+    big = 1 << 62
+    left = [budget if budget is not None else -1]
+
+    class _OutOfBudget(Exception):
+        pass
+
+    def visit(members: list[int], cand: list[int], worst: int, nv: int, gain: list[int], wmax: list[int],
+              numas: frozenset[int], least: int, total: int) -> None:
         r = n - len(members)
-        pairs = r * len(members) + r * (r - 1) // 2
-        rest = sorted((p.free[i] for i in range(start, m)), reverse=True)[:r]
-        return (
-            max(p.avail[x] for x in members),
-            len({p.model[x] for x in members}),
-            worst,
-            -(total_nv + pairs * p.max_nv),
-            len({p.numa[x] for x in members}),
-            -min(p.free[x] for x in members),
-            -(sum(p.free[x] for x in members) + sum(rest)),
-            max(p.util[x] for x in members),
-            sum(p.procs[x] for x in members),
-            tuple(sorted(p.gpus[x].index for x in members)),
-        )
-
-    def visit(members: list[int], worst: int, total_nv: int, start: int) -> None:
-        if len(members) == n:
-            key = p.key(members)
-            limit = threshold()
-            if limit is None or key < limit:
-                heap.append((key, list(members)))
-                heap.sort(key=lambda kv: kv[0])
-                del heap[KEEP:]
+        left[0] -= 1
+        if left[0] == 0:
+            raise _OutOfBudget
+        if r == 0:
+            key = (worst, -nv, len(numas), -least, -total, tuple(p.index[m] for m in members))
+            if len(found) < keep or key < found[-1][0]:
+                _insert(found, (key, tuple(members)), keep)
             return
-        limit = threshold()
-        if members and limit is not None and bound(members, worst, total_nv, start) > limit:
-            return
-        for nxt in range(start, m - (n - len(members)) + 1):
-            w, t = worst, total_nv
-            for x in members:
-                w = max(w, p.rank[x][nxt])
-                t += p.nv[x][nxt]
-            members.append(nxt)
-            visit(members, w, t, nxt + 1)
+        if len(found) >= keep:
+            limit = found[-1][0]
+            # No set may get a link worse than the incumbents' worst (criteria 1-2 are constant).
+            cand = [c for c in cand if wmax[c] <= limit[0]]
+            if len(cand) < r:
+                return
+            frees = [p.free[i] for i in p.by_free if i in cand][:r]
+            pots = sorted((2 * gain[c] + p.top_nv[c][r - 1] for c in cand), reverse=True)[:r]
+            bound = (
+                max(worst, sorted(wmax[c] for c in cand)[r - 1]),
+                -(nv + sum(pots) // 2),
+                len(numas),
+                -min(least, frees[-1]),
+                -(total + sum(frees)),
+                tuple(p.index[m] for m in members),
+            )
+            if bound > limit:
+                return
+        for pos, c in enumerate(cand):
+            if len(cand) - pos < r:
+                break
+            rest = cand[pos + 1:]
+            row_nv, row_rank = p.nv[c], p.rank[c]
+            new_gain, new_wmax = gain[:], wmax[:]
+            for x in rest:
+                new_gain[x] += row_nv[x]
+                if row_rank[x] > new_wmax[x]:
+                    new_wmax[x] = row_rank[x]
+            members.append(c)
+            visit(members, rest, max(worst, wmax[c]), nv + gain[c], new_gain, new_wmax,
+                  numas | {p.numa[c]}, min(least, p.free[c]), total + p.free[c])
             members.pop()
 
-    visit([], 0 if n > 1 else 0, 0, 0)
-    return heap
+    low = min((min(row) for row in p.rank), default=0)
+    try:
+        visit([], list(range(p.size)), low, 0, [0] * p.size, [low] * p.size, frozenset(), big, 0)
+    except _OutOfBudget:
+        return found, False
+    return found, True
 
 
-def _greedy(p: _Pool, n: int) -> list[tuple[tuple, list[int]]]:
-    """From every seed, add the GPU that keeps the partial key lowest; keep the best results."""
-    results: dict[tuple[int, ...], tuple] = {}
-    m = len(p.gpus)
-    for seed in range(m):
-        members = [seed]
-        while len(members) < n:
-            best_key: tuple | None = None
-            best_c = -1
-            for c in range(m):
-                if c in members:
+def _grow(p: _Pool, n: int, seed: int, level: int) -> list[int] | None:
+    """Grow a set from ``seed`` inside link class ``level`` (every pair ranks at most ``level``):
+    most NVLinks to the set first, then a NUMA node already used, then most free memory."""
+    members = [seed]
+    numas = {p.numa[seed]}
+    cand = [c for c in range(p.size) if c != seed and p.rank[seed][c] <= level]
+    gain = p.nv[seed][:]
+    while len(members) < n:
+        if len(cand) < n - len(members):
+            return None
+        c = min(cand, key=lambda x: (-gain[x], p.numa[x] not in numas, -p.free[x], x))
+        members.append(c)
+        numas.add(p.numa[c])
+        row_rank, row_nv = p.rank[c], p.nv[c]
+        cand = [x for x in cand if x != c and row_rank[x] <= level]
+        for x in cand:
+            gain[x] += row_nv[x]
+    return members
+
+
+def _clique(p: _Pool, n: int, level: int) -> list[int] | None:
+    """Any ``n`` GPUs whose pairs all rank at most ``level``, or None (also when the budget runs out)."""
+    adj = [sum(1 << j for j in range(p.size) if j != i and p.rank[i][j] <= level) for i in range(p.size)]
+    budget = [_CLIQUE_BUDGET]
+
+    def search(members: list[int], cand: int) -> list[int] | None:
+        if len(members) == n:
+            return members
+        budget[0] -= 1
+        if budget[0] < 0 or cand.bit_count() < n - len(members):
+            return None
+        while cand:
+            c = cand.bit_length() - 1
+            cand &= ~(1 << c)
+            got = search(members + [c], cand & adj[c])
+            if got is not None:
+                return got
+            if cand.bit_count() < n - len(members):
+                return None
+        return None
+
+    return search([], (1 << p.size) - 1)
+
+
+def _heuristic(p: _Pool, n: int, keep: int) -> list[_Found]:
+    """The best link class that holds an ``n``-set, sets grown inside it from every seed, and the
+    best of them improved by swaps (module docstring)."""
+    levels = sorted({p.rank[i][j] for i in range(p.size) for j in range(i + 1, p.size)})
+    sets: set[tuple[int, ...]] = set()
+    level = levels[-1] if levels else 0
+    for level in levels:
+        for seed in range(p.size):
+            grown = _grow(p, n, seed, level)
+            if grown is not None:
+                sets.add(tuple(sorted(grown)))
+        if not sets:
+            clique = _clique(p, n, level)
+            if clique is not None:
+                sets.add(tuple(sorted(clique)))
+        if sets:
+            break
+    found = sorted((p.subkey(s), s) for s in sets)
+    if found:
+        _insert(found, _polish(p, found[0], level), max(keep, 1))
+    return found[:keep]
+
+
+def _polish(p: _Pool, start: _Found, level: int) -> _Found:
+    """Swap one member for one outsider while that improves the key (a local optimum)."""
+    key, members = start
+    for _ in range(4 * len(members)):  # each round strictly improves; the cap only bounds time
+        improved = False
+        for out in members:
+            rest = [m for m in members if m != out]
+            for c in range(p.size):
+                if c in members or any(p.rank[c][x] > level for x in rest):
                     continue
-                worst = max(p.rank[x][c] for x in members)
-                gain = sum(p.nv[x][c] for x in members)
-                k = (worst, -gain, p.numa[c] != p.numa[seed], p.model[c] != p.model[seed], -p.free[c], c)
-                if best_key is None or k < best_key:
-                    best_key, best_c = k, c
-            members.append(best_c)
-        ordered = tuple(sorted(members))
-        if ordered not in results:
-            results[ordered] = p.key(list(ordered))
-    return heapq.nsmallest(KEEP, ((key, list(members)) for members, key in results.items()), key=lambda kv: kv[0])
+                trial = tuple(sorted(rest + [c]))
+                trial_key = p.subkey(trial)
+                if trial_key < key:
+                    key, members, improved = trial_key, trial, True
+                    break
+            if improved:
+                break
+        if not improved:
+            break
+    return key, members
+
