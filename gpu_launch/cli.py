@@ -120,13 +120,17 @@ def _launch(inv: Invocation) -> int:
         exclude=frozenset(d.uuid for d in gpu_spec.resolve(inv.get("exclude"), machine, "--exclude"))
         if inv.get("exclude") else frozenset(),
     )
+    runner_ups = 3 if inv.get("explain") else 0  # next-best sets cost search time; only --explain shows them
     if explicit is not None:
         selection = select.check_explicit(gpu_spec.resolve(explicit, machine), machine, constraints)
     elif fit is not None:
-        selection = select.choose_fit(machine, fit, constraints)
+        selection = select.choose_fit(machine, fit, constraints, runner_ups)
     else:
-        selection = select.choose_auto(machine, auto, constraints)
+        selection = select.choose_auto(machine, auto, constraints, runner_ups)
     env = environment.build(selection.devices, os.environ, use_uuid=bool(inv.get("uuid")))
+    from gpu_launch import placeholders
+
+    argv = placeholders.substitute(inv.argv, len(selection.devices))
     quiet = bool(inv.get("quiet"))
     if inv.get("explain"):
         from gpu_launch import explain
@@ -140,15 +144,18 @@ def _launch(inv: Invocation) -> int:
     if not quiet:
         for warning in selection.warnings:
             print(f"gpulaunch: warning: {warning}", file=sys.stderr)
+        for arg in placeholders.near_misses(inv.argv):
+            print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
+                  f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
         print(f"gpulaunch: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr)
         print("\n".join(render.mapping_lines(selection.devices)), file=sys.stderr)
     if inv.get("dry_run"):
         if inv.get("json"):
-            doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, inv.argv)
+            doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, argv)
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
-            sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, inv.argv))
+            sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
         return 0
     from gpu_launch.launch import exec_command
 
-    exec_command(inv.argv, env)
+    exec_command(argv, env)

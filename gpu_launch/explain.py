@@ -1,15 +1,21 @@
-"""``--explain``: why this set, what each excluded GPU failed, and where the next-best sets lost."""
+"""``--explain``: why this set, what each excluded GPU failed, and where the next-best sets lost.
+
+:func:`as_json` builds the document (schema 1, keys always in the same order, so scripts and diffs
+can rely on it); :func:`as_text` renders the same document for people.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpu_launch.model import Gpu, Machine
-from gpu_launch.ranking import Candidate, Ranked
-from gpu_launch.select import Selection, availability
+from gpu_launch.ranking import CRITERIA, Candidate, Ranked, link_rank
+from gpu_launch.select import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Selection, availability
 from gpu_launch.units import fmt_mib
 
-__all__ = ["as_text", "as_json"]
+__all__ = ["SCHEMA", "as_text", "as_json"]
+
+SCHEMA = 1
 
 
 def _links(machine: Machine, gpus: tuple[Gpu, ...]) -> list[dict[str, Any]]:
@@ -20,14 +26,18 @@ def _links(machine: Machine, gpus: tuple[Gpu, ...]) -> list[dict[str, Any]]:
 
 
 def _set_json(machine: Machine, candidate: Candidate, best: Candidate | None) -> dict[str, Any]:
-    gpus = candidate.gpus
+    gpus = tuple(sorted(candidate.gpus, key=lambda g: g.index))
+    links = _links(machine, gpus)
+    worst = max((pair["link"] for pair in links), key=link_rank, default=None)
     out: dict[str, Any] = {
-        "gpus": sorted(g.index for g in gpus),
+        "gpus": [g.index for g in gpus],
         "availability": max(availability(g) for g in gpus).text,
         "models": sorted({g.name for g in gpus}),
-        "links": _links(machine, gpus),
+        "worst_link": worst,
+        "links": links,
         "nvlinks_inside": -candidate.key[3],
         "numa_nodes": sorted({g.numa_node for g in gpus if g.numa_node is not None}),
+        "numa_groups": candidate.key[4],
         "least_free_mib": -candidate.key[5],
         "total_free_mib": -candidate.key[6],
     }
@@ -37,26 +47,33 @@ def _set_json(machine: Machine, candidate: Candidate, best: Candidate | None) ->
 
 
 def as_json(selection: Selection, machine: Machine) -> dict[str, Any]:
+    """The explanation as plain data; ``schema`` first, then the same keys in the same order."""
     ranked = selection.ranking if isinstance(selection.ranking, Ranked) else None
     doc: dict[str, Any] = {
-        "schema": 1,
+        "schema": SCHEMA,
+        "how": "auto" if ranked is not None else "explicit",
         "chosen": [d.gpu.index for d in selection.devices],
         "uuids": [d.uuid for d in selection.devices],
-        "how": "auto" if ranked is not None else "explicit",
         "warnings": list(selection.warnings),
         "excluded": [
             {"gpu": e.gpu.index, "reason": e.reason}
             for e in (selection.eligibility.excluded if selection.eligibility else ())
         ],
+        "thresholds": {
+            "idle_max_memory_used_percent": round(IDLE_MAX_USED * 100),
+            "busy_min_utilization_percent": BUSY_MIN_UTIL,
+            "busy_min_memory_used_percent": round(BUSY_MIN_USED * 100),
+        },
     }
     if ranked is not None:
         best = ranked.candidates[0]
         doc["exact"] = ranked.exact
-        doc["criteria"] = [
-            "availability", "one GPU model", "worst link", "NVLinks inside", "NUMA nodes spanned",
-            "least free memory", "total free memory", "utilisation", "processes", "lower indices",
-        ]
+        doc["criteria"] = list(CRITERIA)
         doc["set"] = _set_json(machine, best, None)
+        worst = max(availability(g) for g in best.gpus)
+        eligible = selection.eligibility.eligible if selection.eligibility else ()
+        doc["less_available"] = [{"gpu": g.index, "availability": availability(g).text}
+                                 for g in eligible if availability(g) > worst]
         doc["next_best"] = [_set_json(machine, c, best) for c in ranked.candidates[1:]]
     return doc
 
@@ -65,31 +82,59 @@ def _gpus(indices: list[int]) -> str:
     return ", ".join(f"GPU {i}" for i in indices)
 
 
+def _value(s: dict[str, Any], criterion: str) -> str:
+    """What ``s`` scored on ``criterion``, in words (for "lost on X: theirs vs ours")."""
+    values = {
+        "availability": s["availability"],
+        "GPU models": " + ".join(s["models"]),
+        "worst link": s["worst_link"] or "unknown",
+        "NVLinks inside": str(s["nvlinks_inside"]),
+        "NUMA nodes spanned": str(s["numa_groups"]),
+        "free memory of the least-free GPU": fmt_mib(s["least_free_mib"]),
+        "total free memory": fmt_mib(s["total_free_mib"]),
+        "lower indices": ",".join(map(str, s["gpus"])),
+    }
+    return values[criterion]
+
+
 def _describe(s: dict[str, Any]) -> list[str]:
-    links = ", ".join(f"{l['a']}–{l['b']} {l['link'] or '?'}" for l in s["links"]) or "single GPU"
+    links = ", ".join(f"{pair['a']}–{pair['b']} {pair['link'] or '?'}" for pair in s["links"]) or "single GPU"
     numa = ",".join(map(str, s["numa_nodes"])) or "unknown"
     return [
         f"availability: {s['availability']}; model: {' + '.join(s['models'])}",
-        f"links: {links}" + (f" ({s['nvlinks_inside']} NVLinks inside)" if s["nvlinks_inside"] else ""),
+        f"links: {links}" + (f" (worst {s['worst_link']}, {s['nvlinks_inside']} NVLinks inside)"
+                             if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
         f"NUMA node(s): {numa}; free memory: least {fmt_mib(s['least_free_mib'])}, "
         f"total {fmt_mib(s['total_free_mib'])}",
     ]
 
 
 def as_text(selection: Selection, machine: Machine) -> str:
+    """The explanation for people: the set and why, exclusions, and the next-best sets."""
     doc = as_json(selection, machine)
     lines = [f"chosen: {_gpus(doc['chosen'])} ({doc['how']})"]
     if "set" in doc:
         lines += [f"  {line}" for line in _describe(doc["set"])]
+        lines.append("  ranked by: " + " > ".join(doc["criteria"]))
+        t = doc["thresholds"]
+        lines.append(f"  idle: no compute process and ≤ {t['idle_max_memory_used_percent']}% memory used; "
+                     f"busy: ≥ {t['busy_min_utilization_percent']}% utilisation or "
+                     f"≥ {t['busy_min_memory_used_percent']}% memory used; partly used: in between")
         if not doc["exact"]:
-            lines.append("  (more than 16 candidates: greedy search within the best link class)")
+            lines.append("  (large pool: the best set the heuristic and a bounded exact search found; "
+                         "it keeps the best link class)")
     lines += [f"warning: {w}" for w in doc["warnings"]]
     if doc["excluded"]:
         lines.append("excluded:")
         lines += [f"  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
+    if doc.get("less_available"):
+        lines.append(f"left out, since enough GPUs are {doc['set']['availability']} or better:")
+        lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]
     if doc.get("next_best"):
         lines.append("next best:")
         for s in doc["next_best"]:
-            lines.append(f"  {_gpus(s['gpus'])}: lost on {s['lost_on']}")
+            lost = s["lost_on"]
+            lines.append(f"  {_gpus(s['gpus'])}: lost on {lost} "
+                         f"({_value(s, lost)} vs {_value(doc['set'], lost)})")
             lines += [f"      {line}" for line in _describe(s)]
     return "\n".join(lines) + "\n"

@@ -145,8 +145,9 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
     return NotEnoughGpus(msg, hint=hint)
 
 
-def choose_auto(machine: Machine, n: int, constraints: Constraints) -> Selection:
-    """The best ``n`` eligible GPUs (see :mod:`gpu_launch.ranking`)."""
+def choose_auto(machine: Machine, n: int, constraints: Constraints, runner_ups: int = 0) -> Selection:
+    """The best ``n`` eligible GPUs (see :mod:`gpu_launch.ranking`); ``runner_ups`` next-best sets
+    are kept in ``Selection.ranking`` for ``--explain`` (finding them costs extra search)."""
     from gpu_launch import ranking
 
     if n < 1:
@@ -154,31 +155,37 @@ def choose_auto(machine: Machine, n: int, constraints: Constraints) -> Selection
     elig = eligibility(machine, constraints)
     if len(elig.eligible) < n:
         raise _not_enough(n, machine, elig, constraints)
-    ranked = ranking.best_sets(machine, elig.eligible, n)
+    ranked = ranking.best_sets(machine, elig.eligible, n, keep=1 + max(runner_ups, 0))
     best = ranked.best
     warnings = []
-    if len({g.name for g in best}) > 1:
-        warnings.append("no set of one GPU model was free: the chosen GPUs mix models, and the slowest sets the pace")
+    models = sorted({g.name for g in best})
+    if len(models) > 1:
+        warnings.append(f"no {n} GPUs of one model were available: the chosen GPUs mix {' and '.join(models)}, "
+                        "and the slowest sets the pace")
     return Selection(tuple(Device(g) for g in best), tuple(warnings), elig, ranked)
 
 
-def choose_fit(machine: Machine, need: Size, constraints: Constraints) -> Selection:
+def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_ups: int = 0) -> Selection:
     """The smallest count in 1, 2, 4, 8 whose best set has ``need`` free in total (``--fit``)."""
     if need.mib is None:
         raise UsageError("--fit: give an absolute size like 60GiB, not a percentage")
     elig = eligibility(machine, constraints)
-    best_total = 0.0
+    if not elig.eligible:
+        raise _not_enough(1, machine, elig, constraints)
+    most, most_n = 0.0, 0
     for n in FIT_SIZES:
         if n > len(elig.eligible):
             break
-        selection = choose_auto(machine, n, constraints)
+        selection = choose_auto(machine, n, constraints, runner_ups)
         total = sum(d.memory_free_mib or 0 for d in selection.devices)
         if total >= need.mib:
             return selection
-        best_total = max(best_total, total)
+        if total > most:
+            most, most_n = total, n
+    sizes = ", ".join(str(n) for n in FIT_SIZES if n <= len(elig.eligible))
     raise NotEnoughGpus(
-        f"--fit {need}: no set of 1, 2, 4 or 8 eligible GPUs has that much free "
-        f"(the most is {fmt_mib(best_total)} on {min(len(elig.eligible), 8)} of {len(machine.gpus)} GPUs)",
+        f"--fit {need}: the best set of {sizes} eligible GPU(s) holds at most {fmt_mib(most)} free "
+        f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible)",
         hint="wait with --wait, or lower the size (quantise, shorter context)",
     )
 
