@@ -128,7 +128,7 @@ def as_text(selection: Selection, machine: Machine) -> str:
         lines.append("excluded:")
         lines += [f"  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
     if doc.get("less_available"):
-        lines.append(f"left out, since enough GPUs are {doc['set']['availability']} or better:")
+        lines.append(f"left out (less available than {doc['set']['availability']}, and enough {doc['set']['availability']} GPUs exist):")
         lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]
     if doc.get("next_best"):
         lines.append("next best:")
