@@ -1,0 +1,208 @@
+"""Set ranking for --auto N: the issue's order, on example snapshots and small synthetic machines."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from conftest import PRINT_CVD, run_cli
+from gpu_launch import ranking, snapshot
+from gpu_launch.model import Gpu, GpuProcess, Machine
+from gpu_launch.select import Constraints, choose_auto
+
+TOTAL = 81920
+
+
+def gpu(i: int, *, used: int = 4, util: int = 0, procs: int = 0, name: str = "H100", numa: int | None = 0,
+        cpus: str | None = None) -> Gpu:
+    return Gpu(index=i, uuid=f"GPU-{i:08d}", name=name, memory_total_mib=TOTAL, memory_used_mib=used,
+               memory_free_mib=TOTAL - used, utilization_gpu=util, numa_node=numa, cpu_affinity=cpus,
+               processes=tuple(GpuProcess(1000 + k) for k in range(procs)))
+
+
+def machine(gpus: list[Gpu], link) -> Machine:
+    """``link(i, j)`` gives the topo code between positions i < j."""
+    m = len(gpus)
+    links = tuple(tuple("X" if i == j else link(min(i, j), max(i, j)) for j in range(m)) for i in range(m))
+    return Machine(tuple(gpus), links, source="test")
+
+
+def auto(m: Machine, n: int, **kw) -> list[int]:
+    return [d.gpu.index for d in choose_auto(m, n, Constraints(**kw)).devices]
+
+
+def test_link_rank_order():
+    order = ["NV18", "NV12", "NV4", "NV1", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    ranks = [ranking.link_rank(code) for code in order]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    assert ranking.link_rank(None) == ranking.link_rank("SYS")  # unknown never looks better than SYS
+    assert ranking.nvlinks("NV12") == 12 and ranking.nvlinks("PIX") == 0
+
+
+def test_workstation_auto_2_picks_the_nvlink_bridge_pair():
+    # Bridges join 0-2 and 1-3; GPU 3 has erin's process, so the idle bridged pair is {0,2}.
+    assert auto(snapshot.resolve("workstation-4x"), 2) == [0, 2]
+
+
+def test_dgx1_auto_4_picks_one_cube_half():
+    assert auto(snapshot.resolve("dgx1-v100"), 4) in ([0, 1, 2, 3], [4, 5, 6, 7])
+
+
+def test_dgx1_auto_2_picks_a_double_nvlink_pair():
+    m = snapshot.resolve("dgx1-v100")
+    chosen = auto(m, 2)
+    assert m.link(m.gpus[chosen[0]], m.gpus[chosen[1]]) == "NV2"
+
+
+def test_all_sys_box_stays_on_one_numa_node():
+    # Interleaved NUMA nodes, so lower indices alone would span both.
+    numa = [0, 0, 1, 1, 0, 0, 1, 1]
+    m = machine([gpu(i, numa=numa[i]) for i in range(8)], lambda i, j: "SYS")
+    chosen = auto(m, 4)
+    assert chosen == [0, 1, 4, 5]
+    assert len({numa[i] for i in chosen}) == 1
+
+
+def test_unknown_numa_falls_back_to_cpu_affinity_groups():
+    cpus = ["0-15", "16-31", "0-15", "16-31"]
+    m = machine([gpu(i, numa=None, cpus=cpus[i]) for i in range(4)], lambda i, j: "SYS")
+    assert auto(m, 2) == [0, 2]
+
+
+def test_idle_gpu_beats_a_better_linked_busy_one():
+    # 0-1 are NV12-linked but GPU 1 is busy; 2 and 3 only meet over SYS, and are idle.
+    gpus = [gpu(0), gpu(1, used=60000, util=95, procs=1), gpu(2), gpu(3)]
+    m = machine(gpus, lambda i, j: "NV12" if (i, j) == (0, 1) else "SYS")
+    assert auto(m, 2) == [0, 2]
+
+
+def test_idle_beats_partly_used_beats_busy():
+    gpus = [gpu(0, used=70000, util=90, procs=1), gpu(1, used=8000, procs=1), gpu(2)]
+    m = machine(gpus, lambda i, j: "NV4")
+    assert auto(m, 1) == [2]
+    assert auto(m, 2) == [1, 2]
+
+
+def test_one_model_beats_better_links():
+    gpus = [gpu(0, name="A100"), gpu(1, name="H100"), gpu(2, name="A100")]
+    m = machine(gpus, lambda i, j: "NV12" if (i, j) == (0, 1) else "SYS")
+    assert auto(m, 2) == [0, 2]
+    assert choose_auto(m, 2, Constraints()).warnings == ()
+
+
+def test_mixed_models_only_when_unavoidable_and_warned():
+    gpus = [gpu(0, name="A100"), gpu(1, name="H100"), gpu(2, name="L4")]
+    m = machine(gpus, lambda i, j: "NV4" if (i, j) == (1, 2) else "SYS")
+    selection = choose_auto(m, 2, Constraints())
+    assert [d.gpu.index for d in selection.devices] == [1, 2]
+    assert len(selection.warnings) == 1 and "mix" in selection.warnings[0]
+    assert "H100" in selection.warnings[0] and "L4" in selection.warnings[0]
+
+
+def test_fewest_models_when_mixing():
+    # Two H100 and two A100 and one L4: 4 GPUs need two models; never all three.
+    names = ["H100", "L4", "H100", "A100", "A100"]
+    m = machine([gpu(i, name=names[i]) for i in range(5)], lambda i, j: "NV4" if 1 in (i, j) else "SYS")
+    chosen = auto(m, 4)
+    assert len({names[i] for i in chosen}) == 2
+
+
+def test_more_nvlinks_win_then_free_memory():
+    codes = {(0, 1): "NV2", (2, 3): "NV4", (0, 2): "NV2", (1, 3): "NV2"}
+    m = machine([gpu(i) for i in range(4)], lambda i, j: codes.get((i, j), "NV1"))
+    assert auto(m, 2) == [2, 3]
+    # Same links everywhere: the pair with more free memory on its least-free GPU wins.
+    m = machine([gpu(0, used=900), gpu(1, used=10), gpu(2, used=20), gpu(3, used=500)], lambda i, j: "NV18")
+    assert auto(m, 2) == [1, 2]
+
+
+def test_single_gpu_ignores_links():
+    # GPU 3 has no NVLink at all but the most free memory: N = 1 has no link terms.
+    m = machine([gpu(0, used=100), gpu(1, used=100), gpu(2, used=100), gpu(3, used=10)],
+                lambda i, j: "SYS" if 3 in (i, j) else "NV18")
+    assert auto(m, 1) == [3]
+
+
+def test_lower_indices_break_ties():
+    m = machine([gpu(i) for i in range(8)], lambda i, j: "NV18")
+    assert auto(m, 4) == [0, 1, 2, 3]
+
+
+def _random_machine(rng: random.Random, m: int) -> Machine:
+    codes = ["NV1", "NV2", "NV4", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    gpus = [gpu(i, used=rng.choice([4, 4, 600, 6000, 50000]), util=rng.choice([0, 0, 20, 80]),
+                procs=rng.choice([0, 0, 1]), name=rng.choice(["H100", "H100", "A100"]), numa=rng.choice([0, 1, None]))
+            for i in range(m)]
+    table = {(i, j): rng.choice(codes) for i in range(m) for j in range(i + 1, m)}
+    return machine(gpus, lambda i, j: table[i, j])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_exact_search_matches_brute_force(seed):
+    rng = random.Random(seed)
+    m = _random_machine(rng, rng.randint(2, 10))
+    n = rng.randint(1, len(m.gpus))
+    pool = ranking._Pool(m, m.gpus)
+    keys = sorted(pool.key(c) for c in itertools.combinations(range(len(m.gpus)), n))
+    ranked = ranking.best_sets(m, m.gpus, n, keep=4)
+    assert ranked.exact
+    assert ranked.candidates[0].key == keys[0]
+    # Runner-ups are the next sets of the same availability and model tier, in order.
+    assert [c.key for c in ranked.candidates] == [k for k in keys if k[:2] == keys[0][:2]][:4]
+
+
+def _islands(m: int) -> Machine:
+    """``m`` GPUs in DGX-1 hybrid cube-mesh islands of 8, SYS between islands."""
+    cube = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 2, (2, 6): 1,
+            (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 2}
+
+    def link(i, j):
+        if i // 8 == j // 8 and (i % 8, j % 8) in cube:
+            return f"NV{cube[i % 8, j % 8]}"
+        return "SYS"
+
+    # Island 0 is partly used, so the best sets are elsewhere.
+    return machine([gpu(i, numa=i // 4, procs=1 if i < 8 else 0, used=8000 if i < 8 else 4) for i in range(m)], link)
+
+
+def test_beyond_16_stays_in_the_best_link_class(monkeypatch):
+    m = _islands(32)
+    monkeypatch.setattr(ranking, "EXACT_BUDGET", 5)  # force the heuristic's answer
+    ranked = ranking.best_sets(m, m.gpus, 4)
+    assert not ranked.exact
+    chosen = ranked.best
+    assert all(m.link(a, b).startswith("NV") for a, b in itertools.combinations(chosen, 2))
+    assert {g.index // 8 for g in chosen} != {0}
+    assert len({g.index // 4 for g in chosen}) == 1  # a fully NVLinked half of one island
+
+
+def test_beyond_16_with_budget_is_proven_exact():
+    m = _islands(32)
+    ranked = ranking.best_sets(m, m.gpus, 4)
+    assert ranked.exact
+    assert [g.index for g in ranked.best] == [8, 9, 10, 11]
+
+
+def test_selection_is_deterministic():
+    m = _islands(24)
+    first = ranking.best_sets(m, m.gpus, 8, keep=4)
+    shuffled = list(m.gpus)
+    random.Random(7).shuffle(shuffled)
+    again = ranking.best_sets(m, tuple(shuffled), 8, keep=4)
+    assert [c.key for c in first.candidates] == [c.key for c in again.candidates]
+
+
+def test_cli_auto_2_on_workstation_reaches_the_child():
+    result = run_cli("--snapshot", "workstation-4x", "--auto", "2", "--", "python", "-c", PRINT_CVD)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0,2"
+    assert "cuda:1 → GPU 2" in result.stderr
+
+
+def test_cli_auto_4_on_dgx1_reaches_the_child():
+    result = run_cli("--snapshot", "dgx1-v100", "--auto", "4", "-q", "--", "python", "-c", PRINT_CVD)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() in ("0,1,2,3", "4,5,6,7")
+    assert result.stderr == ""
