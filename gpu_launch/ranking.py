@@ -227,7 +227,13 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             cand = [c for c in cand if wmax[c] <= limit[0]]
             if len(cand) < r:
                 return
-            frees = [p.free[i] for i in p.by_free if i in cand][:r]
+            inside = set(cand)
+            frees = []
+            for i in p.by_free:  # the r largest free memories among the candidates
+                if i in inside:
+                    frees.append(p.free[i])
+                    if len(frees) == r:
+                        break
             pots = sorted((2 * gain[c] + p.top_nv[c][r - 1] for c in cand), reverse=True)[:r]
             bound = (
                 max(worst, sorted(wmax[c] for c in cand)[r - 1]),
@@ -239,6 +245,14 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             )
             if bound > limit:
                 return
+            # Every completion scores at least `bound` on each criterion. Where the bound already
+            # ties the incumbents on the criteria before NUMA (or before free memory), a set that
+            # beats them must tie there too, so no candidate may add a NUMA node (or bring less free
+            # memory than the incumbents' least-free GPU): drop those before visiting them.
+            if bound[:2] == limit[:2] and numas and len(numas) == limit[2]:
+                cand = [c for c in cand if p.numa[c] in numas and p.free[c] >= -limit[3]]
+                if len(cand) < r:
+                    return
         for pos, c in enumerate(cand):
             if len(cand) - pos < r:
                 break
