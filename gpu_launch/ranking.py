@@ -114,13 +114,8 @@ class _Pool:
         self.model = [g.name for g in gpus]
         groups: dict[object, int] = {}
         self.numa = [groups.setdefault(_numa_group(g), len(groups)) for g in gpus]
-        # top_nv[i][k]: the most NVLinks GPU i can have to any k others (bounds the exact search).
-        self.top_nv = []
-        for row in self.nv:
-            sums = [0]
-            for value in sorted(row, reverse=True):
-                sums.append(sums[-1] + value)
-            self.top_nv.append(sums)
+        # Each GPU's NVLinked peers, most links first (bounds the exact search's NVLink criterion).
+        self.nv_peers = [sorted(((v, j) for j, v in enumerate(row) if v), reverse=True) for row in self.nv]
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
 
     def subkey(self, members: Sequence[int]) -> tuple:
@@ -189,6 +184,10 @@ def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) 
     return Ranked(ranked[0].gpus, tuple(ranked), exact)
 
 
+class _OutOfBudget(Exception):
+    """The budgeted exact search ran out of nodes."""
+
+
 def _insert(found: list[_Found], item: _Found, keep: int) -> None:
     if any(item[1] == members for _, members in found):
         return
@@ -205,10 +204,7 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
     for item in start:
         _insert(found, item, keep)
     big = 1 << 62
-    left = [budget if budget is not None else -1]
-
-    class _OutOfBudget(Exception):
-        pass
+    left = [budget if budget is not None else -1]  # never reaches 0 without a budget
 
     def visit(members: list[int], cand: list[int], worst: int, nv: int, gain: list[int], wmax: list[int],
               numas: frozenset[int], least: int, total: int) -> None:
@@ -234,7 +230,20 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
                     frees.append(p.free[i])
                     if len(frees) == r:
                         break
-            pots = sorted((2 * gain[c] + p.top_nv[c][r - 1] for c in cand), reverse=True)[:r]
+            # A candidate adds its links to the set plus at most half of its r-1 best links to
+            # other candidates (each link inside the new GPUs is counted from both ends).
+            pots = []
+            for c in cand:
+                best_rest, count = 0, 0
+                if r > 1:
+                    for value, x in p.nv_peers[c]:
+                        if x in inside:
+                            best_rest += value
+                            count += 1
+                            if count == r - 1:
+                                break
+                pots.append(2 * gain[c] + best_rest)
+            pots = sorted(pots, reverse=True)[:r]
             bound = (
                 max(worst, sorted(wmax[c] for c in cand)[r - 1]),
                 -(nv + sum(pots) // 2),

@@ -206,3 +206,13 @@ def test_cli_auto_4_on_dgx1_reaches_the_child():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() in ("0,1,2,3", "4,5,6,7")
     assert result.stderr == ""
+
+
+def test_clique_search_finds_a_link_class_set_or_proves_there_is_none():
+    # A triangle 0-1-2 of NV2 plus GPU 3 with NV2 to 0 only; all else SYS.
+    nv = {(0, 1), (0, 2), (1, 2), (0, 3)}
+    pool = ranking._Pool(m := machine([gpu(i) for i in range(4)], lambda i, j: "NV2" if (i, j) in nv else "SYS"),
+                         m.gpus)
+    level = ranking.link_rank("NV2")
+    assert sorted(ranking._clique(pool, 3, level)) == [0, 1, 2]
+    assert ranking._clique(pool, 4, level) is None
