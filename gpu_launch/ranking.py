@@ -17,8 +17,9 @@ together have n). Each such *pool* is then searched for criteria 3-7:
 * N = 1 has no links: the pool is sorted by the key (exact for any size).
 * Pools of up to :data:`EXACT_LIMIT` GPUs: an exact branch and bound. It starts from the heuristic's
   sets as incumbents, never extends a partial set by a GPU whose link to it is worse than the
-  incumbents' worst link, and cuts any partial set whose lower bound on the key (best remaining
-  links, NVLinks, free memory) cannot beat them.
+  incumbents' worst link (nor, once the bound ties them up to NUMA, by one that adds a NUMA node or
+  has less free memory than their least-free GPU), and cuts any partial set whose lower bound on the
+  key (best remaining links, NVLinks to the remaining candidates, free memory) cannot beat them.
 * Larger pools: the heuristic. It first finds the best link class that holds an N-set (greedy from
   every GPU, then a bounded clique search), then grows a set from every seed GPU inside that class,
   each step taking the GPU with the most NVLinks to the set, then one on a NUMA node already used,
