@@ -100,15 +100,18 @@ _Found = tuple[tuple, tuple[int, ...]]
 class _Pool:
     """Per-GPU and per-pair numbers of one pool (GPUs in index order), so searches do integer work."""
 
-    def __init__(self, machine: Machine, gpus: Sequence[Gpu]) -> None:
+    def __init__(self, machine: Machine, gpus: Sequence[Gpu], links: bool = True) -> None:
         self.gpus = tuple(gpus)
         self.size = len(gpus)
         where = {g.uuid: pos for pos, g in enumerate(machine.gpus)}
-        cols = [where[g.uuid] for g in gpus]
+        cols = [where[g.uuid] for g in gpus] if links else []  # single GPUs (N = 1) need no link matrix
         codes = [[machine.links[r][c] for c in cols] if machine.links is not None else [None] * len(cols)
                  for r in cols]
-        self.rank = [[0 if i == j else link_rank(code) for j, code in enumerate(row)] for i, row in enumerate(codes)]
-        self.nv = [[0 if i == j else nvlinks(code) for j, code in enumerate(row)] for i, row in enumerate(codes)]
+        distinct = {code for row in codes for code in row}  # a handful of codes; convert each once
+        ranks = {code: link_rank(code) for code in distinct}
+        links_of = {code: nvlinks(code) for code in distinct}
+        self.rank = [[0 if i == j else ranks[code] for j, code in enumerate(row)] for i, row in enumerate(codes)]
+        self.nv = [[0 if i == j else links_of[code] for j, code in enumerate(row)] for i, row in enumerate(codes)]
         self.index = [g.index for g in gpus]
         self.free = [g.memory_free_mib or 0 for g in gpus]
         self.avail = [int(availability(g)) for g in gpus]
@@ -171,7 +174,7 @@ def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) 
     found: dict[tuple[int, ...], Candidate] = {}
     exact = True
     for group in _pools(pool, n):
-        p = _Pool(machine, group)
+        p = _Pool(machine, group, links=n > 1)
         if n == 1:
             results = sorted((p.subkey([i]), (i,)) for i in range(p.size))[:keep]
         else:
