@@ -25,9 +25,12 @@ RUN = "run"
 SUBCOMMANDS: dict[str, str] = {
     "ls": "list the GPUs: memory, utilisation, processes (--topo: the link matrix)",
     "topo": "the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)",
+    "env": "print the chosen environment for the current shell: eval \"$(gpulaunch env --auto 2)\" (--shell fish, --json)",
+    "check": "check that CUDA sees exactly the chosen GPUs, in order; lint an inherited CUDA_VISIBLE_DEVICES",
     "help": "show this help",
 }
 SELECTING = frozenset({RUN})
+CHOOSING = frozenset({RUN, "env", "check"})  # options that choose GPUs: a launch, env and check
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -39,6 +42,18 @@ def _count(text: str, option: str) -> int:
     if value < 1:
         raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
     return value
+
+
+def _bind_mode(text: str, option: str) -> str:
+    from gpu_launch.affinity import parse_mode
+
+    return parse_mode(text, option)
+
+
+def _shell(text: str, option: str) -> str:
+    from gpu_launch.shellenv import parse_shell
+
+    return parse_shell(text, option)
 
 
 def _percent(text: str, option: str) -> int:
@@ -71,25 +86,31 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), SELECTING, "Selection"),
+           "SPEC", lambda v, o: spec.parse(v, o), CHOOSING, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
-           "N", _count, SELECTING, "Selection"),
+           "N", _count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE",
-           "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SELECTING, "Selection"),
+           "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), CHOOSING, "Selection"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
-           "SIZE", parse_size, SELECTING, "Constraints"),
-    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, SELECTING, "Constraints"),
+           "SIZE", parse_size, CHOOSING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CHOOSING, "Constraints"),
     Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
-           commands=SELECTING, group="Constraints"),
+           commands=CHOOSING, group="Constraints"),
     Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
-           lambda v, o: spec.parse(v, o), SELECTING, "Constraints"),
+           lambda v, o: spec.parse(v, o), CHOOSING, "Constraints"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
-           commands=SELECTING, group="Environment"),
+           commands=CHOOSING, group="Environment"),
+    Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",
+           commands=CHOOSING, group="Selection"),
+    Option(("--bind",), "bind", "pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off",
+           "MODE", lambda v, o: _bind_mode(v, o), SELECTING, "Environment"),
+    Option(("--shell",), "shell", "env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)",
+           "SHELL", lambda v, o: _shell(v, o), frozenset({"env"}), "Output"),
     Option(("--dry-run",), "dry_run", "print the environment and command that would run, and exit",
            commands=SELECTING, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
            commands=SELECTING, group="Output"),
-    Option(("--json",), "json", "machine-readable output on stdout (ls, --dry-run, --explain)", group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, env, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", group="Input"),
@@ -174,12 +195,15 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
     for dest in options:
         opt = next(o for o in OPTIONS if o.dest == dest)
         if command not in opt.commands:
-            where = "a launch" if opt.commands == SELECTING else "/".join(sorted(opt.commands))
+            where = ("a launch" if opt.commands == SELECTING else "a launch, env or check" if opt.commands == CHOOSING
+                     else "/".join(sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
     chosen = [f"--{d.replace('_', '-')}" for d in ("gpus", "auto", "fit") if d in options]
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)} cannot be used together", hint="name GPUs with --gpus, or let --auto/--fit pick them")
+    if "gpus" in options and "mig" in options:
+        raise UsageError("--mig makes no sense with --gpus", hint="name the MIG device by its MIG- UUID in --gpus, or use --auto 1 --mig")
     if "gpus" in options and "exclude" in options:
         raise UsageError("--exclude makes no sense with --gpus", hint="leave the GPU out of --gpus instead")
     return Invocation(command, options, tuple(positionals), argv)
@@ -191,6 +215,8 @@ EXAMPLES = (
     ("gpulaunch --auto 2 -- torchrun --nproc-per-node 2 train.py", "pick the best 2 GPUs, then run"),
     ("gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}", "fewest GPUs that hold 60 GiB; {n} becomes the count"),
     ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
+    ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
+    ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
 )
 
 

@@ -11,10 +11,15 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from gpu_launch.args import RUN, Invocation, parse, usage
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
+
+if TYPE_CHECKING:
+    from gpu_launch.model import Machine
+    from gpu_launch.select import Selection
+    from gpu_launch.visibility import Visibility
 
 __all__ = ["main", "run"]
 
@@ -49,6 +54,10 @@ def run(argv: list[str]) -> int:
         return 0
     if inv.command in ("ls", "topo"):
         return _ls(inv)
+    if inv.command == "env":
+        return _env(inv)
+    if inv.command == "check":
+        return _check(inv)
     return _launch(inv)
 
 
@@ -99,15 +108,12 @@ def _ls(inv: Invocation) -> int:
     return 0
 
 
-def _launch(inv: Invocation) -> int:
-    from gpu_launch import environment, render, select
+def _choose(inv: Invocation) -> tuple[Machine, Visibility, Selection, dict[str, str]]:
+    """Read the machine, narrow it to what the parent allows, choose, and build the child's env."""
+    from gpu_launch import environment, select, visibility
     from gpu_launch import spec as gpu_spec
+    from gpu_launch.errors import NotEnoughGpus
 
-    informing = bool(inv.get("dry_run") or inv.get("explain"))
-    if not inv.argv and not informing:
-        if inv.positionals:
-            raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
-        raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
     auto = inv.get("auto")
     fit = inv.get("fit")
     explicit = inv.get("gpus")
@@ -115,19 +121,104 @@ def _launch(inv: Invocation) -> int:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
     machine = _read(inv, processes=explicit is None,
                     topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
+    vis = visibility.resolve(machine, os.environ)
+    vis.require_some()
+    scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
     constraints = select.Constraints(
         min_free=inv.get("min_free"), max_util=inv.get("max_util"), idle=bool(inv.get("idle")),
         exclude=frozenset(d.uuid for d in gpu_spec.resolve(inv.get("exclude"), machine, "--exclude"))
         if inv.get("exclude") else frozenset(),
     )
     runner_ups = 3 if inv.get("explain") else 0  # next-best sets cost search time; only --explain shows them
-    if explicit is not None:
-        selection = select.check_explicit(gpu_spec.resolve(explicit, machine), machine, constraints)
-    elif fit is not None:
-        selection = select.choose_fit(machine, fit, constraints, runner_ups)
+    try:
+        if explicit is not None:
+            devices = gpu_spec.resolve(explicit, machine)
+            vis.check_allowed(devices)
+            selection = select.check_explicit(devices, machine, constraints)
+        elif inv.get("mig"):
+            from gpu_launch import mig
+
+            selection = mig.choose_mig(scope, auto or 1, constraints, fit)
+        elif fit is not None:
+            selection = select.choose_fit(scope, fit, constraints, runner_ups)
+        else:
+            selection = select.choose_auto(scope, auto, constraints, runner_ups)
+    except NotEnoughGpus as exc:
+        if vis.restricted:
+            exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+        raise
+    # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
+    env = environment.build(selection.devices, os.environ, use_uuid=bool(inv.get("uuid")) or vis.restricted)
+    return machine, vis, selection, env
+
+
+def _tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, str]) -> None:
+    """The warnings, the parent's set and the cuda:i → GPU table, on stderr (unless -q)."""
+    if inv.get("quiet"):
+        return
+    from gpu_launch import render
+
+    for problem in vis.problems:
+        print(f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}", file=sys.stderr)
+    for warning in (*vis.warnings, *selection.warnings):
+        print(f"gpulaunch: warning: {warning}", file=sys.stderr)
+    header = vis.header()
+    if header:
+        print(f"gpulaunch: {header}", file=sys.stderr)
+    print(f"gpulaunch: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr)
+    labels = vis.labels(selection.devices) if vis.parent_cvd else None
+    print("\n".join(render.mapping_lines(selection.devices, labels)), file=sys.stderr)
+
+
+def _env(inv: Invocation) -> int:
+    from gpu_launch import environment, shellenv
+
+    if inv.positionals:
+        raise UsageError(f"`env` runs no command, got {inv.positionals[0]!r}",
+                         hint='use it as eval "$(gpulaunch env --auto 2)", or launch with gpulaunch --auto 2 -- CMD')
+    _machine, vis, selection, env = _choose(inv)
+    _tell(inv, vis, selection, env)
+    sys.stdout.write(shellenv.render(selection.devices, env, environment.SET_VARIABLES, inv.get("shell"),
+                                     bool(inv.get("json"))))
+    return 0
+
+
+def _check(inv: Invocation) -> int:
+    from gpu_launch import check
+    from gpu_launch.errors import CheckFailed
+
+    if inv.positionals:
+        raise UsageError(f"`check` takes no arguments, got {inv.positionals[0]!r}")
+    _machine, vis, selection, env = _choose(inv)
+    out = sys.stdout
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if inherited is None:
+        out.write("inherited CUDA_VISIBLE_DEVICES: not set (every GPU NVML shows may be chosen)\n")
     else:
-        selection = select.choose_auto(machine, auto, constraints, runner_ups)
-    env = environment.build(selection.devices, os.environ, use_uuid=bool(inv.get("uuid")))
+        count = f"{len(vis.problems)} problem{'s' if len(vis.problems) != 1 else ''}" if vis.problems else "no problems"
+        out.write(f"inherited CUDA_VISIBLE_DEVICES={inherited}: {count}\n")
+        out.writelines(f"  - {p}\n" for p in vis.problems)
+    out.writelines(f"note: {w}\n" for w in vis.warnings)
+    out.write(f"checking CUDA with CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} "
+              f"CUDA_DEVICE_ORDER={env['CUDA_DEVICE_ORDER']}\n")
+    out.flush()
+    seen = check.probe(env)
+    lines, problems = check.compare(selection.devices, seen)
+    out.write("\n".join(lines) + "\n")
+    if problems:
+        raise CheckFailed(f"CUDA does not see what gpulaunch chose: {problems[0]}",
+                          hint="CUDA_VISIBLE_DEVICES may be overridden by a container or MPS; try --uuid")
+    out.write(f"ok: cuda:0..{len(lines) - 1} are exactly the chosen devices, in order\n")
+    return 0
+
+
+def _launch(inv: Invocation) -> int:
+    informing = bool(inv.get("dry_run") or inv.get("explain"))
+    if not inv.argv and not informing:
+        if inv.positionals:
+            raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
+        raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
+    machine, vis, selection, env = _choose(inv)
     from gpu_launch import placeholders
 
     argv = placeholders.substitute(inv.argv, len(selection.devices))
@@ -142,20 +233,25 @@ def _launch(inv: Invocation) -> int:
             sys.stdout.write(explain.as_text(selection, machine))
         return 0
     if not quiet:
-        for warning in selection.warnings:
-            print(f"gpulaunch: warning: {warning}", file=sys.stderr)
         for arg in placeholders.near_misses(inv.argv):
             print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
                   f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
-        print(f"gpulaunch: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=sys.stderr)
-        print("\n".join(render.mapping_lines(selection.devices)), file=sys.stderr)
+    _tell(inv, vis, selection, env)
     if inv.get("dry_run"):
+        from gpu_launch import environment, render
+
         if inv.get("json"):
             doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, argv)
             sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         else:
             sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
         return 0
+    from gpu_launch import affinity
     from gpu_launch.launch import exec_command
 
+    binding = affinity.plan(selection.devices, inv.get("bind") or "auto", affinity.current_cpus())
+    failed = affinity.apply(binding)
+    if not quiet and (failed or binding.message):
+        kind = "warning: " if failed or binding.warning else ""
+        print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
     exec_command(argv, env)

@@ -2,7 +2,8 @@
 
 ``CUDA_VISIBLE_DEVICES`` lists the chosen devices in CUDA order and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
 makes CUDA number the devices as nvidia-smi and NVML do, so "GPU 4" in `gpulaunch ls` is the GPU
-CUDA opens. MIG devices are always written as ``MIG-`` UUIDs, the only form CUDA accepts for them.
+CUDA opens. MIG devices are always written as ``MIG-`` UUIDs, the only form CUDA accepts for them;
+the caller asks for UUIDs throughout when the parent had narrowed the GPUs (see visibility.py).
 Never modifies ``os.environ``: it returns a new dict.
 """
 

@@ -60,8 +60,8 @@ def mapping_lines(devices: Sequence[Device], parent_labels: Mapping[str, str] | 
     rows = []
     for i, d in enumerate(devices):
         row = [f"cuda:{i} → {d.label}", d.gpu.name, d.gpu.pci_bus_id or "–", f"{fmt_mib(d.memory_free_mib)} free"]
-        if parent_labels is not None:
-            row.append(parent_labels.get(d.uuid, ""))
+        if parent_labels is not None:  # the parent's numbering right after ours: cuda:0 → GPU 3 (parent cuda:1)
+            row.insert(1, parent_labels.get(d.uuid, ""))
         rows.append(row)
     return _table(rows, "  ")
 
