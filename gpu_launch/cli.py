@@ -249,7 +249,11 @@ def _launch(inv: Invocation) -> int:
     from gpu_launch import affinity
     from gpu_launch.launch import exec_command
 
-    binding = affinity.plan(selection.devices, inv.get("bind") or "auto", affinity.current_cpus())
+    # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
+    # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
+    example = machine.source != "nvml" and not os.path.exists(machine.source)
+    mode = inv.get("bind") or ("off" if example else "auto")
+    binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
     failed = affinity.apply(binding)
     if not quiet and (failed or binding.message):
         kind = "warning: " if failed or binding.warning else ""

@@ -215,3 +215,11 @@ def test_no_driver_is_one_line_with_a_hint(args):
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "NVML unavailable" in result.stderr and "--snapshot dgx-h100" in result.stderr
+
+
+def test_bundled_example_does_not_bind_by_default():
+    # The example's CPU lists describe another machine; `--bind auto` leaves the affinity alone.
+    script = "import os; print(sorted(os.sched_getaffinity(0)))"
+    result = run_cli("--snapshot", "dgx-h100", "--gpus", "2", "--", PY, "-c", script)
+    assert result.returncode == 0 and "bound to CPUs" not in result.stderr
+    assert result.stdout.strip() == str(sorted(os.sched_getaffinity(0)))
