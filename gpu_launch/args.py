@@ -19,7 +19,8 @@ from gpu_launch import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_size
 
-__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse"]
+__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
+           "COMMAND_EXAMPLES", "options_for"]
 
 RUN = "run"
 SUBCOMMANDS: dict[str, str] = {
@@ -27,10 +28,15 @@ SUBCOMMANDS: dict[str, str] = {
     "topo": "the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)",
     "env": "print the chosen environment for the current shell: eval \"$(gpulaunch env --auto 2)\" (--shell fish, --json)",
     "check": "check that CUDA sees exactly the chosen GPUs, in order; lint an inherited CUDA_VISIBLE_DEVICES",
+    "config": "show the effective settings and where each came from (config file, GPULAUNCH_* env, flags)",
+    "completions": "print the shell completion script: completions bash|zsh|fish",
     "help": "show this help",
 }
-SELECTING = frozenset({RUN})
-CHOOSING = frozenset({RUN, "env", "check"})  # options that choose GPUs: a launch, env and check
+# `config` takes the launch's options too, so that it can show what a flag would override...
+SELECTING = frozenset({RUN, "config"})
+CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
+# ...except these, which choose what one launch does and have no default (config.py, README).
+PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -110,7 +116,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
            commands=SELECTING, group="Output"),
-    Option(("--json",), "json", "machine-readable output on stdout (ls, env, --dry-run, --explain)", group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", group="Input"),
@@ -133,6 +139,19 @@ class Invocation:
 
     def get(self, dest: str, default: Any = None) -> Any:
         return self.options.get(dest, default)
+
+
+def options_for(command: str) -> tuple[Option, ...]:
+    """The options ``command`` takes, as help and completion show them."""
+    return tuple(o for o in OPTIONS if command in o.commands and not (command == "config" and o.dest in PER_LAUNCH))
+
+
+def suggest_subcommand(word: str) -> str | None:
+    """The subcommand ``word`` looks like a typo of (``lss`` -> ``ls``), if any."""
+    if word in SUBCOMMANDS or not word or "/" in word:
+        return None
+    close = difflib.get_close_matches(word, list(SUBCOMMANDS), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _unknown(token: str) -> UsageError:
@@ -218,6 +237,47 @@ EXAMPLES = (
     ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
     ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
 )
+#: Examples shown by ``gpulaunch SUBCOMMAND --help`` (every one must parse: tests/test_help.py).
+COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "ls": (
+        ("gpulaunch ls", "the GPUs, their memory, load and processes"),
+        ("gpulaunch ls --topo", "add the link matrix: which GPUs share NVLink, PCIe switch, NUMA node"),
+        ("gpulaunch ls --json > box.json", "save a snapshot; `gpulaunch --snapshot box.json ...` reads it back"),
+    ),
+    "topo": (
+        ("gpulaunch topo", "the link matrix with CPU and NUMA affinity, like `nvidia-smi topo -m`"),
+        ("gpulaunch --snapshot dgx-h100 topo", "the matrix of a bundled example machine"),
+    ),
+    "config": (
+        ("gpulaunch config", "every setting, its value and where it came from"),
+        ("GPULAUNCH_MIN_FREE=20GiB gpulaunch config --json", "the same as JSON, with an environment override"),
+        ("gpulaunch config --idle", "what a flag on the command line would change"),
+    ),
+    "completions": (
+        ("gpulaunch completions bash > ~/.local/share/bash-completion/completions/gpulaunch", "install for bash"),
+        ("gpulaunch completions zsh > ~/.zfunc/_gpulaunch", "install for zsh (~/.zfunc on $fpath)"),
+        ("gpulaunch completions fish > ~/.config/fish/completions/gpulaunch.fish", "install for fish"),
+    ),
+    "help": (
+        ("gpulaunch help ls", "the options and examples of one subcommand"),
+        ("gpulaunch --help", "everything a launch accepts"),
+    ),
+}
+
+
+#: Extra lines for ``gpulaunch SUBCOMMAND --help``, after the examples.
+_NOTES: dict[str, tuple[str, ...]] = {
+    "config": (
+        "The file: ~/.config/gpulaunch/config.toml ($XDG_CONFIG_HOME; GPULAUNCH_CONFIG=FILE picks another,",
+        "GPULAUNCH_CONFIG= none), TOML keys named like the long options:",
+        '    min-free = "20GiB"',
+        "    max-util = 30",
+        "    idle = true",
+        "Then GPULAUNCH_MIN_FREE=... variables, then flags: each overrides the one before.",
+        "--gpus, --auto, --fit, --dry-run, --explain, --json have no default.",
+    ),
+}
+_USAGE = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]"}
 
 
 def usage(command: str = RUN) -> str:
@@ -229,11 +289,11 @@ def usage(command: str = RUN) -> str:
         lines += ["usage: gpulaunch [OPTIONS] [--] COMMAND [ARGS...]", "       gpulaunch [OPTIONS] SUBCOMMAND", ""]
         lines += ["Subcommands:"] + [f"  {name:<10} {text}" for name, text in SUBCOMMANDS.items()] + [""]
     else:
-        lines += [f"usage: gpulaunch {command} [OPTIONS]", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
+        shown = _USAGE.get(command, f"gpulaunch {command} [OPTIONS]")
+        lines += [f"usage: {shown}", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
     groups: dict[str, list[Option]] = {}
-    for opt in OPTIONS:
-        if command in opt.commands:
-            groups.setdefault(opt.group, []).append(opt)
+    for opt in options_for(command):
+        groups.setdefault(opt.group, []).append(opt)
     for group, opts in groups.items():
         lines.append(f"{group}:")
         for opt in opts:
@@ -241,10 +301,16 @@ def usage(command: str = RUN) -> str:
             lines.append(f"  {flags:<22} {opt.help}")
         lines.append("")
     lines.append("Examples:")
-    examples = [e for e in EXAMPLES if command == RUN or f" {command}" in e[0]] or EXAMPLES[:1]
+    examples = (list(EXAMPLES) if command == RUN else list(COMMAND_EXAMPLES.get(command, ()))
+                or [e for e in EXAMPLES if f" {command}" in e[0]] or list(EXAMPLES[:1]))
     for example, what in examples:
         lines.append(f"  {example}")
         lines.append(f"      {what}")
-    lines += ["", "CUDA's numbering then agrees with nvidia-smi's: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID",
-              "are set for the command, the cuda:i → GPU mapping is printed on stderr, and the command is exec'd."]
+    if command in _NOTES:
+        lines += ["", *_NOTES[command]]
+    lines += ["", "Defaults for most options can be set in ~/.config/gpulaunch/config.toml or as GPULAUNCH_*",
+              "environment variables (GPULAUNCH_MIN_FREE=20GiB); flags win. `gpulaunch config` shows the result."]
+    if command == RUN:
+        lines += ["", "CUDA's numbering then agrees with nvidia-smi's: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                  "are set for the command, the cuda:i → GPU mapping is printed on stderr, and the command is exec'd."]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from gpu_launch.args import RUN, Invocation, parse, usage
+from gpu_launch.args import PER_LAUNCH, RUN, Invocation, parse, usage
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def run(argv: list[str]) -> int:
     """Run one invocation; returns the exit code unless the command was exec'd."""
+    if argv[:1] == ["__complete"]:  # hidden helper for the completion scripts: never fails, never slow
+        from gpu_launch.completions import helper
+
+        return helper(argv[1:], os.environ)
     inv = parse(argv)
     if inv.get("help") or inv.command == "help":
         topic = inv.positionals[0] if inv.command == "help" and inv.positionals else inv.command
@@ -52,6 +56,13 @@ def run(argv: list[str]) -> int:
 
         print(f"gpulaunch {__version__}")
         return 0
+    if inv.command == "completions":
+        from gpu_launch.completions import command as completions_command
+
+        return completions_command(inv.positionals, sys.stdout)
+    if inv.command == "config":
+        return _config(inv)
+    inv = _with_defaults(inv)
     if inv.command in ("ls", "topo"):
         return _ls(inv)
     if inv.command == "env":
@@ -59,6 +70,29 @@ def run(argv: list[str]) -> int:
     if inv.command == "check":
         return _check(inv)
     return _launch(inv)
+
+
+def _with_defaults(inv: Invocation) -> Invocation:
+    """Options not on the command line, from GPULAUNCH_* variables, then the config file."""
+    from gpu_launch import config
+
+    return config.apply(inv, os.environ)
+
+
+def _config(inv: Invocation) -> int:
+    from gpu_launch import config
+
+    if inv.positionals:
+        raise UsageError(f"`config` takes no arguments, got {inv.positionals[0]!r}", hint="see `gpulaunch help config`")
+    for dest in sorted(inv.options.keys() & PER_LAUNCH):
+        flag = "--" + dest.replace("_", "-")
+        raise UsageError(f"{flag} has no default to show", hint="it chooses what one command does; `config` shows the others")
+    settings = config.effective(inv, os.environ)
+    if inv.get("json"):
+        sys.stdout.write(json.dumps(config.as_json(settings, os.environ), indent=2) + "\n")
+    else:
+        sys.stdout.write(config.as_text(settings, os.environ))
+    return 0
 
 
 def _snapshot(inv: Invocation) -> str | None:
@@ -91,6 +125,9 @@ def _ls(inv: Invocation) -> int:
         from gpu_launch import snapshot
 
         out.write(snapshot.dump(machine))
+        if not inv.get("quiet"):
+            for warning in machine.warnings:  # the JSON has no place for them; stdout stays pure JSON
+                print(f"gpulaunch: warning: {warning}", file=sys.stderr)
         return 0
     rich_ok = render.use_color(out)
     if inv.command == "ls":
@@ -214,6 +251,8 @@ def _check(inv: Invocation) -> int:
 
 def _launch(inv: Invocation) -> int:
     informing = bool(inv.get("dry_run") or inv.get("explain"))
+    if not informing:
+        _check_subcommand_typo(inv)
     if not inv.argv and not informing:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
@@ -259,3 +298,19 @@ def _launch(inv: Invocation) -> int:
         kind = "warning: " if failed or binding.warning else ""
         print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
     exec_command(argv, env)
+
+
+def _check_subcommand_typo(inv: Invocation) -> None:
+    """`gpulaunch lss` runs a program called lss; if there is none, say which subcommand was meant."""
+    from gpu_launch.args import suggest_subcommand
+
+    near = suggest_subcommand(inv.argv[0]) if inv.argv else None
+    if near is None:
+        return
+    from gpu_launch.errors import CommandNotFound
+    from gpu_launch.launch import resolve_command
+
+    try:
+        resolve_command(inv.argv, os.environ)
+    except CommandNotFound as exc:
+        raise CommandNotFound(exc.message, hint=f"did you mean the subcommand `gpulaunch {near}`?") from None

@@ -22,6 +22,7 @@ __all__ = [
     "CommandNotFound",
     "NotExecutable",
     "Interrupted",
+    "ConfigError",
 ]
 
 
@@ -92,3 +93,9 @@ class NotExecutable(GpuLaunchError):
 
 class Interrupted(GpuLaunchError):
     exit_code = ExitCode.INTERRUPTED
+
+
+class ConfigError(GpuLaunchError):
+    """A bad config file or GPULAUNCH_* variable; the message names the file, line and key."""
+
+    exit_code = ExitCode.BAD_FILE

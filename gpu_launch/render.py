@@ -30,7 +30,8 @@ LEGEND = (
 
 
 def use_color(stream: IO[str]) -> bool:
-    if "NO_COLOR" in os.environ:
+    """Colour only on a terminal, and never when NO_COLOR is set to something (no-color.org)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     return bool(getattr(stream, "isatty", lambda: False)())
 

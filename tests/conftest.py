@@ -20,6 +20,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = N
     base = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_"))}
     base["PYTHONPATH"] = str(ROOT) + os.pathsep + base.get("PYTHONPATH", "")
     base.pop("NO_COLOR", None)
+    base["GPULAUNCH_CONFIG"] = ""  # the developer's own ~/.config/gpulaunch/config.toml stays out of tests
     if env:
         base.update(env)
     return subprocess.run([sys.executable, "-m", "gpu_launch", *args], capture_output=True, text=True,

@@ -1,0 +1,155 @@
+"""The JSON that gpulaunch prints on stdout, as JSON Schemas (draft 2020-12), one per document.
+
+Every document starts with ``"schema": <version>``; a version changes only when a key is removed or
+changes meaning (adding a key is not a break). Keys come out in the order of each schema's
+``properties`` (tests/test_json.py checks both the shape and that order), and stdout carries nothing
+but the document: tables, warnings and timings go to stderr.
+
+===================  ==========================================  =====================
+document             printed by                                  schema
+===================  ==========================================  =====================
+snapshot             ``ls --json``, ``topo --json``              :data:`SNAPSHOT`
+dry run              ``--dry-run --json``                        :data:`DRY_RUN`
+explain              ``--explain --json``                        :data:`EXPLAIN`
+environment          ``env --json``                              :data:`ENV`
+config               ``config --json``                           :data:`CONFIG`
+===================  ==========================================  =====================
+
+Plain dicts, so the package needs no jsonschema at run time (the tests use it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "ALL"]
+
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_INT = {"type": "integer"}
+_NINT = {"type": ["integer", "null"]}
+_NSTR = {"type": ["string", "null"]}
+_STR = {"type": "string"}
+
+
+def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """An object with exactly these keys (in this order); all required unless listed."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+        "additionalProperties": False,
+    }
+
+
+def _doc(title: str, version: int, properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    body = _obj({"schema": {"const": version}, **properties},
+                None if required is None else ["schema", *required])
+    return {"$schema": _DRAFT, "title": title, **body}
+
+
+_PROCESS = _obj({"pid": _INT, "used_memory_mib": _NINT, "user": _NSTR, "command": _NSTR})
+_MIG = _obj({
+    "uuid": {"type": "string", "pattern": "^MIG-"}, "profile": _NSTR, "memory_total_mib": _NINT,
+    "memory_used_mib": _NINT, "memory_free_mib": _NINT, "gpu_instance_id": _NINT, "compute_instance_id": _NINT,
+})
+_LINK = {"type": "string", "pattern": "^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|PSB)$"}
+_GPU_KEYS = {
+    "index": {"type": "integer", "minimum": 0},
+    "uuid": {"type": "string", "pattern": "^GPU-"},
+    "name": _STR,
+    "pci_bus_id": _NSTR,
+    "memory_total_mib": _NINT,
+    "memory_used_mib": _NINT,
+    "memory_free_mib": _NINT,
+    "utilization_gpu": {"type": ["integer", "null"], "minimum": 0, "maximum": 100},
+    "temperature_c": _NINT,
+    "compute_capability": _NSTR,
+    "numa_node": _NINT,
+    "cpu_affinity": _NSTR,
+    "processes": {"type": "array", "items": _PROCESS},
+    "mig_devices": {"type": "array", "items": _MIG},  # only for GPUs in MIG mode
+    "available": {"const": False},  # only for a GPU NVML could not read
+    "error": _NSTR,  # with available
+}
+
+#: ``ls --json``: the machine, also the snapshot file format that ``--snapshot FILE`` reads.
+SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
+    "hostname": _NSTR,
+    "driver_version": _NSTR,
+    "cuda_driver_version": _NSTR,
+    "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
+                                                        if k not in ("mig_devices", "available", "error")])},
+    "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
+}, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
+
+_DEVICE = _obj({
+    "cuda": {"type": "string", "pattern": "^cuda:[0-9]+$"},
+    "index": {"type": "integer", "minimum": 0},
+    "uuid": {"type": "string", "pattern": "^(GPU|MIG)-"},
+    "name": _STR,
+    "pci_bus_id": _NSTR,
+    "memory_free_mib": _NINT,
+})
+_ENV_VARS = {"type": "object", "additionalProperties": {"type": "string"},
+             "required": ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"]}
+
+#: ``--dry-run --json``: the devices in CUDA order, the variables gpulaunch sets, the command.
+DRY_RUN = _doc("gpulaunch dry run (--dry-run --json)", 1, {
+    "devices": {"type": "array", "items": _DEVICE},
+    "env": _ENV_VARS,
+    "argv": {"type": "array", "items": _STR},
+})
+
+#: ``env --json`` (the ``env`` subcommand): the same as a dry run, without a command.
+ENV = _doc("gpulaunch env (env --json)", 1, {
+    "devices": {"type": "array", "items": _DEVICE},
+    "env": _ENV_VARS,
+})
+
+_INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+_SET_KEYS = {
+    "gpus": _INDICES,
+    "availability": _STR,
+    "models": {"type": "array", "items": _STR},
+    "worst_link": {"type": ["string", "null"]},
+    "links": {"type": "array", "items": _obj({"a": _INT, "b": _INT, "link": {"type": ["string", "null"]}})},
+    "nvlinks_inside": {"type": "integer", "minimum": 0},
+    "numa_nodes": _INDICES,
+    "numa_groups": {"type": "integer", "minimum": 0},
+    "least_free_mib": _INT,
+    "total_free_mib": _INT,
+    "lost_on": _STR,  # next_best entries only: the first criterion where the set lost to the chosen one
+}
+
+#: ``--explain --json``: the choice, what was excluded and why, and (for --auto/--fit) the runners-up.
+EXPLAIN = _doc("gpulaunch explain (--explain --json)", 1, {
+    "how": {"enum": ["auto", "explicit"]},
+    "chosen": _INDICES,
+    "uuids": {"type": "array", "items": _STR},
+    "warnings": {"type": "array", "items": _STR},
+    "excluded": {"type": "array", "items": _obj({"gpu": _INT, "reason": _STR})},
+    "thresholds": _obj({"idle_max_memory_used_percent": _INT, "busy_min_utilization_percent": _INT,
+                        "busy_min_memory_used_percent": _INT}),
+    "exact": {"type": "boolean"},  # auto only: false when the search was heuristic
+    "criteria": {"type": "array", "items": _STR},  # auto only
+    "set": _obj({k: v for k, v in _SET_KEYS.items() if k != "lost_on"}),  # auto only
+    "less_available": {"type": "array", "items": _obj({"gpu": _INT, "availability": _STR})},  # auto only
+    "next_best": {"type": "array", "items": _obj(_SET_KEYS)},  # auto only
+}, required=["how", "chosen", "uuids", "warnings", "excluded", "thresholds"])
+
+#: ``config --json``: every option that can have a default, its value and where it came from.
+CONFIG = _doc("gpulaunch config (config --json)", 1, {
+    "config_file": _NSTR,
+    "config_file_exists": {"type": "boolean"},
+    "settings": {"type": "array", "items": _obj({
+        "option": {"type": "string", "pattern": "^--"},
+        "key": _STR,
+        "env": {"type": "string", "pattern": "^GPULAUNCH_"},
+        "value": {"type": ["string", "boolean", "integer", "null"]},
+        "source": {"enum": ["default", "file", "env", "flag"]},
+        "where": _STR,
+    })},
+})
+
+ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
+                                  "config": CONFIG}

@@ -1,0 +1,236 @@
+"""Completion scripts: generated from the option table, checked in without drift, and driven through
+real bash (zsh and fish where installed) to the GPU indices of a snapshot."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_launch import args, completions
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKED_IN = {"bash": "gpulaunch.bash", "zsh": "_gpulaunch", "fish": "gpulaunch.fish"}
+BASH_COMPLETION = Path("/usr/share/bash-completion/bash_completion")
+
+
+@pytest.fixture(scope="module")
+def shell_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """PATH with a `gpulaunch` that is this checkout, a clean HOME, no config, no inherited snapshot."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    exe = bin_dir / "gpulaunch"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpu_launch "$@"\n')
+    exe.chmod(0o755)
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "XDG_", "BASH_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}", HOME=str(home), GPULAUNCH_CONFIG="",
+               PYTHONPATH=str(ROOT))
+    return env
+
+
+@pytest.mark.parametrize("shell", completions.SHELLS)
+def test_checked_in_scripts_match_the_generator(shell: str) -> None:
+    path = ROOT / "completions" / CHECKED_IN[shell]
+    assert path.read_text() == completions.script(shell), (
+        f"completions/{CHECKED_IN[shell]} is stale: run `python -m gpu_launch completions {shell} > {path.relative_to(ROOT)}`")
+
+
+@pytest.mark.parametrize("shell", completions.SHELLS)
+def test_the_command_prints_the_script(shell: str, shell_env: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpu_launch", "completions", shell], capture_output=True, text=True,
+                          env=shell_env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == completions.script(shell)
+
+
+def test_every_option_and_subcommand_is_in_every_script() -> None:
+    for shell in completions.SHELLS:
+        text = completions.script(shell)
+        for opt in args.OPTIONS:
+            for name in opt.names:
+                token = name.lstrip("-") if shell == "fish" else name
+                assert token in text, (shell, name)
+        for sub in args.SUBCOMMANDS:
+            assert sub in text
+
+
+def test_unknown_shell_is_a_usage_error(shell_env: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpu_launch", "completions", "tcsh"], capture_output=True,
+                          text=True, env=shell_env, timeout=60)
+    assert proc.returncode == 2 and "unknown shell 'tcsh'" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ helper
+
+def helper(*words: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_launch", "__complete", *words], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def test_helper_reads_the_snapshot_on_the_line(shell_env: dict[str, str]) -> None:
+    assert helper("gpus", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["0", "1", "2", "3", "all"]
+    assert helper("gpus", "--snapshot=dgx-h100", "--auto", env=shell_env).stdout.split()[-2:] == ["7", "all"]
+    env = {**shell_env, "GPULAUNCH_SNAPSHOT": "pcie-8x"}
+    assert len(helper("gpus", env=env).stdout.split()) == 9
+
+
+@pytest.mark.parametrize("words", [["gpus", "--snapshot", "/no/such/file.json"], ["gpus", "--snapshot", "nonsense"],
+                                   ["gpus"], ["bogus"], []])
+def test_helper_fails_silently(words: list[str], shell_env: dict[str, str]) -> None:
+    """No snapshot, no NVML here, a bad file: nothing on stdout or stderr, exit 0."""
+    proc = helper(*words, env={**shell_env, "PYTHONPATH": str(ROOT)})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+# -------------------------------------------------------------------------------------------- bash
+
+BASH_DRIVER = r"""
+{preload}
+source "$1"
+complete -p gpulaunch
+line=$2
+read -ra COMP_WORDS <<< "$line"
+[[ $line == *" " ]] && COMP_WORDS+=("")
+COMP_LINE=$line
+COMP_POINT=${{#line}}
+COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+_gpulaunch gpulaunch "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}" 2>/dev/null
+printf 'REPLY:%s\n' "${{COMPREPLY[@]}}"
+"""
+
+
+def bash_complete(line: str, env: dict[str, str], preload: bool = False) -> list[str]:
+    """Run real bash with the checked-in script loaded and complete ``line`` (cursor at its end).
+
+    COMP_WORDS is split on blanks only, and '=' stays inside the word: the COMP_WORDBREAKS-splitting
+    case ("--gpus", "=", "") is tested separately.
+    """
+    script = BASH_DRIVER.format(preload=f"source {BASH_COMPLETION}" if preload else "")
+    proc = subprocess.run(["bash", "--norc", "--noprofile", "-c", script, "bash",
+                           str(ROOT / "completions" / "gpulaunch.bash"), line],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "complete -F _gpulaunch gpulaunch" in proc.stdout
+    return [w[len("REPLY:"):] for w in proc.stdout.splitlines() if w.startswith("REPLY:") and w != "REPLY:"]
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+@needs_bash
+def test_bash_gpus_offers_the_snapshots_indices(shell_env: dict[str, str]) -> None:
+    assert bash_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env) == [*map(str, range(8)), "all"]
+    assert bash_complete("gpulaunch --snapshot workstation-4x -x ", shell_env) == ["0", "1", "2", "3", "all"]
+    assert bash_complete("gpulaunch --snapshot workstation-4x --gpus 2,", shell_env) == ["2,0", "2,1", "2,2", "2,3"]
+    assert bash_complete("gpulaunch --snapshot=pcie-8x --gpus=1", shell_env) == ["--gpus=1"]
+    env = {**shell_env, "GPULAUNCH_SNAPSHOT": "workstation-4x"}
+    assert bash_complete("gpulaunch --gpus ", env) == ["0", "1", "2", "3", "all"]
+
+
+@needs_bash
+def test_bash_with_equals_split_by_wordbreaks(shell_env: dict[str, str]) -> None:
+    script = BASH_DRIVER.format(preload="").replace('read -ra COMP_WORDS <<< "$line"',
+                                                    "COMP_WORDS=(gpulaunch --snapshot mig-a100 --exclude =)")
+    proc = subprocess.run(["bash", "--norc", "-c", script, "bash", str(ROOT / "completions" / "gpulaunch.bash"),
+                           "gpulaunch --snapshot mig-a100 --exclude="], capture_output=True, text=True,
+                          env=shell_env, timeout=60)
+    assert [w for w in proc.stdout.splitlines() if w.startswith("REPLY:")] == ["REPLY:0", "REPLY:1", "REPLY:all"]
+
+
+@needs_bash
+def test_bash_subcommands_options_and_values(shell_env: dict[str, str]) -> None:
+    assert bash_complete("gpulaunch ", shell_env) == list(args.SUBCOMMANDS)
+    assert bash_complete("gpulaunch co", shell_env)[:2] == ["config", "completions"]
+    assert bash_complete("gpulaunch ls --", shell_env) == ["--json", "--topo", "--snapshot", "--quiet", "--verbose",
+                                                           "--help", "--version"]
+    assert "--min-free" in bash_complete("gpulaunch --m", shell_env)
+    assert bash_complete("gpulaunch completions ", shell_env) == ["bash", "zsh", "fish"]
+    assert bash_complete("gpulaunch --snapshot dgx", shell_env)[:2] == ["dgx-h100", "dgx1-v100"]
+    assert bash_complete("gpulaunch --auto ", shell_env) == []
+
+
+@needs_bash
+def test_bash_falls_back_to_command_completion(shell_env: dict[str, str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    prog = Path(shell_env["PATH"].split(os.pathsep)[0]) / "zzgl-tool"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o755)
+    # after --, after --auto N, and at the first word that is a command
+    assert "zzgl-tool" in bash_complete("gpulaunch -- zzgl", shell_env)
+    assert "zzgl-tool" in bash_complete("gpulaunch --auto 2 zzgl", shell_env)
+    assert bash_complete("gpulaunch zzgl", shell_env) == ["zzgl-tool"]
+    # the command's own arguments: files here (no bash-completion), its options with bash-completion
+    (tmp_path / "train_zz.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert bash_complete("gpulaunch --gpus 0 python train_z", shell_env) == ["train_zz.py"]
+    assert "--gpus" not in bash_complete("gpulaunch -- ls --", shell_env)
+
+
+@needs_bash
+@pytest.mark.skipif(not BASH_COMPLETION.exists(), reason="bash-completion is not installed")
+def test_bash_uses_command_offset_from_bash_completion(shell_env: dict[str, str]) -> None:
+    reply = bash_complete("gpulaunch --gpus 0 ls --al", shell_env, preload=True)
+    assert "--all" in reply  # ls's own completion, reached through _command_offset
+    assert bash_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env, preload=True)[-1] == "all"
+
+
+# --------------------------------------------------------------------------------------------- zsh
+
+ZSH_DRIVER = r"""
+# compadd/compset/_files/_normal exist only inside a completion widget: stand-ins that print.
+compadd() { while (( $# )) && [[ $1 != -- ]]; do shift; done; shift; print -rl -- "${@/#/ADD:}" }
+compset() { return 1 }
+_files() { print -r -- FILES }
+_normal() { print -r -- "NORMAL:${words[*]}:$CURRENT" }
+_command_names() { print -r -- COMMANDS }
+source $1
+words=(${(z)2})
+[[ $2 == *" " ]] && words+=("")
+CURRENT=${#words}
+_gpulaunch
+"""
+
+
+def zsh_complete(line: str, env: dict[str, str]) -> list[str]:
+    proc = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "zsh", str(ROOT / "completions" / "_gpulaunch"), line],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.stderr == ""
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)")
+def test_zsh(shell_env: dict[str, str]) -> None:
+    assert zsh_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env) == [f"ADD:{i}" for i in range(8)] + ["ADD:all"]
+    assert zsh_complete("gpulaunch --snapshot=workstation-4x --exclude=", shell_env)[-1] == "ADD:all"
+    assert zsh_complete("gpulaunch ", shell_env) == [f"ADD:{s}" for s in args.SUBCOMMANDS]
+    assert zsh_complete("gpulaunch completions ", shell_env) == ["ADD:bash", "ADD:zsh", "ADD:fish"]
+    assert "ADD:--topo" in zsh_complete("gpulaunch ls --", shell_env)
+    assert "ADD:--gpus" not in zsh_complete("gpulaunch ls --", shell_env)
+    assert zsh_complete("gpulaunch --auto 2 -- python tr", shell_env) == ["NORMAL:python tr:2"]
+    assert zsh_complete("gpulaunch --gpus 0 pyth", shell_env) == ["NORMAL:pyth:1"]
+
+
+# -------------------------------------------------------------------------------------------- fish
+
+def fish_complete(line: str, env: dict[str, str]) -> list[str]:
+    script = f"source {ROOT / 'completions' / 'gpulaunch.fish'}; complete --do-complete=$argv[1]"
+    proc = subprocess.run(["fish", "--no-config", "-c", script, line], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return [w.split("\t")[0] for w in proc.stdout.splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
+def test_fish(shell_env: dict[str, str]) -> None:
+    assert fish_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env) == [*map(str, range(8)), "all"]
+    assert fish_complete("gpulaunch --snapshot workstation-4x --gpus 1,", shell_env) == ["1,0", "1,1", "1,2", "1,3"]
+    assert fish_complete("gpulaunch --snapshot=pcie-8x --exclude=", shell_env)[0] == "--exclude=0"
+    assert sorted(fish_complete("gpulaunch ", shell_env)) == sorted(args.SUBCOMMANDS)
+    assert fish_complete("gpulaunch completions ", shell_env) == ["bash", "fish", "zsh"]
+    assert "--topo" in fish_complete("gpulaunch ls --", shell_env)
+    assert "--gpus" not in fish_complete("gpulaunch ls --", shell_env)
+    assert "--gpus" not in fish_complete("gpulaunch --auto 2 -- ls --", shell_env)

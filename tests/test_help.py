@@ -1,0 +1,100 @@
+"""Help that teaches: real examples per subcommand (each one parses), --version, did-you-mean."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from gpu_launch import __version__, args
+
+
+def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAUNCH_")}
+    env["GPULAUNCH_CONFIG"] = ""
+    return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+def examples_in(text: str) -> list[str]:
+    block = text.split("\nExamples:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.strip() for line in block.splitlines() if line.startswith("  ") and not line.startswith("      ")]
+
+
+def example_argv(example: str) -> list[str]:
+    """The gpulaunch argv of an example line: no VAR=... prefix, no shell redirection."""
+    words = shlex.split(example)
+    while words and "=" in words[0] and words[0] != "gpulaunch":
+        words.pop(0)
+    assert words[0] == "gpulaunch", example
+    words = words[1:]
+    return words[: words.index(">")] if ">" in words else words
+
+
+@pytest.mark.parametrize("topic", ["", *args.SUBCOMMANDS])
+def test_every_help_shows_examples_that_parse(topic: str) -> None:
+    proc = gpulaunch(*([topic, "--help"] if topic else ["--help"]))
+    assert proc.returncode == 0 and proc.stderr == ""
+    shown = examples_in(proc.stdout)
+    assert len(shown) >= 2, proc.stdout
+    for example in shown:
+        inv = args.parse(example_argv(example))  # raises UsageError if an example is wrong
+        if topic not in ("", "help"):
+            assert inv.command == topic, example
+    if topic:
+        assert gpulaunch("help", topic).stdout == proc.stdout
+
+
+def test_help_lists_every_subcommand_and_option() -> None:
+    text = gpulaunch("--help").stdout
+    for sub in args.SUBCOMMANDS:
+        assert f"  {sub} " in text
+    for opt in args.OPTIONS:
+        if args.RUN in opt.commands:
+            assert opt.names[0] in text
+
+
+def test_bundled_example_from_help_runs() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--auto", "4", "--explain")
+    assert proc.returncode == 0 and proc.stdout.startswith("chosen: GPU ")
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(flag: str) -> None:
+    proc = gpulaunch(flag)
+    assert (proc.returncode, proc.stdout) == (0, f"gpulaunch {__version__}\n")
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("--gpu", "--gpus"), ("--min-fre", "--min-free"), ("--dryrun", "--dry-run"),
+                                             ("--snapshots", "--snapshot"), ("--exlude=1", "--exclude")])
+def test_unknown_option_did_you_mean(typo: str, meant: str) -> None:
+    proc = gpulaunch(typo, "0", "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr == f"gpulaunch: error: unknown option {typo.split('=')[0]} (hint: did you mean {meant}?)\n"
+
+
+def test_unknown_option_far_from_any() -> None:
+    proc = gpulaunch("--zzzz")
+    assert proc.returncode == 2 and "see `gpulaunch --help`" in proc.stderr
+
+
+@pytest.mark.parametrize(("word", "meant"), [("lss", "ls"), ("topp", "topo"), ("confg", "config")])
+def test_subcommand_typo_gets_a_hint(word: str, meant: str) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", word)
+    assert proc.returncode == 127
+    assert proc.stderr == (f"gpulaunch: error: {word}: command not found "
+                           f"(hint: did you mean the subcommand `gpulaunch {meant}`?)\n")
+
+
+def test_a_real_command_near_a_subcommand_still_runs() -> None:
+    # `gpulaunch --gpus 0 ls` runs the program ls: a subcommand name after a selection is a command
+    proc = gpulaunch("--snapshot", "workstation-4x", "--gpus", "0", "-q", "ls", "-d", "/")
+    assert (proc.returncode, proc.stdout) == (0, "/\n")
+
+
+def test_an_unrelated_missing_command_gets_the_usual_hint() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "zzqqxx-no-such-program")
+    assert proc.returncode == 127 and "subcommand" not in proc.stderr and "check the spelling" in proc.stderr

@@ -1,0 +1,47 @@
+"""The package builds into a wheel that carries the example machines and runs as `python -m gpu_launch`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gpu_launch.snapshot import example_names
+
+ROOT = Path(__file__).resolve().parent.parent
+OFFLINE = ("Could not find a version that satisfies", "No matching distribution", "Failed to establish a new connection")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(ROOT), "-w", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and any(s in proc.stderr for s in OFFLINE):
+        pytest.skip(f"cannot build offline: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr
+    (path,) = out.glob("gpulaunch-*.whl")
+    return path
+
+
+def test_wheel_contains_the_examples_and_the_entry_point(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    for example in example_names():
+        assert f"gpu_launch/examples/{example}.json" in names
+    assert {"gpu_launch/__main__.py", "gpu_launch/completions.py", "gpu_launch/config.py",
+            "gpu_launch/schemas.py"} <= set(names)
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "gpulaunch = gpu_launch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_installed_wheel_runs_an_example(wheel: Path, tmp_path: Path) -> None:
+    """Unpacked on its own (no checkout on sys.path), the wheel finds its bundled examples."""
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    proc = subprocess.run([sys.executable, "-S", "-m", "gpu_launch", "--snapshot", "dgx-h100", "--auto", "2",
+                           "--dry-run", "--json"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert '"CUDA_VISIBLE_DEVICES": "' in proc.stdout
