@@ -33,7 +33,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --min-free|--max-util|--exclude|-x|--snapshot)
+        --min-free|--max-util|--exclude|-x|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
@@ -41,7 +41,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo config completions help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -84,24 +84,32 @@ _gpulaunch() {
         --auto|-n|--fit|--min-free|--max-util)
             :  # a free value (a count, a size): nothing to offer
             return ;;
+        --bind)
+            COMPREPLY=( $(compgen -P "$eq" -W "auto on off" -- "$cur") )
+            return ;;
+        --shell)
+            COMPREPLY=( $(compgen -P "$eq" -W "bash zsh sh fish" -- "$cur") )
+            return ;;
     esac
     if [[ $cur == -* ]]; then
         case $sub in
         ls) opts="--json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--min-free --max-util --idle --exclude -x --uuid --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        env) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        check) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--min-free --max-util --idle --exclude -x --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo config completions help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions help" -- "$cur") ) ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo config completions help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }

@@ -248,6 +248,16 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch topo", "the link matrix with CPU and NUMA affinity, like `nvidia-smi topo -m`"),
         ("gpulaunch --snapshot dgx-h100 topo", "the matrix of a bundled example machine"),
     ),
+    "env": (
+        ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this bash/zsh (no reservation)"),
+        ("gpulaunch env --auto 2 --shell fish | source", "the same in fish"),
+        ("gpulaunch --snapshot dgx-h100 env --gpus 3,1 --json", "the devices and variables as JSON"),
+    ),
+    "check": (
+        ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU"),
+        ("gpulaunch check --gpus 3,1 --uuid", "the same for an explicit choice, written as UUIDs"),
+        ("gpulaunch check", "lint the inherited CUDA_VISIBLE_DEVICES and check the best single GPU"),
+    ),
     "config": (
         ("gpulaunch config", "every setting, its value and where it came from"),
         ("GPULAUNCH_MIN_FREE=20GiB gpulaunch config --json", "the same as JSON, with an environment override"),

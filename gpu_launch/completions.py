@@ -35,12 +35,22 @@ def _names(opts: Sequence[Option]) -> list[str]:
     return [name for opt in opts for name in opt.names]
 
 
+def _choices() -> dict[str, tuple[str, ...]]:
+    """Options whose value is one of a few words (the modules that check them own the lists)."""
+    from gpu_launch.affinity import MODES
+    from gpu_launch.shellenv import SHELLS as ENV_SHELLS
+
+    return {"bind": MODES, "shell": ENV_SHELLS}
+
+
 def _value_kind(opt: Option) -> str:
-    """How to complete the option's value: gpus, snapshot, file, dir or none."""
+    """How to complete the option's value: gpus, snapshot, choices, file, dir or none."""
     if opt.dest in _GPU_DESTS:
         return "gpus"
     if opt.dest == "snapshot":
         return "snapshot"
+    if opt.dest in _choices():
+        return "choices"
     return {"FILE": "file", "DIR": "dir", "PATH": "file"}.get(opt.metavar, "none")
 
 
@@ -75,6 +85,10 @@ def _bash() -> str:
         names = _names([o for o in value_opts if _value_kind(o) == kind])
         if names:
             value_cases.append(f"        {'|'.join(names)})\n            {body}\n            return ;;")
+    for opt in (o for o in value_opts if _value_kind(o) == "choices"):
+        words = " ".join(_choices()[opt.dest])
+        value_cases.append(f"        {'|'.join(opt.names)})\n"
+                           f"            COMPREPLY=( $(compgen -P \"$eq\" -W \"{words}\" -- \"$cur\") )\n            return ;;")
     sub_opts = []
     for cmd in SUBCOMMANDS:
         sub_opts.append(f"        {cmd}) opts=\"{' '.join(_names(_for_command(cmd)))}\" ;;")
@@ -222,11 +236,13 @@ def _zsh() -> str:
         ("snapshot", f"compadd -- {' '.join(_examples())}; _files"),
         ("file", "_files"),
         ("dir", "_files -/"),
-        ("none", "return 1  # a free value (a count, a size): nothing to offer"),
+        ("none", "return 1"),  # a free value (a count, a size): nothing to offer
     ):
         names = _names([o for o in value_opts if _value_kind(o) == kind])
         if names:
             value_cases.append(f"    ({'|'.join(names)}) {body}; return ;;")
+    for opt in (o for o in value_opts if _value_kind(o) == "choices"):
+        value_cases.append(f"    ({'|'.join(opt.names)}) compset -P '*='; compadd -- {' '.join(_choices()[opt.dest])}; return ;;")
     option_lines = []
     for opt in OPTIONS:
         commands = " ".join(sorted(c for c in opt.commands if opt in options_for(c)))
@@ -334,6 +350,7 @@ def _fish() -> str:
             "snapshot": f"-r -F -a {_fq(' '.join(_examples()))}",
             "file": "-r -F",
             "dir": "-x -a '(__fish_complete_directories)'",
+            "choices": f"-x -a {_fq(' '.join(_choices().get(opt.dest, ())))}",
             "none": "-x",
             "": "",
         }[kind]

@@ -57,6 +57,15 @@ def test_every_option_and_subcommand_is_in_every_script() -> None:
             assert sub in text
 
 
+@pytest.mark.parametrize("shell", completions.SHELLS)
+def test_scripts_parse_in_their_shell(shell: str) -> None:
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    proc = subprocess.run([shell, "-n", str(ROOT / "completions" / CHECKED_IN[shell])], capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
 def test_unknown_shell_is_a_usage_error(shell_env: dict[str, str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "gpu_launch", "completions", "tcsh"], capture_output=True,
                           text=True, env=shell_env, timeout=60)
@@ -150,6 +159,8 @@ def test_bash_subcommands_options_and_values(shell_env: dict[str, str]) -> None:
     assert bash_complete("gpulaunch completions ", shell_env) == ["bash", "zsh", "fish"]
     assert bash_complete("gpulaunch --snapshot dgx", shell_env)[:2] == ["dgx-h100", "dgx1-v100"]
     assert bash_complete("gpulaunch --auto ", shell_env) == []
+    assert bash_complete("gpulaunch --bind ", shell_env) == ["auto", "on", "off"]
+    assert bash_complete("gpulaunch env --shell f", shell_env) == ["fish"]
 
 
 @needs_bash
@@ -208,6 +219,7 @@ def test_zsh(shell_env: dict[str, str]) -> None:
     assert zsh_complete("gpulaunch --snapshot=workstation-4x --exclude=", shell_env)[-1] == "ADD:all"
     assert zsh_complete("gpulaunch ", shell_env) == [f"ADD:{s}" for s in args.SUBCOMMANDS]
     assert zsh_complete("gpulaunch completions ", shell_env) == ["ADD:bash", "ADD:zsh", "ADD:fish"]
+    assert zsh_complete("gpulaunch --bind ", shell_env) == ["ADD:auto", "ADD:on", "ADD:off"]
     assert "ADD:--topo" in zsh_complete("gpulaunch ls --", shell_env)
     assert "ADD:--gpus" not in zsh_complete("gpulaunch ls --", shell_env)
     assert zsh_complete("gpulaunch --auto 2 -- python tr", shell_env) == ["NORMAL:python tr:2"]
@@ -231,6 +243,7 @@ def test_fish(shell_env: dict[str, str]) -> None:
     assert fish_complete("gpulaunch --snapshot=pcie-8x --exclude=", shell_env)[0] == "--exclude=0"
     assert sorted(fish_complete("gpulaunch ", shell_env)) == sorted(args.SUBCOMMANDS)
     assert fish_complete("gpulaunch completions ", shell_env) == ["bash", "fish", "zsh"]
+    assert sorted(fish_complete("gpulaunch env --shell ", shell_env)) == ["bash", "fish", "sh", "zsh"]
     assert "--topo" in fish_complete("gpulaunch ls --", shell_env)
     assert "--gpus" not in fish_complete("gpulaunch ls --", shell_env)
     assert "--gpus" not in fish_complete("gpulaunch --auto 2 -- ls --", shell_env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -25,13 +26,15 @@ def examples_in(text: str) -> list[str]:
 
 
 def example_argv(example: str) -> list[str]:
-    """The gpulaunch argv of an example line: no VAR=... prefix, no shell redirection."""
-    words = shlex.split(example)
+    """The gpulaunch argv of an example line: out of `eval "$(...)"`, no VAR=... prefix, no pipe or redirection."""
+    inner = re.search(r"\$\((gpulaunch [^)]*)\)", example)
+    words = shlex.split(inner.group(1) if inner else example)
     while words and "=" in words[0] and words[0] != "gpulaunch":
         words.pop(0)
     assert words[0] == "gpulaunch", example
     words = words[1:]
-    return words[: words.index(">")] if ">" in words else words
+    ends = [i for i, w in enumerate(words) if w in (">", "|")]
+    return words[: ends[0]] if ends else words
 
 
 @pytest.mark.parametrize("topic", ["", *args.SUBCOMMANDS])
