@@ -17,7 +17,7 @@ from typing import Any
 
 from gpu_launch import spec
 from gpu_launch.errors import UsageError
-from gpu_launch.units import parse_size
+from gpu_launch.units import parse_duration, parse_size
 
 __all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
            "COMMAND_EXAMPLES", "options_for"]
@@ -30,13 +30,15 @@ SUBCOMMANDS: dict[str, str] = {
     "check": "check that CUDA sees exactly the chosen GPUs, in order; lint an inherited CUDA_VISIBLE_DEVICES",
     "config": "show the effective settings and where each came from (config file, GPULAUNCH_* env, flags)",
     "completions": "print the shell completion script: completions bash|zsh|fish",
+    "each": "run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)",
     "help": "show this help",
 }
 # `config` takes the launch's options too, so that it can show what a flag would override...
 SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
+CONSTRAINING = CHOOSING | {"each"}  # constraints also apply to every job of `each`
 # ...except these, which choose what one launch does and have no default (config.py, README).
-PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain"})
+PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share"})  # share: a default would defeat reservations
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -62,6 +64,16 @@ def _shell(text: str, option: str) -> str:
     return parse_shell(text, option)
 
 
+def _wait(text: str, option: str) -> float:
+    return parse_duration(text, option)
+
+
+def _fallback(text: str, option: str) -> str:
+    if text != "cpu":
+        raise UsageError(f"{option}: {text!r} is not a fallback", hint=f"the only one is {option} cpu")
+    return text
+
+
 def _percent(text: str, option: str) -> int:
     try:
         value = int(text.strip().rstrip("%"))
@@ -84,6 +96,8 @@ class Option:
     commands: frozenset[str] = ANY
     group: str = "Output"
     counted: bool = False  # -v, -vv
+    optional: bool = False  # the value may be left out: taken from the next word only if it converts
+    default: Any = None  # the value when ``optional`` and left out
 
     @property
     def takes_value(self) -> bool:
@@ -98,12 +112,29 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE",
            "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), CHOOSING, "Selection"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
-           "SIZE", parse_size, CHOOSING, "Constraints"),
-    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CHOOSING, "Constraints"),
+           "SIZE", parse_size, CONSTRAINING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CONSTRAINING, "Constraints"),
     Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
-           commands=CHOOSING, group="Constraints"),
+           commands=CONSTRAINING, group="Constraints"),
     Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
-           lambda v, o: spec.parse(v, o), CHOOSING, "Constraints"),
+           lambda v, o: spec.parse(v, o), CONSTRAINING, "Constraints"),
+    Option(("--wait",), "wait", "when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); "
+           "waiters are served first come, first served. TIMEOUT is only read from the next word when it is a "
+           "duration: write --wait=2h to be unambiguous", "TIMEOUT", _wait, SELECTING, "Sharing", optional=True,
+           default=float("inf")),
+    Option(("--fallback",), "fallback", "when the GPUs cannot be had (after --wait), run anyway on the CPU: "
+           "CUDA_VISIBLE_DEVICES= (empty)", "cpu", _fallback, SELECTING, "Sharing"),
+    Option(("--share",), "share", "--gpus: use GPUs reserved by another gpulaunch job anyway",
+           commands=SELECTING, group="Sharing"),
+    Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
+           commands=SELECTING, group="Sharing"),
+    Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR",
+           commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
+    Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
+           frozenset({"each", "config"}), "Jobs"),
+    Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
+           "DIR", commands=frozenset({"each", "config"}), group="Jobs"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",
@@ -200,6 +231,21 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
         return i + 1
     if has_eq:
         value, nxt = inline, i + 1
+    elif opt.optional:
+        # `--wait 2h` takes 2h; `--wait python train.py` takes nothing: only a word that converts.
+        value, nxt = None, i + 1
+        if i + 1 < len(argv) and opt.convert is not None:
+            try:
+                converted = opt.convert(argv[i + 1], name)
+            except UsageError:
+                pass
+            else:
+                options[opt.dest] = converted
+                options.setdefault("_given", {})[opt.dest] = name
+                return i + 2
+        options[opt.dest] = opt.default
+        options.setdefault("_given", {})[opt.dest] = name
+        return nxt
     elif i + 1 < len(argv):
         value, nxt = argv[i + 1], i + 2
     else:
@@ -215,7 +261,8 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         opt = next(o for o in OPTIONS if o.dest == dest)
         if command not in opt.commands:
             where = ("a launch" if opt.commands == SELECTING else "a launch, env or check" if opt.commands == CHOOSING
-                     else "/".join(sorted(opt.commands)))
+                     else "a launch, env, check or each" if opt.commands == CONSTRAINING
+                     else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
     chosen = [f"--{d.replace('_', '-')}" for d in ("gpus", "auto", "fit") if d in options]
@@ -236,6 +283,8 @@ EXAMPLES = (
     ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
     ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
     ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
+    ("gpulaunch --auto 2 --wait 2h -- python train.py", "wait up to 2 hours for 2 GPUs, in turn with other waiters"),
+    ("gpulaunch each jobs.txt --gpus-per-job 2", "run every line of jobs.txt, each on 2 free GPUs as they free up"),
 )
 #: Examples shown by ``gpulaunch SUBCOMMAND --help`` (every one must parse: tests/test_help.py).
 COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -307,7 +356,8 @@ def usage(command: str = RUN) -> str:
     for group, opts in groups.items():
         lines.append(f"{group}:")
         for opt in opts:
-            flags = ", ".join(opt.names) + (f" {opt.metavar}" if opt.metavar else "")
+            value = f"[{opt.metavar}]" if opt.optional else opt.metavar
+            flags = ", ".join(opt.names) + (f" {value}" if value else "")
             lines.append(f"  {flags:<22} {opt.help}")
         lines.append("")
     lines.append("Examples:")

@@ -17,6 +17,7 @@ from gpu_launch.args import PER_LAUNCH, RUN, Invocation, parse, usage
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 if TYPE_CHECKING:
+    from gpu_launch.acquire import Acquired, Locking
     from gpu_launch.model import Machine
     from gpu_launch.select import Selection
     from gpu_launch.visibility import Visibility
@@ -69,6 +70,10 @@ def run(argv: list[str]) -> int:
         return _env(inv)
     if inv.command == "check":
         return _check(inv)
+    if inv.command == "each":
+        from gpu_launch import each
+
+        return each.run(inv, _read)
     return _launch(inv)
 
 
@@ -131,10 +136,11 @@ def _ls(inv: Invocation) -> int:
         return 0
     rich_ok = render.use_color(out)
     if inv.command == "ls":
+        reserved = _reserved(inv, machine)
         if rich_ok:
-            render.ls_rich(machine, out)
+            render.ls_rich(machine, out, reserved)
         else:
-            out.write(render.ls_plain(machine))
+            out.write(render.ls_plain(machine, reserved))
     if topo:
         if inv.command == "ls":
             out.write("\n")
@@ -145,9 +151,26 @@ def _ls(inv: Invocation) -> int:
     return 0
 
 
-def _choose(inv: Invocation) -> tuple[Machine, Visibility, Selection, dict[str, str]]:
-    """Read the machine, narrow it to what the parent allows, choose, and build the child's env."""
-    from gpu_launch import environment, select, visibility
+def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
+    """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
+    from gpu_launch import reservations
+
+    try:
+        held = reservations.holders(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
+                                    [g.uuid for g in machine.gpus])
+    except GpuLaunchError as exc:
+        print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)
+        return {}
+    return {uuid: holder.describe() for uuid, holder in held.items()}
+
+
+def _choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
+            fallback: str | None = None) -> tuple[Machine | None, Visibility | None, Acquired, dict[str, str]]:
+    """Read the machine, narrow it to what the parent allows, choose, reserve (``locking``), build the env.
+
+    The machine and visibility are None only when ``fallback`` ran the request onto the CPU.
+    """
+    from gpu_launch import acquire, environment, select, visibility
     from gpu_launch import spec as gpu_spec
     from gpu_launch.errors import NotEnoughGpus
 
@@ -156,37 +179,46 @@ def _choose(inv: Invocation) -> tuple[Machine, Visibility, Selection, dict[str, 
     explicit = inv.get("gpus")
     if explicit is None and fit is None and auto is None:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
-    machine = _read(inv, processes=explicit is None,
-                    topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
-    vis = visibility.resolve(machine, os.environ)
-    vis.require_some()
-    scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
-    constraints = select.Constraints(
-        min_free=inv.get("min_free"), max_util=inv.get("max_util"), idle=bool(inv.get("idle")),
-        exclude=frozenset(d.uuid for d in gpu_spec.resolve(inv.get("exclude"), machine, "--exclude"))
-        if inv.get("exclude") else frozenset(),
-    )
+    if inv.get("share") and explicit is None:
+        raise UsageError("--share is for --gpus", hint="--auto and --fit always skip GPUs reserved by others")
     runner_ups = 3 if inv.get("explain") else 0  # next-best sets cost search time; only --explain shows them
-    try:
-        if explicit is not None:
-            devices = gpu_spec.resolve(explicit, machine)
-            vis.check_allowed(devices)
-            selection = select.check_explicit(devices, machine, constraints)
-        elif inv.get("mig"):
-            from gpu_launch import mig
+    request = acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
+                              max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
+                              share=bool(inv.get("share")) or inv.command == "env", runner_ups=runner_ups)
 
-            selection = mig.choose_mig(scope, auto or 1, constraints, fit)
-        elif fit is not None:
-            selection = select.choose_fit(scope, fit, constraints, runner_ups)
-        else:
-            selection = select.choose_auto(scope, auto, constraints, runner_ups)
-    except NotEnoughGpus as exc:
-        if vis.restricted:
-            exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
-        raise
+    def chooser(request: acquire.Request, machine: Machine, constraints: select.Constraints) -> Selection:
+        vis = visibility.resolve(machine, os.environ)
+        vis.require_some()
+        scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
+        try:
+            if explicit is not None:
+                devices = gpu_spec.resolve(explicit, machine)
+                vis.check_allowed(devices)
+                return select.check_explicit(devices, machine, constraints)
+            if inv.get("mig"):
+                from gpu_launch import mig
+
+                return mig.choose_mig(scope, auto or 1, constraints, fit)
+            if fit is not None:
+                return select.choose_fit(scope, fit, constraints, runner_ups)
+            return select.choose_auto(scope, auto, constraints, runner_ups)
+        except NotEnoughGpus as exc:
+            if vis.restricted:
+                exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+            raise
+
+    def read() -> Machine:
+        return _read(inv, processes=explicit is None,
+                     topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
+
+    got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
+                          chooser=chooser)
+    machine = got.machine
+    vis = visibility.resolve(machine, os.environ) if machine is not None else None
     # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
-    env = environment.build(selection.devices, os.environ, use_uuid=bool(inv.get("uuid")) or vis.restricted)
-    return machine, vis, selection, env
+    env = environment.build(got.selection.devices, os.environ,
+                            use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.restricted))
+    return machine, vis, got, env
 
 
 def _tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, str]) -> None:
@@ -208,14 +240,17 @@ def _tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str,
 
 
 def _env(inv: Invocation) -> int:
-    from gpu_launch import environment, shellenv
+    from gpu_launch import acquire, environment, shellenv
 
     if inv.positionals:
         raise UsageError(f"`env` runs no command, got {inv.positionals[0]!r}",
                          hint='use it as eval "$(gpulaunch env --auto 2)", or launch with gpulaunch --auto 2 -- CMD')
-    _machine, vis, selection, env = _choose(inv)
-    _tell(inv, vis, selection, env)
-    sys.stdout.write(shellenv.render(selection.devices, env, environment.SET_VARIABLES, inv.get("shell"),
+    # No command runs to hold a reservation, so none is taken; but --auto/--fit avoid reserved GPUs
+    # and --gpus on one gets a warning naming its holder.
+    _machine, vis, got, env = _choose(inv, acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False))
+    assert vis is not None
+    _tell(inv, vis, got.selection, env)
+    sys.stdout.write(shellenv.render(got.selection.devices, env, environment.SET_VARIABLES, inv.get("shell"),
                                      bool(inv.get("json"))))
     return 0
 
@@ -226,7 +261,9 @@ def _check(inv: Invocation) -> int:
 
     if inv.positionals:
         raise UsageError(f"`check` takes no arguments, got {inv.positionals[0]!r}")
-    _machine, vis, selection, env = _choose(inv)
+    _machine, vis, got, env = _choose(inv)  # reservations do not matter: nothing runs on the GPUs
+    assert vis is not None
+    selection = got.selection
     out = sys.stdout
     inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
     if inherited is None:
@@ -250,6 +287,8 @@ def _check(inv: Invocation) -> int:
 
 
 def _launch(inv: Invocation) -> int:
+    from gpu_launch import acquire
+
     informing = bool(inv.get("dry_run") or inv.get("explain"))
     if not informing:
         _check_subcommand_typo(inv)
@@ -257,12 +296,21 @@ def _launch(inv: Invocation) -> int:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
-    machine, vis, selection, env = _choose(inv)
+    quiet = bool(inv.get("quiet"))
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
+    machine, vis, got, env = _choose(inv, locking, wait=None if informing else inv.get("wait"),
+                                     fallback=inv.get("fallback"))
+    selection = got.selection
     from gpu_launch import placeholders
 
     argv = placeholders.substitute(inv.argv, len(selection.devices))
-    quiet = bool(inv.get("quiet"))
+    if got.fallback_reason is not None and not quiet:
+        print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
+        print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
+              file=sys.stderr)
     if inv.get("explain"):
+        if machine is None:  # fell back to the CPU: nothing was chosen to explain
+            return 0
         from gpu_launch import explain
 
         if inv.get("json"):
@@ -275,7 +323,8 @@ def _launch(inv: Invocation) -> int:
         for arg in placeholders.near_misses(inv.argv):
             print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
                   f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
-    _tell(inv, vis, selection, env)
+    if vis is not None:
+        _tell(inv, vis, selection, env)
     if inv.get("dry_run"):
         from gpu_launch import environment, render
 
@@ -288,15 +337,20 @@ def _launch(inv: Invocation) -> int:
     from gpu_launch import affinity
     from gpu_launch.launch import exec_command
 
-    # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
-    # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
-    example = machine.source != "nvml" and not os.path.exists(machine.source)
-    mode = inv.get("bind") or ("off" if example else "auto")
-    binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
-    failed = affinity.apply(binding)
-    if not quiet and (failed or binding.message):
-        kind = "warning: " if failed or binding.warning else ""
-        print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+    if machine is not None:
+        # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
+        # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
+        example = machine.source != "nvml" and not os.path.exists(machine.source)
+        mode = inv.get("bind") or ("off" if example else "auto")
+        binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
+        failed = affinity.apply(binding)
+        if not quiet and (failed or binding.message):
+            kind = "warning: " if failed or binding.warning else ""
+            print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+    if got.reservation is not None:
+        # The command keeps our pid and inherits the locks: the reservation ends when it does.
+        got.reservation.record(os.getpid(), argv)
+        got.reservation.make_inheritable()
     exec_command(argv, env)
 
 

@@ -37,10 +37,11 @@ def _names(opts: Sequence[Option]) -> list[str]:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """Options whose value is one of a few words (the modules that check them own the lists)."""
+    from gpu_launch.acquire import FALLBACKS
     from gpu_launch.affinity import MODES
     from gpu_launch.shellenv import SHELLS as ENV_SHELLS
 
-    return {"bind": MODES, "shell": ENV_SHELLS}
+    return {"bind": MODES, "shell": ENV_SHELLS, "fallback": FALLBACKS}
 
 
 def _value_kind(opt: Option) -> str:

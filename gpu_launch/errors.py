@@ -18,6 +18,8 @@ __all__ = [
     "NotEnoughGpus",
     "WaitTimeout",
     "ReservationConflict",
+    "LockDirError",
+    "JobsFailed",
     "CheckFailed",
     "CommandNotFound",
     "NotExecutable",
@@ -35,8 +37,9 @@ class ExitCode(enum.IntEnum):
     NOT_ENOUGH_GPUS = 4  # the request cannot be met by the GPUs that exist / are eligible
     WAIT_TIMEOUT = 5  # --wait ran out before the request could be met
     RESERVED = 6  # a GPU asked for by --gpus is reserved by another gpulaunch job
-    BAD_FILE = 7  # snapshot or config file missing, unreadable or invalid
+    BAD_FILE = 7  # snapshot or config file missing, unreadable or invalid; lock dir or lock file unsafe
     CHECK_FAILED = 8  # `gpulaunch check` found that CUDA sees something else than chosen
+    JOBS_FAILED = 9  # `gpulaunch each`: at least one job exited non-zero or could not start
     NOT_EXECUTABLE = 126  # the command exists but cannot be executed
     COMMAND_NOT_FOUND = 127  # the command is not on PATH
     INTERRUPTED = 130  # Ctrl-C before the command started
@@ -77,6 +80,16 @@ class WaitTimeout(GpuLaunchError):
 
 class ReservationConflict(GpuLaunchError):
     exit_code = ExitCode.RESERVED
+
+
+class LockDirError(GpuLaunchError):
+    """The reservation lock directory or a lock file in it is missing, unsafe or unusable."""
+
+    exit_code = ExitCode.BAD_FILE
+
+
+class JobsFailed(GpuLaunchError):
+    exit_code = ExitCode.JOBS_FAILED
 
 
 class CheckFailed(GpuLaunchError):

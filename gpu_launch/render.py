@@ -103,16 +103,19 @@ def _temp(gpu: Gpu) -> str:
     return f"{gpu.temperature_c}°C" if gpu.temperature_c is not None else "–"
 
 
-def ls_plain(machine: Machine) -> str:
-    rows = [["GPU", "NAME", "MEMORY USED/TOTAL", "UTIL", "TEMP", "PROCESSES"]]
+def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None) -> str:
+    """The `ls` table; with ``reserved`` (uuid -> holder) non-empty, a RESERVED BY column is added."""
+    extra = bool(reserved)
+    rows = [["GPU", "NAME", "MEMORY USED/TOTAL", "UTIL", "TEMP", *(["RESERVED BY"] if extra else []), "PROCESSES"]]
     for g in machine.gpus:
+        held = [(reserved or {}).get(g.uuid) or "–"] if extra else []
         if not g.available:
-            rows.append([str(g.index), g.name, "unavailable", "", "", g.error or "NVML could not read it"])
+            rows.append([str(g.index), g.name, "unavailable", "", "", *held, g.error or "NVML could not read it"])
             continue
-        rows.append([str(g.index), g.name, mem_text(g), _util(g), _temp(g), process_text(g)])
+        rows.append([str(g.index), g.name, mem_text(g), _util(g), _temp(g), *held, process_text(g)])
         for m in g.mig_devices:
             rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                         "", "", m.uuid])
+                         "", "", *([""] if extra else []), m.uuid])
     out = [_header(machine)] + _table(rows)
     out.extend(f"warning: {w}" for w in machine.warnings)
     return "\n".join(out) + "\n"
@@ -125,25 +128,29 @@ def _bar(used: int | None, total: int | None, width: int = 12) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def ls_rich(machine: Machine, stream: IO[str]) -> None:
+def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | None = None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=stream, highlight=False)
     table = Table(title=_header(machine), title_justify="left", box=None, header_style="bold", pad_edge=False)
-    for column in ("GPU", "Name", "Memory", "", "Util", "Temp", "Processes"):
+    extra = bool(reserved)
+    for column in ("GPU", "Name", "Memory", "", "Util", "Temp", *(["Reserved by"] if extra else []), "Processes"):
         table.add_column(column, justify="right" if column in ("GPU", "Util", "Temp") else "left")
     for g in machine.gpus:
+        holder = (reserved or {}).get(g.uuid)
+        held = [f"[magenta]{escape(holder)}[/]" if holder else "–"] if extra else []
         if not g.available:
-            table.add_row(str(g.index), g.name, "[red]unavailable[/]", "", "", "", f"[red]{g.error or ''}[/]")
+            table.add_row(str(g.index), g.name, "[red]unavailable[/]", "", "", "", *held, f"[red]{g.error or ''}[/]")
             continue
         share = (g.memory_used_mib or 0) / g.memory_total_mib if g.memory_total_mib else 0
         colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
         table.add_row(str(g.index), g.name, mem_text(g), f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
-                      _util(g), _temp(g), process_text(g))
+                      _util(g), _temp(g), *held, escape(process_text(g)))
         for m in g.mig_devices:
             table.add_row("", f"└ MIG {m.profile or ''}", f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                          "", "", "", m.uuid)
+                          "", "", "", *([""] if extra else []), m.uuid)
     console.print(table)
     for w in machine.warnings:
         console.print(f"[yellow]warning:[/] {w}")

@@ -1,0 +1,289 @@
+"""Select GPUs and reserve them as one step; wait for them; fall back to the CPU.
+
+:func:`attempt` reads who holds which GPU, selects among the rest, and locks the chosen set. A
+lock lost to a race (another gpulaunch locked the GPU between our read and our lock) releases
+everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
+:func:`acquire` adds ``--wait`` (re-read the machine every poll, first come first served through
+:mod:`gpu_launch.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO
+
+from gpu_launch import reservations
+from gpu_launch import select as gpu_select
+from gpu_launch import spec as gpu_spec
+from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
+from gpu_launch.model import Machine
+from gpu_launch.units import Size, fmt_duration, fmt_mib
+
+__all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
+           "hopeless", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
+
+POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
+DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
+FALLBACKS = ("cpu",)
+_UNMET = (NotEnoughGpus, ReservationConflict)
+
+#: Chooses the devices for a request among a machine's GPUs under the given constraints (which
+#: carry the reservations seen). The CLI passes one that knows the parent's visibility and MIG.
+Chooser = Callable[["Request", Machine, gpu_select.Constraints], gpu_select.Selection]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a job asks for: exactly one of ``auto``/``fit``/``gpus``, and the constraints."""
+
+    auto: int | None = None
+    fit: Size | None = None
+    gpus: tuple[gpu_spec.Item, ...] | None = None
+    min_free: Size | None = None
+    max_util: int | None = None
+    idle: bool = False
+    exclude: tuple[gpu_spec.Item, ...] | None = None
+    share: bool = False  # --gpus: use reserved GPUs anyway
+    runner_ups: int = 0  # next-best sets to keep, for --explain
+
+    def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
+        excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
+            if self.exclude else frozenset()
+        return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved))
+
+    def what(self, machine: Machine) -> str:
+        """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
+        desc = self.constraints(machine, {}).describe()
+        with_desc = f" with {desc}" if desc else ""
+        if self.gpus is not None:
+            labels = ", ".join(d.label for d in gpu_spec.resolve(self.gpus, machine))
+            return f"need {labels}"
+        if self.fit is not None:
+            return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
+        n = self.auto or 1
+        return f"need {n} GPU{'s' if n != 1 else ''}{with_desc}"
+
+
+@dataclass(frozen=True)
+class Locking:
+    """Where reservations live and whether this job takes one (``--no-lock``, ``--dry-run``: no)."""
+
+    lock_dir: str
+    take: bool = True
+
+    @staticmethod
+    def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
+        return Locking(reservations.lock_dir_path(option, environ), take)
+
+
+@dataclass
+class Acquired:
+    """The outcome: the selection (no devices on CPU fallback), the locks held, and why a fallback."""
+
+    selection: gpu_select.Selection
+    reservation: reservations.Reservation | None = None
+    reserved: dict[str, str] = field(default_factory=dict)  # uuid -> holder, as seen
+    fallback_reason: str | None = None
+    machine: Machine | None = None  # the snapshot the selection was made on
+
+
+def poll_interval(environ: Mapping[str, str]) -> float:
+    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2."""
+    text = environ.get(POLL_ENV)
+    if not text:
+        return DEFAULT_POLL
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{POLL_ENV}={text!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
+    if not 0 < value <= 3600:
+        raise UsageError(f"{POLL_ENV}={text!r} must be between 0 and 3600 seconds")
+    return value
+
+
+def _device_uuids(machine: Machine) -> list[str]:
+    uuids = []
+    for gpu in machine.gpus:
+        uuids.append(gpu.uuid)
+        uuids.extend(m.uuid for m in gpu.mig_devices)
+    return uuids
+
+
+def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Constraints) -> gpu_select.Selection:
+    """``--gpus``, ``--fit`` or ``--auto`` on the whole machine."""
+    if request.gpus is not None:
+        return gpu_select.check_explicit(gpu_spec.resolve(request.gpus, machine), machine, constraints)
+    if request.fit is not None:
+        return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
+    return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
+
+
+def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser) -> gpu_select.Selection:
+    constraints = request.constraints(machine, reserved)
+    if request.gpus is not None:
+        devices = gpu_spec.resolve(request.gpus, machine)
+        taken = [d for d in devices if d.uuid in reserved]
+        if taken and not request.share:
+            who = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+            raise ReservationConflict(f"--gpus: {who}",
+                                      hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
+        selection = chooser(request, machine, constraints)
+        if taken:
+            shared = ", ".join(f"{d.label} (reserved by {reserved[d.uuid]})" for d in taken)
+            selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"--share: sharing {shared}"),
+                                             selection.eligibility, selection.ranking)
+        return selection
+    return chooser(request, machine, constraints)
+
+
+def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser) -> Acquired:
+    """Select and (with ``locking.take``) lock, as one step. Raises NotEnoughGpus/ReservationConflict.
+
+    ``locking`` None ignores reservations altogether.
+    """
+    reserved: dict[str, str] = {}
+    if locking is None:
+        return Acquired(_choose(request, machine, reserved, chooser), machine=machine)
+    now = time.time()
+    uuids = _device_uuids(machine)
+    if locking.take:
+        reservations.prepare_dir(locking.lock_dir)
+    found = reservations.holders(locking.lock_dir, uuids)
+    # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
+    # GPUs that job holds: they are its own. It takes no second lock on them.
+    parents = reservations.ancestors() if found else frozenset()
+    own = {u for u, h in found.items() if h.pid is not None and h.pid in parents}
+    reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
+    for _ in range(len(uuids) + 2):
+        selection = _choose(request, machine, reserved, chooser)
+        if not locking.take:
+            return Acquired(selection, None, reserved, machine=machine)
+        # Reserved ones are only chosen with --share; they and our own job's are not locked again.
+        wanted = [d.uuid for d in selection.devices if d.uuid not in reserved and d.uuid not in own]
+        got = reservations.lock_all(locking.lock_dir, wanted)
+        if isinstance(got, reservations.Reservation):
+            return Acquired(selection, got, reserved, machine=machine)
+        # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
+        holder = reservations.probe(locking.lock_dir, got)
+        reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
+    raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
+                        hint="try again, or queue with --wait")
+
+
+def hopeless(request: Request, machine: Machine) -> str | None:
+    """Why the request can never be met on this machine, however long one waits; None if it can."""
+    usable = [g for g in machine.gpus if g.available and not g.mig_devices]
+    if request.exclude:
+        excluded = {d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")}
+        usable = [g for g in usable if g.uuid not in excluded]
+    if request.gpus is not None:
+        for device in gpu_spec.resolve(request.gpus, machine):
+            if not device.gpu.available:
+                return f"{device.gpu.label} is unavailable"
+        return None
+    if request.fit is not None:
+        totals = sorted((g.memory_total_mib or 0 for g in usable), reverse=True)[:8]
+        if request.fit.mib is not None and sum(totals) < request.fit.mib:
+            return f"--fit {request.fit}: all usable GPUs together have {fmt_mib(sum(totals))}"
+        return None
+    n = request.auto or 1
+    if n > len(usable):
+        return f"need {n} GPUs, but only {len(usable)} of {len(machine.gpus)} could ever be eligible"
+    return None
+
+
+def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str]) -> str:
+    elig = gpu_select.eligibility(machine, request.constraints(machine, reserved))
+    text = ", ".join(g.label for g in elig.eligible) or "none"
+    held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
+    return text + (f" ({held} reserved by other gpulaunch jobs)" if held else "")
+
+
+class _Sleeper:
+    """Sleep in steps of at most a second, refreshing the status line's clock as it goes."""
+
+    def __init__(self, status: object, started: float) -> None:
+        self.status = status
+        self.started = started
+
+    def sleep(self, seconds: float, what: str) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 1.0))
+            self.status.update(time.monotonic() - self.started, what)  # type: ignore[attr-defined]
+
+
+def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
+            wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
+            quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser) -> Acquired:
+    """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
+
+    Ctrl-C while waiting raises KeyboardInterrupt with nothing held and the queue left.
+    """
+    try:
+        if wait is None:
+            return attempt(request, read(), locking, chooser)
+        return _wait(request, read, locking, wait, stream, quiet, environ, chooser)
+    except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
+        if fallback != "cpu":
+            raise
+        return Acquired(gpu_select.Selection(()), None, {}, exc.message)
+
+
+def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
+          stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser) -> Acquired:
+    from gpu_launch.status_line import StatusLine
+    from gpu_launch.waitqueue import Ticket
+
+    interval = poll_interval(environ)
+    started = time.monotonic()
+    deadline = started + wait if math.isfinite(wait) else math.inf
+    ticket = None
+    if locking is not None and locking.take:
+        reservations.prepare_dir(locking.lock_dir)
+        ticket = Ticket(locking.lock_dir)
+    with StatusLine(stream, quiet) as status:
+        sleeper = _Sleeper(status, started)
+        try:
+            if ticket is not None:
+                ticket.join()
+            last: GpuLaunchError | None = None
+            while True:
+                ahead = ticket.ahead() if ticket is not None else 0
+                machine = read()
+                if ahead == 0:
+                    try:
+                        return attempt(request, machine, locking, chooser)
+                    except _UNMET as exc:
+                        last = exc
+                        why = hopeless(request, machine)
+                        if why is not None:
+                            raise type(exc)(f"{exc.message}; waiting cannot help: {why}", hint=exc.hint) from None
+                    found = {} if locking is None else reservations.holders(locking.lock_dir, _device_uuids(machine))
+                    # No ages in the line: in plain mode a new line is printed only when it changes.
+                    reserved = {u: h.describe(age=False) for u, h in found.items()}
+                    taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
+                        if request.gpus is not None else []
+                    if taken:
+                        what = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+                    else:
+                        what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
+                else:
+                    what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
+                now = time.monotonic()
+                if now >= deadline:
+                    reason = last.message if last is not None else what
+                    raise WaitTimeout(f"waited {fmt_duration(wait)}, and the request still cannot be met: {reason}",
+                                      hint="wait longer (e.g. --wait 2h), ask for less, or run anyway with --fallback cpu")
+                status.update(now - started, what)
+                sleeper.sleep(min(interval, deadline - now), what)
+        finally:
+            if ticket is not None:
+                ticket.leave()

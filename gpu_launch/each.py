@@ -1,0 +1,317 @@
+"""``gpulaunch each``: run a list of commands, each on its own free GPUs, as GPUs free up.
+
+The job file has one command a line, split like a shell would split it (``shlex``) but never run
+through a shell; blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin.
+
+Design: this process is the scheduler. For the next job it selects and locks ``--gpus-per-job``
+GPUs exactly as a launch does (:func:`gpu_launch.acquire.attempt`: same constraints, reserved
+GPUs skipped, first come first served with other waiters through a queue ticket), then starts the
+job with those lock descriptors passed to it (``pass_fds``), writes the job's pid into the lock
+files and closes its own copies. From then on the *job* holds its reservation: it ends when the
+job exits, crashes or is killed, whatever happens to this scheduler. So no two jobs (of this
+sweep, or anyone's gpulaunch) are ever on one GPU, and ``gpulaunch ls`` shows each job's pid.
+
+Each job runs in its own process group with stdin from /dev/null, and its stdout and stderr go to
+``--log-dir``/job-N.log (N is the job's number, 1-based, in file order); an existing file is never
+overwritten (job-N.1.log, job-N.2.log, … are used instead). Ctrl-C (or SIGTERM) stops launching,
+sends the same signal to every running job's process group and waits for them; a second one sends
+SIGKILL. Exit status: 0 when every job exited 0; 9 (``ExitCode.JOBS_FAILED``) when any job failed
+or could not start; 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from gpu_launch import acquire
+from gpu_launch.errors import (GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, ReservationConflict,
+                               UsageError)
+from gpu_launch.model import Machine
+
+__all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "default_log_dir", "open_log"]
+
+_REAP_EVERY = 0.1  # seconds between checks for finished jobs and signals
+
+
+@dataclass(frozen=True)
+class Job:
+    number: int  # 1-based, in file order
+    line: int  # line number in the job file
+    argv: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass
+class JobState:
+    """A job's progress: queued → running → done | failed (or failed without starting)."""
+
+    job: Job
+    status: str = "queued"
+    gpus: str = ""
+    log: str = ""
+    started: float | None = None
+    ended: float | None = None
+    returncode: int | None = None
+    note: str = ""
+    proc: Any = field(default=None, repr=False)
+
+    @property
+    def seconds(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended if self.ended is not None else time.monotonic()) - self.started
+
+    @property
+    def outcome(self) -> str:
+        """``exit 0``, ``exit 3``, ``killed by SIGKILL``, or the note for a job that never ran."""
+        if self.returncode is None:
+            return self.note
+        if self.returncode < 0:
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        return f"exit {self.returncode}"
+
+
+def parse_jobs(text: str, source: str) -> list[Job]:
+    """The commands in ``text``, one a line; UsageError naming the line for a bad one."""
+    jobs = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        try:
+            argv = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
+                             hint="check the quotes on that line") from None
+        if argv:
+            jobs.append(Job(len(jobs) + 1, lineno, tuple(argv)))
+    return jobs
+
+
+def read_jobs(path: str | None, stdin: IO[str]) -> tuple[list[Job], str]:
+    """Read the job file (``-`` or None: stdin); returns the jobs and the source's name."""
+    if path in (None, "-"):
+        if path is None and stdin.isatty():
+            raise UsageError("`each` needs a job file", hint="gpulaunch each jobs.txt, or pipe the commands in on stdin")
+        return parse_jobs(stdin.read(), "stdin"), "stdin"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise UsageError(f"job file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"job file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    return parse_jobs(text, path), path
+
+
+def default_log_dir(now: float | None = None) -> str:
+    return os.path.join("gpulaunch-logs", time.strftime("%Y%m%d-%H%M%S", time.localtime(now)))
+
+
+def open_log(log_dir: str, number: int) -> tuple[int, str]:
+    """Create job-N.log in ``log_dir`` without ever overwriting a file: job-N.1.log, … if taken."""
+    for attempt in range(1000):
+        name = f"job-{number}.log" if attempt == 0 else f"job-{number}.{attempt}.log"
+        path = os.path.join(log_dir, name)
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644), path
+        except FileExistsError:
+            continue
+    raise UsageError(f"log dir {log_dir}: too many existing logs for job {number}", hint="use a fresh --log-dir")
+
+
+class _Signals:
+    """Turns SIGINT/SIGTERM into a counter the loop reads, so a signal never lands mid-spawn."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+
+
+class Scheduler:
+    """Starts queued jobs as GPUs free up; see the module docstring."""
+
+    def __init__(self, jobs: Sequence[Job], request: acquire.Request, locking: acquire.Locking,
+                 read: Callable[[], Machine], log_dir: str, view: Any, environ: Mapping[str, str]) -> None:
+        self.states = [JobState(job) for job in jobs]
+        self.pending: deque[JobState] = deque(self.states)
+        self.running: list[JobState] = []
+        self.request = request
+        self.locking = locking
+        self.read = read
+        self.log_dir = log_dir
+        self.view = view
+        self.environ = environ
+        self.interval = acquire.poll_interval(environ)
+        self.ticket: Any = None
+        self.stopping = 0  # signals received
+
+    def run(self) -> None:
+        next_try = 0.0
+        with _Signals() as signals:
+            try:
+                while self.pending and not self.stopping or self.running:
+                    while len(signals.received) > self.stopping:
+                        self._stop(signals.received[self.stopping])
+                    if self._reap():
+                        next_try = 0.0
+                    if self.pending and not self.stopping and time.monotonic() >= next_try:
+                        self._start_what_fits()
+                        next_try = time.monotonic() + self.interval
+                    self.view.refresh(self)
+                    time.sleep(_REAP_EVERY)
+            finally:
+                self._leave_queue()
+        for state in self.pending:
+            state.status, state.note = "not started", "interrupted before it started"
+
+    def _leave_queue(self) -> None:
+        if self.ticket is not None:
+            self.ticket.leave()
+            self.ticket = None
+
+    def _stop(self, signum: int) -> None:
+        """First signal: stop launching, forward it to the jobs. Later ones: SIGKILL the jobs."""
+        self.stopping += 1
+        self._leave_queue()
+        forward = signum if self.stopping == 1 else signal.SIGKILL
+        self.view.stopping(self, signal.Signals(forward).name)
+        for state in self.running:
+            try:
+                os.killpg(state.proc.pid, forward)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _reap(self) -> bool:
+        finished = [s for s in self.running if s.proc.poll() is not None]
+        for state in finished:
+            self.running.remove(state)
+            state.ended = time.monotonic()
+            state.returncode = state.proc.returncode
+            state.status = "done" if state.returncode == 0 else "failed"
+            self.view.finished(self, state)
+        return bool(finished)
+
+    def _start_what_fits(self) -> None:
+        from gpu_launch.waitqueue import Ticket
+
+        while self.pending:
+            if self.ticket is None:
+                self.ticket = Ticket(self.locking.lock_dir)
+                self.ticket.join()
+            if self.ticket.ahead() > 0:
+                return
+            machine = self.read()
+            try:
+                got = acquire.attempt(self.request, machine, self.locking)
+            except (NotEnoughGpus, ReservationConflict):
+                self.view.waiting(self, self.request.what(machine))
+                return
+            self._leave_queue()
+            self._spawn(self.pending.popleft(), got)
+
+    def _spawn(self, state: JobState, got: acquire.Acquired) -> None:
+        from gpu_launch import environment, placeholders
+
+        assert got.reservation is not None
+        devices = got.selection.devices
+        env = environment.build(devices, self.environ)
+        argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
+        state.gpus = ",".join(str(d.gpu.index) for d in devices)
+        log_fd, state.log = open_log(self.log_dir, state.job.number)
+        try:
+            state.proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                pass_fds=tuple(got.reservation.fds.values()), start_new_session=True)
+        except OSError as exc:
+            state.status, state.note = "failed", f"could not start: {exc.strerror or exc}"
+            state.started = state.ended = time.monotonic()
+            self.view.finished(self, state)
+            return
+        finally:
+            os.close(log_fd)
+            if state.proc is None:
+                got.reservation.release()
+        # The job now holds the locks too; name it as the holder, then let go of our copies.
+        got.reservation.record(state.proc.pid, argv)
+        got.reservation.release()
+        state.status, state.started = "running", time.monotonic()
+        self.running.append(state)
+        self.view.started(self, state)
+
+
+def run(inv: Any, read_machine: Callable[..., Machine]) -> int:
+    """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
+    from gpu_launch.each_view import View
+    from gpu_launch.launch import resolve_command
+
+    if len(inv.positionals) > 1:
+        raise UsageError(f"`each` takes one job file, got {len(inv.positionals)} arguments",
+                         hint="put all the commands in one file, one a line")
+    jobs, source = read_jobs(inv.positionals[0] if inv.positionals else None, sys.stdin)
+    if not jobs:
+        raise UsageError(f"{source}: no commands in it", hint="one command a line; # starts a comment")
+    for job in jobs:
+        try:
+            resolve_command(job.argv, os.environ)
+        except GpuLaunchError as exc:
+            raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None
+    k = inv.get("gpus_per_job") or 1
+    request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
+                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"))
+
+    def read() -> Machine:
+        return read_machine(inv, processes=True, topology=k > 1)
+
+    machine = read()
+    why = acquire.hopeless(request, machine)
+    if why is not None:
+        raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True)
+    from gpu_launch.reservations import prepare_dir
+
+    prepare_dir(locking.lock_dir)
+    log_dir = inv.get("log_dir") or default_log_dir()
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"log dir {log_dir}: cannot create it ({exc.strerror})", hint="pick another --log-dir") from None
+    view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
+    scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ)
+    with view:
+        scheduler.run()
+    view.summary(scheduler)
+    failed = [s for s in scheduler.states if s.status == "failed"]
+    if scheduler.stopping:
+        not_started = sum(1 for s in scheduler.states if s.status == "not started")
+        raise Interrupted(f"interrupted: {not_started} job{'s' if not_started != 1 else ''} not started, "
+                          f"{len(failed)} failed (logs in {log_dir})")
+    if failed:
+        numbers = ", ".join(str(s.job.number) for s in failed)
+        raise JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}",
+                         hint=f"their logs are in {log_dir}")
+    return 0

@@ -1,0 +1,148 @@
+"""What ``gpulaunch each`` shows: progress on stderr, the summary table on stdout.
+
+On a terminal: a live rich panel (done / running / queued / failed, and the running jobs); otherwise
+one plain line per event. ``-q``: no progress and no summary (the exit status and the error line
+still tell). Only renders; :mod:`gpu_launch.each` decides.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import IO, Any
+
+from gpu_launch.units import fmt_duration
+
+__all__ = ["View", "counts", "summary_rows"]
+
+_PREFIX = "gpulaunch each:"
+
+
+def counts(scheduler: Any) -> dict[str, int]:
+    states = scheduler.states
+    return {
+        "done": sum(1 for s in states if s.status == "done"),
+        "running": sum(1 for s in states if s.status == "running"),
+        "queued": sum(1 for s in states if s.status == "queued"),
+        "failed": sum(1 for s in states if s.status == "failed"),
+    }
+
+
+def _counts_text(scheduler: Any) -> str:
+    c = counts(scheduler)
+    return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed"
+
+
+def summary_rows(scheduler: Any) -> list[list[str]]:
+    rows = [["JOB", "STATUS", "RESULT", "GPUS", "TIME", "LOG", "COMMAND"]]
+    for s in scheduler.states:
+        seconds = s.seconds
+        rows.append([str(s.job.number), s.status, s.outcome, s.gpus or "–",
+                     fmt_duration(seconds) if seconds is not None else "–", s.log or "–", s.job.text])
+    return rows
+
+
+class View:
+    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str) -> None:
+        from gpu_launch.render import use_color
+
+        self.err = err
+        self.out = out
+        self.quiet = quiet
+        self.total = total
+        self.log_dir = log_dir
+        self.rich = not quiet and use_color(err)
+        self._live: Any = None
+        self._last_refresh = 0.0
+        self._last_waiting = ""
+
+    def __enter__(self) -> View:
+        if self.rich:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(file=self.err, highlight=False), auto_refresh=False, transient=True)
+            self._live.start()
+        elif not self.quiet:
+            self._say(f"{self.total} job{'s' if self.total != 1 else ''}, logs in {self.log_dir}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _say(self, text: str) -> None:
+        if self._live is not None:
+            self._live.console.print(f"{_PREFIX} {text}", markup=False, highlight=False)
+        elif not self.quiet:
+            print(f"{_PREFIX} {text}", file=self.err, flush=True)
+
+    def started(self, scheduler: Any, state: Any) -> None:
+        self._last_waiting = ""
+        self._say(f"job {state.job.number}/{self.total} started on GPU {state.gpus} (log {state.log}): {state.job.text}")
+        self.refresh(scheduler, force=True)
+
+    def finished(self, scheduler: Any, state: Any) -> None:
+        took = f" after {fmt_duration(state.seconds)}" if state.seconds is not None else ""
+        if state.status == "done":
+            self._say(f"job {state.job.number}/{self.total} done{took}")
+        else:
+            self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{took} (log {state.log or '–'})")
+        self.refresh(scheduler, force=True)
+
+    def waiting(self, scheduler: Any, what: str) -> None:
+        if what != self._last_waiting and not self._live:
+            self._say(f"waiting for GPUs: {what} ({_counts_text(scheduler)})")
+        self._last_waiting = what
+
+    def stopping(self, scheduler: Any, signal_name: str) -> None:
+        running = len(scheduler.running)
+        self._say(f"stopping: no more jobs start; sending {signal_name} to {running} running "
+                  f"job{'s' if running != 1 else ''} and waiting for them")
+
+    def refresh(self, scheduler: Any, force: bool = False) -> None:
+        if self._live is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_refresh < 0.25:
+            return
+        self._last_refresh = now
+        from rich.table import Table
+        from rich.text import Text
+
+        c = counts(scheduler)
+        table = Table(box=None, show_header=False, pad_edge=False, title_justify="left",
+                      title=Text.assemble(("gpulaunch each  ", "bold"), (f"{c['done']} done", "green"), "  ",
+                                          (f"{c['running']} running", "cyan"), "  ",
+                                          (f"{c['queued']} queued", "yellow"), "  ",
+                                          (f"{c['failed']} failed", "red" if c["failed"] else "dim")))
+        for state in scheduler.running:
+            table.add_row(f"job {state.job.number}", f"GPU {state.gpus}", fmt_duration(state.seconds or 0),
+                          Text(state.job.text, overflow="ellipsis", no_wrap=True))
+        if self._last_waiting and c["queued"]:
+            table.add_row("", "", "", Text(f"waiting for GPUs: {self._last_waiting}", style="dim"))
+        self._live.update(table, refresh=True)
+
+    def summary(self, scheduler: Any) -> None:
+        if self.quiet:
+            return
+        from gpu_launch.render import use_color
+
+        rows = summary_rows(scheduler)
+        if use_color(self.out):
+            from rich.console import Console
+            from rich.table import Table
+            from rich.text import Text
+
+            table = Table(box=None, header_style="bold", pad_edge=False, title=_counts_text(scheduler),
+                          title_justify="left")
+            for column in rows[0]:
+                table.add_column(column.capitalize() if column != "GPUS" else "GPUs", overflow="fold")
+            style = {"done": "green", "failed": "red", "running": "cyan"}
+            for row in rows[1:]:
+                table.add_row(*[Text(cell, style=style.get(row[1], "") if i == 1 else "") for i, cell in enumerate(row)])
+            Console(file=self.out, highlight=False).print(table)
+            return
+        widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        self.out.write("\n".join([_counts_text(scheduler), *lines]) + "\n")

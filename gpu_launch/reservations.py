@@ -1,0 +1,330 @@
+"""GPU reservations: one ``flock`` per GPU that lives exactly as long as the job.
+
+Every GPU (or MIG device) has one lock file, named by its UUID, in a lock directory shared by all
+users of the machine (default ``/tmp/gpulaunch-locks``; ``--lock-dir`` / ``GPULAUNCH_LOCK_DIR``).
+A job holds an exclusive ``flock`` on the files of its GPUs. The descriptors are made inheritable
+just before exec, so the command itself holds them: the kernel drops the locks when the last
+process holding them exits, crashes or is killed. No daemon, no stale locks, no cleanup step.
+Lock files are never deleted (deleting one while it is locked would let a second job lock a new
+file of the same name), so the directory keeps one small file per GPU.
+
+Safety on a directory every user can write to:
+
+* The directory is created mode 1777 (sticky, world-writable, like ``/tmp``) whatever the umask.
+  An existing directory owned by another user is used only when it is sticky and world-writable,
+  so its owner alone cannot have made it a trap; anything else is a clear error.
+* Lock files are opened with ``O_NOFOLLOW``: a symlink planted at a lock path is refused, never
+  followed (it could otherwise make gpulaunch create or truncate a file of the victim's).
+  Anything that is not a regular file is refused too.
+* An existing file is opened without ``O_CREAT`` first, so Linux's ``fs.protected_regular``
+  (which forbids ``O_CREAT`` on another user's file in a sticky directory) does not get in the way;
+  a new one is created ``O_EXCL`` and ``fchmod``-ed to 0666 so every user can lock it later.
+
+Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
+after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
+what counts.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpu_launch.errors import LockDirError
+
+__all__ = [
+    "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "Holder", "Reservation", "lock_dir_path", "prepare_dir",
+    "lock_path", "open_shared", "probe", "holders", "ancestors", "try_lock", "lock_all", "current_user",
+]
+
+DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
+ENV_LOCK_DIR = "GPULAUNCH_LOCK_DIR"
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+_FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: How often a failed non-blocking lock is retried before the GPU counts as taken. Another
+#: gpulaunch may hold the lock for microseconds only (a probe, or a set it is about to give back).
+_RETRY_DELAYS = (0.005, 0.02)
+
+
+def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
+    """The lock directory: ``--lock-dir``, else ``GPULAUNCH_LOCK_DIR``, else the default."""
+    return option or environ.get(ENV_LOCK_DIR) or DEFAULT_LOCK_DIR
+
+
+def current_user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())
+
+
+def _owner(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def prepare_dir(path: str, create: bool = True) -> bool:
+    """Make sure ``path`` is a safe lock directory; False when it does not exist and ``create`` is off.
+
+    Raises LockDirError, naming the problem and the fix, when it is unsafe or cannot be made.
+    """
+    if create:
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise LockDirError(f"lock dir {path}: its parent directory does not exist",
+                               hint=f"create it, or point --lock-dir / {ENV_LOCK_DIR} elsewhere") from None
+        except OSError as exc:
+            raise LockDirError(f"lock dir {path}: cannot create it ({exc.strerror})",
+                               hint=f"point --lock-dir / {ENV_LOCK_DIR} at a directory you can write") from None
+        else:
+            # chmod, not mkdir's mode, so the umask cannot take the sticky and world-write bits away.
+            os.chmod(path, 0o1777)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if create:
+            raise LockDirError(f"lock dir {path} vanished while being set up") from None
+        return False
+    except OSError as exc:
+        raise LockDirError(f"lock dir {path}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise LockDirError(f"lock dir {path} is a symlink; refusing to follow it",
+                           hint=f"remove it, or point --lock-dir / {ENV_LOCK_DIR} at a real directory")
+    if not stat.S_ISDIR(st.st_mode):
+        raise LockDirError(f"lock dir {path} exists but is not a directory",
+                           hint=f"remove it, or point --lock-dir / {ENV_LOCK_DIR} elsewhere")
+    if st.st_uid != os.getuid() and (st.st_mode & 0o1002) != 0o1002:
+        raise LockDirError(
+            f"lock dir {path} belongs to {_owner(st.st_uid)} and is not sticky and world-writable "
+            f"(mode {stat.S_IMODE(st.st_mode):04o})",
+            hint=f"ask {_owner(st.st_uid)} to run `chmod 1777 {path}`, or use your own with --lock-dir",
+        )
+    return True
+
+
+def lock_path(lock_dir: str, uuid: str) -> str:
+    """The lock file of the device ``uuid`` (characters outside ``[A-Za-z0-9._-]`` become ``_``)."""
+    return os.path.join(lock_dir, _SAFE_NAME.sub("_", uuid) + ".lock")
+
+
+def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None:
+    """Open a file shared by all users, never following a symlink; None if absent and not ``create``.
+
+    The descriptor is close-on-exec. Raises LockDirError for a symlink, a non-regular file, or
+    a file that cannot be opened read-write.
+    """
+    while True:
+        try:
+            fd = os.open(path, _FILE_FLAGS)
+            break
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as exc:
+            raise _open_error(path, exc) from None
+        try:
+            fd = os.open(path, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            continue  # someone created it between our two opens: open theirs
+        except OSError as exc:
+            raise _open_error(path, exc) from None
+        os.fchmod(fd, mode)  # umask-independent, so other users can open it read-write later
+        break
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise LockDirError(f"{path} is not a regular file; refusing to use it as a lock",
+                           hint="remove it (someone may have planted it)")
+    return fd
+
+
+def _open_error(path: str, exc: OSError) -> LockDirError:
+    if exc.errno == errno.ELOOP:
+        return LockDirError(f"{path} is a symlink; refusing to follow it",
+                            hint="remove it (someone may have planted it); gpulaunch never creates symlinks")
+    return LockDirError(f"cannot open lock file {path} ({exc.strerror})",
+                        hint=f"check its owner and mode (it should be 0666), or use your own --lock-dir")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a reservation, as its lock file says. Fields are None when the text was unreadable."""
+
+    pid: int | None = None
+    user: str | None = None
+    started: float | None = None  # seconds since the epoch
+    command: str | None = None
+    host: str | None = None
+
+    def describe(self, now: float | None = None, age: bool = True) -> str:
+        """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown."""
+        if self.pid is None and self.user is None:
+            return "another gpulaunch job"
+        bits = []
+        if self.pid is not None:
+            bits.append(f"pid {self.pid}")
+        if self.started is not None and age:
+            from gpu_launch.units import fmt_duration
+
+            bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
+        detail = ", ".join(bits)
+        if self.command:
+            command = self.command if len(self.command) <= 40 else self.command[:39] + "…"
+            detail += f": {command}"
+        return f"{self.user or '?'} ({detail})"
+
+
+def _read_holder(fd: int) -> Holder:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        doc = json.loads(raw.decode("utf-8", "replace").splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return Holder()
+    if not isinstance(doc, dict):
+        return Holder()
+
+    def pick(key: str, kind: type) -> object:
+        value = doc.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    started = pick("started", (int, float))  # type: ignore[arg-type]
+    return Holder(pick("pid", int), pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
+                  pick("command", str), pick("host", str))  # type: ignore[arg-type]
+
+
+def _write_holder(fd: int, pid: int, argv: Sequence[str]) -> None:
+    import shlex
+
+    doc = {"pid": pid, "user": current_user(), "uid": os.getuid(), "started": round(time.time(), 3),
+           "command": shlex.join(argv), "host": os.uname().nodename}
+    data = (json.dumps(doc) + "\n").encode("utf-8")
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except OSError:
+        pass  # the lock is what counts; a missing note only makes `ls` say "another gpulaunch job"
+
+
+def probe(lock_dir: str, uuid: str) -> Holder | None:
+    """Who holds ``uuid``'s reservation, or None when it is free. Creates nothing, takes nothing.
+
+    A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
+    exclusive one; it is dropped at once.
+    """
+    fd = open_shared(lock_path(lock_dir, uuid), create=False)
+    if fd is None:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
+    """The reserved ones among ``uuids``, with their holders (an absent lock dir: none)."""
+    if not prepare_dir(lock_dir, create=False):
+        return {}
+    found = {}
+    for uuid in uuids:
+        holder = probe(lock_dir, uuid)
+        if holder is not None:
+            found[uuid] = holder
+    return found
+
+
+def ancestors() -> frozenset[int]:
+    """The pids of this process's parent, grandparent, … (Linux /proc; empty where unreadable)."""
+    found: set[int] = set()
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat_line = fh.read()
+            pid = int(stat_line[stat_line.rindex(b")") + 2:].split()[1])  # field 4: ppid
+        except (OSError, ValueError, IndexError):
+            break
+    return frozenset(found)
+
+
+def try_lock(lock_dir: str, uuid: str) -> int | None:
+    """Take ``uuid``'s reservation: the locked descriptor, or None when someone else holds it."""
+    fd = open_shared(lock_path(lock_dir, uuid))
+    assert fd is not None
+    for delay in (*_RETRY_DELAYS, None):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if delay is None:
+                break
+            time.sleep(delay)
+    os.close(fd)
+    return None
+
+
+class Reservation:
+    """Locks held on some devices. Close them with :meth:`release`, or hand them to the command."""
+
+    def __init__(self, lock_dir: str, fds: Mapping[str, int]) -> None:
+        self.lock_dir = lock_dir
+        self.fds = dict(fds)  # uuid -> locked descriptor
+
+    @property
+    def uuids(self) -> tuple[str, ...]:
+        return tuple(self.fds)
+
+    def record(self, pid: int, argv: Sequence[str]) -> None:
+        """Write who holds these locks into their files (after locking: truncate, then write)."""
+        for fd in self.fds.values():
+            _write_holder(fd, pid, argv)
+
+    def make_inheritable(self) -> tuple[int, ...]:
+        """Let the descriptors survive exec, so the command holds the locks; returns them."""
+        for fd in self.fds.values():
+            os.set_inheritable(fd, True)
+        return tuple(self.fds.values())
+
+    def release(self) -> None:
+        """Close our descriptors (the locks end once no other process shares them)."""
+        for fd in self.fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds.clear()
+
+
+def lock_all(lock_dir: str, uuids: Sequence[str]) -> Reservation | str:
+    """Lock every one of ``uuids`` or none: the Reservation, or the UUID that was lost to someone."""
+    taken: dict[str, int] = {}
+    for uuid in uuids:
+        if uuid in taken:
+            continue
+        fd = try_lock(lock_dir, uuid)
+        if fd is None:
+            Reservation(lock_dir, taken).release()
+            return uuid
+        taken[uuid] = fd
+    return Reservation(lock_dir, taken)

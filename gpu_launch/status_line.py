@@ -1,0 +1,63 @@
+"""The "waiting…" line on stderr: a live rich line on a terminal, plain periodic lines otherwise.
+
+Only renders; :mod:`gpu_launch.acquire` decides what it says. Nothing at all with ``-q``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+from gpu_launch.units import fmt_duration
+
+__all__ = ["StatusLine", "PLAIN_EVERY"]
+
+PLAIN_EVERY = 60.0  # seconds between repeated plain lines when nothing changes
+
+
+class StatusLine:
+    """``waiting 1m20s: need 2 GPUs with ≥ 20 GiB free; eligible now: GPU 3``.
+
+    On a terminal (and without NO_COLOR) it is one rich line redrawn in place and removed at the
+    end; otherwise a line is printed when the situation changes, and once a minute regardless.
+    """
+
+    def __init__(self, stream: IO[str] | None, quiet: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet
+        self._live: Any = None
+        self._last_what: str | None = None
+        self._last_printed = 0.0
+
+    def __enter__(self) -> StatusLine:
+        if self.quiet:
+            return self
+        from gpu_launch.render import use_color
+
+        if use_color(self.stream):
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(file=self.stream, highlight=False), transient=True,
+                              auto_refresh=False)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def update(self, elapsed: float, what: str) -> None:
+        if self.quiet:
+            return
+        text = f"waiting {fmt_duration(elapsed)}: {what}"
+        if self._live is not None:
+            from rich.text import Text
+
+            self._live.update(Text.assemble(("gpulaunch: ", "bold"), (text, "yellow")), refresh=True)
+            return
+        if what != self._last_what or elapsed - self._last_printed >= PLAIN_EVERY:
+            print(f"gpulaunch: {text}", file=self.stream, flush=True)
+            self._last_what = what
+            self._last_printed = elapsed

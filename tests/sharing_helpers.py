@@ -1,0 +1,117 @@
+"""Helpers for the reservation, --wait and `each` tests: run the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+POLL = "0.05"
+_PRIVATE = tempfile.mkdtemp(prefix="gpulaunch-test-")  # never the machine's shared lock dir
+
+
+def env(lock_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e.pop("GPULAUNCH_SNAPSHOT", None)
+    e.pop("GPULAUNCH_LOCK_DIR", None)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e["GPULAUNCH_POLL_INTERVAL"] = POLL
+    e["NO_COLOR"] = "1"
+    e["GPULAUNCH_LOCK_DIR"] = str(lock_dir) if lock_dir is not None else os.path.join(_PRIVATE, "locks")
+    e.update(extra)
+    return e
+
+
+def gl(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpu_launch", *args]
+
+
+def run(args: list[str], lock_dir: Path | None = None, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(gl(*args), env=kw.pop("env", None) or env(lock_dir), capture_output=True, text=True,
+                          timeout=timeout, cwd=kw.pop("cwd", None), **kw)
+
+
+def start(args: list[str], lock_dir: Path | None = None, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(gl(*args), env=kw.pop("env", None) or env(lock_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def example(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("gpu_launch.examples").joinpath(f"{name}.json").read_text("utf-8"))
+
+
+def write_snapshot(path: Path, doc: dict[str, Any]) -> Path:
+    """Write atomically (rename), so a gpulaunch re-reading it never sees half a file."""
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(doc), encoding="utf-8")
+    os.replace(temp, path)
+    return path
+
+
+def first_gpus(doc: dict[str, Any], n: int) -> dict[str, Any]:
+    """The example with only its first ``n`` GPUs (and the matching corner of the link matrix)."""
+    out = dict(doc)
+    out["gpus"] = doc["gpus"][:n]
+    if doc.get("links"):
+        out["links"] = [row[:n] for row in doc["links"][:n]]
+    return out
+
+
+def set_free(doc: dict[str, Any], free_mib: Callable[[dict[str, Any]], int]) -> dict[str, Any]:
+    out = json.loads(json.dumps(doc))
+    for gpu in out["gpus"]:
+        free = free_mib(gpu)
+        gpu["memory_free_mib"] = free
+        gpu["memory_used_mib"] = gpu["memory_total_mib"] - free
+    return out
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Lines:
+    """Collects a pipe's lines in a thread, so a test can wait for one without blocking on the pipe."""
+
+    def __init__(self, stream: Any) -> None:
+        import threading
+
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream: Any) -> None:
+        for line in iter(stream.readline, ""):
+            self.lines.append(line)
+
+    def wait(self, needle: str, timeout: float = 30) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for line in list(self.lines):
+                if needle in line:
+                    return line
+            time.sleep(0.02)
+        raise AssertionError(f"no line with {needle!r} in {self.lines!r}")
+
+    def text(self) -> str:
+        self._thread.join(timeout=30)
+        return "".join(self.lines)
+
+
+#: A child that prints what it was given, says it is ready, then waits for a release file.
+HOLD = ("import os, sys, time; "
+        "print('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'), flush=True); "
+        "release = sys.argv[1]; "
+        "[time.sleep(0.02) for _ in iter(lambda: os.path.exists(release), True)]")

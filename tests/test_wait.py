@@ -1,0 +1,165 @@
+"""--wait (a GPU frees up mid-wait, timeout, Ctrl-C, first come first served) and --fallback cpu."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from gpu_launch import args, reservations, snapshot
+from gpu_launch.errors import UsageError
+from sharing_helpers import HOLD, Lines, example, first_gpus, run, set_free, start, write_snapshot
+
+SHOW = ["python3", "-c", "import os; print('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))"]
+GIB = 1024
+
+
+@pytest.fixture
+def locks(tmp_path: Path) -> Path:
+    return tmp_path / "locks"
+
+
+@pytest.fixture
+def full(tmp_path: Path) -> Path:
+    """workstation-4x with every GPU down to 10 GiB free: `--min-free 40GiB` cannot be met."""
+    return write_snapshot(tmp_path / "machine.json", set_free(example("workstation-4x"), lambda g: 10 * GIB))
+
+
+def _free_gpu(path: Path, index: int) -> None:
+    doc = set_free(example("workstation-4x"), lambda g: 45 * GIB if g["index"] == index else 10 * GIB)
+    write_snapshot(path, doc)
+
+
+def test_a_gpu_that_frees_up_mid_wait_is_taken(full: Path, locks: Path) -> None:
+    waiter = start(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait", "--", *SHOW], locks)
+    err = Lines(waiter.stderr)
+    line = err.wait("waiting")
+    assert "need 1 GPU with ≥ 40.0 GiB free; eligible now: none" in line
+    assert waiter.poll() is None
+    _free_gpu(full, 2)  # the snapshot file is re-read on every poll, as NVML would be
+    assert waiter.wait(timeout=30) == 0
+    assert waiter.stdout.read() == "CVD=2\n"
+    assert "cuda:0 → GPU 2" in err.text()
+
+
+def test_timeout_is_a_clear_error_with_its_own_exit_code(full: Path, locks: Path) -> None:
+    result = run(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait", "0.3s", "--", "true"], locks)
+    assert result.returncode == 5
+    assert "gpulaunch: error: waited 0s, and the request still cannot be met: need 1 GPU" in result.stderr
+    assert "--fallback cpu" in result.stderr
+    assert not list(locks.glob("ticket-*"))  # it left the queue
+
+
+def test_waiting_cannot_help_an_impossible_request(locks: Path) -> None:
+    result = run(["--snapshot", "workstation-4x", "--auto", "5", "--wait", "--", "true"], locks, timeout=30)
+    assert result.returncode == 4
+    assert "waiting cannot help: need 5 GPUs, but only 4 of 4 could ever be eligible" in result.stderr
+
+
+def test_ctrl_c_while_waiting_exits_130_holding_nothing(full: Path, locks: Path) -> None:
+    waiter = start(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait", "--", "true"], locks)
+    err = Lines(waiter.stderr)
+    err.wait("waiting")
+    waiter.send_signal(signal.SIGINT)
+    assert waiter.wait(timeout=30) == 130
+    assert "gpulaunch: interrupted" in err.text()
+    assert "Traceback" not in "".join(err.lines)
+    uuids = [g.uuid for g in snapshot.resolve(str(full)).gpus]
+    assert reservations.holders(str(locks), uuids) == {}
+    assert not list(locks.glob("ticket-*"))
+
+
+def test_waiters_are_served_first_come_first_served(tmp_path: Path, locks: Path) -> None:
+    one = write_snapshot(tmp_path / "one.json", first_gpus(example("workstation-4x"), 1))
+    order = tmp_path / "order.txt"
+    note = ["python3", "-c", "import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); time.sleep(0.3)",
+            str(order)]
+    release = tmp_path / "release"
+    holder = start(["--snapshot", str(one), "--gpus", "0", "--", "python3", "-c", HOLD, str(release)], locks)
+    Lines(holder.stdout).wait("CVD=0")
+    first = start(["--snapshot", str(one), "--auto", "1", "--wait", "--", *note, "first"], locks)
+    Lines(first.stderr).wait("waiting")
+    second = start(["--snapshot", str(one), "--auto", "1", "--wait", "--", *note, "second"], locks)
+    second_err = Lines(second.stderr)
+    assert "1 waiter ahead in the queue" in second_err.wait("waiting")
+    release.touch()
+    assert holder.wait(timeout=30) == 0
+    assert first.wait(timeout=30) == 0 and second.wait(timeout=30) == 0
+    assert order.read_text() == "first\nsecond\n"
+
+
+def test_fallback_cpu_runs_with_no_gpu_visible(full: Path, locks: Path) -> None:
+    result = run(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--fallback", "cpu", "--", *SHOW], locks)
+    assert result.returncode == 0
+    assert result.stdout == "CVD=\n"  # set, and empty: CUDA sees no device
+    assert "--fallback cpu: running on the CPU with no GPU visible" in result.stderr
+    assert "need 1 GPU" in result.stderr
+
+
+def test_fallback_cpu_after_waiting(full: Path, locks: Path) -> None:
+    result = run(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait=0.2s", "--fallback", "cpu",
+                  "--", *SHOW], locks)
+    assert result.returncode == 0 and result.stdout == "CVD=\n"
+    assert "waited" in result.stderr and "running on the CPU" in result.stderr
+
+
+def test_fallback_is_not_used_when_gpus_are_free(locks: Path) -> None:
+    result = run(["--snapshot", "workstation-4x", "--auto", "1", "--fallback", "cpu", "--", *SHOW], locks)
+    assert result.returncode == 0 and result.stdout in {f"CVD={i}\n" for i in range(4)}
+
+
+def test_unknown_fallback_is_a_usage_error() -> None:
+    result = run(["--snapshot", "workstation-4x", "--fallback", "tpu", "--", "true"])
+    assert result.returncode == 2 and "--fallback: 'tpu' is not a fallback" in result.stderr
+
+
+def test_quiet_waits_silently(full: Path, locks: Path) -> None:
+    result = run(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait", "0.2", "-q", "--", "true"], locks)
+    assert result.returncode == 5
+    assert "waiting" not in result.stderr and "error: waited" in result.stderr
+
+
+@pytest.mark.parametrize(("argv", "wait", "command"), [
+    (["--wait", "python", "x.py"], math.inf, ("python", "x.py")),
+    (["--wait", "2h", "python"], 7200.0, ("python",)),
+    (["--wait=30m", "--", "python"], 1800.0, ("python",)),
+    (["--wait", "90", "--", "python"], 90.0, ("python",)),
+    (["--wait", "--", "2h"], math.inf, ("2h",)),
+    (["--auto", "2", "--wait"], math.inf, ()),
+])
+def test_wait_takes_a_value_only_when_it_is_a_duration(argv: list[str], wait: float, command: tuple[str, ...]) -> None:
+    inv = args.parse(argv)
+    assert inv.get("wait") == wait
+    assert inv.argv == command
+
+
+def test_wait_with_an_empty_value_is_an_error() -> None:
+    with pytest.raises(UsageError, match="is not a duration"):
+        args.parse(["--wait=", "true"])
+
+
+def test_poll_interval_must_be_a_number(locks: Path) -> None:
+    from sharing_helpers import env
+
+    result = run(["--snapshot", "workstation-4x", "--auto", "5", "--wait", "--", "true"], locks,
+                 env=env(locks, GPULAUNCH_POLL_INTERVAL="soon"))
+    assert result.returncode == 2 and "GPULAUNCH_POLL_INTERVAL='soon' is not a number" in result.stderr
+
+
+def test_waiting_for_a_named_gpu_says_who_holds_it_once(tmp_path: Path, locks: Path) -> None:
+    release = tmp_path / "release"
+    holder = start(["--snapshot", "dgx-h100", "--gpus", "3", "--", "python3", "-c", HOLD, str(release)], locks)
+    try:
+        Lines(holder.stdout).wait("CVD=3")
+        result = run(["--snapshot", "dgx-h100", "--gpus", "3", "--wait", "0.5", "--", "true"], locks)
+        assert result.returncode == 5
+        waiting = [line for line in result.stderr.splitlines() if "waiting" in line]
+        # about ten polls, one line: the plain line is printed only when the situation changes
+        assert len(waiting) == 1, waiting
+        assert "GPU 3 is reserved by" in waiting[0] and f"(pid {holder.pid}: python3 -c" in waiting[0]
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
