@@ -133,8 +133,8 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
         selection = chooser(request, machine, constraints)
         if taken:
-            shared = ", ".join(f"{d.label} (reserved by {reserved[d.uuid]})" for d in taken)
-            selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"--share: sharing {shared}"),
+            shared = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+            selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"{shared}: using it anyway"),
                                              selection.eligibility, selection.ranking)
         return selection
     return chooser(request, machine, constraints)

@@ -172,7 +172,7 @@ def test_share_uses_a_reserved_gpu_anyway(tmp_path: Path, locks: Path) -> None:
                       "python3", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"], locks)
         assert shared.returncode == 0, shared.stderr
         assert shared.stdout == "2,4\n"
-        assert "--share: sharing GPU 2 (reserved by" in shared.stderr
+        assert "warning: GPU 2 is reserved by" in shared.stderr and "using it anyway" in shared.stderr
         refused = run(["--snapshot", "dgx-h100", "--auto", "1", "--share", "--", "true"], locks)
         assert refused.returncode == 2 and "--share is for --gpus" in refused.stderr
     finally:
@@ -299,3 +299,22 @@ def test_a_gpulaunch_inside_a_job_may_use_that_jobs_gpus(locks: Path) -> None:
     assert result.stdout == f"{gpu2.uuid}\ninner exit 0\n"
     stranger = run(["--snapshot", "dgx-h100", "--gpus", "2", "--", "true"], locks)  # not a descendant: free again
     assert stranger.returncode == 0
+
+
+def test_env_avoids_reserved_gpus_and_warns_about_a_named_one(tmp_path: Path, locks: Path) -> None:
+    release = tmp_path / "release"
+    best = run(["--snapshot", "dgx-h100", "env", "--auto", "1", "-q"], locks).stdout
+    first = next(line for line in best.splitlines() if line.startswith("export CUDA_VISIBLE_DEVICES=")).split("=")[1]
+    holder = start(["--snapshot", "dgx-h100", "--gpus", first, "--", "python3", "-c", HOLD, str(release)], locks)
+    try:
+        Lines(holder.stdout).wait("CVD=")
+        other = run(["--snapshot", "dgx-h100", "env", "--auto", "1", "-q"], locks)
+        assert other.returncode == 0 and f"export CUDA_VISIBLE_DEVICES={first}\n" not in other.stdout
+        named = run(["--snapshot", "dgx-h100", "env", "--gpus", first], locks)
+        assert named.returncode == 0 and f"export CUDA_VISIBLE_DEVICES={first}\n" in named.stdout
+        assert f"GPU {first} is reserved by" in named.stderr and "using it anyway" in named.stderr
+        assert reservations.holders(str(locks), _uuids("dgx-h100")).keys() == {
+            g.uuid for g in snapshot.resolve("dgx-h100").gpus if str(g.index) == first}  # env took nothing
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
