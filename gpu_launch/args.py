@@ -317,6 +317,11 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch completions zsh > ~/.zfunc/_gpulaunch", "install for zsh (~/.zfunc on $fpath)"),
         ("gpulaunch completions fish > ~/.config/fish/completions/gpulaunch.fish", "install for fish"),
     ),
+    "each": (
+        ("gpulaunch each jobs.txt", "run every line of jobs.txt, each on 1 GPU as GPUs free up; logs in ./gpulaunch-logs"),
+        ("gpulaunch each jobs.txt --gpus-per-job 2 --min-free 40GiB", "each job on 2 GPUs with 40 GiB free each"),
+        ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line"),
+    ),
     "help": (
         ("gpulaunch help ls", "the options and examples of one subcommand"),
         ("gpulaunch --help", "everything a launch accepts"),
@@ -336,7 +341,8 @@ _NOTES: dict[str, tuple[str, ...]] = {
         "--gpus, --auto, --fit, --dry-run, --explain, --json have no default.",
     ),
 }
-_USAGE = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]"}
+_USAGE = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
+          "each": "gpulaunch each [OPTIONS] [FILE | -]"}
 
 
 def usage(command: str = RUN) -> str:
