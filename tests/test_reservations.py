@@ -25,6 +25,7 @@ SPAN = ("import os, sys, time; rec, release = sys.argv[1], sys.argv[2]; start = 
         "[time.sleep(0.01) for _ in iter(lambda: os.path.exists(release), True)]; "
         "open(os.path.join(rec, f'span-{os.getpid()}'), 'w').write(f'{cvd} {start} {time.time()}')")
 ROUNDS = int(os.environ.get("GPULAUNCH_STRESS_ROUNDS", "5"))
+WAIT_ROUNDS = int(os.environ.get("GPULAUNCH_STRESS_WAIT_ROUNDS", "2"))
 PROCESSES = 16
 
 
@@ -116,9 +117,9 @@ def test_stress_16_launches_on_8_gpus_never_share_a_gpu(tmp_path: Path, locks: P
 
 def test_stress_with_wait_runs_all_16_one_per_gpu_at_a_time(tmp_path: Path, locks: Path) -> None:
     spans = []
-    for n in range(2):
+    for n in range(WAIT_ROUNDS):
         spans += _stress_round(tmp_path, locks, n, wait=True)
-    assert len(spans) == 16 * 2
+    assert len(spans) == 16 * WAIT_ROUNDS
     _assert_no_overlap(spans)
 
 
