@@ -49,6 +49,7 @@ class Request:
     exclude: tuple[gpu_spec.Item, ...] | None = None
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
+    mig: bool = False  # --mig: one MIG device rather than whole GPUs
 
     def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
@@ -65,6 +66,8 @@ class Request:
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
         n = self.auto or 1
+        if self.mig:
+            return f"need a MIG device{with_desc}"
         return f"need {n} GPU{'s' if n != 1 else ''}{with_desc}"
 
 
@@ -185,6 +188,8 @@ def hopeless(request: Request, machine: Machine) -> str | None:
             if not device.gpu.available:
                 return f"{device.gpu.label} is unavailable"
         return None
+    if request.mig:
+        return None  # the MIG chooser says what is impossible
     if request.fit is not None:
         totals = sorted((g.memory_total_mib or 0 for g in usable), reverse=True)[:8]
         if request.fit.mib is not None and sum(totals) < request.fit.mib:

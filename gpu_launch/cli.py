@@ -157,7 +157,7 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
 
     try:
         held = reservations.holders(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
-                                    [g.uuid for g in machine.gpus])
+                                    [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)
         return {}
@@ -184,7 +184,8 @@ def _choose(inv: Invocation, locking: Locking | None = None, wait: float | None 
     runner_ups = 3 if inv.get("explain") else 0  # next-best sets cost search time; only --explain shows them
     request = acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                               max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
-                              share=bool(inv.get("share")) or inv.command == "env", runner_ups=runner_ups)
+                              share=bool(inv.get("share")) or inv.command == "env", runner_ups=runner_ups,
+                              mig=bool(inv.get("mig")))
 
     def chooser(request: acquire.Request, machine: Machine, constraints: select.Constraints) -> Selection:
         vis = visibility.resolve(machine, os.environ)

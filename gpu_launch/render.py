@@ -115,7 +115,7 @@ def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None) -> str
         rows.append([str(g.index), g.name, mem_text(g), _util(g), _temp(g), *held, process_text(g)])
         for m in g.mig_devices:
             rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                         "", "", *([""] if extra else []), m.uuid])
+                         "", "", *([(reserved or {}).get(m.uuid) or "–"] if extra else []), m.uuid])
     out = [_header(machine)] + _table(rows)
     out.extend(f"warning: {w}" for w in machine.warnings)
     return "\n".join(out) + "\n"
@@ -150,7 +150,7 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
                       _util(g), _temp(g), *held, escape(process_text(g)))
         for m in g.mig_devices:
             table.add_row("", f"└ MIG {m.profile or ''}", f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                          "", "", "", *([""] if extra else []), m.uuid)
+                          "", "", "", *([escape((reserved or {}).get(m.uuid) or "–")] if extra else []), m.uuid)
     console.print(table)
     for w in machine.warnings:
         console.print(f"[yellow]warning:[/] {w}")

@@ -319,3 +319,20 @@ def test_env_avoids_reserved_gpus_and_warns_about_a_named_one(tmp_path: Path, lo
     finally:
         release.touch()
         holder.wait(timeout=30)
+
+
+def test_mig_devices_are_reserved_one_by_one(tmp_path: Path, locks: Path) -> None:
+    release = tmp_path / "release"
+    holder = start(["--snapshot", "mig-a100", "--auto", "1", "--mig", "--", "python3", "-c", HOLD, str(release)], locks)
+    try:
+        first = Lines(holder.stdout).wait("CVD=MIG-").strip().removeprefix("CVD=")
+        second = run(["--snapshot", "mig-a100", "--auto", "1", "--mig", "--",
+                      "python3", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"], locks)
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.startswith("MIG-") and second.stdout.strip() != first
+        ls = run(["--snapshot", "mig-a100", "ls"], locks)
+        row = next(line for line in ls.stdout.splitlines() if line.rstrip().endswith(first))
+        assert f"(pid {holder.pid}," in row
+    finally:
+        release.touch()
+        holder.wait(timeout=30)
