@@ -33,7 +33,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --min-free|--max-util|--exclude|-x|--bind|--shell|--snapshot)
+        --min-free|--max-util|--exclude|-x|--wait|--fallback|--lock-dir|--gpus-per-job|--log-dir|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
@@ -41,7 +41,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -81,8 +81,15 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -W "dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x" -- "$cur") $(compgen -P "$eq" -f -- "$cur") )
             return ;;
-        --auto|-n|--fit|--min-free|--max-util)
+        --lock-dir|--log-dir)
+            compopt -o filenames 2>/dev/null
+            COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
+            return ;;
+        --auto|-n|--fit|--min-free|--max-util|--wait|--gpus-per-job)
             :  # a free value (a count, a size): nothing to offer
+            return ;;
+        --fallback)
+            COMPREPLY=( $(compgen -P "$eq" -W "cpu" -- "$cur") )
             return ;;
         --bind)
             COMPREPLY=( $(compgen -P "$eq" -W "auto on off" -- "$cur") )
@@ -93,23 +100,24 @@ _gpulaunch() {
     esac
     if [[ $cur == -* ]]; then
         case $sub in
-        ls) opts="--json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        ls) opts="--lock-dir --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        env) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        check) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--min-free --max-util --idle --exclude -x --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        env) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        check) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        each) opts="--min-free --max-util --idle --exclude -x --lock-dir --gpus-per-job --log-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo env check config completions help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") ) ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo env check config completions help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }
