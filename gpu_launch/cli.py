@@ -17,7 +17,8 @@ from gpu_launch.args import PER_LAUNCH, RUN, Invocation, parse, usage
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 if TYPE_CHECKING:
-    from gpu_launch.acquire import Acquired, Locking
+    from gpu_launch.acquire import Acquired, Locking, Request
+    from gpu_launch.select import Constraints
     from gpu_launch.model import Machine
     from gpu_launch.select import Selection
     from gpu_launch.visibility import Visibility
@@ -73,7 +74,7 @@ def run(argv: list[str]) -> int:
     if inv.command == "each":
         from gpu_launch import each
 
-        return each.run(inv, _read)
+        return each.run(inv, _read, _choose_within_parent)
     return _launch(inv)
 
 
@@ -164,15 +165,40 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     return {uuid: holder.describe() for uuid, holder in held.items()}
 
 
+def _choose_within_parent(request: Request, machine: Machine, constraints: Constraints) -> Selection:
+    """The selection for ``request`` among the devices the parent's visibility allows (an acquire chooser)."""
+    from gpu_launch import select, visibility
+    from gpu_launch import spec as gpu_spec
+    from gpu_launch.errors import NotEnoughGpus
+
+    vis = visibility.resolve(machine, os.environ)
+    vis.require_some()
+    scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
+    try:
+        if request.gpus is not None:
+            devices = gpu_spec.resolve(request.gpus, machine)
+            vis.check_allowed(devices)
+            return select.check_explicit(devices, machine, constraints)
+        if request.mig:
+            from gpu_launch import mig
+
+            return mig.choose_mig(scope, request.auto or 1, constraints, request.fit)
+        if request.fit is not None:
+            return select.choose_fit(scope, request.fit, constraints, request.runner_ups)
+        return select.choose_auto(scope, request.auto or 1, constraints, request.runner_ups)
+    except NotEnoughGpus as exc:
+        if vis.restricted:
+            exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+        raise
+
+
 def _choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
             fallback: str | None = None) -> tuple[Machine | None, Visibility | None, Acquired, dict[str, str]]:
     """Read the machine, narrow it to what the parent allows, choose, reserve (``locking``), build the env.
 
     The machine and visibility are None only when ``fallback`` ran the request onto the CPU.
     """
-    from gpu_launch import acquire, environment, select, visibility
-    from gpu_launch import spec as gpu_spec
-    from gpu_launch.errors import NotEnoughGpus
+    from gpu_launch import acquire, environment, visibility
 
     auto = inv.get("auto")
     fit = inv.get("fit")
@@ -187,33 +213,12 @@ def _choose(inv: Invocation, locking: Locking | None = None, wait: float | None 
                               share=bool(inv.get("share")) or inv.command == "env", runner_ups=runner_ups,
                               mig=bool(inv.get("mig")))
 
-    def chooser(request: acquire.Request, machine: Machine, constraints: select.Constraints) -> Selection:
-        vis = visibility.resolve(machine, os.environ)
-        vis.require_some()
-        scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
-        try:
-            if explicit is not None:
-                devices = gpu_spec.resolve(explicit, machine)
-                vis.check_allowed(devices)
-                return select.check_explicit(devices, machine, constraints)
-            if inv.get("mig"):
-                from gpu_launch import mig
-
-                return mig.choose_mig(scope, auto or 1, constraints, fit)
-            if fit is not None:
-                return select.choose_fit(scope, fit, constraints, runner_ups)
-            return select.choose_auto(scope, auto, constraints, runner_ups)
-        except NotEnoughGpus as exc:
-            if vis.restricted:
-                exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
-            raise
-
     def read() -> Machine:
         return _read(inv, processes=explicit is None,
                      topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
-                          chooser=chooser)
+                          chooser=_choose_within_parent)
     machine = got.machine
     vis = visibility.resolve(machine, os.environ) if machine is not None else None
     # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).

@@ -4,7 +4,7 @@ The job file has one command a line, split like a shell would split it (``shlex`
 through a shell; blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin.
 
 Design: this process is the scheduler. For the next job it selects and locks ``--gpus-per-job``
-GPUs exactly as a launch does (:func:`gpu_launch.acquire.attempt`: same constraints, reserved
+GPUs exactly as a launch does (only among the GPUs a parent's CUDA_VISIBLE_DEVICES allows) (:func:`gpu_launch.acquire.attempt`: same constraints, reserved
 GPUs skipped, first come first served with other waiters through a queue ticket), then starts the
 job with those lock descriptors passed to it (``pass_fds``), writes the job's pid into the lock
 files and closes its own copies. From then on the *job* holds its reservation: it ends when the
@@ -156,7 +156,8 @@ class Scheduler:
     """Starts queued jobs as GPUs free up; see the module docstring."""
 
     def __init__(self, jobs: Sequence[Job], request: acquire.Request, locking: acquire.Locking,
-                 read: Callable[[], Machine], log_dir: str, view: Any, environ: Mapping[str, str]) -> None:
+                 read: Callable[[], Machine], log_dir: str, view: Any, environ: Mapping[str, str],
+                 chooser: acquire.Chooser = acquire.plain_chooser) -> None:
         self.states = [JobState(job) for job in jobs]
         self.pending: deque[JobState] = deque(self.states)
         self.running: list[JobState] = []
@@ -166,6 +167,7 @@ class Scheduler:
         self.log_dir = log_dir
         self.view = view
         self.environ = environ
+        self.chooser = chooser
         self.interval = acquire.poll_interval(environ)
         self.ticket: Any = None
         self.stopping = 0  # signals received
@@ -227,7 +229,7 @@ class Scheduler:
                 return
             machine = self.read()
             try:
-                got = acquire.attempt(self.request, machine, self.locking)
+                got = acquire.attempt(self.request, machine, self.locking, self.chooser)
             except (NotEnoughGpus, ReservationConflict):
                 self.view.waiting(self, self.request.what(machine))
                 return
@@ -235,11 +237,13 @@ class Scheduler:
             self._spawn(self.pending.popleft(), got)
 
     def _spawn(self, state: JobState, got: acquire.Acquired) -> None:
-        from gpu_launch import environment, placeholders
+        from gpu_launch import environment, placeholders, visibility
 
-        assert got.reservation is not None
+        assert got.reservation is not None and got.machine is not None
         devices = got.selection.devices
-        env = environment.build(devices, self.environ)
+        # Under a parent's narrowed view (a Slurm allocation, CUDA_VISIBLE_DEVICES=...), UUIDs, as a launch writes.
+        env = environment.build(devices, self.environ,
+                                use_uuid=visibility.resolve(got.machine, self.environ).restricted)
         argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
         state.gpus = ",".join(str(d.gpu.index) for d in devices)
         log_fd, state.log = open_log(self.log_dir, state.job.number)
@@ -264,7 +268,7 @@ class Scheduler:
         self.view.started(self, state)
 
 
-def run(inv: Any, read_machine: Callable[..., Machine]) -> int:
+def run(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser = acquire.plain_chooser) -> int:
     """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
     from gpu_launch.each_view import View
     from gpu_launch.launch import resolve_command
@@ -301,7 +305,7 @@ def run(inv: Any, read_machine: Callable[..., Machine]) -> int:
     except OSError as exc:
         raise UsageError(f"log dir {log_dir}: cannot create it ({exc.strerror})", hint="pick another --log-dir") from None
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
-    scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ)
+    scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
     with view:
         scheduler.run()
     view.summary(scheduler)

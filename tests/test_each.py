@@ -159,3 +159,14 @@ def test_each_help_lists_its_options() -> None:
     assert result.returncode == 0
     assert "--gpus-per-job K" in result.stdout and "--log-dir DIR" in result.stdout and "--min-free" in result.stdout
     assert "--gpus SPEC" not in result.stdout
+
+
+def test_each_stays_inside_the_parents_visible_gpus(tmp_path: Path, locks: Path) -> None:
+    logs = tmp_path / "logs"
+    jobs = _jobs(tmp_path, f"{CVD}\n{CVD}\n{CVD}\n")
+    result = run(["--snapshot", "workstation-4x", "each", str(jobs), "--log-dir", str(logs)], None,
+                 env=env(locks, CUDA_VISIBLE_DEVICES="1,3"))
+    assert result.returncode == 0, result.stderr
+    allowed = {g.uuid for g in snapshot.resolve("workstation-4x").gpus if g.index in (1, 3)}
+    seen = {(logs / f"job-{n}.log").read_text().strip() for n in (1, 2, 3)}
+    assert seen <= allowed and seen  # UUIDs of GPUs 1 and 3 only, as a launch would write them
