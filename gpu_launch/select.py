@@ -67,7 +67,7 @@ class Constraints:
         if self.max_util is not None:
             parts.append(f"≤ {self.max_util}% utilisation")
         if self.idle:
-            parts.append("idle")
+            parts.append("nothing running (--idle)")
         return ", ".join(parts)
 
 
