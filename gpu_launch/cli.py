@@ -102,6 +102,8 @@ def _config(inv: Invocation) -> int:
 
 
 def _snapshot(inv: Invocation) -> str | None:
+    if inv.get("snapshot") == "":
+        raise UsageError("--snapshot: empty file name", hint="give a snapshot file or an example name like dgx-h100")
     return inv.get("snapshot") or os.environ.get("GPULAUNCH_SNAPSHOT") or None
 
 

@@ -37,6 +37,8 @@ def use_color(stream: IO[str]) -> bool:
 
 
 def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    if not rows:
+        return []
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 

@@ -139,7 +139,10 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
     if why:
         msg += f" ({why})"
     hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
-    if n > total:
+    if total == 0:
+        msg = f"need {n} GPU{'s' if n != 1 else ''}, but this machine shows no GPUs"
+        hint = "`nvidia-smi` should list them; or try a bundled example: --snapshot dgx-h100"
+    elif n > total:
         msg = f"need {n} GPUs, but this machine has {total}"
         hint = f"ask for at most {total}"
     return NotEnoughGpus(msg, hint=hint)
@@ -192,6 +195,9 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
 
 def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: Constraints) -> Selection:
     """Vet a ``--gpus`` choice: unusable GPUs are errors, failed constraints are warnings."""
+    if not devices:
+        raise NotEnoughGpus("--gpus: no GPUs to run on; this machine shows none",
+                            hint="`nvidia-smi` should list them; or try a bundled example: --snapshot dgx-h100")
     warnings = []
     for device in devices:
         gpu = device.gpu

@@ -51,13 +51,11 @@ def parse(text: str, option: str = "--gpus") -> tuple[Item, ...]:
 
 def _parse_item(word: str, option: str) -> Item:
     if _INDEX_RE.match(word):
-        index = int(word)
-        _check_index(index, word, option)
+        index = _index(word, word, option)
         return Item("index", index, index)
     m = _RANGE_RE.match(word)
     if m:
-        first, last = int(m.group(1)), int(m.group(2))
-        _check_index(last, word, option)
+        first, last = _index(m.group(1), word, option), _index(m.group(2), word, option)
         if first > last:
             raise UsageError(f"{option}: range {word!r} runs backwards", hint=f"write {last}-{first}")
         return Item("index", first, last)
@@ -73,9 +71,11 @@ def _parse_item(word: str, option: str) -> Item:
     )
 
 
-def _check_index(index: int, word: str, option: str) -> None:
-    if index > _MAX_INDEX:
-        raise UsageError(f"{option}: {word!r} is not a plausible GPU index")
+def _index(digits: str, word: str, option: str) -> int:
+    # Length first: int() refuses strings of over 4300 digits with a ValueError (Python >= 3.11).
+    if len(digits.lstrip("0")) > len(str(_MAX_INDEX)) or int(digits) > _MAX_INDEX:
+        raise UsageError(f"{option}: {word[:40]!r} is not a plausible GPU index")
+    return int(digits)
 
 
 def format_items(items: tuple[Item, ...]) -> str:
