@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         print(f"gpulaunch: error: {exc.message}{hint}", file=sys.stderr)
         code = int(exc.exit_code)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
         print("gpulaunch: interrupted", file=sys.stderr)
         code = int(ExitCode.INTERRUPTED)
     sys.exit(code)

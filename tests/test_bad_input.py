@@ -1,0 +1,382 @@
+"""The bad-input catalogue: every row runs the real CLI and must end in one clear line and its code.
+
+A row is ``Bad(id, argv, code, fragment)``: ``gpulaunch ARGV`` must exit with ``code`` (an
+:class:`~gpu_launch.errors.ExitCode`, or 0 where the input is accepted), print ``fragment`` in its
+``gpulaunch: error:`` line (stderr), never a Python traceback, and, when it fails, nothing on stdout.
+To extend it, add a row to :data:`CATALOGUE`. In ``argv``, ``{dir}`` is a temporary directory that
+holds the files of :data:`FILES` (bad snapshots, a program without the x bit, ...).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_run import clean_env, gpulaunch_argv, has_option, run_gpulaunch
+from gpu_launch.errors import ExitCode
+
+
+def _example(name: str = "workstation-4x") -> dict[str, Any]:
+    return json.loads(resources.files("gpu_launch.examples").joinpath(f"{name}.json").read_text("utf-8"))
+
+
+def _mutate(change: Callable[[dict[str, Any]], None], name: str = "workstation-4x") -> bytes:
+    data = copy.deepcopy(_example(name))
+    change(data)
+    return json.dumps(data).encode()
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change that sets ``data[a][b]...`` (path "gpus.1.index") to ``value``."""
+    def change(data: dict[str, Any]) -> None:
+        keys = [int(k) if k.isdigit() else k for k in path.split(".")]
+        target: Any = data
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return change
+
+
+def _many_gpus(n: int, links: bool) -> bytes:
+    """``n`` H100s; with ``links``, NV18 inside each group of 8 and SYS between groups."""
+    proto = _example("dgx-h100")["gpus"][2]
+    gpus = []
+    for i in range(n):
+        gpu = dict(proto, index=i, uuid=f"GPU-{i:08x}-0000-4000-8000-{i:012x}", processes=[],
+                   pci_bus_id=f"00000000:{i // 256:02X}:{i % 32:02X}.{i % 8}")
+        gpus.append(gpu)
+    doc: dict[str, Any] = {"schema": 1, "gpus": gpus}
+    if links:
+        doc["links"] = [["X" if i == j else ("NV18" if i // 8 == j // 8 else "SYS") for j in range(n)]
+                        for i in range(n)]
+    return json.dumps(doc).encode()
+
+
+def _padded(megabytes: int) -> bytes:
+    """A valid snapshot of ``megabytes`` MB: a long unknown field (readers ignore unknown keys)."""
+    return _mutate(_set("comment", "x" * (megabytes * 1000 * 1000)))
+
+
+def _many_processes(count: int) -> bytes:
+    procs = [{"pid": 1000 + i, "used_memory_mib": 1, "user": "u", "command": "python train.py " + "x" * 120}
+             for i in range(count)]
+    return _mutate(_set("gpus.0.processes", procs))
+
+
+def _one_gpu_free(mib: int) -> bytes:
+    """One GPU with exactly ``mib`` free: sits between 20GB (19073 MiB) and 20GiB (20480 MiB)."""
+    def change(data: dict[str, Any]) -> None:
+        gpu = data["gpus"][0]
+        gpu.update(memory_total_mib=49140, memory_used_mib=49140 - mib, memory_free_mib=mib, processes=[])
+        data["gpus"] = [gpu]
+        data.pop("links", None)
+    return _mutate(change)
+
+
+def _asymmetric(data: dict[str, Any]) -> None:
+    data["links"][0][1] = "SYS"
+
+
+#: Files written into ``{dir}`` before the catalogue runs: name -> content (bytes) or a maker.
+FILES: dict[str, bytes | Callable[[], bytes]] = {
+    "empty.json": b"",
+    "blank.json": b"  \n\t\n",
+    "not-json.json": b"{\"schema\": 1, \"gpus\": [",
+    "not-utf8.json": b"{\"schema\": 1, \"hostname\": \"\xff\xfe\", \"gpus\": []}",
+    "deep.json": b"[" * 100_000 + b"]" * 100_000,
+    "list.json": b"[1, 2, 3]",
+    "no-schema.json": b"{\"gpus\": []}",
+    "schema-2.json": b"{\"schema\": 2, \"gpus\": []}",
+    "schema-str.json": b"{\"schema\": \"1\", \"gpus\": []}",
+    "gpus-not-list.json": b"{\"schema\": 1, \"gpus\": {}}",
+    "no-gpus.json": b"{\"schema\": 1, \"gpus\": []}",
+    "links-3-rows.json": lambda: _mutate(lambda d: d.update(links=d["links"][:3])),
+    "links-short-row.json": lambda: _mutate(lambda d: d["links"].__setitem__(0, d["links"][0][:3])),
+    "links-not-list.json": lambda: _mutate(_set("links", "NV4")),
+    "links-asymmetric.json": lambda: _mutate(_asymmetric),
+    "links-bad-code.json": lambda: _mutate(_set("links.0.1", "NVX")),
+    "links-x-off-diagonal.json": lambda: _mutate(lambda d: (_set("links.0.1", "X")(d), _set("links.1.0", "X")(d))),
+    "dup-index.json": lambda: _mutate(_set("gpus.1.index", 0)),
+    "dup-uuid.json": lambda: _mutate(lambda d: _set("gpus.1.uuid", d["gpus"][0]["uuid"])(d)),
+    "negative-memory.json": lambda: _mutate(_set("gpus.1.memory_used_mib", -5)),
+    "negative-index.json": lambda: _mutate(_set("gpus.1.index", -1)),
+    "used-over-total.json": lambda: _mutate(_set("gpus.1.memory_used_mib", 49141)),
+    "free-over-total.json": lambda: _mutate(_set("gpus.1.memory_free_mib", 50000)),
+    "memory-string.json": lambda: _mutate(_set("gpus.1.memory_total_mib", "48GiB")),
+    "memory-float.json": lambda: _mutate(_set("gpus.1.memory_total_mib", 49140.5)),
+    "memory-missing.json": lambda: _mutate(lambda d: d["gpus"][1].pop("memory_free_mib")),
+    "util-150.json": lambda: _mutate(_set("gpus.1.utilization_gpu", 150)),
+    "bad-uuid.json": lambda: _mutate(_set("gpus.1.uuid", "83a97efc-0000")),
+    "gpu-not-object.json": lambda: _mutate(_set("gpus.1", 7)),
+    "process-no-pid.json": lambda: _mutate(_set("gpus.3.processes.0.pid", None)),
+    "available-str.json": lambda: _mutate(_set("gpus.1.available", "no")),
+    "bad-cpulist.json": lambda: _mutate(_set("gpus.1.cpu_affinity", "all")),
+    "padded-10mb.json": lambda: _padded(10),
+    "processes-10mb.json": lambda: _many_processes(65_000),
+    "gpus-1000.json": lambda: _many_gpus(1000, links=False),
+    "gpus-1000-links.json": lambda: _many_gpus(1000, links=True),
+    "free-20000mib.json": lambda: _one_gpu_free(20000),
+    "noexec.sh": b"#!/bin/sh\necho should not run\n",
+    "script.sh": b"#!/bin/sh\nexit 0\n",
+}
+#: Files that get a size without content (sparse): only their size is looked at.
+SPARSE = {"too-large.json": 65 * 1024 * 1024}
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One catalogue row: ``gpulaunch *argv`` exits ``code`` and says ``fragment``."""
+
+    id: str
+    argv: tuple[str, ...]
+    code: int
+    fragment: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    needs: str = ""  # an option that must exist (added by another issue), else the row is skipped
+
+
+S = ("--snapshot", "dgx-h100")  # 8 GPUs, 0 and 1 busy
+W = ("--snapshot", "workstation-4x")
+RUN = ("-q", "--dry-run")  # accepted rows stop before exec
+U, N, F = ExitCode.USAGE, ExitCode.NOT_ENOUGH_GPUS, ExitCode.BAD_FILE
+BIG = "1" * 5000  # int() refuses over 4300 digits with ValueError
+
+CATALOGUE: tuple[Bad, ...] = (
+    # --gpus
+    Bad("gpus-backwards-range", (*S, "--gpus", "7-4", "--", "true"), U, "range '7-4' runs backwards (hint: write 4-7)"),
+    Bad("gpus-empty-item", (*S, "--gpus", "1,,2", "--", "true"), U, "empty item between commas"),
+    Bad("gpus-trailing-comma", (*S, "--gpus", "1,", "--", "true"), U, "empty item between commas"),
+    Bad("gpus-negative", (*S, "--gpus", "-1", "--", "true"), U, "'-1' is not a GPU index"),
+    Bad("gpus-absent-index", (*S, "--gpus", "99", "--", "true"), U, "there is no GPU 99; this machine has GPU 0-7"),
+    Bad("gpus-range-past-end", (*S, "--gpus", "6-9", "--", "true"), U, "there is no GPU 8"),
+    Bad("gpus-word", (*S, "--gpus", "abc", "--", "true"), U, "'abc' is not a GPU index, range or UUID"),
+    Bad("gpus-float", (*S, "--gpus", "1.5", "--", "true"), U, "'1.5' is not a GPU index, range or UUID"),
+    Bad("gpus-ambiguous-prefix", (*S, "--gpus", "GPU-", "--", "true"), U, "UUID prefix 'GPU-' is ambiguous"),
+    Bad("gpus-unknown-uuid", (*S, "--gpus", "GPU-ffffffff", "--", "true"), U, "no GPU has a UUID starting with"),
+    Bad("gpus-whitespace", (*S, "--gpus", "  \t ", "--", "true"), U, "empty GPU list"),
+    Bad("gpus-empty", (*S, "--gpus", "", "--", "true"), U, "empty GPU list"),
+    Bad("gpus-duplicate", (*S, "--gpus", "0,0", "--", "true"), U, "GPU 0 is named twice"),
+    Bad("gpus-duplicate-in-range", (*S, "--gpus", "0-2,1", "--", "true"), U, "GPU 1 is named twice"),
+    Bad("gpus-duplicate-by-uuid", (*W, "--gpus", "0,GPU-83a97efc", "--", "true"), U, "GPU 0 is named twice"),
+    Bad("gpus-all-plus-index", (*S, "--gpus", "all,0", "--", "true"), U, "'all' cannot be combined"),
+    Bad("gpus-huge-number", (*S, "--gpus", BIG, "--", "true"), U, "is not a plausible GPU index"),
+    Bad("gpus-huge-range", (*S, "--gpus", f"0-{BIG}", "--", "true"), U, "is not a plausible GPU index"),
+    Bad("gpus-no-value", (*S, "--gpus"), U, "--gpus needs a value"),
+    Bad("gpus-mig-parent", ("--snapshot", "mig-a100", "--gpus", "0", "--", "true"), U, "GPU 0 is in MIG mode"),
+    Bad("gpus-ambiguous-mig", ("--snapshot", "mig-a100", "--gpus", "MIG-", "--", "true"), U, "is ambiguous"),
+    Bad("gpus-ok-with-spaces", (*S, "--gpus", " 3 , 1 ", *RUN, "--", "true"), 0),
+    # --auto / --fit
+    Bad("auto-zero", (*S, "--auto", "0", "--", "true"), U, "--auto: 0 GPUs makes no sense"),
+    Bad("auto-negative", (*S, "--auto", "-1", "--", "true"), U, "--auto: -1 GPUs makes no sense"),
+    Bad("auto-more-than-exist", (*S, "--auto", "9", "--", "true"), N, "need 9 GPUs, but this machine has 8 (hint: ask for at most 8)"),
+    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPU 0: not idle"),
+    Bad("auto-word", (*S, "--auto", "abc", "--", "true"), U, "--auto: 'abc' is not a whole number"),
+    Bad("auto-float", (*S, "--auto", "2.5", "--", "true"), U, "is not a whole number"),
+    Bad("auto-huge", (*S, "--auto", BIG, "--", "true"), U, "is not a whole number"),
+    Bad("auto-no-value", (*S, "--auto"), U, "--auto needs a value"),
+    Bad("fit-percent", (*S, "--fit", "10%", "--", "true"), U, "a percentage makes no sense here"),
+    Bad("fit-too-big", (*S, "--fit", "10TiB", "--", "true"), N, "no set of 1, 2, 4 or 8 eligible GPUs has that much free"),
+    # constraints
+    Bad("min-free-gb-accepted", ("--snapshot", "{dir}/free-20000mib.json", "--min-free", "20GB", *RUN, "--", "true"), 0),
+    Bad("min-free-gb-is-not-gib", ("--snapshot", "{dir}/free-20000mib.json", "--min-free", "20GiB", "--", "true"), N,
+        "19.5 GiB free < 20.0 GiB asked by --min-free"),
+    Bad("min-free-bad-unit", (*S, "--min-free", "20XB", "--", "true"), U, "unknown unit 'XB' in '20XB'"),
+    Bad("min-free-no-unit", (*S, "--min-free", "20", "--", "true"), U, "'20' has no unit"),
+    Bad("min-free-negative", (*S, "--min-free", "-5GiB", "--", "true"), U, "'-5GiB' is not a size"),
+    Bad("min-free-over-100pct", (*S, "--min-free", "150%", "--", "true"), U, "'150%' is over 100%"),
+    Bad("min-free-huge", (*S, "--min-free", f"{BIG}GiB", "--", "true"), N, "but only 0 of 8 are eligible"),
+    Bad("max-util-150", (*S, "--max-util", "150", "--", "true"), U, "--max-util: 150 is not between 0 and 100"),
+    Bad("max-util-word", (*S, "--max-util", "low", "--", "true"), U, "'low' is not a percentage"),
+    Bad("exclude-absent", (*S, "--exclude", "99", "--", "true"), U, "--exclude: there is no GPU 99"),
+    Bad("exclude-everything", (*S, "--exclude", "all", "--", "true"), N, "excluded by --exclude"),
+    Bad("wait-bad-duration", (*S, "--auto", "1", "--wait", "5x", "--", "true"), U, "is not a duration", needs="--wait"),
+    Bad("wait-negative", (*S, "--auto", "1", "--wait", "-5m", "--", "true"), U, "", needs="--wait"),
+    # conflicting or missing parts
+    Bad("gpus-and-auto", (*S, "--gpus", "0", "--auto", "1", "--", "true"), U, "--gpus and --auto cannot be used together"),
+    Bad("gpus-and-fit", (*S, "--gpus", "0", "--fit", "10GiB", "--", "true"), U, "--gpus and --fit cannot be used together"),
+    Bad("gpus-and-exclude", (*S, "--gpus", "0", "--exclude", "1", "--", "true"), U, "--exclude makes no sense with --gpus"),
+    Bad("no-command", S, U, "no command to run"),
+    Bad("no-command-after-dashes", (*S, "--auto", "1", "--"), U, "no command to run"),
+    Bad("ls-extra-argument", (*S, "ls", "extra"), U, "`ls` takes no arguments, got 'extra'"),
+    Bad("auto-on-ls", (*S, "ls", "--auto", "2"), U, "--auto does not apply to `ls`"),
+    Bad("topo-on-launch", (*S, "--topo", "--", "true"), U, "--topo does not apply to `run`"),
+    Bad("flag-with-value", (*S, "--verbose=1", "ls"), U, "--verbose takes no value"),
+    # options
+    Bad("unknown-option-gpu", (*S, "--gpu", "0", "--", "true"), U, "unknown option --gpu (hint: did you mean --gpus?)"),
+    Bad("unknown-option-typo", (*S, "--atuo", "2", "--", "true"), U, "did you mean --auto?"),
+    Bad("unknown-option-eq", (*S, "--min_free=2GiB", "--", "true"), U, "did you mean --min-free?"),
+    Bad("unknown-option-far", (*S, "--frobnicate", "--", "true"), U, "unknown option --frobnicate (hint: see `gpulaunch --help`)"),
+    # the command
+    Bad("command-is-directory", (*S, "--", "{dir}"), ExitCode.NOT_EXECUTABLE, "is a directory, not a program"),
+    Bad("command-not-executable", (*S, "--", "{dir}/noexec.sh"), ExitCode.NOT_EXECUTABLE, "permission denied (not executable)"),
+    Bad("command-not-found", (*S, "--", "gpulaunch-no-such-program"), ExitCode.COMMAND_NOT_FOUND,
+        "gpulaunch-no-such-program: command not found"),
+    Bad("command-path-not-found", (*S, "--", "{dir}/missing.sh"), ExitCode.COMMAND_NOT_FOUND, "missing.sh: no such file"),
+    Bad("command-empty-string", (*S, "--", ""), ExitCode.COMMAND_NOT_FOUND, "the command is an empty string"),
+    Bad("command-not-on-path", (*S, "--", "script.sh"), ExitCode.COMMAND_NOT_FOUND, "script.sh: command not found",
+        env={"PATH": "/nonexistent"}),
+    # snapshot files
+    Bad("snapshot-missing", ("--snapshot", "{dir}/missing.json", "ls"), F, "missing.json: no such file"),
+    Bad("snapshot-env-missing", ("ls",), F, "missing.json: no such file", env={"GPULAUNCH_SNAPSHOT": "{dir}/missing.json"}),
+    Bad("snapshot-unknown-example", ("--snapshot", "dgx-h1000", "ls"), F, "not an example name (hint: examples: dgx-h100"),
+    Bad("snapshot-empty-name", ("--snapshot", "", "ls"), U, "--snapshot: empty file name"),
+    Bad("snapshot-directory", ("--snapshot", "{dir}", "ls"), F, "is a directory, not a JSON file"),
+    Bad("snapshot-empty", ("--snapshot", "{dir}/empty.json", "ls"), F, "file is empty"),
+    Bad("snapshot-blank", ("--snapshot", "{dir}/blank.json", "ls"), F, "file is empty"),
+    Bad("snapshot-not-json", ("--snapshot", "{dir}/not-json.json", "ls"), F, "not valid JSON (line 1"),
+    Bad("snapshot-not-utf8", ("--snapshot", "{dir}/not-utf8.json", "ls"), F, "not UTF-8 text"),
+    Bad("snapshot-deeply-nested", ("--snapshot", "{dir}/deep.json", "ls"), F, "not valid JSON (nested too deeply)"),
+    Bad("snapshot-top-level-list", ("--snapshot", "{dir}/list.json", "ls"), F, "top level: expected an object, got a list"),
+    Bad("snapshot-no-schema", ("--snapshot", "{dir}/no-schema.json", "ls"), F, "schema: missing"),
+    Bad("snapshot-schema-2", ("--snapshot", "{dir}/schema-2.json", "ls"), F, "version 2 is not supported (this gpulaunch reads 1)"),
+    Bad("snapshot-schema-string", ("--snapshot", "{dir}/schema-str.json", "ls"), F, "version '1' is not supported"),
+    Bad("snapshot-gpus-not-list", ("--snapshot", "{dir}/gpus-not-list.json", "ls"), F, "gpus: expected a list, got an object"),
+    Bad("snapshot-links-3-rows", ("--snapshot", "{dir}/links-3-rows.json", "ls"), F, "links: expected 4x4 matrix (one row per GPU), got 3 rows"),
+    Bad("snapshot-links-short-row", ("--snapshot", "{dir}/links-short-row.json", "ls"), F, "links[0]: expected 4 entries, got 3"),
+    Bad("snapshot-links-not-list", ("--snapshot", "{dir}/links-not-list.json", "ls"), F, "links: expected 4x4 matrix"),
+    Bad("snapshot-links-asymmetric", ("--snapshot", "{dir}/links-asymmetric.json", "ls"), F, "differs from links[0][1]"),
+    Bad("snapshot-links-bad-code", ("--snapshot", "{dir}/links-bad-code.json", "ls"), F, "'NVX' is not a topology code"),
+    Bad("snapshot-links-x-off-diagonal", ("--snapshot", "{dir}/links-x-off-diagonal.json", "ls"), F, "'X' belongs on the diagonal"),
+    Bad("snapshot-duplicate-index", ("--snapshot", "{dir}/dup-index.json", "ls"), F, "gpus[1].index: duplicate index 0"),
+    Bad("snapshot-duplicate-uuid", ("--snapshot", "{dir}/dup-uuid.json", "ls"), F, "gpus[1].uuid: duplicate uuid GPU-83a97efc"),
+    Bad("snapshot-negative-memory", ("--snapshot", "{dir}/negative-memory.json", "ls"), F, "gpus[1].memory_used_mib: -5 is below 0"),
+    Bad("snapshot-negative-index", ("--snapshot", "{dir}/negative-index.json", "ls"), F, "gpus[1].index: -1 is below 0"),
+    Bad("snapshot-used-over-total", ("--snapshot", "{dir}/used-over-total.json", "ls"), F, "49141 exceeds memory_total_mib 49140"),
+    Bad("snapshot-free-over-total", ("--snapshot", "{dir}/free-over-total.json", "ls"), F, "50000 exceeds memory_total_mib 49140"),
+    Bad("snapshot-memory-string", ("--snapshot", "{dir}/memory-string.json", "ls"), F, "expected an integer, got a string"),
+    Bad("snapshot-memory-float", ("--snapshot", "{dir}/memory-float.json", "ls"), F, "expected an integer, got a number"),
+    Bad("snapshot-memory-missing", ("--snapshot", "{dir}/memory-missing.json", "ls"), F, "gpus[1].memory_free_mib: missing (required)"),
+    Bad("snapshot-util-150", ("--snapshot", "{dir}/util-150.json", "ls"), F, "gpus[1].utilization_gpu: 150 is above 100"),
+    Bad("snapshot-bad-uuid", ("--snapshot", "{dir}/bad-uuid.json", "ls"), F, "does not start with 'GPU-'"),
+    Bad("snapshot-gpu-not-object", ("--snapshot", "{dir}/gpu-not-object.json", "ls"), F, "gpus[1]: expected an object, got an integer"),
+    Bad("snapshot-process-no-pid", ("--snapshot", "{dir}/process-no-pid.json", "ls"), F, "processes[0].pid: missing (required)"),
+    Bad("snapshot-available-string", ("--snapshot", "{dir}/available-str.json", "ls"), F, "expected true or false, got a string"),
+    Bad("snapshot-bad-cpulist", ("--snapshot", "{dir}/bad-cpulist.json", "ls"), F, "'all' is not a CPU list"),
+    Bad("snapshot-too-large", ("--snapshot", "{dir}/too-large.json", "ls"), F, "65 MiB is too large (limit 64 MiB)"),
+    # machines with nothing to give
+    Bad("no-gpus-ls", ("--snapshot", "{dir}/no-gpus.json", "ls"), 0),
+    Bad("no-gpus-auto", ("--snapshot", "{dir}/no-gpus.json", "--auto", "1", "--", "true"), N, "need 1 GPU, but this machine shows no GPUs"),
+    Bad("no-gpus-all", ("--snapshot", "{dir}/no-gpus.json", "--gpus", "all", "--", "true"), N, "no GPUs to run on"),
+    Bad("no-gpus-index", ("--snapshot", "{dir}/no-gpus.json", "--gpus", "0", "--", "true"), U, "this machine shows no GPUs"),
+    # huge inputs: handled (exit 0) or refused clearly; timings are in benchmarks/huge_inputs.py
+    Bad("huge-10mb-ls", ("--snapshot", "{dir}/padded-10mb.json", "ls"), 0),
+    Bad("huge-10mb-auto", ("--snapshot", "{dir}/padded-10mb.json", "--auto", "2", *RUN, "--", "true"), 0),
+    Bad("huge-10mb-processes-ls", ("--snapshot", "{dir}/processes-10mb.json", "ls"), 0),
+    Bad("huge-1000-gpus-ls", ("--snapshot", "{dir}/gpus-1000.json", "ls"), 0),
+    Bad("huge-1000-gpus-json", ("--snapshot", "{dir}/gpus-1000-links.json", "ls", "--json"), 0),
+    Bad("huge-1000-gpus-explicit", ("--snapshot", "{dir}/gpus-1000-links.json", "--gpus", "999,0", *RUN, "--", "true"), 0),
+    Bad("huge-1000-gpus-auto", ("--snapshot", "{dir}/gpus-1000-links.json", "--auto", "2", *RUN, "--", "true"), 0),
+    Bad("huge-1000-gpus-too-many", ("--snapshot", "{dir}/gpus-1000.json", "--auto", "1001", "--", "true"), N,
+        "need 1001 GPUs, but this machine has 1000"),
+)
+
+#: The codes a run over the catalogue must show it can produce (the rest come with other issues).
+MUST_COVER = {ExitCode.USAGE, ExitCode.NOT_ENOUGH_GPUS, ExitCode.BAD_FILE, ExitCode.NOT_EXECUTABLE,
+              ExitCode.COMMAND_NOT_FOUND, ExitCode.OK}
+
+
+@pytest.fixture(scope="module")
+def files_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bad-input")
+    for name, content in FILES.items():
+        (root / name).write_bytes(content() if callable(content) else content)
+    (root / "noexec.sh").chmod(0o644)
+    (root / "script.sh").chmod(0o755)
+    for name, size in SPARSE.items():
+        with open(root / name, "wb") as fh:
+            fh.truncate(size)
+    return root
+
+
+def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
+    argv = [a.replace("{dir}", str(files_dir)) for a in row.argv]
+    env = {k: v.replace("{dir}", str(files_dir)) for k, v in row.env.items()}
+    return run_gpulaunch(*argv, env=env, timeout=30)
+
+
+def _params() -> list[Any]:
+    out = []
+    for row in CATALOGUE:
+        marks = []
+        if row.needs and not has_option(row.needs):
+            marks.append(pytest.mark.skip(reason=f"{row.needs} arrives with issue 3 (reservations/--wait)"))
+        out.append(pytest.param(row, id=row.id, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("row", _params())
+def test_bad_input(row: Bad, files_dir: Path) -> None:
+    result = run_row(row, files_dir)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.returncode == row.code, f"exit {result.returncode}, want {row.code}: {result.stderr}"
+    if row.code == 0:
+        assert "gpulaunch: error:" not in result.stderr
+        return
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gpulaunch: error: ")]
+    assert len(errors) == 1, result.stderr
+    assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0], "the error is the last line"
+    assert row.fragment in errors[0]
+    assert result.stdout == "", "a failed run prints nothing on stdout"
+    if row.code in (ExitCode.NOT_EXECUTABLE, ExitCode.COMMAND_NOT_FOUND):
+        assert "cuda:0" not in result.stderr, "no mapping is shown for a command that cannot run"
+
+
+def test_catalogue_ids_are_unique_and_cover_the_codes() -> None:
+    ids = [row.id for row in CATALOGUE]
+    assert len(ids) == len(set(ids))
+    assert MUST_COVER <= {ExitCode(row.code) for row in CATALOGUE}
+    for row in CATALOGUE:
+        assert row.code == 0 or row.fragment or row.needs, f"{row.id}: a failing row names its message"
+
+
+def test_codes_in_catalogue_are_documented() -> None:
+    assert {row.code for row in CATALOGUE} <= {int(c) for c in ExitCode}
+
+
+def _blocked_opening_fifo(pid: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Wait until ``pid`` sleeps inside open() of a FIFO (no writer yet), so SIGINT interrupts that
+    very syscall. (A signal that lands just before a blocking syscall waits until it returns: a
+    CPython limitation, which a test that signals at a random moment would trip over now and then.)"""
+    wchan = Path(f"/proc/{pid}/wchan")
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if wchan.read_text().strip() == "wait_for_partner":
+                return
+        except OSError:
+            pytest.skip("no /proc/PID/wchan here")
+        time.sleep(0.01)
+    raise AssertionError("gpulaunch never blocked opening the FIFO")
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc/PID/wchan")
+def test_ctrl_c_before_the_command_starts_exits_130(tmp_path: Path) -> None:
+    """SIGINT while gpulaunch opens its snapshot (a FIFO nobody writes): 130, one line, no command run."""
+    fifo = tmp_path / "slow.json"
+    os.mkfifo(fifo)
+    marker = tmp_path / "ran"
+    proc = subprocess.Popen(gpulaunch_argv("--snapshot", str(fifo), "--auto", "1", "--", "touch", str(marker)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    try:
+        _blocked_opening_fifo(proc.pid, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == ExitCode.INTERRUPTED
+    assert b"Traceback" not in err
+    assert err.decode().strip().splitlines() == ["gpulaunch: interrupted"]
+    assert out == b""
+    assert not marker.exists()
