@@ -39,7 +39,9 @@ _log = logging.getLogger(__name__)
 # nvmlReturn_t codes (nvml.h). They are ABI, identical in every binding; pynvml raises one
 # NVMLError subclass per code, with the code in ``.value``.
 _INVALID_ARGUMENT = 2
+_NOT_SUPPORTED = 3
 _NO_PERMISSION = 4
+_NOT_FOUND = 6
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
 _FUNCTION_NOT_FOUND = 13
@@ -205,6 +207,46 @@ class NvmlBackend:
         except _GpuFailed as exc:
             return None, str(exc)
 
+    def _pair_call(self, handles: list[Any], suspects: set[int]) -> Any:
+        """``_try_quiet`` for the topology queries that also notes which GPUs a lost-GPU error involved."""
+        positions = {id(h): i for i, h in enumerate(handles) if h is not None}
+
+        def call(name: str, *args: Any) -> tuple[Any, str | None]:
+            try:
+                return self._try(name, *args)
+            except _GpuFailed as exc:
+                suspects.update(positions[id(a)] for a in args if id(a) in positions)
+                return None, str(exc)
+        return call
+
+    def _recheck(self, gpus: tuple[Gpu, ...], handles: list[Any], suspects: set[int]) -> tuple[Gpu, ...]:
+        """A GPU can be lost after its own fields were read (a race): ask the suspects once more, so
+        that one which is gone becomes unavailable instead of being offered to ``--auto``."""
+        out = list(gpus)
+        for i in sorted(suspects):
+            try:
+                self._identity_call("nvmlDeviceGetUUID", handles[i])
+            except _GpuFailed as exc:
+                gpu = gpus[i]
+                out[i] = _Identity(gpu.index, gpu.uuid, gpu.name, gpu.pci_bus_id).unavailable(str(exc))
+        return tuple(out)
+
+    def _mig_call(self, name: str, *args: Any, absent: frozenset[int] = frozenset()) -> Any:
+        """A MIG query: None when the GPU or driver has no MIG (NotSupported, FunctionNotFound, or
+        a code in ``absent``). Any other failure leaves the GPU's MIG state unknown, and a GPU that
+        might be in MIG mode must not be handed out whole, so it raises _GpuFailed."""
+        function = getattr(self._nvml, name, None)
+        if function is None:
+            return None
+        try:
+            return function(*args)
+        except self._nvml.NVMLError as exc:
+            if _code(exc) in {_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, *absent}:
+                return None
+            raise _GpuFailed(f"its MIG state is unknown ({name}: {exc})") from exc
+        except self._library_mismatch:
+            return None
+
     def _identity_call(self, name: str, *args: Any) -> Any:
         """A call the GPU's identity depends on: any NVML error makes the GPU unavailable."""
         try:
@@ -226,9 +268,12 @@ class NvmlBackend:
         gpus = tuple(gpu for gpu, _ in rows)
         links = None
         if self.needs.topology:
+            suspects: set[int] = set()
             with self._timed("topology"):
-                links, warnings = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows], self._try_quiet)
+                links, warnings = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows],
+                                                            self._pair_call([h for _, h in rows], suspects))
             self._warnings.extend(warnings)
+            gpus = self._recheck(gpus, [h for _, h in rows], suspects)
         return Machine(gpus=gpus, links=links, driver_version=driver, cuda_driver_version=cuda,
                        hostname=socket.gethostname(), source="nvml", warnings=tuple(self._warnings))
 
@@ -373,12 +418,15 @@ class NvmlBackend:
         return None
 
     def _mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
-        mode = self._query("nvmlDeviceGetMigMode", handle)
+        mode = self._mig_call("nvmlDeviceGetMigMode", handle)
         if not mode or mode[0] != getattr(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1):
             return ()
+        count = self._mig_call("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if not isinstance(count, int):
+            raise _GpuFailed("MIG mode is on, but NVML cannot count its MIG devices")
         out = []
-        for i in range(int(self._query("nvmlDeviceGetMaxMigDeviceCount", handle) or 0)):
-            mig = self._query("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
+        for i in range(count):
+            mig = self._mig_call("nvmlDeviceGetMigDeviceHandleByIndex", handle, i, absent=frozenset({_NOT_FOUND}))
             if mig is None:  # NotFound: no instance at this index, none after it
                 break
             device = self._mig_device(mig)
