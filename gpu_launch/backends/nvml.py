@@ -241,6 +241,8 @@ class NvmlBackend:
         try:
             return function(*args)
         except self._nvml.NVMLError as exc:
+            if _code(exc) in _GPU_FATAL:
+                raise _GpuFailed(str(exc)) from exc
             if _code(exc) in {_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, *absent}:
                 return None
             raise _GpuFailed(f"its MIG state is unknown ({name}: {exc})") from exc
