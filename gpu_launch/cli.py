@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from gpu_launch.args import PER_LAUNCH, RUN, Invocation, parse, usage
+from gpu_launch.args import PER_LAUNCH, RUN, SUBCOMMANDS, Invocation, parse, usage
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ def run(argv: list[str]) -> int:
     inv = parse(argv)
     if inv.get("help") or inv.command == "help":
         topic = inv.positionals[0] if inv.command == "help" and inv.positionals else inv.command
+        if topic not in (RUN, *SUBCOMMANDS):
+            raise UsageError(f"help: {topic!r} is not a subcommand", hint="subcommands: " + ", ".join(SUBCOMMANDS))
         sys.stdout.write(usage(topic if topic != "help" else RUN))
         return 0
     if inv.get("version"):

@@ -144,6 +144,7 @@ class Bad:
     fragment: str = ""
     env: dict[str, str] = field(default_factory=dict)
     needs: str = ""  # an option that must exist (added by another issue), else the row is skipped
+    no_driver: bool = False  # reads the real NVML: only meaningful where no NVIDIA driver is installed
 
 
 S = ("--snapshot", "dgx-h100")  # 8 GPUs, 0 and 1 busy
@@ -212,6 +213,34 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("auto-on-ls", (*S, "ls", "--auto", "2"), U, "--auto does not apply to `ls`"),
     Bad("topo-on-launch", (*S, "--topo", "--", "true"), U, "--topo does not apply to `run`"),
     Bad("flag-with-value", (*S, "--verbose=1", "ls"), U, "--verbose takes no value"),
+    Bad("help-unknown-topic", ("help", "bogus"), U, "help: 'bogus' is not a subcommand (hint: subcommands: ls"),
+    Bad("env-extra-argument", (*S, "env", "--auto", "1", "extra"), U, "`env` runs no command, got 'extra'"),
+    Bad("env-bad-shell", (*S, "env", "--shell", "tcsh", "--auto", "1"), U, "--shell: 'tcsh' is not one of"),
+    Bad("env-too-many", (*S, "env", "--auto", "9"), N, "need 9 GPUs, but this machine has 8"),
+    Bad("shell-on-launch", (*S, "--shell", "bash", "--", "true"), U, "--shell does not apply to `run`"),
+    Bad("check-extra-argument", (*S, "check", "extra"), U, "`check` takes no arguments, got 'extra'"),
+    Bad("bind-bad-value", (*S, "--bind", "sometimes", "--", "true"), U, "--bind: 'sometimes' is not one of auto, on, off"),
+    Bad("mig-auto-2", ("--snapshot", "mig-a100", "--auto", "2", "--mig", "--", "true"), U, "CUDA enumerates only one MIG device"),
+    Bad("mig-with-gpus", ("--snapshot", "mig-a100", "--mig", "--gpus", "1", "--", "true"), U, "--mig makes no sense with --gpus"),
+    Bad("mig-none-here", (*S, "--mig", "--", "true"), N, "no GPU here is in MIG mode"),
+    # what the parent passed down
+    Bad("parent-cvd-out-of-range", (*W, "--auto", "1", "--", "true"), N, "the parent's CUDA_VISIBLE_DEVICES=7 allows no GPU",
+        env={"CUDA_VISIBLE_DEVICES": "7"}),
+    Bad("parent-cvd-garbage", (*W, "--auto", "1", "--", "true"), N, "'abc' is neither an index nor a GPU-/MIG- UUID",
+        env={"CUDA_VISIBLE_DEVICES": "abc"}),
+    Bad("parent-cvd-empty", (*W, "--auto", "1", "--", "true"), N, "the value is empty, which hides every GPU",
+        env={"CUDA_VISIBLE_DEVICES": ""}),
+    Bad("parent-cvd-duplicate", (*W, "--auto", "1", "--", "true"), N, "names GPU 0 a second time",
+        env={"CUDA_VISIBLE_DEVICES": "0,0"}),
+    Bad("parent-nvd-none", (*W, "--auto", "1", "--", "true"), N, "NVIDIA_VISIBLE_DEVICES=none allows no GPU",
+        env={"NVIDIA_VISIBLE_DEVICES": "none"}),
+    Bad("parent-cvd-excludes-gpus", (*W, "--gpus", "0", "--", "true"), U, "GPU 0 is outside what the parent allows",
+        env={"CUDA_VISIBLE_DEVICES": "1"}),
+    # no driver on this machine: the real pynvml fails to load libnvidia-ml.so.1
+    Bad("no-driver-ls", ("ls",), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
+    Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try the bundled examples",
+        no_driver=True),
+    Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "NVML unavailable", no_driver=True),
     # options
     Bad("unknown-option-gpu", (*S, "--gpu", "0", "--", "true"), U, "unknown option --gpu (hint: did you mean --gpus?)"),
     Bad("unknown-option-typo", (*S, "--atuo", "2", "--", "true"), U, "did you mean --auto?"),
@@ -286,7 +315,7 @@ CATALOGUE: tuple[Bad, ...] = (
 
 #: The codes a run over the catalogue must show it can produce (the rest come with other issues).
 MUST_COVER = {ExitCode.USAGE, ExitCode.NOT_ENOUGH_GPUS, ExitCode.BAD_FILE, ExitCode.NOT_EXECUTABLE,
-              ExitCode.COMMAND_NOT_FOUND, ExitCode.OK}
+              ExitCode.COMMAND_NOT_FOUND, ExitCode.OK, ExitCode.NO_DRIVER}
 
 
 @pytest.fixture(scope="module")
@@ -308,12 +337,24 @@ def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
     return run_gpulaunch(*argv, env=env, timeout=30)
 
 
+def _nvml_loads() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def _params() -> list[Any]:
     out = []
     for row in CATALOGUE:
         marks = []
         if row.needs and not has_option(row.needs):
             marks.append(pytest.mark.skip(reason=f"{row.needs} arrives with issue 3 (reservations/--wait)"))
+        if row.no_driver and _nvml_loads():
+            marks.append(pytest.mark.skip(reason="an NVIDIA driver is installed here"))
         out.append(pytest.param(row, id=row.id, marks=marks))
     return out
 
