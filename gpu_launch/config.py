@@ -117,7 +117,15 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
         raise UsageError(f"{label}: expected a string like {opt.metavar}, got {kind}",
                          hint=f'e.g. {key} = "..." (see `gpulaunch --help` for {opt.names[0]})')
     text = str(raw)
-    return (opt.convert(text, label) if opt.convert else text), text
+    try:
+        return (opt.convert(text, label) if opt.convert else text), text
+    except UsageError as exc:
+        # The converter's hint spells a flag ("e.g. max-util 20"); here it is a variable or a key.
+        if exc.hint and exc.hint.startswith(f"e.g. {label} ") and " or " not in exc.hint:
+            value = exc.hint[len(f"e.g. {label} "):]
+            exc.hint = f"e.g. {label}={value}" if from_env else \
+                f"e.g. {key} = {value if value.isdigit() else repr(value).replace(chr(39), chr(34))}"
+        raise
 
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:

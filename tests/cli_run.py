@@ -23,6 +23,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
            if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTEST_"))}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("NO_COLOR", None)
+    env["GPULAUNCH_CONFIG"] = ""  # empty: no config file, so the tester's own defaults cannot leak in
     env.update(extra or {})
     return env
 
