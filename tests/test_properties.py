@@ -315,3 +315,45 @@ def test_choose_auto_rejects_counts_below_one(bad: int) -> None:
                                 memory_free_mib=1),))
     with pytest.raises(UsageError):
         select.choose_auto(machine, bad, select.Constraints())
+
+
+# --- the whole command line, in process -----------------------------------------------------
+
+class _Execed(Exception):
+    """Raised instead of exec'ing: the random command line got as far as running its command."""
+
+
+_cli_tokens = st.one_of(_tokens, st.sampled_from(["env", "config", "completions", "bash", "--mig", "--bind", "on",
+                                                 "--shell", "fish", "mig-a100", "--snapshot", "ls", "topo"]))
+
+
+@PROFILE
+@given(st.lists(_cli_tokens, max_size=8), st.sampled_from(["dgx-h100", "mig-a100", "workstation-4x"]))
+def test_cli_on_random_argv_fails_only_with_gpulaunch_errors(argv: list[str], example: str) -> None:
+    """``cli.run`` over an example machine: it returns an exit code, gets to exec, or raises a
+    GpuLaunchError, which ``cli.main`` prints as one line. Anything else would be a traceback."""
+    import io
+    import os
+    from contextlib import redirect_stderr, redirect_stdout
+    from unittest import mock
+
+    from gpu_launch import cli
+
+    assume("check" not in argv)  # `check` starts a CUDA probe process: covered in its own tests
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_", "SLURM_"))}
+    env["GPULAUNCH_CONFIG"] = ""
+    with mock.patch.dict(os.environ, env, clear=True), \
+            mock.patch("gpu_launch.launch.exec_command", side_effect=_Execed), \
+            mock.patch("gpu_launch.affinity.apply", return_value=None), \
+            redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        try:
+            code = cli.run(["--snapshot", example, *argv])
+        except _Execed:
+            event("reached exec")
+            return
+        except GpuLaunchError as exc:
+            event(f"error {int(exc.exit_code)}")
+            assert exc.message and "\n" not in exc.message
+            return
+    event("returned")
+    assert code == 0
