@@ -62,7 +62,8 @@ def gpulaunch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str
             super().__init__(nvml=current["nvml"], **kwargs)
 
     monkeypatch.setattr(nvml_module, "NvmlBackend", FakeBackedNvml)
-    sigpipe = signal.getsignal(signal.SIGPIPE)  # cli.main resets it; give pytest its own back
+    # cli.main resets SIGPIPE, and ignores SIGINT after a Ctrl-C: give pytest its own back.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGPIPE, signal.SIGINT)}
 
     def run(nvml: FakeNvml | None, *argv: str) -> Result:
         current["nvml"] = nvml
@@ -71,11 +72,14 @@ def gpulaunch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str
             with pytest.raises(SystemExit) as exit_:
                 cli.main(list(argv))
         finally:
-            signal.signal(signal.SIGPIPE, sigpipe)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         out, err = capsys.readouterr()
         result = Result(int(exit_.value.code or 0), out, err)
         assert "Traceback" not in out + err
-        if result.code not in (0,):
+        if result.code == ExitCode.INTERRUPTED:
+            assert err.splitlines() == ["gpulaunch: interrupted"] and out == ""
+        elif result.code != 0:
             assert len(result.error_lines) == 1, err
             assert out == "", "a failed run prints nothing on stdout"
         if nvml is not None and ("nvmlShutdown", None) not in nvml.errors:
@@ -361,3 +365,13 @@ def test_unanswered_pair_queries_warn_and_still_choose(gpulaunch: Run, function:
 def test_old_bindings_and_drivers_still_work(gpulaunch: Run, options: dict[str, Any]) -> None:
     assert gpulaunch(fake.dgx_h100(**options), "ls").code == 0
     assert len(gpulaunch(fake.dgx_h100(**options), *AUTO, "8", "--", "x").chosen()) == 8
+
+
+# -- Ctrl-C while NVML is being read ---------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["nvmlDeviceGetCount", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTopologyCommonAncestor"])
+def test_ctrl_c_during_the_nvml_read_shuts_nvml_down_and_exits_130(gpulaunch: Run, where: str) -> None:
+    nvml = FakeNvml(_four(), errors={(where, None): KeyboardInterrupt})
+    result = gpulaunch(nvml, "--auto", "2", "--", "gpulaunch-never-runs")  # no --dry-run: nothing may start
+    assert result.code == ExitCode.INTERRUPTED
+    assert nvml.called("nvmlShutdown") == 1 and nvml.initialized == 0
