@@ -71,6 +71,11 @@ def choose_mig(machine: Machine, n: int, constraints: Constraints, fit: Size | N
         raise UsageError("--max-util cannot be checked for MIG devices (NVML reports utilisation per GPU)",
                          hint="leave out --max-util with --mig")
     if not any(g.mig_devices for g in machine.gpus):
+        unread = [g for g in machine.gpus if not g.available]
+        if unread:  # a GPU NVML could not read may well be the MIG one
+            raise NotEnoughGpus("--mig: no readable GPU is in MIG mode ("
+                                + "; ".join(f"{g.label}: {g.error or 'unavailable'}" for g in unread[:3]) + ")",
+                                hint="`gpulaunch ls` shows the GPUs' state")
         raise NotEnoughGpus("--mig: no GPU here is in MIG mode, so there are no MIG devices to choose",
                             hint="leave out --mig to choose whole GPUs")
     ok, excluded = candidates(machine, constraints)

@@ -330,7 +330,7 @@ def test_mig_query_failures_never_hand_out_a_mig_gpu_whole(gpulaunch: Run, fault
     mig = gpulaunch(machine(), "--dry-run", "--json", "-q", "--mig", "--", "x")
     if gpu_unreadable:
         assert "its MIG state is unknown" in listing.out or "cannot count its MIG devices" in listing.out
-        assert mig.code == ExitCode.NOT_ENOUGH_GPUS
+        assert mig.code == ExitCode.NOT_ENOUGH_GPUS and "no readable GPU is in MIG mode (GPU 0: " in mig.error_lines[0]
     else:
         assert "unavailable" not in listing.out
         assert mig.code == 0 and json.loads(mig.out)["devices"][0]["uuid"].startswith("MIG-")
