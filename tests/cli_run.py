@@ -9,12 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: A private reservation directory (issue 3), so no test takes or sees the machine's real reservations.
+LOCK_DIR = os.path.join(tempfile.mkdtemp(prefix="gpulaunch-robust-"), "locks")
 
-__all__ = ["ROOT", "clean_env", "run_gpulaunch", "gpulaunch_argv", "has_option"]
+__all__ = ["ROOT", "LOCK_DIR", "clean_env", "run_gpulaunch", "gpulaunch_argv", "has_option"]
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -24,6 +27,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("NO_COLOR", None)
     env["GPULAUNCH_CONFIG"] = ""  # empty: no config file, so the tester's own defaults cannot leak in
+    env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
     env.update(extra or {})
     return env
 

@@ -211,8 +211,10 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("max-util-word", (*S, "--max-util", "low", "--", "true"), U, "'low' is not a percentage"),
     Bad("exclude-absent", (*S, "--exclude", "99", "--", "true"), U, "--exclude: there is no GPU 99"),
     Bad("exclude-everything", (*S, "--exclude", "all", "--", "true"), N, "excluded by --exclude"),
-    Bad("wait-bad-duration", (*S, "--auto", "1", "--wait", "5x", "--", "true"), U, "is not a duration", needs="--wait"),
-    Bad("wait-negative", (*S, "--auto", "1", "--wait", "-5m", "--", "true"), U, "", needs="--wait"),
+    Bad("wait-bad-duration", (*S, "--auto", "1", "--wait=5x", "--", "true"), U, "--wait: '5x' is not a duration",
+        needs="--wait"),
+    Bad("wait-negative", (*S, "--auto", "1", "--wait=-5m", "--", "true"), U, "is not a duration", needs="--wait"),
+    Bad("wait-empty", (*S, "--auto", "1", "--wait=", "--", "true"), U, "is not a duration", needs="--wait"),
     # conflicting or missing parts
     Bad("gpus-and-auto", (*S, "--gpus", "0", "--auto", "1", "--", "true"), U, "--gpus and --auto cannot be used together"),
     Bad("gpus-and-fit", (*S, "--gpus", "0", "--fit", "10GiB", "--", "true"), U, "--gpus and --fit cannot be used together"),
