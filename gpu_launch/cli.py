@@ -307,6 +307,10 @@ def _launch(inv: Invocation) -> int:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
+    if not informing:
+        from gpu_launch.launch import resolve_command
+
+        resolve_command(inv.argv, os.environ)  # 126/127 before any GPU is chosen, shown, reserved or waited for
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
     machine, vis, got, env = _choose(inv, locking, wait=None if informing else inv.get("wait"),

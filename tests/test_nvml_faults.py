@@ -370,8 +370,13 @@ def test_old_bindings_and_drivers_still_work(gpulaunch: Run, options: dict[str, 
 # -- Ctrl-C while NVML is being read ---------------------------------------------------------
 
 @pytest.mark.parametrize("where", ["nvmlDeviceGetCount", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTopologyCommonAncestor"])
-def test_ctrl_c_during_the_nvml_read_shuts_nvml_down_and_exits_130(gpulaunch: Run, where: str) -> None:
+def test_ctrl_c_during_the_nvml_read_shuts_nvml_down_and_exits_130(gpulaunch: Run, where: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*args: Any) -> None:
+        raise AssertionError("the command was started after Ctrl-C")
+
+    monkeypatch.setattr("gpu_launch.launch.exec_command", never)
     nvml = FakeNvml(_four(), errors={(where, None): KeyboardInterrupt})
-    result = gpulaunch(nvml, "--auto", "2", "--", "gpulaunch-never-runs")  # no --dry-run: nothing may start
+    result = gpulaunch(nvml, "--auto", "2", "--", sys.executable)  # no --dry-run: nothing may start
     assert result.code == ExitCode.INTERRUPTED
     assert nvml.called("nvmlShutdown") == 1 and nvml.initialized == 0
