@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,18 +23,24 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
     name = argv[0]
     if not name:
         raise CommandNotFound("the command is an empty string", hint="put the program to run after the options")
+    shown = _shown(name)
     if os.sep in name:
         if not os.path.exists(name):
-            raise CommandNotFound(f"{name}: no such file")
+            raise CommandNotFound(f"{shown}: no such file")
         if os.path.isdir(name):
-            raise NotExecutable(f"{name}: is a directory, not a program")
+            raise NotExecutable(f"{shown}: is a directory, not a program")
         if not os.access(name, os.X_OK):
-            raise NotExecutable(f"{name}: permission denied (not executable)", hint=f"chmod +x {name}")
+            raise NotExecutable(f"{shown}: permission denied (not executable)", hint=f"chmod +x {shlex.quote(name)}")
         return name
     found = shutil.which(name, path=env.get("PATH", os.defpath))
     if found is None:
-        raise CommandNotFound(f"{name}: command not found", hint="check the spelling, or activate the environment that has it")
+        raise CommandNotFound(f"{shown}: command not found", hint="check the spelling, or activate the environment that has it")
     return found
+
+
+def _shown(name: str) -> str:
+    """``name`` for a one-line message: quoted with escapes when it holds newlines or other controls."""
+    return name if name.isprintable() else repr(name)
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
@@ -45,5 +52,5 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
         os.execve(path, list(argv), dict(env))
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            raise CommandNotFound(f"{argv[0]}: {exc.strerror}") from None
-        raise NotExecutable(f"{argv[0]}: cannot execute ({exc.strerror})") from None
+            raise CommandNotFound(f"{_shown(argv[0])}: {exc.strerror}") from None
+        raise NotExecutable(f"{_shown(argv[0])}: cannot execute ({exc.strerror})") from None

@@ -138,6 +138,7 @@ FILES: dict[str, bytes | Callable[[], bytes]] = {
     "section.toml": b'[section]\nmin-free = "1GiB"\n',
     "good.toml": b'min-free = "20GB"\n',
     "noexec.sh": b"#!/bin/sh\necho should not run\n",
+    "no exec.sh": b"#!/bin/sh\necho should not run\n",
     "script.sh": b"#!/bin/sh\nexit 0\n",
 }
 #: Files that get a size without content (sparse): only their size is looked at.
@@ -265,6 +266,11 @@ CATALOGUE: tuple[Bad, ...] = (
         "gpulaunch-no-such-program: command not found"),
     Bad("command-path-not-found", (*S, "--", "{dir}/missing.sh"), ExitCode.COMMAND_NOT_FOUND, "missing.sh: no such file"),
     Bad("command-empty-string", (*S, "--", ""), ExitCode.COMMAND_NOT_FOUND, "the command is an empty string"),
+    Bad("command-with-newline", (*S, "--", "two\nlines"), ExitCode.COMMAND_NOT_FOUND, "'two\\nlines': command not found"),
+    Bad("command-not-executable-spaces", (*S, "--", "{dir}/no exec.sh"), ExitCode.NOT_EXECUTABLE,
+        "/no exec.sh: permission denied (not executable) (hint: chmod +x '"),
+    Bad("command-checked-before-gpus", (*S, "--auto", "9", "--", "gpulaunch-no-such-program"), ExitCode.COMMAND_NOT_FOUND,
+        "gpulaunch-no-such-program: command not found"),
     Bad("command-not-on-path", (*S, "--", "script.sh"), ExitCode.COMMAND_NOT_FOUND, "script.sh: command not found",
         env={"PATH": "/nonexistent"}),
     # snapshot files
@@ -360,6 +366,7 @@ def files_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, content in FILES.items():
         (root / name).write_bytes(content() if callable(content) else content)
     (root / "noexec.sh").chmod(0o644)
+    (root / "no exec.sh").chmod(0o644)
     (root / "script.sh").chmod(0o755)
     for name, size in SPARSE.items():
         with open(root / name, "wb") as fh:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
+from cli_run import LOCK_DIR
 from gpu_launch import args, select, snapshot, spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, SnapshotError, UsageError
 from gpu_launch.model import Gpu, GpuProcess, Machine
@@ -340,8 +341,12 @@ def test_cli_on_random_argv_fails_only_with_gpulaunch_errors(argv: list[str], ex
     from gpu_launch import cli
 
     assume("check" not in argv)  # `check` starts a CUDA probe process: covered in its own tests
+    assume("each" not in argv)  # `each` reads stdin and runs jobs: covered in its own tests
+    assume(not any(token.startswith("--wait") for token in argv))  # may wait for ever, by design
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_", "SLURM_"))}
     env["GPULAUNCH_CONFIG"] = ""
+    env["GPULAUNCH_NO_LOCK"] = "1"  # a launch stopped just before exec must not keep lock descriptors
+    env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
     with mock.patch.dict(os.environ, env, clear=True), \
             mock.patch("gpu_launch.launch.exec_command", side_effect=_Execed), \
             mock.patch("gpu_launch.affinity.apply", return_value=None), \
