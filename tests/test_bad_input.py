@@ -9,13 +9,15 @@ holds the files of :data:`FILES` (bad snapshots, a program without the x bit, ..
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from cli_run import clean_env, gpulaunch_argv, has_option, run_gpulaunch
+from cli_run import LOCK_DIR, clean_env, gpulaunch_argv, has_option, run_gpulaunch
 from gpu_launch.errors import ExitCode
 
 
@@ -156,6 +158,7 @@ class Bad:
     env: dict[str, str] = field(default_factory=dict)
     needs: str = ""  # an option that must exist (added by another issue), else the row is skipped
     no_driver: bool = False  # reads the real NVML: only meaningful where no NVIDIA driver is installed
+    hold: int | None = None  # a GPU of workstation-4x another gpulaunch job holds while the row runs
 
 
 S = ("--snapshot", "dgx-h100")  # 8 GPUs, 0 and 1 busy
@@ -216,6 +219,12 @@ CATALOGUE: tuple[Bad, ...] = (
         needs="--wait"),
     Bad("wait-negative", (*S, "--auto", "1", "--wait=-5m", "--", "true"), U, "is not a duration", needs="--wait"),
     Bad("wait-empty", (*S, "--auto", "1", "--wait=", "--", "true"), U, "is not a duration", needs="--wait"),
+    Bad("wait-times-out", (*S, "--auto", "1", "--idle", "--min-free", "80GiB", "--wait=0.2s", "--", "true"),
+        ExitCode.WAIT_TIMEOUT, "the request still cannot be met", needs="--wait"),
+    Bad("wait-cannot-help", (*S, "--auto", "9", "--wait", "--", "true"), N, "waiting cannot help", needs="--wait"),
+    Bad("gpus-reserved", (*W, "--gpus", "2", "--", "true"), ExitCode.RESERVED, "--gpus: GPU 2 is reserved by", hold=2,
+        needs="--wait"),
+    Bad("auto-skips-reserved", (*W, "--auto", "4", "--", "true"), N, "GPU 2: reserved by", hold=2, needs="--wait"),
     # conflicting or missing parts
     Bad("gpus-and-auto", (*S, "--gpus", "0", "--auto", "1", "--", "true"), U, "--gpus and --auto cannot be used together"),
     Bad("gpus-and-fit", (*S, "--gpus", "0", "--fit", "10GiB", "--", "true"), U, "--gpus and --fit cannot be used together"),
@@ -357,7 +366,7 @@ CATALOGUE: tuple[Bad, ...] = (
 
 #: The codes a run over the catalogue must show it can produce (the rest come with other issues).
 MUST_COVER = {ExitCode.USAGE, ExitCode.NOT_ENOUGH_GPUS, ExitCode.BAD_FILE, ExitCode.NOT_EXECUTABLE,
-              ExitCode.COMMAND_NOT_FOUND, ExitCode.OK, ExitCode.NO_DRIVER}
+              ExitCode.COMMAND_NOT_FOUND, ExitCode.OK, ExitCode.NO_DRIVER, ExitCode.WAIT_TIMEOUT, ExitCode.RESERVED}
 
 
 @pytest.fixture(scope="module")
@@ -377,7 +386,30 @@ def files_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
     argv = [a.replace("{dir}", str(files_dir)) for a in row.argv]
     env = {k: v.replace("{dir}", str(files_dir)) for k, v in row.env.items()}
-    return run_gpulaunch(*argv, env=env, timeout=30)
+    if row.hold is None:
+        return run_gpulaunch(*argv, env=env, timeout=30)
+    with _holding(row.hold):
+        return run_gpulaunch(*argv, env=env, timeout=30)
+
+
+@contextlib.contextmanager
+def _holding(index: int) -> Iterator[None]:
+    """Another gpulaunch job holds GPU ``index`` of workstation-4x (its command waits on stdin)."""
+    from gpu_launch import reservations, snapshot
+
+    uuid = snapshot.resolve("workstation-4x").gpus[index].uuid
+    holder = subprocess.Popen(gpulaunch_argv("--snapshot", "workstation-4x", "-q", "--gpus", str(index), "--",
+                                             sys.executable, "-c", "import sys; sys.stdin.read()"),
+                              stdin=subprocess.PIPE, env=clean_env())
+    try:
+        deadline = time.monotonic() + 30
+        while not reservations.holders(LOCK_DIR, [uuid]):
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never took its GPU"
+            time.sleep(0.02)
+        yield
+    finally:
+        holder.communicate(timeout=30)  # closes stdin: the holder's command ends, and its lock with it
+    assert reservations.holders(LOCK_DIR, [uuid]) == {}, "the lock ends with the command that held it"
 
 
 def _nvml_loads() -> bool:
@@ -417,6 +449,15 @@ def test_bad_input(row: Bad, files_dir: Path) -> None:
     assert result.stdout == "", "a failed run prints nothing on stdout"
     if row.code in (ExitCode.NOT_EXECUTABLE, ExitCode.COMMAND_NOT_FOUND):
         assert "cuda:0" not in result.stderr, "no mapping is shown for a command that cannot run"
+
+
+def test_nothing_is_left_reserved_or_queued() -> None:
+    """After every row above (failures, Ctrl-C, timeouts, holders): no GPU reserved, no waiter queued."""
+    from gpu_launch import reservations, snapshot
+
+    uuids = [g.uuid for name in snapshot.example_names() for g in snapshot.resolve(name).gpus]
+    assert reservations.holders(LOCK_DIR, uuids) == {}
+    assert not list(Path(LOCK_DIR).glob("ticket-*"))
 
 
 def test_catalogue_ids_are_unique_and_cover_the_codes() -> None:
