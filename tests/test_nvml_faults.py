@@ -53,6 +53,8 @@ def gpulaunch(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str
     for name in ("GPULAUNCH_SNAPSHOT", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                  "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "NO_COLOR"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GPULAUNCH_CONFIG", "")  # no config file: the tester's defaults stay out
+    monkeypatch.setenv("GPULAUNCH_LOCK_DIR", str(tmp_path / "locks"))  # never the machine's reservations
     current: dict[str, Any] = {}
     real = nvml_module.NvmlBackend
 
