@@ -197,7 +197,9 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         return None
     n = request.auto or 1
     if n > len(usable):
-        return f"need {n} GPUs, but only {len(usable)} of {len(machine.gpus)} could ever be eligible"
+        if n > len(machine.gpus):
+            return "the machine has too few GPUs"  # the error itself already says how many
+        return f"only {len(usable)} of {len(machine.gpus)} GPUs could ever be eligible"
     return None
 
 
@@ -270,7 +272,8 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         last = exc
                         why = hopeless(request, machine)
                         if why is not None:
-                            raise type(exc)(f"{exc.message}; waiting cannot help: {why}", hint=exc.hint) from None
+                            raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
+                                             hint="relax the constraints, or ask for fewer GPUs") from None
                     found = {} if locking is None else reservations.holders(locking.lock_dir, _device_uuids(machine))
                     # No ages in the line: in plain mode a new line is printed only when it changes.
                     reserved = {u: h.describe(age=False) for u, h in found.items()}
