@@ -352,7 +352,7 @@ def usage(command: str = RUN) -> str:
     lines = [f"gpulaunch {__version__}: put a command on the right NVIDIA GPUs", ""]
     if command == RUN:
         lines += ["usage: gpulaunch [OPTIONS] [--] COMMAND [ARGS...]", "       gpulaunch [OPTIONS] SUBCOMMAND", ""]
-        lines += ["Subcommands:"] + [f"  {name:<10} {text}" for name, text in SUBCOMMANDS.items()] + [""]
+        lines += ["Subcommands:"] + [f"  {name:<12} {text}" for name, text in SUBCOMMANDS.items()] + [""]
     else:
         shown = _USAGE.get(command, f"gpulaunch {command} [OPTIONS]")
         lines += [f"usage: {shown}", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
