@@ -10,14 +10,17 @@ path's start-up near the interpreter's floor and gives exactly these pass-throug
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpu_launch import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_duration, parse_size
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
            "COMMAND_EXAMPLES", "options_for"]
@@ -181,11 +184,15 @@ def suggest_subcommand(word: str) -> str | None:
     """The subcommand ``word`` looks like a typo of (``lss`` -> ``ls``), if any."""
     if word in SUBCOMMANDS or not word or "/" in word:
         return None
+    import difflib  # ~1 ms of start-up, paid only by a command that is not a subcommand's name
+
     close = difflib.get_close_matches(word, list(SUBCOMMANDS), n=1, cutoff=0.75)
     return close[0] if close else None
 
 
 def _unknown(token: str) -> UsageError:
+    import difflib  # only on this error path: it costs ~1 ms of start-up
+
     name = token.split("=", 1)[0]
     close = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}?" if close else "see `gpulaunch --help`"

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from importlib import resources
-from typing import Any
 
 from gpu_launch.errors import SnapshotError
 from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
+
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SCHEMA_VERSION", "load", "loads", "dump", "to_dict", "example_names", "resolve"]
 
@@ -24,10 +27,30 @@ _LINK_RE = re.compile(r"^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|PSB)$")
 _CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
+# The examples are read straight from the package directory: importlib.resources costs ~5 ms of
+# imports (zipfile, tempfile, pathlib) on every launch. It remains the fallback for a zipped install.
+_EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
+
+
 def example_names() -> list[str]:
     """Short names of the bundled example machines (``dgx-h100``, ...)."""
-    files = resources.files("gpu_launch.examples")
-    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".json"))
+    try:
+        names = os.listdir(_EXAMPLES_DIR)
+    except OSError:
+        from importlib import resources
+
+        names = [p.name for p in resources.files("gpu_launch.examples").iterdir()]
+    return sorted(name[:-5] for name in names if name.endswith(".json"))
+
+
+def _example_text(name: str) -> str:
+    try:
+        with open(os.path.join(_EXAMPLES_DIR, f"{name}.json"), encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        from importlib import resources
+
+        return resources.files("gpu_launch.examples").joinpath(f"{name}.json").read_text("utf-8")
 
 
 def resolve(value: str) -> Machine:
@@ -35,8 +58,7 @@ def resolve(value: str) -> Machine:
     if os.path.exists(value) or os.sep in value or value.endswith(".json"):
         return load(value)
     if value in example_names():
-        text = resources.files("gpu_launch.examples").joinpath(f"{value}.json").read_text("utf-8")
-        return loads(text, source=value)
+        return loads(_example_text(value), source=value)
     raise SnapshotError(
         f"snapshot {value!r}: no such file, and not an example name",
         hint="examples: " + ", ".join(example_names()),

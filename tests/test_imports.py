@@ -1,0 +1,144 @@
+"""Start-up stays lean: which heavy modules a real gpulaunch process imports on each path.
+
+Each test runs the real CLI in a subprocess under ``python -X importtime``, which lists on stderr
+every module the process imported, and asserts what is absent. These are behaviour tests, not
+timings (the timings are in benchmarks/run.py): the quiet launch path on a snapshot must not import
+rich, pynvml or psutil, and no snapshot path may import pynvml.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("rich", "pynvml", "psutil")
+_LINE_RE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| ( *)(\S+)\s*$")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTHONPROFILEIMPORTTIME"))}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("NO_COLOR", None)
+    return env
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Modules listed by ``-X importtime``, leaving out what site (start-up, .pth files) imported."""
+    names: list[str] = []
+    for line in stderr.splitlines():
+        match = _LINE_RE.match(line)
+        if match is None:
+            continue
+        indent, name = match.groups()
+        names.append(name)
+        if name == "site" and not indent:
+            names.clear()  # all that came before was the interpreter's own start-up
+    return set(names)
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {m.split(".", 1)[0] for m in modules}
+
+
+def run_importtime(*args: str, tty: bool = False) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``python -X importtime -m gpu_launch ARGS``; stdout is a pseudo-terminal when ``tty``."""
+    argv = [sys.executable, "-X", "importtime", "-m", "gpu_launch", *args]
+    if not tty:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60, cwd=ROOT)
+        return proc, imported_modules(proc.stderr)
+    master, slave = os.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        try:
+            while data := os.read(master, 65536):
+                chunks.append(data)
+        except OSError:
+            pass  # EIO once the child has closed the terminal
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(argv, stdout=slave, stderr=subprocess.PIPE, text=True, env=_env(), timeout=60, cwd=ROOT)
+    finally:
+        os.close(slave)
+        reader.join(timeout=10)
+        os.close(master)
+    proc.stdout = b"".join(chunks).decode("utf-8", "replace")
+    return proc, imported_modules(proc.stderr)
+
+
+PRINT_CVD = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+
+
+@pytest.mark.parametrize("selection", [
+    ["--auto", "2"],
+    ["--gpus", "4-7"],
+    ["--fit", "100GiB"],
+    [],  # a bare command gets --auto 1
+])
+def test_quiet_launch_on_a_snapshot_imports_no_rich_pynvml_psutil(selection: list[str]) -> None:
+    proc, modules = run_importtime("--snapshot", "dgx-h100", *selection, "-q", "--", sys.executable, "-c", PRINT_CVD)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # The child really ran, on the chosen GPUs, and gpulaunch printed nothing of its own.
+    assert re.fullmatch(r"\d+(,\d+)*\n", proc.stdout)
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch")]
+    assert "gpu_launch.cli" in modules  # the import listing did cover gpulaunch itself
+    assert top_level(modules) & set(HEAVY) == set()
+    assert "gpu_launch.render" not in modules  # the quiet path formats nothing
+
+
+@pytest.mark.parametrize("args", [
+    ["ls"],
+    ["ls", "--json"],
+    ["ls", "--topo"],
+    ["topo"],
+    ["--auto", "2", "--", "true"],
+    ["--gpus", "0,1", "--dry-run", "--json", "--", "true"],
+    ["--auto", "2", "--explain"],
+    ["--auto", "2", "--explain", "--json"],
+])
+@pytest.mark.parametrize("machine", ["dgx-h100", "pcie-8x"])
+def test_no_snapshot_path_imports_pynvml(args: list[str], machine: str) -> None:
+    proc, modules = run_importtime("--snapshot", machine, *args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.cli" in modules
+    assert "pynvml" not in top_level(modules)
+    assert not any(m.startswith("gpu_launch.backends.nvml") for m in modules)
+
+
+def test_ls_into_a_pipe_is_plain_text_without_rich() -> None:
+    proc, modules = run_importtime("--snapshot", "dgx-h100", "ls")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[1].split()[:2] == ["GPU", "NAME"]
+    assert "rich" not in top_level(modules)
+    assert "pynvml" not in top_level(modules) and "psutil" not in top_level(modules)
+
+
+def test_ls_on_a_terminal_uses_rich_so_the_listing_can_see_it() -> None:
+    # The counterpart of the tests above: when rich is imported, the listing does show it.
+    proc, modules = run_importtime("--snapshot", "dgx-h100", "ls", tty=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rich" in top_level(modules)
+    assert "H100" in proc.stdout
+    assert "pynvml" not in top_level(modules)
+
+
+def test_imported_modules_ignores_start_up_and_keeps_nesting() -> None:
+    stderr = "\n".join([
+        "import time: self [us] | cumulative | imported package",
+        "import time:        50 |         50 |   rich",  # imported by a .pth file during start-up
+        "import time:       700 |        900 | site",
+        "import time:       300 |        300 |     pynvml",
+        "import time:       120 |        420 |   gpu_launch.backends.nvml",
+        "gpulaunch: error: something",
+    ])
+    assert imported_modules(stderr) == {"pynvml", "gpu_launch.backends.nvml"}
