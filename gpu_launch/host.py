@@ -12,7 +12,13 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 __all__ = [
     "cpulist_from_mask",
@@ -26,7 +32,6 @@ __all__ = [
     "process_user_and_command",
 ]
 
-_T = TypeVar("_T")
 _CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 # NVML writes "00000000:07:00.0" (32-bit domain); sysfs names the device "0000:07:00.0".
 _BUS_ID_RE = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")

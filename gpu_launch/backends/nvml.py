@@ -18,23 +18,33 @@ v1; running processes v3, then v2.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
+import os
 import re
-import socket
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from gpu_launch import host
 from gpu_launch.backends import Needs, nvml_topology
 from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
 
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["NvmlBackend"]
 
-_log = logging.getLogger(__name__)
+
+def _debug(message: str, *args: object) -> None:
+    """Log at DEBUG without importing logging (~3 ms of every NVML read): if nothing imported
+    logging, nothing configured a handler for it, and the record would go nowhere anyway."""
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(message, *args)
 
 # nvmlReturn_t codes (nvml.h). They are ABI, identical in every binding; pynvml raises one
 # NVMLError subclass per code, with the code in ``.value``.
@@ -157,7 +167,7 @@ class NvmlBackend:
                 try:
                     nvml.nvmlShutdown()
                 except nvml.NVMLError as exc:  # the data is read; a failed shutdown changes nothing
-                    _log.debug("nvmlShutdown failed: %s", exc)
+                    _debug("nvmlShutdown failed: %s", exc)
 
     @contextlib.contextmanager
     def _timed(self, kind: str) -> Iterator[None]:
@@ -190,7 +200,7 @@ class NvmlBackend:
                 raise _GpuFailed(str(exc)) from exc
             if _code(exc) == _FUNCTION_NOT_FOUND:
                 self.missing_functions.add(name)
-            _log.debug("%s: %s", name, exc)
+            _debug("%s: %s", name, exc)
             return None, str(exc)
         except self._library_mismatch as exc:  # pynvml: unversioned call newer than the driver
             self.missing_functions.add(name)
@@ -277,7 +287,7 @@ class NvmlBackend:
             self._warnings.extend(warnings)
             gpus = self._recheck(gpus, [h for _, h in rows], suspects)
         return Machine(gpus=gpus, links=links, driver_version=driver, cuda_driver_version=cuda,
-                       hostname=socket.gethostname(), source="nvml", warnings=tuple(self._warnings))
+                       hostname=os.uname().nodename, source="nvml", warnings=tuple(self._warnings))
 
     def _device_count(self, nvml: Any) -> int:
         try:
@@ -308,7 +318,7 @@ class NvmlBackend:
                 ident.name = _text(self._query("nvmlDeviceGetName", handle))
             return self._read_details(handle, ident, pids), handle
         except _GpuFailed as exc:
-            _log.debug("GPU %d unavailable: %s", index, exc)
+            _debug("GPU %d unavailable: %s", index, exc)
             return ident.unavailable(str(exc)), None
 
     def _read_details(self, handle: Any, ident: _Identity, pids: dict[int, tuple[str | None, str | None]]) -> Gpu:
@@ -366,7 +376,7 @@ class NvmlBackend:
         version = getattr(self._nvml, "nvmlMemory_v2", None)
         if version is None:
             self._memory_v2_absent = True
-            _log.debug("memory: these bindings have no nvmlMemory_v2; using v1")
+            _debug("memory: these bindings have no nvmlMemory_v2; using v1")
             return None
         try:
             return self._nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
@@ -377,7 +387,7 @@ class NvmlBackend:
                 raise _GpuFailed(str(exc)) from exc
             # FunctionNotFound (driver < 510) holds for every GPU; NotSupported may be just this one.
             self._memory_v2_absent = _code(exc) in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH)
-            _log.debug("memory v2: %s; falling back to v1", exc)
+            _debug("memory v2: %s; falling back to v1", exc)
         return None
 
     def _numa_node(self, handle: Any, bus_id: str | None) -> int | None:
@@ -413,7 +423,7 @@ class NvmlBackend:
         for name in (self._processes_function,) if self._processes_function else candidates:
             value, why = self._try(name, handle)
             if name in self.missing_functions:
-                _log.debug("processes: %s unusable (%s)", name, why)
+                _debug("processes: %s unusable (%s)", name, why)
                 continue
             self._processes_function = name
             return value

@@ -15,10 +15,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpu_launch.host import parse_bus_id
 from gpu_launch.model import Gpu
+
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["NvLinkCensus", "TryCall", "link_matrix", "normalise_bus_id"]
 
