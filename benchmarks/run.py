@@ -403,8 +403,9 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
               "gpu": "On this machine's GPUs (NVML)"}
     for name, benches in groups.items():
         lines += ["", titles[name]]
-        if benches and all(x.skipped == NO_DRIVER for x in benches):
-            lines.append(f"  {NO_DRIVER}")
+        reasons = {x.skipped for x in benches}
+        if benches and len(reasons) == 1 and None not in reasons:  # the whole group, for one reason
+            lines.append(f"  {reasons.pop()}")
             continue
         lines += [_fmt_row(x, notes.get(x.key, "")) for x in benches]
         if name == "launch" and r.get("launch_over_floor_ms") is not None:
@@ -432,7 +433,7 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
         verdict = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
         value = "" if t["value"] is None or isinstance(t["value"], bool) else f"  ({t['value']:.3g})"
         lines.append(f"  {t['target']:<50} {verdict}{value}")
-    if b.get("python_floor") and not b["python_floor"].ok:
+    if b.get("python_floor") and b["python_floor"].error:
         lines.append("WARNING: the interpreter floor failed; ratios are missing")
     return "\n".join(lines) + "\n"
 

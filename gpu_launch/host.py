@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypeVar

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import CommandNotFound, NotExecutable
 
-# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn

@@ -31,7 +31,7 @@ from gpu_launch.backends import Needs, nvml_topology
 from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
 
-# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from gpu_launch.host import parse_bus_id
 from gpu_launch.model import Gpu
 
-# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -1,0 +1,73 @@
+"""benchmarks/run.py works anywhere: it prints the table, writes comparable JSON, skips what it can't run.
+
+Not a timed test: it checks that the runner runs and reports, never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "benchmarks" / "run.py"
+
+
+def _driver() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(RUNNER), *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_runner_prints_the_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = _run("--repeat", "2", "--only", "launch", "--only", "gpu", "--only", "nvml", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "Launch overhead" in result.stdout and "Targets" in result.stdout
+    doc = json.loads(out.read_text())
+    env = doc["environment"]
+    assert env["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert env["machine"]["cpus"] and env["repeat"] == 2
+    assert env["commit"] is None or len(env["commit"]) == 40
+    rows = {row["key"]: row for row in doc["rows"]}
+    for key in ("python_floor", "launch_snapshot", "launch_snapshot_gpus"):
+        assert rows[key]["status"] == "ok", rows[key]
+        assert rows[key]["runs"] == 2 and rows[key]["median_ms"] > 0
+    assert rows["nvitop_import"]["status"] in ("ok", "skipped: nvitop not installed (pip install nvitop)")
+    assert doc["ratios"]["launch_vs_python_floor"] > 1
+    # ls was not selected: its rows say so instead of holding numbers.
+    assert rows["ls_snapshot"]["status"] == "skipped: not selected (--only)"
+    gpu_rows = [rows[k] for k in ("gpu_ls", "nvidia_smi", "gpustat", "gpu_launch_auto1", "nvisel")]
+    if not _driver():
+        assert all(row["status"] == "skipped: no NVIDIA driver" for row in gpu_rows)
+        assert doc["nvml"]["status"] == "skipped: no NVIDIA driver"
+        assert "skipped: no NVIDIA driver" in result.stdout
+    else:
+        assert rows["gpu_ls"]["status"] == "ok"
+
+
+def test_runner_compares_with_an_earlier_run(tmp_path: Path) -> None:
+    first = tmp_path / "a.json"
+    assert _run("--repeat", "1", "--only", "ls", "--json", str(first)).returncode == 0
+    result = _run("--repeat", "1", "--only", "ls", "--compare", str(first))
+    assert result.returncode == 0, result.stderr
+    compared = result.stdout.split("Compared with", 1)[1]
+    assert "ls --json" in compared and "→" in compared
+
+
+def test_selection_rows_are_shown_or_pending() -> None:
+    result = _run("--repeat", "1", "--only", "selection")
+    assert result.returncode == 0, result.stderr
+    section = result.stdout.split("Selection on synthetic machines", 1)[1].split("Targets", 1)[0]
+    if (ROOT / "benchmarks" / "selection.py").exists():
+        assert "GPUs" in section and " 64 " in section
+    else:
+        assert "selection: pending" in section
