@@ -37,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -269,6 +270,55 @@ def nvml_timings(gl: list[str], repeat: int) -> dict[str, Any]:
             "kinds_ms": {k: round(statistics.median(v), 3) for k, v in per_kind.items()}}
 
 
+_IMPORTTIME_RE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)\s*$")
+
+
+def _attribute(stderr: str) -> dict[str, float]:
+    """ms per import after start-up: gpu_launch modules by their own time, anything else they import
+    (stdlib, third party) by its cumulative time, so the entries add up to the whole."""
+    pending: dict[int, list[tuple[str, int, int, list[Any]]]] = {}
+    for line in stderr.splitlines():
+        match = _IMPORTTIME_RE.match(line)
+        if match is None:
+            continue
+        own, cumulative, indent, name = match.groups()
+        depth = len(indent) // 2
+        node = (name, int(own), int(cumulative), pending.pop(depth + 1, []))
+        if depth == 0 and name == "site":
+            pending.clear()  # the interpreter's own start-up (and .pth files) came before
+            continue
+        pending.setdefault(depth, []).append(node)
+    out: dict[str, float] = {}
+
+    def walk(nodes: list[Any]) -> None:
+        for name, own, cumulative, children in nodes:
+            if name == "gpu_launch" or name.startswith("gpu_launch."):
+                out[name] = out.get(name, 0.0) + own / 1000
+                walk(children)
+            else:
+                out[name] = out.get(name, 0.0) + cumulative / 1000
+
+    walk(pending.get(0, []))
+    return out
+
+
+def import_breakdown(gl: list[str], repeat: int) -> dict[str, Any]:
+    """Where the quiet launch's import time goes: median ms per module (``-X importtime``)."""
+    argv = [sys.executable, "-X", "importtime", *(gl[1:] if len(gl) > 1 else gl),
+            "--snapshot", SNAPSHOT, "--auto", "2", "-q", "--", "true"]
+    per_module: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, env=_child_env(), cwd=REPO)
+        if proc.returncode != 0:
+            return {"status": f"failed: exit {proc.returncode}"}
+        for name, ms in _attribute(proc.stderr).items():
+            per_module.setdefault(name, []).append(ms)
+    medians = {name: round(statistics.median(v), 3) for name, v in per_module.items()}
+    return {"status": "ok", "runs": repeat, "total_ms": round(sum(medians.values()), 3),
+            "modules_ms": dict(sorted(medians.items(), key=lambda kv: -kv[1]))}
+
+
 def selection_rows() -> tuple[str, list[dict[str, Any]]]:
     """Rows from benchmarks/selection.py (another issue's module), or why there are none."""
     for path in (str(REPO), str(REPO / "benchmarks")):
@@ -382,11 +432,11 @@ def _x(v: float | None) -> str:
 
 
 def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, float | None],
-           nvml: dict[str, Any], sel_status: str, sel: list[dict[str, Any]], tgts: list[dict[str, Any]]) -> str:
+           nvml: dict[str, Any], imports: dict[str, Any], sel_status: str, sel: list[dict[str, Any]], tgts: list[dict[str, Any]]) -> str:
     lines = [
         f"gpulaunch benchmarks  commit {(info['commit'] or '?')[:10]}{' (dirty)' if info['dirty'] else ''}"
         f"  Python {info['python']}  {info['machine']['arch']}, {info['machine']['cpus']} CPUs"
-        f"  load {info['load_average_start'][0]:.2f}",
+        f"  load {info['load_average_start'][0]:.2f} → {info['load_average_end'][0]:.2f}",
         f"median wall time of {info['repeat']} whole-process runs each (interleaved), [25th – 75th percentile]",
         f"gpulaunch = {' '.join(info['gpulaunch'])}",
     ]
@@ -413,6 +463,15 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
             if r.get("nvitop_import_over_floor_ms") is not None:
                 extra += f"; importing nvitop costs {r['nvitop_import_over_floor_ms']:.1f} ms"
             lines.append(extra)
+    lines += ["", "Imports of the quiet launch after start-up (-X importtime, median ms; gpu_launch.*"
+                  " own time, what they import cumulative)"]
+    if imports.get("status") != "ok":
+        lines.append(f"  {imports.get('status')}")
+    else:
+        shown = [(name, ms) for name, ms in imports["modules_ms"].items() if ms >= 0.3]
+        text = ", ".join(f"{name} {ms:.1f}" for name, ms in shown)
+        lines += textwrap.wrap(text, 100, initial_indent="  ", subsequent_indent="  ")
+        lines.append(f"  total {imports['total_ms']:.1f} ms (importtime's own overhead inflates these)")
     lines += ["", "NVML time per query kind (gpulaunch -v ls --topo, median)"]
     if nvml.get("status") != "ok":
         lines.append(f"  {nvml.get('status')}")
@@ -481,12 +540,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     nvml = ({"status": NO_DRIVER} if not driver else nvml_timings(gl, min(args.repeat, 10))) if wanted("nvml") \
         else {"status": "skipped: not selected (--only)"}
     sel_status, sel = selection_rows() if wanted("selection") else ("skipped: not selected (--only)", [])
+    imports = import_breakdown(gl, min(args.repeat, 10)) if wanted("launch") \
+        else {"status": "skipped: not selected (--only)"}
     r = ratios(benches)
     tgts = targets(r, sel)
     info["seconds"] = round(time.perf_counter() - started, 1)
+    info["load_average_end"] = list(os.getloadavg())
     doc = {"schema": SCHEMA, "environment": info, "rows": [b.as_json() for b in benches], "ratios": r,
-           "nvml": nvml, "selection": {"status": sel_status, "rows": sel}, "targets": tgts}
-    sys.stdout.write(report(info, groups, r, nvml, sel_status, sel, tgts))
+           "nvml": nvml, "imports": imports, "selection": {"status": sel_status, "rows": sel},
+           "targets": tgts}
+    sys.stdout.write(report(info, groups, r, nvml, imports, sel_status, sel, tgts))
     if args.compare:
         try:
             with open(args.compare, encoding="utf-8") as fh:
