@@ -71,3 +71,27 @@ def test_selection_rows_are_shown_or_pending() -> None:
         assert "GPUs" in section and " 64 " in section
     else:
         assert "selection: pending" in section
+
+
+def test_import_breakdown_charges_gpu_launch_modules_their_own_time_and_the_rest_cumulative() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpulaunch_bench_run", RUNNER)
+    assert spec is not None and spec.loader is not None
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = runner  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(runner)
+    finally:
+        del sys.modules[spec.name]
+    stderr = "\n".join([
+        "import time: self [us] | cumulative | imported package",
+        "import time:       900 |        900 |   encodings.aliases",
+        "import time:      1000 |       3000 | site",
+        "import time:       400 |        400 |       inspect",
+        "import time:       500 |        900 |     dataclasses",
+        "import time:      2000 |       2900 |   gpu_launch.model",
+        "import time:       300 |       3200 | gpu_launch.cli",
+        "import time:      1500 |       1500 | json",
+    ])
+    assert runner._attribute(stderr) == {"dataclasses": 0.9, "gpu_launch.model": 2.0, "gpu_launch.cli": 0.3, "json": 1.5}
