@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -59,7 +60,8 @@ class Bench:
     label: str
     argv: list[str]
     tty: bool = False
-    samples: list[float] = field(default_factory=list)  # seconds
+    samples: list[float] = field(default_factory=list)  # wall-clock seconds
+    cpu: list[float] = field(default_factory=list)  # the child's user+system CPU seconds
     error: str | None = None
     skipped: str | None = None
 
@@ -81,7 +83,8 @@ class Bench:
             q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
             out.update(status="ok", runs=len(ms), median_ms=round(statistics.median(ms), 3),
                        p25_ms=round(q[0], 3), p75_ms=round(q[2], 3), min_ms=round(ms[0], 3),
-                       max_ms=round(ms[-1], 3), samples_ms=[round(s, 3) for s in ms])
+                       max_ms=round(ms[-1], 3), cpu_median_ms=round(statistics.median(self.cpu) * 1000, 3),
+                       samples_ms=[round(s, 3) for s in ms])
         return out
 
 
@@ -107,8 +110,14 @@ def _drain(fd: int) -> None:
         pass  # EIO: the child closed the terminal
 
 
-def _run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[float, int, str]:
-    """Run ``bench`` once; returns (seconds, exit code, stderr if ``capture``)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[float, int, str, float]:
+    """Run ``bench`` once: (wall seconds, exit code, stderr if ``capture``, the child's CPU seconds)."""
+    cpu_before = _children_cpu()
     if bench.tty:
         master, slave = os.openpty()
         reader = threading.Thread(target=_drain, args=(master,), daemon=True)
@@ -128,7 +137,7 @@ def _run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple
                               stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=REPO)
         elapsed = time.perf_counter() - start
     err = proc.stderr.decode("utf-8", "replace") if capture and proc.stderr else ""
-    return elapsed, proc.returncode, err
+    return elapsed, proc.returncode, err, _children_cpu() - cpu_before
 
 
 def measure(benches: Sequence[Bench], repeat: int, warmup: int = 2) -> None:
@@ -137,7 +146,7 @@ def measure(benches: Sequence[Bench], repeat: int, warmup: int = 2) -> None:
     live = [b for b in benches if b.skipped is None]
     for b in live:
         try:
-            _, code, err = _run_once(b, env, capture=True)
+            _, code, err, _ = _run_once(b, env, capture=True)
         except OSError as exc:
             b.error = str(exc)
             continue
@@ -150,7 +159,9 @@ def measure(benches: Sequence[Bench], repeat: int, warmup: int = 2) -> None:
             _run_once(b, env)
     for _ in range(repeat):
         for b in live:
-            b.samples.append(_run_once(b, env)[0])
+            elapsed, _, _, cpu = _run_once(b, env)
+            b.samples.append(elapsed)
+            b.cpu.append(cpu)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,7 +435,8 @@ def _fmt_row(b: Bench, note: str = "") -> str:
         return f"  {b.label:<58} {b.skipped or 'failed: ' + str(b.error)}"
     ms = sorted(s * 1000 for s in b.samples)
     q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
-    return f"  {b.label:<58} {statistics.median(ms):7.1f} ms  [{q[0]:6.1f} – {q[2]:6.1f}]  {note}".rstrip()
+    cpu = statistics.median(b.cpu) * 1000
+    return f"  {b.label:<58} {statistics.median(ms):7.1f} ms  [{q[0]:6.1f} – {q[2]:6.1f}]  cpu {cpu:6.1f}  {note}".rstrip()
 
 
 def _x(v: float | None) -> str:
@@ -437,7 +449,8 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
         f"gpulaunch benchmarks  commit {(info['commit'] or '?')[:10]}{' (dirty)' if info['dirty'] else ''}"
         f"  Python {info['python']}  {info['machine']['arch']}, {info['machine']['cpus']} CPUs"
         f"  load {info['load_average_start'][0]:.2f} → {info['load_average_end'][0]:.2f}",
-        f"median wall time of {info['repeat']} whole-process runs each (interleaved), [25th – 75th percentile]",
+        f"median wall ms of {info['repeat']} whole-process runs each (interleaved) [25th – 75th percentile];"
+        " cpu: median user+system ms (less disturbed by other load)",
         f"gpulaunch = {' '.join(info['gpulaunch'])}",
     ]
     pkg = info.get("gpu_launch_package")
