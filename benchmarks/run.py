@@ -233,23 +233,23 @@ def ls_group(gl: list[str]) -> list[Bench]:
 
 
 def gpu_group(gl: list[str], driver: bool) -> list[Bench]:
-    def tool(key: str, label: str, name: str, args: list[str], package: str) -> Bench:
+    def tool(key: str, label: str, name: str, args: list[str], how: str) -> Bench:
         path = _script(name)
         bench = Bench(key, label, [path or name, *args])
         if not driver:
             bench.skipped = NO_DRIVER
         elif path is None:
-            bench.skipped = f"skipped: {name} not installed (pip install {package})"
+            bench.skipped = f"skipped: {name} not installed ({how})"
         return bench
 
     benches = [
         Bench("gpu_ls", "gpulaunch ls", [*gl, "ls"]),
         Bench("gpu_ls_tty", "gpulaunch ls (terminal: rich)", [*gl, "ls"], tty=True),
-        tool("nvidia_smi", "nvidia-smi", "nvidia-smi", [], "the NVIDIA driver"),
-        tool("gpustat", "gpustat", "gpustat", [], "gpustat"),
+        tool("nvidia_smi", "nvidia-smi", "nvidia-smi", [], "it comes with the NVIDIA driver"),
+        tool("gpustat", "gpustat", "gpustat", [], "pip install gpustat"),
         Bench("gpu_launch_auto1", "gpulaunch --auto 1 -q -- true", [*gl, "--auto", "1", "-q", "--", "true"]),
         Bench("gpu_launch_gpus0", "gpulaunch --gpus 0 -q -- true", [*gl, "--gpus", "0", "-q", "--", "true"]),
-        tool("nvisel", "nvisel -n 1", "nvisel", ["-n", "1"], "nvitop"),
+        tool("nvisel", "nvisel -n 1", "nvisel", ["-n", "1"], "pip install nvitop"),
     ]
     if not driver:
         for b in benches:
@@ -335,10 +335,12 @@ def selection_rows() -> tuple[str, list[dict[str, Any]]]:
     for path in (str(REPO), str(REPO / "benchmarks")):
         if path not in sys.path:
             sys.path.insert(0, path)
+    if not (REPO / "benchmarks" / "selection.py").exists():
+        return "pending (benchmarks/selection.py does not exist yet)", []
     try:
         from selection import run_selection_benchmark  # type: ignore[import-not-found]
     except ImportError as exc:
-        return f"pending ({exc})", []
+        return f"failed: {exc}", []
     try:
         rows = list(run_selection_benchmark())
     except Exception as exc:  # another module's failure must not lose this run's other numbers
@@ -444,7 +446,8 @@ def _x(v: float | None) -> str:
 
 
 def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, float | None],
-           nvml: dict[str, Any], imports: dict[str, Any], sel_status: str, sel: list[dict[str, Any]], tgts: list[dict[str, Any]]) -> str:
+           nvml: dict[str, Any], imports: dict[str, Any], sel_status: str, sel: list[dict[str, Any]],
+           tgts: list[dict[str, Any]]) -> str:
     lines = [
         f"gpulaunch benchmarks  commit {(info['commit'] or '?')[:10]}{' (dirty)' if info['dirty'] else ''}"
         f"  Python {info['python']}  {info['machine']['arch']}, {info['machine']['cpus']} CPUs"

@@ -46,6 +46,7 @@ def _debug(message: str, *args: object) -> None:
     if logging is not None:
         logging.getLogger(__name__).debug(message, *args)
 
+
 # nvmlReturn_t codes (nvml.h). They are ABI, identical in every binding; pynvml raises one
 # NVMLError subclass per code, with the code in ``.value``.
 _INVALID_ARGUMENT = 2
