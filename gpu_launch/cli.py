@@ -221,7 +221,7 @@ def _choose(inv: Invocation, locking: Locking | None = None, wait: float | None 
                               mig=bool(inv.get("mig")))
 
     def read() -> Machine:
-        return _read(inv, processes=explicit is None,
+        return _read(inv, processes=explicit is None, process_details=False,
                      topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),

@@ -8,6 +8,7 @@ rich, pynvml or psutil, and no snapshot path may import pynvml.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -22,10 +23,11 @@ HEAVY = ("rich", "pynvml", "psutil")
 _LINE_RE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| ( *)(\S+)\s*$")
 
 
-def _env() -> dict[str, str]:
+def _env(extra_path: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTHONPROFILEIMPORTTIME"))}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    paths = ([str(extra_path)] if extra_path else []) + [str(ROOT), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("NO_COLOR", None)
     return env
 
@@ -48,11 +50,13 @@ def top_level(modules: set[str]) -> set[str]:
     return {m.split(".", 1)[0] for m in modules}
 
 
-def run_importtime(*args: str, tty: bool = False) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """``python -X importtime -m gpu_launch ARGS``; stdout is a pseudo-terminal when ``tty``."""
+def run_importtime(*args: str, tty: bool = False,
+                   pynvml_dir: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``python -X importtime -m gpu_launch ARGS``; stdout is a pseudo-terminal when ``tty``;
+    ``pynvml_dir`` holds a stand-in ``pynvml`` module that shadows the real one."""
     argv = [sys.executable, "-X", "importtime", "-m", "gpu_launch", *args]
     if not tty:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60, cwd=ROOT)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(pynvml_dir), timeout=60, cwd=ROOT)
         return proc, imported_modules(proc.stderr)
     master, slave = os.openpty()
     chunks: list[bytes] = []
@@ -67,7 +71,8 @@ def run_importtime(*args: str, tty: bool = False) -> tuple[subprocess.CompletedP
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        proc = subprocess.run(argv, stdout=slave, stderr=subprocess.PIPE, text=True, env=_env(), timeout=60, cwd=ROOT)
+        proc = subprocess.run(argv, stdout=slave, stderr=subprocess.PIPE, text=True, env=_env(pynvml_dir),
+                              timeout=60, cwd=ROOT)
     finally:
         os.close(slave)
         reader.join(timeout=10)
@@ -142,3 +147,62 @@ def test_imported_modules_ignores_start_up_and_keeps_nesting() -> None:
         "gpulaunch: error: something",
     ])
     assert imported_modules(stderr) == {"pynvml", "gpu_launch.backends.nvml"}
+
+
+# -- the NVML path, against tests/fake_pynvml.py standing in for pynvml -------------------------
+
+_SHIM = """
+import os
+from tests import fake_pynvml as _fake
+
+_gpus = _fake.dgx_h100().gpus
+if os.environ.get("FAKE_NVML_PROCESS"):  # one compute process (this test's own pid) on GPU 0
+    _gpus[0].processes = [_fake.FakeProcess(pid=os.getppid())]
+_FAKE = _fake.FakeNvml(_gpus)
+
+
+def __getattr__(name):
+    return getattr(_FAKE, name)
+"""
+
+
+@pytest.fixture
+def fake_pynvml_dir(tmp_path: Path) -> Path:
+    """A directory whose ``pynvml.py`` serves the fake 8-GPU DGX H100 through module attributes."""
+    (tmp_path / "pynvml.py").write_text(_SHIM)
+    return tmp_path
+
+
+def test_fake_nvml_stands_in_for_the_driver(fake_pynvml_dir: Path) -> None:
+    proc, modules = run_importtime("-v", "ls", "--topo", pynvml_dir=fake_pynvml_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.backends.nvml" in modules and "pynvml" in modules
+    assert "NV18" in proc.stdout  # the fake's NVSwitch fabric, so the machine came from it
+    read = [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch: read nvml in ")]
+    assert len(read) == 1 and "init " in read[0] and "topology " in read[0]
+
+
+@pytest.mark.parametrize("selection", [["--gpus", "0,1"], ["--auto", "1"], ["--auto", "2"]])
+def test_quiet_launch_on_nvml_imports_neither_rich_nor_psutil(selection: list[str], fake_pynvml_dir: Path) -> None:
+    proc, modules = run_importtime(*selection, "-q", "--", sys.executable, "-c", PRINT_CVD, pynvml_dir=fake_pynvml_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.fullmatch(r"\d+(,\d+)*\n", proc.stdout)
+    assert "pynvml" in modules
+    assert "rich" not in top_level(modules) and "psutil" not in top_level(modules)
+    assert not {"logging", "socket"} & modules  # the NVML backend's start-up savings
+
+
+def test_process_details_import_psutil_only_where_they_are_shown(fake_pynvml_dir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_PROCESS", "1")
+    proc, modules = run_importtime("ls", pynvml_dir=fake_pynvml_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert str(os.getpid()) in proc.stdout  # ls shows the process, with its user from psutil
+    assert "psutil" in top_level(modules)
+    # A launch counts processes (GPU 0 is not idle) but shows no users: psutil is not imported.
+    for selection in (["--auto", "1"], ["--auto", "8"], ["--gpus", "0"]):
+        proc, modules = run_importtime(*selection, "-q", "--", "true", pynvml_dir=fake_pynvml_dir)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "psutil" not in top_level(modules), selection
+    proc, _ = run_importtime("--auto", "1", "--dry-run", "--json", pynvml_dir=fake_pynvml_dir)
+    assert json.loads(proc.stdout)["devices"][0]["index"] == 1  # the process on GPU 0 was counted

@@ -412,7 +412,7 @@ class NvmlBackend:
         for proc in self._running_processes(handle) or ():
             pid = int(proc.pid)
             if pid not in pids:
-                pids[pid] = host.process_user_and_command(pid)
+                pids[pid] = host.process_user_and_command(pid) if self.needs.process_details else (None, None)
             used = getattr(proc, "usedGpuMemory", None)
             mib = None if used is None or int(used) >= _NOT_AVAILABLE else int(used) // _MIB
             out.append(GpuProcess(pid=pid, used_memory_mib=mib, user=pids[pid][0], command=pids[pid][1]))
