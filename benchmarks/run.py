@@ -498,11 +498,7 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
     if sel_status != "ok":
         lines.append(f"  selection: {sel_status}")
     else:
-        lines.append(f"  {'GPUs':>4} {'n':>3}  {'topology':<28} {'median':>10}  exact")
-        for x in sel:
-            med = x.get("median_ms")
-            lines.append(f"  {x.get('gpus', '?'):>4} {x.get('n', '?'):>3}  {str(x.get('topology', '?')):<28} "
-                         f"{(f'{med:.3f} ms' if isinstance(med, (int, float)) else '?'):>10}  {x.get('exact', '?')}")
+        lines += _selection_summary(sel)
     lines += ["", "Targets"]
     for t in tgts:
         verdict = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
@@ -511,6 +507,22 @@ def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, fl
     if b.get("python_floor") and b["python_floor"].error:
         lines.append("WARNING: the interpreter floor failed; ratios are missing")
     return "\n".join(lines) + "\n"
+
+
+def _selection_summary(sel: list[dict[str, Any]]) -> list[str]:
+    """One line per machine size: the slowest case (all rows are in the JSON), the typical one, exactness."""
+    lines = [f"  {'GPUs':>4}  {'slowest case':<40} {'median of all':>14}  exact"]
+    for gpus in sorted({x["gpus"] for x in sel if isinstance(x.get("gpus"), int)}):
+        rows = [x for x in sel if x.get("gpus") == gpus and isinstance(x.get("median_ms"), (int, float))]
+        if not rows:
+            continue
+        worst = max(rows, key=lambda x: x["median_ms"])
+        exact = {bool(x.get("exact")) for x in rows}
+        where = f"{worst['median_ms']:.2f} ms ({worst.get('topology', '?')}, n={worst.get('n', '?')})"
+        typical = statistics.median(x["median_ms"] for x in rows)
+        lines.append(f"  {gpus:>4}  {where:<40} {typical:>11.2f} ms  "
+                     f"{'all' if exact == {True} else 'none' if exact == {False} else 'some'} ({len(rows)} cases)")
+    return lines
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
