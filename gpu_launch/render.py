@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
 
 from gpu_launch.model import Device, Gpu, Machine
 from gpu_launch.units import fmt_mib
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 __all__ = ["use_color", "mapping_lines", "dry_run_text", "dry_run_json", "ls_plain", "ls_rich", "topo_plain",
            "topo_rich", "LEGEND", "process_text", "mem_text"]
