@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import inspect
 import json
 import os
 import platform
@@ -330,8 +331,12 @@ def import_breakdown(gl: list[str], repeat: int) -> dict[str, Any]:
             "modules_ms": dict(sorted(medians.items(), key=lambda kv: -kv[1]))}
 
 
-def selection_rows() -> tuple[str, list[dict[str, Any]]]:
-    """Rows from benchmarks/selection.py (another issue's module), or why there are none."""
+def selection_rows(repeat: int) -> tuple[str, list[dict[str, Any]]]:
+    """Rows from benchmarks/selection.py (another issue's module), or why there are none.
+
+    Its ``repeats`` (runs per case), where it takes one, is capped at ``--repeat``, so that a
+    quick ``--repeat 1`` run is quick there too.
+    """
     for path in (str(REPO), str(REPO / "benchmarks")):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -341,8 +346,15 @@ def selection_rows() -> tuple[str, list[dict[str, Any]]]:
         from selection import run_selection_benchmark  # type: ignore[import-not-found]
     except ImportError as exc:
         return f"failed: {exc}", []
+    kwargs: dict[str, Any] = {}
     try:
-        rows = list(run_selection_benchmark())
+        default = inspect.signature(run_selection_benchmark).parameters["repeats"].default
+        if isinstance(default, int):
+            kwargs["repeats"] = min(repeat, default)
+    except (KeyError, TypeError, ValueError):
+        pass  # no such parameter: its own default
+    try:
+        rows = list(run_selection_benchmark(**kwargs))
     except Exception as exc:  # another module's failure must not lose this run's other numbers
         return f"failed: {type(exc).__name__}: {exc}", []
     return "ok", rows
@@ -567,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     benches = [b for g in groups.values() for b in g]
     nvml = ({"status": NO_DRIVER} if not driver else nvml_timings(gl, min(args.repeat, 10))) if wanted("nvml") \
         else {"status": "skipped: not selected (--only)"}
-    sel_status, sel = selection_rows() if wanted("selection") else ("skipped: not selected (--only)", [])
+    sel_status, sel = selection_rows(args.repeat) if wanted("selection") else ("skipped: not selected (--only)", [])
     imports = import_breakdown(gl, min(args.repeat, 10)) if wanted("launch") \
         else {"status": "skipped: not selected (--only)"}
     r = ratios(benches)
