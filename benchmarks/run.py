@@ -538,16 +538,25 @@ def _selection_summary(sel: list[dict[str, Any]]) -> list[str]:
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """Median per row, then and now."""
-    then = {row["key"]: row for row in old.get("rows", []) if row.get("status") == "ok"}
+    """Median per row, then and now, and each as a multiple of its own run's interpreter floor
+    (which cancels most of the drift when the machine was busier in one of the two runs)."""
+    def rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {row["key"]: row for row in doc.get("rows", []) if row.get("status") == "ok"}
+
+    def floor_multiple(row: dict[str, Any], doc_rows: dict[str, dict[str, Any]]) -> str:
+        floor = doc_rows.get("python_floor")
+        return f"{row['median_ms'] / floor['median_ms']:.2f}" if floor else "?"
+
+    then, now = rows(old), rows(new)
     lines = ["", f"Compared with {str(old.get('environment', {}).get('commit') or '?')[:10]} "
-                 f"(run {old.get('environment', {}).get('timestamp', '?')})"]
-    for row in new["rows"]:
-        before = then.get(row["key"])
-        if row.get("status") != "ok" or before is None:
+                 f"(run {old.get('environment', {}).get('timestamp', '?')}); × = multiple of that run's python -c pass"]
+    for key, row in now.items():
+        before = then.get(key)
+        if before is None:
             continue
         change = (row["median_ms"] / before["median_ms"] - 1) * 100
-        lines.append(f"  {row['label']:<58} {before['median_ms']:7.1f} → {row['median_ms']:7.1f} ms  ({change:+.0f}%)")
+        lines.append(f"  {row['label']:<58} {before['median_ms']:7.1f} → {row['median_ms']:7.1f} ms ({change:+4.0f}%)"
+                     f"  ×{floor_multiple(before, then)} → ×{floor_multiple(row, now)}")
     return "\n".join(lines) + "\n"
 
 
