@@ -373,15 +373,22 @@ def _launch(inv: Invocation) -> int:
 
 def _check_subcommand_typo(inv: Invocation) -> None:
     """`gpulaunch lss` runs a program called lss; if there is none, say which subcommand was meant."""
-    from gpu_launch.args import suggest_subcommand
-
-    near = suggest_subcommand(inv.argv[0]) if inv.argv else None
-    if near is None:
+    if not inv.argv:
         return
-    from gpu_launch.errors import CommandNotFound
+    from gpu_launch.errors import CommandNotFound, NotExecutable
     from gpu_launch.launch import resolve_command
 
+    # The command is looked up first: only a missing one is compared with the subcommands, so a
+    # launch that will run does not pay for difflib (~1 ms).
     try:
         resolve_command(inv.argv, os.environ)
+        return
+    except NotExecutable:
+        return  # reported where the command is run, as before
     except CommandNotFound as exc:
-        raise CommandNotFound(exc.message, hint=f"did you mean the subcommand `gpulaunch {near}`?") from None
+        missing = exc
+    from gpu_launch.args import suggest_subcommand
+
+    near = suggest_subcommand(inv.argv[0])
+    if near is not None:
+        raise CommandNotFound(missing.message, hint=f"did you mean the subcommand `gpulaunch {near}`?") from None

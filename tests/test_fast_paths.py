@@ -38,12 +38,12 @@ def _script(path: Path, text: str, mode: int = 0o755) -> Path:
 
 
 def test_the_first_executable_on_path_runs_skipping_non_executables_and_directories(tmp_path: Path) -> None:
-    _script(tmp_path / "a" / "tool", "echo from-a", mode=0o644)  # not executable: skipped
-    (tmp_path / "b" / "tool").mkdir(parents=True)  # a directory of that name: skipped
-    _script(tmp_path / "c" / "tool", 'echo "from-c $CUDA_VISIBLE_DEVICES"')
-    _script(tmp_path / "d" / "tool", "echo from-d")
+    _script(tmp_path / "a" / "mytrainer", "echo from-a", mode=0o644)  # not executable: skipped
+    (tmp_path / "b" / "mytrainer").mkdir(parents=True)  # a directory of that name: skipped
+    _script(tmp_path / "c" / "mytrainer", 'echo "from-c $CUDA_VISIBLE_DEVICES"')
+    _script(tmp_path / "d" / "mytrainer", "echo from-d")
     path = os.pathsep.join(str(tmp_path / d) for d in "abcd")
-    result = _launch(path + os.pathsep + "/usr/bin:/bin", "tool", cwd=tmp_path)
+    result = _launch(path + os.pathsep + "/usr/bin:/bin", "mytrainer", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "from-c 3\n"
 
@@ -56,10 +56,10 @@ def test_an_empty_path_entry_means_the_current_directory(tmp_path: Path) -> None
 
 
 def test_not_on_path_is_127_with_one_line(tmp_path: Path) -> None:
-    _script(tmp_path / "elsewhere" / "tool", "echo no")
-    result = _launch(str(tmp_path / "nothing-here"), "tool", cwd=tmp_path)
+    _script(tmp_path / "elsewhere" / "mytrainer", "echo no")
+    result = _launch(str(tmp_path / "nothing-here"), "mytrainer", cwd=tmp_path)
     assert result.returncode == 127
-    assert result.stderr == ("gpulaunch: error: tool: command not found "
+    assert result.stderr == ("gpulaunch: error: mytrainer: command not found "
                              "(hint: check the spelling, or activate the environment that has it)\n")
 
 
