@@ -36,6 +36,7 @@ import platform
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -569,6 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", action="append", choices=("launch", "ls", "gpu", "nvml", "selection"),
                     help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `run.py | head` ends quietly
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     wanted: Callable[[str], bool] = lambda g: not args.only or g in args.only  # noqa: E731
