@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO
 
 from gpu_launch import reservations
 from gpu_launch import select as gpu_select
@@ -22,6 +21,11 @@ from gpu_launch import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.model import Machine
 from gpu_launch.units import Size, fmt_duration, fmt_mib
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
            "hopeless", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
