@@ -240,7 +240,7 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
         value, nxt = inline, i + 1
     elif opt.optional:
         # `--wait 2h` takes 2h; `--wait python train.py` takes nothing: only a word that converts.
-        value, nxt = None, i + 1
+        nxt = i + 1
         if i + 1 < len(argv) and opt.convert is not None:
             try:
                 converted = opt.convert(argv[i + 1], name)

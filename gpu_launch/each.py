@@ -88,7 +88,7 @@ class JobState:
 
 def parse_jobs(text: str, source: str) -> list[Job]:
     """The commands in ``text``, one a line; UsageError naming the line for a bad one."""
-    jobs = []
+    jobs: list[Job] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         try:
             argv = shlex.split(line, comments=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.model import Device, Machine
-from gpu_launch.select import Constraints, Selection
+from gpu_launch.select import IDLE_MAX_USED, Constraints, Selection, min_free_failure
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = ["candidates", "choose_mig"]
@@ -34,11 +34,10 @@ def _reason(device: Device, c: Constraints) -> str | None:
             return f"reserved by {c.reserved[uuid]}"
     if mig.memory_free_mib is None:
         return "free memory unknown"
-    if c.min_free is not None:
-        need = c.min_free.of(mig.memory_total_mib)
-        if need is None or mig.memory_free_mib < need:
-            return f"{fmt_mib(mig.memory_free_mib)} free < {c.min_free} asked by --min-free"
-    if c.idle and mig.memory_total_mib and (mig.memory_used_mib or 0) > 0.05 * mig.memory_total_mib:
+    short = min_free_failure(mig.memory_free_mib, mig.memory_total_mib, c.min_free)
+    if short is not None:
+        return short
+    if c.idle and mig.memory_total_mib and (mig.memory_used_mib or 0) > IDLE_MAX_USED * mig.memory_total_mib:
         return "not idle (--idle)"
     return None
 

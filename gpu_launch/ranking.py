@@ -175,8 +175,10 @@ def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) 
     exact = True
     for group in _pools(pool, n):
         p = _Pool(machine, group, links=n > 1)
+        results: list[tuple[tuple, tuple[int, ...]]]
         if n == 1:
-            results = sorted((p.subkey([i]), (i,)) for i in range(p.size))[:keep]
+            singles: list[tuple[tuple, tuple[int, ...]]] = [(p.subkey([i]), (i,)) for i in range(p.size)]
+            results = sorted(singles)[:keep]
         else:
             budget = None if p.size <= EXACT_LIMIT else EXACT_BUDGET
             results, proven = _exact(p, n, keep, _heuristic(p, n, keep), budget)

@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any
 
-__all__ = ["use_color", "mapping_lines", "dry_run_text", "dry_run_json", "ls_plain", "ls_rich", "topo_plain",
+__all__ = ["use_color", "mapping_lines", "dry_run_text", "devices_json", "dry_run_json", "ls_plain", "ls_rich", "topo_plain",
            "topo_rich", "LEGEND", "process_text", "mem_text"]
 
 LEGEND = (
@@ -79,15 +79,20 @@ def dry_run_text(env: Mapping[str, str], changed: Sequence[str], argv: Sequence[
     return "\n".join(lines) + "\n"
 
 
+def devices_json(devices: Sequence[Device]) -> list[dict[str, Any]]:
+    """The chosen devices in CUDA order, as the dry-run and env JSON documents list them."""
+    return [
+        {"cuda": f"cuda:{i}", "index": d.gpu.index, "uuid": d.uuid, "name": d.gpu.name,
+         "pci_bus_id": d.gpu.pci_bus_id, "memory_free_mib": d.memory_free_mib}
+        for i, d in enumerate(devices)
+    ]
+
+
 def dry_run_json(devices: Sequence[Device], env: Mapping[str, str], changed: Sequence[str],
                  argv: Sequence[str]) -> dict[str, Any]:
     return {
         "schema": 1,
-        "devices": [
-            {"cuda": f"cuda:{i}", "index": d.gpu.index, "uuid": d.uuid, "name": d.gpu.name,
-             "pci_bus_id": d.gpu.pci_bus_id, "memory_free_mib": d.memory_free_mib}
-            for i, d in enumerate(devices)
-        ],
+        "devices": devices_json(devices),
         "env": {name: env[name] for name in changed if name in env},
         "argv": list(argv),
     }

@@ -159,7 +159,7 @@ def _open_error(path: str, exc: OSError) -> LockDirError:
         return LockDirError(f"{path} is a symlink; refusing to follow it",
                             hint="remove it (someone may have planted it); gpulaunch never creates symlinks")
     return LockDirError(f"cannot open lock file {path} ({exc.strerror})",
-                        hint=f"check its owner and mode (it should be 0666), or use your own --lock-dir")
+                        hint="check its owner and mode (it should be 0666), or use your own --lock-dir")
 
 
 @dataclass(frozen=True)

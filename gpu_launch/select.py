@@ -16,7 +16,7 @@ from gpu_launch.units import Size, fmt_mib
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
-    "eligibility", "choose_auto", "choose_fit", "check_explicit", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
+    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
     "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
@@ -83,6 +83,16 @@ class Eligibility:
     excluded: tuple[Exclusion, ...]
 
 
+def min_free_failure(free_mib: int, total_mib: int | None, min_free: Size | None) -> str | None:
+    """The --min-free phrase when ``free_mib`` falls short (GPUs and MIG devices alike)."""
+    if min_free is None:
+        return None
+    need = min_free.of(total_mib)
+    if need is None or free_mib < need:
+        return f"{fmt_mib(free_mib)} free < {min_free} asked by --min-free"
+    return None
+
+
 def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
     if not gpu.available:
@@ -95,10 +105,9 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
         return "in MIG mode (use --mig to pick its MIG devices)"
     if gpu.memory_free_mib is None:
         return "free memory unknown (NVML could not read it)"
-    if c.min_free is not None:
-        need = c.min_free.of(gpu.memory_total_mib)
-        if need is None or gpu.memory_free_mib < need:
-            return f"{fmt_mib(gpu.memory_free_mib)} free < {c.min_free} asked by --min-free"
+    short = min_free_failure(gpu.memory_free_mib, gpu.memory_total_mib, c.min_free)
+    if short is not None:
+        return short
     if c.max_util is not None:
         if gpu.utilization_gpu is None:
             return "utilisation unknown, so --max-util cannot be checked"

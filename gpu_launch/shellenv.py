@@ -19,6 +19,7 @@ from typing import Any
 
 from gpu_launch.errors import UsageError
 from gpu_launch.model import Device
+from gpu_launch.render import devices_json
 
 __all__ = ["SHELLS", "parse_shell", "posix", "fish", "as_json", "render"]
 
@@ -50,11 +51,7 @@ def fish(env: Mapping[str, str], names: Sequence[str]) -> str:
 def as_json(devices: Sequence[Device], env: Mapping[str, str], names: Sequence[str]) -> dict[str, Any]:
     return {
         "schema": 1,
-        "devices": [
-            {"cuda": f"cuda:{i}", "index": d.gpu.index, "uuid": d.uuid, "name": d.gpu.name,
-             "pci_bus_id": d.gpu.pci_bus_id, "memory_free_mib": d.memory_free_mib}
-            for i, d in enumerate(devices)
-        ],
+        "devices": devices_json(devices),
         "env": {name: env[name] for name in names if name in env},
     }
 
