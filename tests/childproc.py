@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import cli_run
 from gpu_launch import snapshot
-
-#: Variables a parent (Slurm, a container, a shell) may have set; tests start from none of them.
-PARENT_VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_SNAPSHOT",
-                    "GPULAUNCH_GPUS", "GPULAUNCH_LIBCUDA")
 
 #: A child that prints, as JSON, the GPU variables it received and the CPUs it may run on.
 REPORT = ("import json, os; print(json.dumps({**{k: os.environ.get(k) for k in "
@@ -22,16 +18,11 @@ REPORT = ("import json, os; print(json.dumps({**{k: os.environ.get(k) for k in "
           "'cpus': sorted(os.sched_getaffinity(0))}))")
 
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without anything a parent could have narrowed the GPUs with."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in PARENT_VARIABLES and not k.startswith(("SLURM_", "CUDA_", "GPULAUNCH_", "NVIDIA_VISIBLE"))}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra or {})
-    return env
+    return cli_run.clean_env(extra)
 
 
 def gpulaunch(args: Sequence[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,21 +12,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from cli_run import clean_env
+
 REPO = Path(__file__).resolve().parent.parent
 POLL = "0.05"
 _PRIVATE = tempfile.mkdtemp(prefix="gpulaunch-test-")  # never the machine's shared lock dir
 
 
 def env(lock_dir: Path | None = None, **extra: str) -> dict[str, str]:
-    e = dict(os.environ)
-    e.pop("GPULAUNCH_SNAPSHOT", None)
-    e.pop("GPULAUNCH_LOCK_DIR", None)
-    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
-    e["GPULAUNCH_POLL_INTERVAL"] = POLL
-    e["NO_COLOR"] = "1"
-    e["GPULAUNCH_LOCK_DIR"] = str(lock_dir) if lock_dir is not None else os.path.join(_PRIVATE, "locks")
-    e.update(extra)
-    return e
+    """The hermetic test environment (cli_run.clean_env), polling fast, in a private lock dir."""
+    return clean_env({
+        "GPULAUNCH_POLL_INTERVAL": POLL,
+        "NO_COLOR": "1",
+        "GPULAUNCH_LOCK_DIR": str(lock_dir) if lock_dir is not None else os.path.join(_PRIVATE, "locks"),
+        **extra,
+    })
 
 
 def gl(*args: str) -> list[str]:

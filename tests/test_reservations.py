@@ -135,7 +135,7 @@ def test_reservation_lives_as_long_as_the_command_and_ls_shows_it(tmp_path: Path
         assert "RESERVED BY" in ls.stdout and f"(pid {holder.pid}," in row3 and "python3 -c" in row3
         clash = run(["--snapshot", "dgx-h100", "--gpus", "3", "--", "true"], locks)
         assert clash.returncode == 6
-        assert f"GPU 3 is reserved by" in clash.stderr and f"pid {holder.pid}" in clash.stderr
+        assert "GPU 3 is reserved by" in clash.stderr and f"pid {holder.pid}" in clash.stderr
         assert "--share" in clash.stderr
         other = run(["--snapshot", "dgx-h100", "--auto", "8", "--", "true"], locks)
         assert other.returncode == 4 and "GPU 3: reserved by" in other.stderr

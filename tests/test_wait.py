@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import signal
 from pathlib import Path
 
