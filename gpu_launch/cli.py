@@ -303,16 +303,12 @@ def _launch(inv: Invocation) -> int:
     from gpu_launch import acquire
 
     informing = bool(inv.get("dry_run") or inv.get("explain"))
-    if not informing:
-        _check_subcommand_typo(inv)
     if not inv.argv and not informing:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
     if not informing:
-        from gpu_launch.launch import resolve_command
-
-        resolve_command(inv.argv, os.environ)  # 126/127 before any GPU is chosen, shown, reserved or waited for
+        _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
     machine, vis, got, env = _choose(inv, locking, wait=None if informing else inv.get("wait"),
@@ -351,19 +347,10 @@ def _launch(inv: Invocation) -> int:
         else:
             sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
         return 0
-    from gpu_launch import affinity
     from gpu_launch.launch import exec_command
 
     if machine is not None:
-        # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
-        # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
-        example = machine.source != "nvml" and not os.path.exists(machine.source)
-        mode = inv.get("bind") or ("off" if example else "auto")
-        binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
-        failed = affinity.apply(binding)
-        if not quiet and (failed or binding.message):
-            kind = "warning: " if failed or binding.warning else ""
-            print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+        _bind(inv, machine, selection)
     if got.reservation is not None:
         # The command keeps our pid and inherits the locks: the reservation ends when it does.
         got.reservation.record(os.getpid(), argv)
@@ -371,24 +358,34 @@ def _launch(inv: Invocation) -> int:
     exec_command(argv, env)
 
 
-def _check_subcommand_typo(inv: Invocation) -> None:
-    """`gpulaunch lss` runs a program called lss; if there is none, say which subcommand was meant."""
-    if not inv.argv:
-        return
-    from gpu_launch.errors import CommandNotFound, NotExecutable
+def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
+    """``--bind``: pin this process (and so the command it becomes) to the GPUs' local CPUs."""
+    from gpu_launch import affinity
+
+    # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
+    # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
+    example = machine.source != "nvml" and not os.path.exists(machine.source)
+    mode = inv.get("bind") or ("off" if example else "auto")
+    binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
+    failed = affinity.apply(binding)
+    if not inv.get("quiet") and (failed or binding.message):
+        kind = "warning: " if failed or binding.warning else ""
+        print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+
+
+def _check_command(inv: Invocation) -> None:
+    """Fail now (126/127) if the command cannot run; `gpulaunch lss` also hears which subcommand was meant."""
+    from gpu_launch.errors import CommandNotFound
     from gpu_launch.launch import resolve_command
 
-    # The command is looked up first: only a missing one is compared with the subcommands, so a
-    # launch that will run does not pay for difflib (~1 ms).
     try:
         resolve_command(inv.argv, os.environ)
-        return
-    except NotExecutable:
-        return  # reported where the command is run, as before
     except CommandNotFound as exc:
-        missing = exc
-    from gpu_launch.args import suggest_subcommand
+        # Only a missing command is compared with the subcommands, so a launch that will run does
+        # not pay for difflib (~1 ms).
+        from gpu_launch.args import suggest_subcommand
 
-    near = suggest_subcommand(inv.argv[0])
-    if near is not None:
-        raise CommandNotFound(missing.message, hint=f"did you mean the subcommand `gpulaunch {near}`?") from None
+        near = suggest_subcommand(inv.argv[0])
+        if near is not None:
+            raise CommandNotFound(exc.message, hint=f"did you mean the subcommand `gpulaunch {near}`?") from None
+        raise
