@@ -149,6 +149,8 @@ def _ls(inv: Invocation) -> int:
             render.ls_rich(machine, out, reserved)
         else:
             out.write(render.ls_plain(machine, reserved))
+    if inv.command == "ls":
+        _ls_parent_note(machine, out)
     if topo:
         if inv.command == "ls":
             out.write("\n")
@@ -157,6 +159,15 @@ def _ls(inv: Invocation) -> int:
         else:
             out.write(render.topo_plain(machine))
     return 0
+
+
+def _ls_parent_note(machine: Machine, out) -> None:  # out: IO[str]
+    """Under an inherited CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES, say which GPUs a launch may use."""
+    from gpu_launch import visibility
+
+    header = visibility.resolve(machine, os.environ).header()
+    if header:
+        out.write(f"{header}\n")
 
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:

@@ -262,3 +262,11 @@ def test_slurm_job_without_gpu_restriction_is_named_in_the_header():
     child, err = launch_report(["--snapshot", "pcie-8x", "--gpus", "1"], {"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "1"})
     assert child["CUDA_VISIBLE_DEVICES"] == "1"  # nothing narrowed: indices, as always
     assert "gpulaunch: Slurm job 77, SLURM_JOB_GPUS=1" in err
+
+
+def test_ls_says_which_gpus_the_parent_allows():
+    done = gpulaunch(["--snapshot", "dgx-h100", "ls"], {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[-1] == "choosing among GPU 2, GPU 3, as the parent's CUDA_VISIBLE_DEVICES=2,3 allows"
+    done = gpulaunch(["--snapshot", "dgx-h100", "ls"])
+    assert "choosing among" not in done.stdout
