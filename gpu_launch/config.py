@@ -134,19 +134,14 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
+    from gpu_launch.files import read_utf8
+
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        text = read_utf8(path, "config", ConfigError)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"config {path}: no such file", hint="fix or unset GPULAUNCH_CONFIG") from None
         return {}
-    except OSError as exc:
-        raise ConfigError(f"config {path}: cannot read it ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path}: not UTF-8 text") from None
     try:
         import tomllib  # type: ignore[import-not-found,unused-ignore]
     except ModuleNotFoundError:  # Python 3.10

@@ -12,6 +12,7 @@ import os
 import re
 
 from gpu_launch.errors import SnapshotError
+from gpu_launch.files import read_utf8
 from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -72,18 +73,13 @@ def load(path: str) -> Machine:
             raise SnapshotError(f"snapshot {path}: is a directory, not a JSON file")
         if size > MAX_BYTES:
             raise SnapshotError(f"snapshot {path}: {size // (1024 * 1024)} MiB is too large (limit 64 MiB)")
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        text = read_utf8(path, "snapshot", SnapshotError)
     except FileNotFoundError:
         raise SnapshotError(
             f"snapshot {path}: no such file", hint="write one with `gpulaunch ls --json > FILE`"
         ) from None
     except OSError as exc:
         raise SnapshotError(f"snapshot {path}: cannot read it ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SnapshotError(f"snapshot {path}: not UTF-8 text") from None
     return loads(text, source=path)
 
 

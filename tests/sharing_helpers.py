@@ -8,10 +8,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from childproc import example  # noqa: F401  (re-exported for the sharing tests)
 from cli_run import clean_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,10 +41,6 @@ def run(args: list[str], lock_dir: Path | None = None, timeout: float = 60, **kw
 def start(args: list[str], lock_dir: Path | None = None, **kw: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(gl(*args), env=kw.pop("env", None) or env(lock_dir), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
-
-
-def example(name: str) -> dict[str, Any]:
-    return json.loads(resources.files("gpu_launch.examples").joinpath(f"{name}.json").read_text("utf-8"))
 
 
 def write_snapshot(path: Path, doc: dict[str, Any]) -> Path:
