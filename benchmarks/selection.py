@@ -4,7 +4,7 @@ Run ``python benchmarks/selection.py`` for a table of median milliseconds per ma
 and N, or ``python benchmarks/selection.py --json FILE`` to also write the rows as JSON.
 ``benchmarks/run.py`` calls :func:`run_selection_benchmark`.
 
-What is timed is :func:`gpu_launch.select.choose_auto` on an in-memory snapshot: eligibility, the
+What is timed is :func:`gpu_launch.choose.select.choose_auto` on an in-memory snapshot: eligibility, the
 link matrix lookups and the ranking, which is everything `--auto` adds between reading the machine
 and exec. The machines are built here, not read from files:
 
@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_launch.model import Gpu, GpuProcess, Machine  # noqa: E402
-from gpu_launch.ranking import EXACT_LIMIT  # noqa: E402
-from gpu_launch.select import Constraints, choose_auto  # noqa: E402
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine  # noqa: E402
+from gpu_launch.choose.ranking import EXACT_LIMIT  # noqa: E402
+from gpu_launch.choose.select import Constraints, choose_auto  # noqa: E402
 
 __all__ = ["SIZES", "COUNTS", "LOADS", "TOPOLOGIES", "synthetic_machine", "run_selection_benchmark", "main"]
 

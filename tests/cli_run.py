@@ -45,6 +45,6 @@ def run_gpulaunch(*args: str, env: Mapping[str, str] | None = None,
 
 def has_option(name: str) -> bool:
     """Whether the option table has ``name`` (tests for options other issues add skip until then)."""
-    from gpu_launch import args
+    from gpu_launch.options import args
 
     return any(name in opt.names for opt in args.OPTIONS)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from childproc import gpulaunch, uuids
-from gpu_launch import check, snapshot
-from gpu_launch.model import Device
+from gpu_launch.run import cuda_probe as check
+from gpu_launch.machine import snapshot
+from gpu_launch.machine.model import Device
 
 PCIE = snapshot.resolve("pcie-8x")
 MIG = snapshot.resolve("mig-a100")

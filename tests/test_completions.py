@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch import args, completions
+from gpu_launch.options import args
+
+from gpu_launch.commands import completions
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED_IN = {"bash": "gpulaunch.bash", "zsh": "_gpulaunch", "fish": "gpulaunch.fish"}

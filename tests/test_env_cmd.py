@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from childproc import clean_env, gpulaunch, uuids
-from gpu_launch import shellenv
+from gpu_launch.views import shellenv
 
 GPULAUNCH = f"{shlex.quote(sys.executable)} -m gpu_launch"
 SHOW = 'echo "cvd=$CUDA_VISIBLE_DEVICES order=$CUDA_DEVICE_ORDER gpus=$GPULAUNCH_GPUS"'

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import clean_env, gpulaunch_argv
-from gpu_launch import environment
+from gpu_launch.run import environment
 
 # The child writes its argv and environment (as os.fsencode'd bytes, hex in JSON) and its pid next to OUT.
 CHILD = r"""

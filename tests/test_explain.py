@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from conftest import run_cli
-from gpu_launch import explain, snapshot
-from gpu_launch.ranking import CRITERIA
-from gpu_launch.select import Constraints, choose_auto
+from gpu_launch.choose import explain
+from gpu_launch.machine import snapshot
+from gpu_launch.choose.ranking import CRITERIA
+from gpu_launch.choose.select import Constraints, choose_auto
 
 TOP_KEYS = ["schema", "how", "chosen", "uuids", "warnings", "excluded", "thresholds", "exact", "criteria", "set",
             "less_available", "next_best"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch import snapshot
-from gpu_launch.launch import _which
+from gpu_launch.machine import snapshot
+from gpu_launch.run.execute import _which
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from gpu_launch import __version__, args
+from gpu_launch import __version__
+
+from gpu_launch.options import args
 
 
 def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from childproc import gpulaunch, launch_report
-from gpu_launch import mig, snapshot
-from gpu_launch.select import Constraints
+from gpu_launch.choose import mig
+from gpu_launch.machine import snapshot
+from gpu_launch.choose.select import Constraints
 from gpu_launch.units import parse_size
 
 MACHINE = snapshot.resolve("mig-a100")

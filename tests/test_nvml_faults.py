@@ -1,6 +1,6 @@
 """NVML faults, end to end: the whole CLI, in process, reading a fake pynvml that fails on purpose.
 
-The hook: the :func:`gpulaunch` fixture replaces ``gpu_launch.backends.nvml.NvmlBackend`` (which
+The hook: the :func:`gpulaunch` fixture replaces ``gpu_launch.machine.nvml.NvmlBackend`` (which
 ``backends.read_machine`` imports at call time) with a subclass that passes the fake in through the
 constructor's documented ``nvml=`` argument, so nothing else is patched and the rest of the path
 (selection, visibility, rendering, exit codes) is the real one. Launches use ``--dry-run`` so
@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-import gpu_launch.backends.nvml as nvml_module
-from gpu_launch import cli, snapshot
+import gpu_launch.machine.nvml as nvml_module
+from gpu_launch import cli
+from gpu_launch.machine import snapshot
 from gpu_launch.errors import ExitCode
 from tests import fake_pynvml as fake
 from tests.fake_pynvml import FakeNvml, make_gpu
@@ -377,7 +378,7 @@ def test_ctrl_c_during_the_nvml_read_shuts_nvml_down_and_exits_130(gpulaunch: Ru
     def never(*args: Any) -> None:
         raise AssertionError("the command was started after Ctrl-C")
 
-    monkeypatch.setattr("gpu_launch.launch.exec_command", never)
+    monkeypatch.setattr("gpu_launch.run.execute.exec_command", never)
     nvml = FakeNvml(_four(), errors={(where, None): KeyboardInterrupt})
     result = gpulaunch(nvml, "--auto", "2", "--", sys.executable)  # no --dry-run: nothing may start
     assert result.code == ExitCode.INTERRUPTED

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.snapshot import example_names
+from gpu_launch.machine.snapshot import example_names
 
 ROOT = Path(__file__).resolve().parent.parent
 OFFLINE = ("Could not find a version that satisfies", "No matching distribution", "Failed to establish a new connection")
@@ -30,9 +30,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_the_examples_and_the_entry_point(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for example in example_names():
-        assert f"gpu_launch/examples/{example}.json" in names
-    assert {"gpu_launch/__main__.py", "gpu_launch/completions.py", "gpu_launch/config.py",
-            "gpu_launch/schemas.py"} <= set(names)
+        assert f"gpu_launch/machine/examples/{example}.json" in names
+    # every module of every sub-package ships (a package missing from pyproject.toml would not)
+    package = Path(__file__).resolve().parent.parent / "gpu_launch"
+    sources = {f"gpu_launch/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")}
+    assert sources <= set(names), sorted(sources - set(names))
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "gpulaunch = gpu_launch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

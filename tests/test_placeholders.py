@@ -6,7 +6,7 @@ import json
 import sys
 
 from conftest import run_cli
-from gpu_launch.placeholders import near_misses, substitute
+from gpu_launch.run.placeholders import near_misses, substitute
 
 ECHO_ARGV = "import sys, json; print(json.dumps(sys.argv[1:]))"
 

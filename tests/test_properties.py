@@ -16,9 +16,12 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from cli_run import LOCK_DIR
-from gpu_launch import args, select, snapshot, spec
+from gpu_launch.options import args
+from gpu_launch.choose import select
+from gpu_launch.machine import snapshot
+from gpu_launch.choose import spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, SnapshotError, UsageError
-from gpu_launch.model import Gpu, GpuProcess, Machine
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine
 from gpu_launch.units import Size
 
 PROFILE = settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -117,7 +120,7 @@ def test_args_command_after_double_dash_passes_untouched(before: list[str], comm
 # --- snapshot files -------------------------------------------------------------------------
 
 def _examples() -> list[dict[str, Any]]:
-    files = resources.files("gpu_launch.examples")
+    files = resources.files("gpu_launch.machine.examples")
     return [json.loads(files.joinpath(f"{n}.json").read_text("utf-8")) for n in snapshot.example_names()]
 
 
@@ -348,8 +351,8 @@ def test_cli_on_random_argv_fails_only_with_gpulaunch_errors(argv: list[str], ex
     env["GPULAUNCH_NO_LOCK"] = "1"  # a launch stopped just before exec must not keep lock descriptors
     env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
     with mock.patch.dict(os.environ, env, clear=True), \
-            mock.patch("gpu_launch.launch.exec_command", side_effect=_Execed), \
-            mock.patch("gpu_launch.affinity.apply", return_value=None), \
+            mock.patch("gpu_launch.run.execute.exec_command", side_effect=_Execed), \
+            mock.patch("gpu_launch.run.affinity.apply", return_value=None), \
             redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
         try:
             code = cli.run(["--snapshot", example, *argv])

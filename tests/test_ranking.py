@@ -8,9 +8,10 @@ import random
 import pytest
 
 from conftest import PRINT_CVD, run_cli
-from gpu_launch import ranking, snapshot
-from gpu_launch.model import Gpu, GpuProcess, Machine
-from gpu_launch.select import Constraints, choose_auto
+from gpu_launch.choose import ranking
+from gpu_launch.machine import snapshot
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine
+from gpu_launch.choose.select import Constraints, choose_auto
 
 TOTAL = 81920
 

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from conftest import PRINT_CVD, run_cli
-from gpu_launch import snapshot
+from gpu_launch.machine import snapshot
 from gpu_launch.errors import ExitCode, NotEnoughGpus, UsageError
-from gpu_launch.model import Gpu, GpuProcess, Machine
-from gpu_launch.select import (Availability, Constraints, availability, check_explicit, choose_auto, choose_fit,
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine
+from gpu_launch.choose.select import (Availability, Constraints, availability, check_explicit, choose_auto, choose_fit,
                                eligibility)
-from gpu_launch.spec import parse, resolve
+from gpu_launch.choose.spec import parse, resolve
 from gpu_launch.units import parse_size
 
 TOTAL = 49140

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_launch import snapshot, spec
+from gpu_launch.machine import snapshot
+
+from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_launch.model import Gpu, Machine
-from gpu_launch.ranking import CRITERIA, Candidate, Ranked, link_rank
-from gpu_launch.select import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Selection, availability
+from gpu_launch.machine.model import Gpu, Machine
+from gpu_launch.choose.ranking import CRITERIA, Candidate, Ranked, link_rank
+from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, availability
+from gpu_launch.choose.select import Selection
 from gpu_launch.units import fmt_mib
 
 __all__ = ["SCHEMA", "as_text", "as_json"]

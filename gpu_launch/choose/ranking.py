@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpu_launch.model import Gpu, Machine
-from gpu_launch.select import availability
+from gpu_launch.machine.model import Gpu, Machine
+from gpu_launch.choose.availability import availability
 
 __all__ = ["CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
 

@@ -1,17 +1,17 @@
 """Which GPUs may a job get, and which does ``--auto`` give it. Pure functions over the snapshot.
 
 :func:`eligibility` applies the constraints to every GPU and records why each excluded one was
-excluded; :func:`choose_auto` hands the eligible ones to :mod:`gpu_launch.ranking` for the best set;
+excluded; :func:`choose_auto` hands the eligible ones to :mod:`gpu_launch.choose.ranking` for the best set;
 :func:`check_explicit` vets a ``--gpus`` choice (it warns but obeys, except for unusable GPUs).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
+from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Availability, availability
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.model import Device, Gpu, Machine
+from gpu_launch.machine.model import Device, Gpu, Machine
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = [
@@ -20,34 +20,7 @@ __all__ = [
     "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
-# Availability thresholds (README, "How --auto ranks"). Memory "used" is NVML's, which on
-# driver >= 510 includes the driver's reserved memory, so an untouched card is not at 0.
-IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
-BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...
-BUSY_MIN_USED = 0.50  # ... or at least half the memory in use
 FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
-
-
-class Availability(enum.IntEnum):
-    """Lower is better: a job never lands on someone's GPU while an idle one is left."""
-
-    IDLE = 0
-    PARTLY_USED = 1
-    BUSY = 2
-
-    @property
-    def text(self) -> str:
-        return self.name.lower().replace("_", " ")
-
-
-def availability(gpu: Gpu) -> Availability:
-    total = gpu.memory_total_mib or 0
-    used_share = (gpu.memory_used_mib or 0) / total if total else 0.0
-    if (gpu.utilization_gpu or 0) >= BUSY_MIN_UTIL or used_share >= BUSY_MIN_USED:
-        return Availability.BUSY
-    if gpu.processes or used_share > IDLE_MAX_USED:
-        return Availability.PARTLY_USED
-    return Availability.IDLE
 
 
 @dataclass(frozen=True)
@@ -158,9 +131,9 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
 
 
 def choose_auto(machine: Machine, n: int, constraints: Constraints, runner_ups: int = 0) -> Selection:
-    """The best ``n`` eligible GPUs (see :mod:`gpu_launch.ranking`); ``runner_ups`` next-best sets
+    """The best ``n`` eligible GPUs (see :mod:`gpu_launch.choose.ranking`); ``runner_ups`` next-best sets
     are kept in ``Selection.ranking`` for ``--explain`` (finding them costs extra search)."""
-    from gpu_launch import ranking
+    from gpu_launch.choose import ranking
 
     if n < 1:
         raise UsageError(f"--auto: {n} is not a GPU count", hint="ask for 1 or more, e.g. --auto 2")

@@ -3,7 +3,7 @@
 ``gpulaunch completions SHELL`` prints a script; the copies in ``completions/`` are its output
 (regenerate with ``python -m gpu_launch completions bash > completions/gpulaunch.bash``, likewise
 ``zsh > completions/_gpulaunch`` and ``fish > completions/gpulaunch.fish``; a test fails on drift).
-Every script follows the parser's rules (:mod:`gpu_launch.args`): options and subcommands complete
+Every script follows the parser's rules (:mod:`gpu_launch.options.args`): options and subcommands complete
 until the command starts (after ``--``, or at the first word that is not an option or subcommand),
 and from there the shell's own completion for that command takes over. ``--gpus``/``--exclude``
 values come from the hidden ``gpulaunch __complete gpus WORDS...``, which reads the snapshot named on
@@ -14,11 +14,12 @@ nothing at all on any failure and gives up after :data:`HELPER_TIMEOUT_S`.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from gpu_launch.args import OPTIONS, SUBCOMMANDS, Option, options_for
+from gpu_launch.options.args import OPTIONS, SUBCOMMANDS, Option, options_for
 from gpu_launch.errors import UsageError
 
 __all__ = ["SHELLS", "HELPER_TIMEOUT_S", "script", "command", "helper", "gpu_words"]
@@ -37,9 +38,9 @@ def _names(opts: Sequence[Option]) -> list[str]:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """Options whose value is one of a few words (the modules that check them own the lists)."""
-    from gpu_launch.acquire import FALLBACKS
-    from gpu_launch.affinity import MODES
-    from gpu_launch.shellenv import SHELLS as ENV_SHELLS
+    from gpu_launch.share.acquire import FALLBACKS
+    from gpu_launch.run.affinity import MODES
+    from gpu_launch.views.shellenv import SHELLS as ENV_SHELLS
 
     return {"bind": MODES, "shell": ENV_SHELLS, "fallback": FALLBACKS}
 
@@ -56,7 +57,7 @@ def _value_kind(opt: Option) -> str:
 
 
 def _examples() -> list[str]:
-    from gpu_launch.snapshot import example_names
+    from gpu_launch.machine.snapshot import example_names
 
     return example_names()
 
@@ -491,11 +492,11 @@ def _snapshot_on_line(words: Sequence[str], environ: Mapping[str, str]) -> str |
 
 def gpu_words(words: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     """What ``--gpus`` can be on this machine: each GPU index, then ``all``."""
-    from gpu_launch.backends import Needs, read_machine
+    from gpu_launch.machine.read import Needs, read_machine
 
     snap = _snapshot_on_line(words, environ)
     if snap is None:
-        from gpu_launch import config
+        from gpu_launch.options import config
 
         setting = config.layered(environ).get("snapshot")
         snap = setting.value if setting else None
@@ -528,3 +529,7 @@ def helper(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         print("\n".join(result))
     return 0
 
+
+def run(inv) -> int:  # inv: Invocation
+    """``gpulaunch completions SHELL``: print the completion script."""
+    return command(inv.positionals, sys.stdout)

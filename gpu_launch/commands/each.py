@@ -4,7 +4,7 @@ The job file has one command a line, split like a shell would split it (``shlex`
 through a shell; blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin.
 
 Design: this process is the scheduler. For the next job it selects and locks ``--gpus-per-job``
-GPUs exactly as a launch does (only among the GPUs a parent's CUDA_VISIBLE_DEVICES allows) (:func:`gpu_launch.acquire.attempt`: same constraints, reserved
+GPUs exactly as a launch does (only among the GPUs a parent's CUDA_VISIBLE_DEVICES allows) (:func:`gpu_launch.share.acquire.attempt`: same constraints, reserved
 GPUs skipped, first come first served with other waiters through a queue ticket), then starts the
 job with those lock descriptors passed to it (``pass_fds``), writes the job's pid into the lock
 files and closes its own copies. From then on the *job* holds its reservation: it ends when the
@@ -32,12 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from gpu_launch import acquire
+from gpu_launch.share import acquire
 from gpu_launch.errors import (GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, ReservationConflict,
                                UsageError)
-from gpu_launch.model import Machine
+from gpu_launch.machine.model import Machine
 
-__all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "default_log_dir", "open_log"]
+__all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "default_log_dir", "open_log"]
 
 _REAP_EVERY = 0.1  # seconds between checks for finished jobs and signals
 
@@ -219,7 +219,7 @@ class Scheduler:
         return bool(finished)
 
     def _start_what_fits(self) -> None:
-        from gpu_launch.waitqueue import Ticket
+        from gpu_launch.share.waitqueue import Ticket
 
         while self.pending:
             if self.ticket is None:
@@ -237,7 +237,9 @@ class Scheduler:
             self._spawn(self.pending.popleft(), got)
 
     def _spawn(self, state: JobState, got: acquire.Acquired) -> None:
-        from gpu_launch import environment, placeholders, visibility
+        from gpu_launch.run import environment
+        from gpu_launch.run import placeholders
+        from gpu_launch.choose import visibility
 
         assert got.reservation is not None and got.machine is not None
         devices = got.selection.devices
@@ -268,10 +270,17 @@ class Scheduler:
         self.view.started(self, state)
 
 
-def run(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser = acquire.plain_chooser) -> int:
+def run(inv: Any) -> int:
+    """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.commands.common`)."""
+    from gpu_launch.commands import common
+
+    return schedule(inv, common.read_machine, common.choose_within_parent)
+
+
+def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser = acquire.plain_chooser) -> int:
     """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
-    from gpu_launch.each_view import View
-    from gpu_launch.launch import resolve_command
+    from gpu_launch.views.each_view import View
+    from gpu_launch.run.execute import resolve_command
 
     if len(inv.positionals) > 1:
         raise UsageError(f"`each` takes one job file, got {len(inv.positionals)} arguments",
@@ -296,7 +305,7 @@ def run(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser
     if why is not None:
         raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True)
-    from gpu_launch.reservations import prepare_dir
+    from gpu_launch.share.reservations import prepare_dir
 
     prepare_dir(locking.lock_dir)
     log_dir = inv.get("log_dir") or default_log_dir()

@@ -130,3 +130,17 @@ class Machine:
         if self.links is None:
             return None
         return self.links[self.position(a)][self.position(b)]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the command at hand needs from NVML; the rest is not queried (keeps launches fast).
+
+    A launch with ``--gpus`` needs no process list; ``ls`` without ``--topo`` needs no links; only
+    what shows processes (``ls``) needs their user and command, which costs psutil's import.
+    """
+
+    processes: bool = True
+    topology: bool = False
+    mig: bool = True
+    process_details: bool = True  # user and command of each pid (psutil); a launch only counts them

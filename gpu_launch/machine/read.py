@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from gpu_launch.model import Machine
+from gpu_launch.machine.model import Machine, Needs
 
 __all__ = ["Needs", "read_machine"]
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What the command at hand needs from NVML; the rest is not queried (keeps launches fast).
-
-    A launch with ``--gpus`` needs no process list; ``ls`` without ``--topo`` needs no links; only
-    what shows processes (``ls``) needs their user and command, which costs psutil's import.
-    """
-
-    processes: bool = True
-    topology: bool = False
-    mig: bool = True
-    process_details: bool = True  # user and command of each pid (psutil); a launch only counts them
 
 
 def read_machine(snapshot: str | None, needs: Needs = Needs(), timings: dict[str, float] | None = None) -> Machine:
@@ -29,9 +13,9 @@ def read_machine(snapshot: str | None, needs: Needs = Needs(), timings: dict[str
     ``timings``, when given, receives seconds spent per NVML query kind (shown by ``-v``).
     """
     if snapshot is not None:
-        from gpu_launch import snapshot as snapshot_file
+        from gpu_launch.machine import snapshot as snapshot_file
 
         return snapshot_file.resolve(snapshot)
-    from gpu_launch.backends.nvml import NvmlBackend
+    from gpu_launch.machine.nvml import NvmlBackend
 
     return NvmlBackend(needs=needs, timings=timings).read_machine()

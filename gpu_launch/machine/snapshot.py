@@ -12,8 +12,8 @@ import os
 import re
 
 from gpu_launch.errors import SnapshotError
-from gpu_launch.files import read_utf8
-from gpu_launch.model import Gpu, GpuProcess, Machine, MigDevice
+from gpu_launch.machine.files import read_utf8
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -40,7 +40,7 @@ def example_names() -> list[str]:
     except OSError:
         from importlib import resources
 
-        names = [p.name for p in resources.files("gpu_launch.examples").iterdir()]
+        names = [p.name for p in resources.files("gpu_launch.machine.examples").iterdir()]
     return sorted(name[:-5] for name in names if name.endswith(".json"))
 
 
@@ -51,7 +51,7 @@ def _example_text(name: str) -> str:
     except OSError:
         from importlib import resources
 
-        return resources.files("gpu_launch.examples").joinpath(f"{name}.json").read_text("utf-8")
+        return resources.files("gpu_launch.machine.examples").joinpath(f"{name}.json").read_text("utf-8")
 
 
 def resolve(value: str) -> Machine:

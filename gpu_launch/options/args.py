@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpu_launch import spec
+from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_duration, parse_size
 
@@ -56,13 +56,13 @@ def _count(text: str, option: str) -> int:
 
 
 def _bind_mode(text: str, option: str) -> str:
-    from gpu_launch.affinity import parse_mode
+    from gpu_launch.run.affinity import parse_mode
 
     return parse_mode(text, option)
 
 
 def _shell(text: str, option: str) -> str:
-    from gpu_launch.shellenv import parse_shell
+    from gpu_launch.views.shellenv import parse_shell
 
     return parse_shell(text, option)
 

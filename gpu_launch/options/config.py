@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from gpu_launch.args import OPTIONS, PER_LAUNCH, Invocation, Option
+from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -134,7 +134,7 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
-    from gpu_launch.files import read_utf8
+    from gpu_launch.machine.files import read_utf8
 
     try:
         text = read_utf8(path, "config", ConfigError)
@@ -213,7 +213,7 @@ def apply(inv: Invocation, environ: Mapping[str, str]) -> Invocation:
 
 
 def _display(value: Any) -> str | bool | int:
-    from gpu_launch import spec
+    from gpu_launch.choose import spec
 
     if isinstance(value, (bool, int)):
         return value

@@ -4,7 +4,7 @@
 lock lost to a race (another gpulaunch locked the GPU between our read and our lock) releases
 everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
 :func:`acquire` adds ``--wait`` (re-read the machine every poll, first come first served through
-:mod:`gpu_launch.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
+:mod:`gpu_launch.share.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gpu_launch import reservations
-from gpu_launch import select as gpu_select
-from gpu_launch import spec as gpu_spec
+from gpu_launch.share import reservations
+from gpu_launch.choose import select as gpu_select
+from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
-from gpu_launch.model import Machine
+from gpu_launch.machine.model import Machine
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -250,8 +250,8 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
           stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser) -> Acquired:
-    from gpu_launch.status_line import StatusLine
-    from gpu_launch.waitqueue import Ticket
+    from gpu_launch.views.status_line import StatusLine
+    from gpu_launch.share.waitqueue import Ticket
 
     interval = poll_interval(environ)
     started = time.monotonic()

@@ -25,7 +25,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from gpu_launch.reservations import open_shared
+from gpu_launch.share.reservations import open_shared
 
 __all__ = ["Ticket", "QUEUE_LOCK"]
 

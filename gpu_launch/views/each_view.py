@@ -2,7 +2,7 @@
 
 On a terminal: a live rich panel (done / running / queued / failed, and the running jobs); otherwise
 one plain line per event. ``-q``: no progress and no summary (the exit status and the error line
-still tell). Only renders; :mod:`gpu_launch.each` decides.
+still tell). Only renders; :mod:`gpu_launch.commands.each` decides.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def summary_rows(scheduler: Any) -> list[list[str]]:
 
 class View:
     def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str) -> None:
-        from gpu_launch.render import use_color
+        from gpu_launch.views.render import use_color
 
         self.err = err
         self.out = out
@@ -126,7 +126,7 @@ class View:
     def summary(self, scheduler: Any) -> None:
         if self.quiet:
             return
-        from gpu_launch.render import use_color
+        from gpu_launch.views.render import use_color
 
         rows = summary_rows(scheduler)
         if use_color(self.out):

@@ -1,6 +1,6 @@
 """The "waiting…" line on stderr: a live rich line on a terminal, plain periodic lines otherwise.
 
-Only renders; :mod:`gpu_launch.acquire` decides what it says. Nothing at all with ``-q``.
+Only renders; :mod:`gpu_launch.share.acquire` decides what it says. Nothing at all with ``-q``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class StatusLine:
     def __enter__(self) -> StatusLine:
         if self.quiet:
             return self
-        from gpu_launch.render import use_color
+        from gpu_launch.views.render import use_color
 
         if use_color(self.stream):
             from rich.console import Console

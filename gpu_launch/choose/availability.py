@@ -1,0 +1,41 @@
+"""How available one GPU is to a new job, from its load alone (README, "How --auto ranks").
+
+Its own module because both eligibility (:mod:`gpu_launch.choose.select`) and the ranking of sets
+(:mod:`gpu_launch.choose.ranking`) judge GPUs by it, and neither should import the other for it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from gpu_launch.machine.model import Gpu
+
+__all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED"]
+
+# Availability thresholds (README, "How --auto ranks"). Memory "used" is NVML's, which on
+# driver >= 510 includes the driver's reserved memory, so an untouched card is not at 0.
+IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
+BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...
+BUSY_MIN_USED = 0.50  # ... or at least half the memory in use
+
+
+class Availability(enum.IntEnum):
+    """Lower is better: a job never lands on someone's GPU while an idle one is left."""
+
+    IDLE = 0
+    PARTLY_USED = 1
+    BUSY = 2
+
+    @property
+    def text(self) -> str:
+        return self.name.lower().replace("_", " ")
+
+
+def availability(gpu: Gpu) -> Availability:
+    total = gpu.memory_total_mib or 0
+    used_share = (gpu.memory_used_mib or 0) / total if total else 0.0
+    if (gpu.utilization_gpu or 0) >= BUSY_MIN_UTIL or used_share >= BUSY_MIN_USED:
+        return Availability.BUSY
+    if gpu.processes or used_share > IDLE_MAX_USED:
+        return Availability.PARTLY_USED
+    return Availability.IDLE
