@@ -60,10 +60,24 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...] = ()
     available: bool = True
     error: str | None = None
+    #: "enabled", "disabled" or "unknown" (NVML's current MIG mode). A GPU in MIG mode runs CUDA
+    #: work only on its MIG devices, and has none until someone creates them.
+    mig_mode: str = "unknown"
+    #: False when NVML could not list the GPU's processes: ``processes`` is then empty but means
+    #: "unknown", never "none".
+    processes_known: bool = True
+    #: What is wrong with the GPU's health (pending page retirement, row-remapping failure, volatile
+    #: uncorrectable ECC errors); empty when nothing was found or nothing could be asked.
+    health: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         return f"GPU {self.index}"
+
+    @property
+    def in_mig_mode(self) -> bool:
+        """In MIG mode: never handed out whole. Having MIG devices implies it, whatever was read."""
+        return self.mig_mode == "enabled" or bool(self.mig_devices)
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,9 @@ class Machine:
     cuda_driver_version: str | None = None
     hostname: str | None = None
     source: str = "nvml"  # "nvml" or the snapshot file / example name it was read from
+    #: The GPUs' NVLinks go through NVSwitches: every pair's ``NV<k>`` is then the same k links
+    #: of each GPU, not k links of its own for that pair.
+    nvswitch: bool = False
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def by_index(self, index: int) -> Gpu | None:
