@@ -1,4 +1,4 @@
-"""Every JSON document gpulaunch prints validates against its schema in gpu_launch/schemas.py,
+"""Every JSON document gpulaunch prints validates against its schema in gpu_launch/views/schemas.py,
 comes alone on stdout, and keeps its keys in the schema's order."""
 
 from __future__ import annotations

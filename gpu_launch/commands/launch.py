@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import json
 
 from gpu_launch.commands import common
 from gpu_launch.errors import UsageError
@@ -21,6 +21,8 @@ __all__ = ["run"]
 
 
 def run(inv: Invocation) -> int:
+    """Check the command, choose and reserve, tell the mapping, then bind and exec (or only inform)."""
+    from gpu_launch.run import placeholders
     from gpu_launch.share import acquire
 
     informing = bool(inv.get("dry_run") or inv.get("explain"))
@@ -33,42 +35,21 @@ def run(inv: Invocation) -> int:
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
     machine, vis, got, env = common.choose(inv, locking, wait=None if informing else inv.get("wait"),
-                                     fallback=inv.get("fallback"))
+                                           fallback=inv.get("fallback"))
     selection = got.selection
-    from gpu_launch.run import placeholders
-
     argv = placeholders.substitute(inv.argv, len(selection.devices))
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
         print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
               file=sys.stderr)
     if inv.get("explain"):
-        if machine is None:  # fell back to the CPU: nothing was chosen to explain
-            return 0
-        from gpu_launch.choose import explain
-
-        if inv.get("json"):
-            json.dump(explain.as_json(selection, machine), sys.stdout, indent=2)
-            sys.stdout.write("\n")
-        else:
-            sys.stdout.write(explain.as_text(selection, machine))
-        return 0
+        return _explain(inv, selection, machine)
     if not quiet:
-        for arg in placeholders.near_misses(inv.argv):
-            print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
-                  f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
+        _warn_near_misses(inv.argv)
     if vis is not None:
         common.tell(inv, vis, selection, env)
     if inv.get("dry_run"):
-        from gpu_launch.run import environment
-        from gpu_launch.views import render
-
-        if inv.get("json"):
-            doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, argv)
-            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-        else:
-            sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
-        return 0
+        return _dry_run(inv, selection, env, argv)
     from gpu_launch.run.execute import exec_command
 
     if machine is not None:
@@ -78,6 +59,42 @@ def run(inv: Invocation) -> int:
         got.reservation.record(os.getpid(), argv)
         got.reservation.make_inheritable()
     exec_command(argv, env)
+
+
+def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> int:
+    """``--explain``: why these GPUs, as text or JSON on stdout; nothing runs."""
+    if machine is None:  # fell back to the CPU: nothing was chosen to explain
+        return 0
+    from gpu_launch.choose import explain
+
+    if inv.get("json"):
+        json.dump(explain.as_json(selection, machine), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(explain.as_text(selection, machine))
+    return 0
+
+
+def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: list[str]) -> int:
+    """``--dry-run``: the variables and the command that would be exec'd, on stdout."""
+    from gpu_launch.run import environment
+    from gpu_launch.views import render
+
+    if inv.get("json"):
+        doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, argv)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
+    return 0
+
+
+def _warn_near_misses(argv: tuple[str, ...]) -> None:
+    """``--tp={n}`` is passed on unchanged: say so, and how to write it."""
+    from gpu_launch.run import placeholders
+
+    for arg in placeholders.near_misses(argv):
+        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
+              f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
 
 
 def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:

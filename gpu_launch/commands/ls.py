@@ -42,7 +42,6 @@ def run(inv: Invocation) -> int:
             render.ls_rich(machine, out, reserved)
         else:
             out.write(render.ls_plain(machine, reserved))
-    if inv.command == "ls":
         _ls_parent_note(machine, out)
     if topo:
         if inv.command == "ls":
