@@ -7,19 +7,20 @@
 _gpulaunch_gpus() {
     # GPU indices and `all` from `gpulaunch __complete gpus`, which reads the --snapshot on this
     # line, $GPULAUNCH_SNAPSHOT or NVML; it prints nothing on failure and gives up after 2 s.
-    local pre=$1 last=$cur vals
-    vals=$(command gpulaunch __complete gpus "${COMP_WORDS[@]:1:COMP_CWORD-1}" 2>/dev/null)
+    # After `3,` it is told the list so far (--taken=3) and leaves those GPUs and `all` out.
+    local pre=$1 last=$cur taken= vals
     if [[ $cur == *,* ]]; then
         pre+=${cur%,*},
         last=${cur##*,}
-        vals=${vals//all/}
+        taken=--taken=${cur%,*}
     fi
+    vals=$(command gpulaunch __complete gpus ${taken:+"$taken"} "${COMP_WORDS[@]:1:COMP_CWORD-1}" 2>/dev/null)
     COMPREPLY=( $(compgen -P "$pre" -W "$vals" -- "$last") )
 }
 
 _gpulaunch() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev= sub= eq= w opts
-    local -i i=1 start=0 selecting=0
+    local -i i=1 start=0 selecting=0 valued=0
     COMPREPLY=()
     # Find the subcommand, or where the command to run starts (the parser's rules, args.py).
     while (( i < COMP_CWORD )); do
@@ -33,10 +34,19 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --min-free|--max-util|--exclude|-x|--wait|--fallback|--lock-dir|--gpus-per-job|--log-dir|--bind|--shell|--snapshot)
+        --min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
+        --wait)
+            # Its value is optional: the next word is the timeout only if it is a duration.
+            if [[ ${COMP_WORDS[i+1]} == = ]]; then
+                i+=3
+                continue
+            elif (( i + 1 < COMP_CWORD )) && [[ ${COMP_WORDS[i+1]} =~ ^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$ ]]; then
+                i+=2
+                continue
+            fi ;;
         --gpus=*|-g=*|--auto=*|-n=*|--fit=*)
             selecting=1 ;;
         -*) ;;
@@ -66,12 +76,15 @@ _gpulaunch() {
     prev=${COMP_WORDS[COMP_CWORD-1]}
     if [[ $cur == = ]]; then
         cur=
+        valued=1
     elif [[ $prev == = ]]; then
         prev=${COMP_WORDS[COMP_CWORD-2]}
+        valued=1
     elif [[ $cur == -*=* ]]; then  # COMP_WORDBREAKS without '='
         prev=${cur%%=*}
         eq=$prev=
         cur=${cur#*=}
+        valued=1
     fi
     case $prev in
         --gpus|-g|--exclude|-x)
@@ -85,9 +98,12 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--min-free|--max-util|--wait|--gpus-per-job)
+        --auto|-n|--fit|--min-free|--max-util|--gpus-per-job)
             :  # a free value (a count, a size): nothing to offer
             return ;;
+        --wait)
+            (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command
+            ;;
         --fallback)
             COMPREPLY=( $(compgen -P "$eq" -W "cpu" -- "$cur") )
             return ;;
@@ -116,6 +132,9 @@ _gpulaunch() {
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
         help) COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") ) ;;
+        each)
+            compopt -o filenames 2>/dev/null
+            COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         '')
             COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;

@@ -15,8 +15,13 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --min-free --max-util --exclude -x --wait --fallback --lock-dir --gpus-per-job --log-dir --bind --shell --snapshot
+            case --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --bind --shell --snapshot
                 set i (math $i + 2); continue
+            case --wait
+                # the next word is the timeout only if it is a duration
+                if test $i -lt (count $tokens); and string match -qr -- '^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$' $tokens[(math $i + 1)]
+                    set i (math $i + 2); continue
+                end
             case '--gpus=*' '--auto=*' '--fit=*'
                 set selecting 1
             case '-*'
@@ -60,11 +65,12 @@ function __gpulaunch_gpus --description 'GPU indices and all, from `gpulaunch __
     set -l tokens (commandline -opc)
     set -l cur (string replace -r -- '^-[^=]*=' '' (commandline -ct))
     set -l pre ''
-    set -l vals (command gpulaunch __complete gpus $tokens[2..-1] 2>/dev/null)
+    set -l taken
     if string match -q -- '*,*' $cur
         set pre (string replace -r -- ',[^,]*$' ',' $cur)
-        set vals (string match -v -- all $vals)
+        set taken --taken=(string replace -r -- ',[^,]*$' '' $cur)  # leaves those GPUs and `all` out
     end
+    set -l vals (command gpulaunch __complete gpus $taken $tokens[2..-1] 2>/dev/null)
     for v in $vals
         echo $pre$v
     end
@@ -92,7 +98,7 @@ complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l mi
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l max-util -x -d 'only GPUs at or below PCT utilisation'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l exclude -s x -x -a '(__gpulaunch_gpus)' -d 'never pick these GPUs (same syntax as --gpus)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l wait -x -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous'
+complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l wait -f -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l fallback -x -a 'cpu' -d 'when the GPUs cannot be had (after --wait), run anyway on the CPU: CUDA_VISIBLE_DEVICES= (empty)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l share -d '--gpus: use GPUs reserved by another gpulaunch job anyway'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l no-lock -d 'take no reservation (others\' reservations are still avoided)'
@@ -122,3 +128,4 @@ complete -c gpulaunch -n __gpulaunch_at_first -a each -d 'run the commands in FI
 complete -c gpulaunch -n __gpulaunch_at_first -a help -d 'show this help'
 complete -c gpulaunch -n '__gpulaunch_sub_is completions' -a 'bash zsh fish'
 complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each help'
+complete -c gpulaunch -n '__gpulaunch_sub_is each' -F

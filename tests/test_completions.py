@@ -81,6 +81,27 @@ def helper(*words: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
                           text=True, env=env, timeout=60)
 
 
+def test_helper_leaves_out_the_gpus_already_listed(shell_env: dict[str, str]) -> None:
+    assert helper("gpus", "--taken=3", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["0", "1", "2"]
+    assert helper("gpus", "--taken=0-2,bogus,", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["3"]
+    uuid = completions.gpu_words(["--snapshot", "workstation-4x"], {})  # sanity: the plain list
+    assert uuid == ["0", "1", "2", "3", "all"]
+
+
+def test_the_duration_pattern_agrees_with_the_parser() -> None:
+    import re
+
+    from gpu_launch.units import parse_duration
+
+    for word in ("90", "90s", "30m", "2h", "1h30m", "1d", "1.5h", "2H", "python", "cat", "2x", "h", "", "-1", "1h 30m"):
+        try:
+            parse_duration(word)
+            ok = True
+        except Exception:
+            ok = False
+        assert bool(re.fullmatch(completions.DURATION_ERE.strip("^$"), word)) == ok, word
+
+
 def test_helper_reads_the_snapshot_on_the_line(shell_env: dict[str, str]) -> None:
     assert helper("gpus", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["0", "1", "2", "3", "all"]
     assert helper("gpus", "--snapshot=dgx-h100", "--auto", env=shell_env).stdout.split()[-2:] == ["7", "all"]
@@ -135,7 +156,10 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is no
 def test_bash_gpus_offers_the_snapshots_indices(shell_env: dict[str, str]) -> None:
     assert bash_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env) == [*map(str, range(8)), "all"]
     assert bash_complete("gpulaunch --snapshot workstation-4x -x ", shell_env) == ["0", "1", "2", "3", "all"]
-    assert bash_complete("gpulaunch --snapshot workstation-4x --gpus 2,", shell_env) == ["2,0", "2,1", "2,2", "2,3"]
+    # a GPU already in the list is not offered again, nor `all` after a comma
+    assert bash_complete("gpulaunch --snapshot workstation-4x --gpus 2,", shell_env) == ["2,0", "2,1", "2,3"]
+    assert bash_complete("gpulaunch --snapshot dgx-h100 --gpus=3,1-2,", shell_env) == [
+        "--gpus=3,1-2,0", *(f"--gpus=3,1-2,{i}" for i in range(4, 8))]
     assert bash_complete("gpulaunch --snapshot=pcie-8x --gpus=1", shell_env) == ["--gpus=1"]
     env = {**shell_env, "GPULAUNCH_SNAPSHOT": "workstation-4x"}
     assert bash_complete("gpulaunch --gpus ", env) == ["0", "1", "2", "3", "all"]
@@ -183,11 +207,37 @@ def test_bash_falls_back_to_command_completion(shell_env: dict[str, str], tmp_pa
 
 
 @needs_bash
+def test_bash_after_wait_comes_the_command_unless_a_duration(shell_env: dict[str, str], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "sizes.txt").write_text("")
+    (tmp_path / "jobs.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    # `cat` is the command, not --wait's value: its argument completes (files without bash-completion)
+    assert bash_complete("gpulaunch --wait cat si", shell_env) == ["sizes.txt"]
+    assert bash_complete("gpulaunch --gpus 0 --wait cat si", shell_env) == ["sizes.txt"]
+    # a duration is --wait's value, then the command comes
+    assert bash_complete("gpulaunch --wait 30m cat si", shell_env) == ["sizes.txt"]
+    assert bash_complete("gpulaunch --wait=1h30m cat si", shell_env) == ["sizes.txt"]
+    assert bash_complete("gpulaunch --wait=", shell_env) == []
+    assert bash_complete("gpulaunch --wait ", shell_env) == list(args.SUBCOMMANDS)
+
+
+@needs_bash
+def test_bash_each_completes_the_job_file(shell_env: dict[str, str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "jobs.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert bash_complete("gpulaunch each jo", shell_env) == ["jobs.txt"]
+    assert bash_complete("gpulaunch each --gpus-per-job 2 jo", shell_env) == ["jobs.txt"]
+
+
+@needs_bash
 @pytest.mark.skipif(not BASH_COMPLETION.exists(), reason="bash-completion is not installed")
 def test_bash_uses_command_offset_from_bash_completion(shell_env: dict[str, str]) -> None:
     reply = bash_complete("gpulaunch --gpus 0 ls --al", shell_env, preload=True)
     assert "--all" in reply  # ls's own completion, reached through _command_offset
     assert bash_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env, preload=True)[-1] == "all"
+    assert "--all" in bash_complete("gpulaunch --gpus 0 --wait ls --al", shell_env, preload=True)
 
 
 # --------------------------------------------------------------------------------------------- zsh
@@ -208,6 +258,7 @@ _gpulaunch
 
 
 def zsh_complete(line: str, env: dict[str, str]) -> list[str]:
+    """Run real zsh (no completion system: compadd, _files, _normal print what they were given)."""
     proc = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "zsh", str(ROOT / "completions" / "_gpulaunch"), line],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode in (0, 1), proc.stderr
@@ -226,22 +277,29 @@ def test_zsh(shell_env: dict[str, str]) -> None:
     assert "ADD:--gpus" not in zsh_complete("gpulaunch ls --", shell_env)
     assert zsh_complete("gpulaunch --auto 2 -- python tr", shell_env) == ["NORMAL:python tr:2"]
     assert zsh_complete("gpulaunch --gpus 0 pyth", shell_env) == ["NORMAL:pyth:1"]
+    # the loose ends: --wait's optional value, each's job file, a GPU not offered twice
+    assert zsh_complete("gpulaunch --wait cat si", shell_env) == ["NORMAL:cat si:2"]
+    assert zsh_complete("gpulaunch --wait 30m cat si", shell_env) == ["NORMAL:cat si:2"]
+    assert zsh_complete("gpulaunch --gpus 1 --wait cat si", shell_env) == ["NORMAL:cat si:2"]
+    assert zsh_complete("gpulaunch each ", shell_env) == ["FILES"]
+    assert zsh_complete("gpulaunch --snapshot workstation-4x --gpus 1,", shell_env) == ["ADD:0", "ADD:2", "ADD:3"]
+    assert zsh_complete("gpulaunch --snapshot workstation-4x --gpus=0,3,", shell_env) == ["ADD:1", "ADD:2"]
 
 
 # -------------------------------------------------------------------------------------------- fish
 
-def fish_complete(line: str, env: dict[str, str]) -> list[str]:
+def fish_complete(line: str, env: dict[str, str], cwd: Path | None = None) -> list[str]:
     script = f"source {ROOT / 'completions' / 'gpulaunch.fish'}; complete --do-complete=$argv[1]"
     proc = subprocess.run(["fish", "--no-config", "-c", script, line], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=60, cwd=cwd)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return [w.split("\t")[0] for w in proc.stdout.splitlines()]
 
 
 @pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
-def test_fish(shell_env: dict[str, str]) -> None:
+def test_fish(shell_env: dict[str, str], tmp_path: Path) -> None:
     assert fish_complete("gpulaunch --snapshot dgx-h100 --gpus ", shell_env) == [*map(str, range(8)), "all"]
-    assert fish_complete("gpulaunch --snapshot workstation-4x --gpus 1,", shell_env) == ["1,0", "1,1", "1,2", "1,3"]
+    assert fish_complete("gpulaunch --snapshot workstation-4x --gpus 1,", shell_env) == ["1,0", "1,2", "1,3"]
     assert fish_complete("gpulaunch --snapshot=pcie-8x --exclude=", shell_env)[0] == "--exclude=0"
     assert sorted(fish_complete("gpulaunch ", shell_env)) == sorted(args.SUBCOMMANDS)
     assert fish_complete("gpulaunch completions ", shell_env) == ["bash", "fish", "zsh"]
@@ -249,3 +307,8 @@ def test_fish(shell_env: dict[str, str]) -> None:
     assert "--topo" in fish_complete("gpulaunch ls --", shell_env)
     assert "--gpus" not in fish_complete("gpulaunch ls --", shell_env)
     assert "--gpus" not in fish_complete("gpulaunch --auto 2 -- ls --", shell_env)
+    (tmp_path / "sizes.txt").write_text("")
+    (tmp_path / "jobs.txt").write_text("")
+    assert fish_complete("gpulaunch --wait cat si", shell_env, tmp_path) == ["sizes.txt"]
+    assert fish_complete("gpulaunch --wait 30m cat si", shell_env, tmp_path) == ["sizes.txt"]
+    assert fish_complete("gpulaunch each jo", shell_env, tmp_path) == ["jobs.txt"]

@@ -6,9 +6,12 @@
 Every script follows the parser's rules (:mod:`gpu_launch.options.args`): options and subcommands complete
 until the command starts (after ``--``, or at the first word that is not an option or subcommand),
 and from there the shell's own completion for that command takes over. ``--gpus``/``--exclude``
-values come from the hidden ``gpulaunch __complete gpus WORDS...``, which reads the snapshot named on
-the line (or ``GPULAUNCH_SNAPSHOT``, or NVML) and prints the GPU indices and ``all``; it prints
-nothing at all on any failure and gives up after :data:`HELPER_TIMEOUT_S`.
+values come from the hidden ``gpulaunch __complete gpus [--taken=LIST] WORDS...``, which reads the
+snapshot named on the line (or ``GPULAUNCH_SNAPSHOT``, or NVML) and prints the GPU indices and ``all``
+(after ``3,``: the indices not yet in the list, without ``all``); it prints nothing at all on any
+failure and gives up after :data:`HELPER_TIMEOUT_S`. ``--wait``'s value is optional, as in the parser:
+the next word is its TIMEOUT only when it looks like a duration (:data:`DURATION_ERE`), otherwise it is
+the command (``gpulaunch --wait cat si<TAB>`` completes ``cat``'s arguments). ``each`` completes files.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from typing import IO
 from gpu_launch.options.args import OPTIONS, SUBCOMMANDS, Option, options_for
 from gpu_launch.errors import UsageError
 
-__all__ = ["SHELLS", "HELPER_TIMEOUT_S", "script", "command", "helper", "gpu_words"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.machine.model import Machine
+
+__all__ = ["SHELLS", "HELPER_TIMEOUT_S", "DURATION_ERE", "script", "command", "helper", "gpu_words"]
 
 SHELLS = ("bash", "zsh", "fish")
 HELPER_TIMEOUT_S = 2.0
@@ -30,10 +37,24 @@ _SELECTING_DESTS = ("gpus", "auto", "fit")  # after one of these, a subcommand n
 _GPU_DESTS = ("gpus", "exclude")
 #: Words a subcommand takes after it.
 _POSITIONALS: dict[str, tuple[str, ...]] = {"completions": SHELLS, "help": tuple(SUBCOMMANDS)}
+_FILE_POSITIONAL = ("each",)  # the job file
+#: What units.parse_duration accepts (90, 90s, 30m, 2h, 1h30m, 1d), as a POSIX ERE for the shells;
+#: an optional value (--wait's TIMEOUT) is taken from the next word only when it matches.
+DURATION_ERE = r"^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$"
 
 
 def _names(opts: Sequence[Option]) -> list[str]:
     return [name for opt in opts for name in opt.names]
+
+
+def _word_kinds() -> tuple[list[str], list[str], list[str]]:
+    """Option names that, in the scan for the command, take the next word: always, when selecting
+    (after which a subcommand name is a program), and only when it is a duration (``--wait``)."""
+    value_opts = [o for o in OPTIONS if o.takes_value]
+    selecting = _names([o for o in value_opts if o.dest in _SELECTING_DESTS])
+    optional = _names([o for o in value_opts if o.optional])
+    other_values = _names([o for o in value_opts if o.dest not in _SELECTING_DESTS and not o.optional])
+    return selecting, other_values, optional
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
@@ -70,8 +91,7 @@ def _for_command(cmd: str) -> list[Option]:
 
 def _bash() -> str:
     value_opts = [o for o in OPTIONS if o.takes_value]
-    selecting = _names([o for o in value_opts if o.dest in _SELECTING_DESTS])
-    other_values = _names([o for o in value_opts if o.dest not in _SELECTING_DESTS])
+    selecting, other_values, optional = _word_kinds()
     subs = " ".join(SUBCOMMANDS)
     eq_selecting = "|".join(f"{n}=*" for n in selecting)
     value_cases = []
@@ -84,9 +104,12 @@ def _bash() -> str:
         ("dir", 'compopt -o filenames 2>/dev/null\n            COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )'),
         ("none", ":  # a free value (a count, a size): nothing to offer"),
     ):
-        names = _names([o for o in value_opts if _value_kind(o) == kind])
+        names = _names([o for o in value_opts if _value_kind(o) == kind and not o.optional])
         if names:
             value_cases.append(f"        {'|'.join(names)})\n            {body}\n            return ;;")
+    value_cases.append(f"        {'|'.join(optional)})\n"
+                       "            (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command\n"
+                       "            ;;")
     for opt in (o for o in value_opts if _value_kind(o) == "choices"):
         words = " ".join(_choices()[opt.dest])
         value_cases.append(f"        {'|'.join(opt.names)})\n"
@@ -96,6 +119,8 @@ def _bash() -> str:
         sub_opts.append(f"        {cmd}) opts=\"{' '.join(_names(_for_command(cmd)))}\" ;;")
     positional_cases = [f"        {cmd}) COMPREPLY=( $(compgen -W \"{' '.join(words)}\" -- \"$cur\") ) ;;"
                         for cmd, words in _POSITIONALS.items()]
+    positional_cases += [f"        {cmd})\n            compopt -o filenames 2>/dev/null\n"
+                         "            COMPREPLY=( $(compgen -f -- \"$cur\") ) ;;" for cmd in _FILE_POSITIONAL]
     return f"""\
 # bash completion for gpulaunch                                  -*- shell-script -*-
 # Generated by `gpulaunch completions bash` from gpulaunch's option table; do not edit.
@@ -106,19 +131,20 @@ def _bash() -> str:
 _gpulaunch_gpus() {{
     # GPU indices and `all` from `gpulaunch __complete gpus`, which reads the --snapshot on this
     # line, $GPULAUNCH_SNAPSHOT or NVML; it prints nothing on failure and gives up after 2 s.
-    local pre=$1 last=$cur vals
-    vals=$(command gpulaunch __complete gpus "${{COMP_WORDS[@]:1:COMP_CWORD-1}}" 2>/dev/null)
+    # After `3,` it is told the list so far (--taken=3) and leaves those GPUs and `all` out.
+    local pre=$1 last=$cur taken= vals
     if [[ $cur == *,* ]]; then
         pre+=${{cur%,*}},
         last=${{cur##*,}}
-        vals=${{vals//all/}}
+        taken=--taken=${{cur%,*}}
     fi
+    vals=$(command gpulaunch __complete gpus ${{taken:+"$taken"}} "${{COMP_WORDS[@]:1:COMP_CWORD-1}}" 2>/dev/null)
     COMPREPLY=( $(compgen -P "$pre" -W "$vals" -- "$last") )
 }}
 
 _gpulaunch() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} prev= sub= eq= w opts
-    local -i i=1 start=0 selecting=0
+    local -i i=1 start=0 selecting=0 valued=0
     COMPREPLY=()
     # Find the subcommand, or where the command to run starts (the parser's rules, args.py).
     while (( i < COMP_CWORD )); do
@@ -136,6 +162,15 @@ _gpulaunch() {{
             [[ ${{COMP_WORDS[i+1]}} == = ]] && i+=1
             i+=2
             continue ;;
+        {'|'.join(optional)})
+            # Its value is optional: the next word is the timeout only if it is a duration.
+            if [[ ${{COMP_WORDS[i+1]}} == = ]]; then
+                i+=3
+                continue
+            elif (( i + 1 < COMP_CWORD )) && [[ ${{COMP_WORDS[i+1]}} =~ {DURATION_ERE} ]]; then
+                i+=2
+                continue
+            fi ;;
         {eq_selecting})
             selecting=1 ;;
         -*) ;;
@@ -165,12 +200,15 @@ _gpulaunch() {{
     prev=${{COMP_WORDS[COMP_CWORD-1]}}
     if [[ $cur == = ]]; then
         cur=
+        valued=1
     elif [[ $prev == = ]]; then
         prev=${{COMP_WORDS[COMP_CWORD-2]}}
+        valued=1
     elif [[ $cur == -*=* ]]; then  # COMP_WORDBREAKS without '='
         prev=${{cur%%=*}}
         eq=$prev=
         cur=${{cur#*=}}
+        valued=1
     fi
     case $prev in
 {chr(10).join(value_cases)}
@@ -203,9 +241,7 @@ def _zq(text: str) -> str:
 
 def _bash_like_scan(indent: str, index: str, first: str) -> str:
     """The scan loop shared in spirit with bash, in zsh syntax (words is 1-based)."""
-    value_opts = [o for o in OPTIONS if o.takes_value]
-    selecting = _names([o for o in value_opts if o.dest in _SELECTING_DESTS])
-    other_values = _names([o for o in value_opts if o.dest not in _SELECTING_DESTS])
+    selecting, other_values, optional = _word_kinds()
     eq_selecting = "|".join(f"{n}=*" for n in selecting)
     return f"""\
 {indent}local -i {index}={first}
@@ -215,6 +251,10 @@ def _bash_like_scan(indent: str, index: str, first: str) -> str:
 {indent}    (--) start=$(( {index} + 1 )); break ;;
 {indent}    ({'|'.join(selecting)}) selecting=1; (( {index} += 2 )); continue ;;
 {indent}    ({'|'.join(other_values)}) (( {index} += 2 )); continue ;;
+{indent}    ({'|'.join(optional)})  # the next word is the timeout only if it is a duration
+{indent}        if (( {index} + 1 < CURRENT )) && [[ ${{words[{index}+1]}} =~ {_zq(DURATION_ERE)} ]]; then
+{indent}            (( {index} += 2 )); continue
+{indent}        fi ;;
 {indent}    ({eq_selecting}) selecting=1 ;;
 {indent}    (-*) ;;
 {indent}    (*)
@@ -231,6 +271,7 @@ def _bash_like_scan(indent: str, index: str, first: str) -> str:
 
 def _zsh() -> str:
     value_opts = [o for o in OPTIONS if o.takes_value]
+    optional = _names([o for o in value_opts if o.optional])
     subs = " ".join(SUBCOMMANDS)
     value_cases = []
     for kind, body in (
@@ -240,9 +281,11 @@ def _zsh() -> str:
         ("dir", "_files -/"),
         ("none", "return 1"),  # a free value (a count, a size): nothing to offer
     ):
-        names = _names([o for o in value_opts if _value_kind(o) == kind])
+        names = _names([o for o in value_opts if _value_kind(o) == kind and not o.optional])
         if names:
             value_cases.append(f"    ({'|'.join(names)}) {body}; return ;;")
+    # --wait=TIMEOUT: nothing to offer; after `--wait ` comes the command, as after no option
+    value_cases.append(f"    ({'|'.join(optional)}) [[ $cur == -*=* ]] && return 1 ;;")
     for opt in (o for o in value_opts if _value_kind(o) == "choices"):
         value_cases.append(f"    ({'|'.join(opt.names)}) compset -P '*='; compadd -- {' '.join(_choices()[opt.dest])}; return ;;")
     option_lines = []
@@ -252,6 +295,7 @@ def _zsh() -> str:
             option_lines.append(f"    {_zq(name)} {_zq(commands)} {_zq(opt.help[:70])}")
     sub_lines = [f"    {_zq(name)} {_zq(text[:70])}" for name, text in SUBCOMMANDS.items()]
     positional_cases = [f"    ({cmd}) compadd -- {' '.join(words)} ;;" for cmd, words in _POSITIONALS.items()]
+    positional_cases += [f"    ({cmd}) _files ;;" for cmd in _FILE_POSITIONAL]
     return f"""\
 #compdef gpulaunch
 # zsh completion for gpulaunch. Generated by `gpulaunch completions zsh` from gpulaunch's option
@@ -271,12 +315,13 @@ _gpulaunch_subhelp=(
 _gpulaunch_gpus() {{
     # GPU indices and `all` from `gpulaunch __complete gpus` (the --snapshot on this line,
     # $GPULAUNCH_SNAPSHOT or NVML); it prints nothing on failure and gives up after 2 s.
+    # After `3,` it is told the list so far (--taken=3) and leaves those GPUs and `all` out.
     local -a vals
-    vals=(${{(f)"$(command gpulaunch __complete gpus ${{words[2,CURRENT-1]}} 2>/dev/null)"}})
+    local value=${{words[CURRENT]#-*=}} taken=
+    [[ $value == *,* ]] && taken=--taken=${{value%,*}}
+    vals=(${{(f)"$(command gpulaunch __complete gpus $taken ${{words[2,CURRENT-1]}} 2>/dev/null)"}})
     compset -P '*='
-    if compset -P '*,'; then
-        vals=(${{vals:#all}})
-    fi
+    compset -P '*,'
     compadd -- $vals
 }}
 
@@ -338,15 +383,13 @@ def _fq(text: str) -> str:
 
 
 def _fish() -> str:
-    value_opts = [o for o in OPTIONS if o.takes_value]
-    selecting = _names([o for o in value_opts if o.dest in _SELECTING_DESTS])
-    other_values = _names([o for o in value_opts if o.dest not in _SELECTING_DESTS])
+    selecting, other_values, optional = _word_kinds()
     eq_selecting = " ".join(f"'{n}=*'" for n in selecting if n.startswith("--"))
     subs = " ".join(SUBCOMMANDS)
     lines = []
     for opt in OPTIONS:
         flags = " ".join(f"-l {n[2:]}" if n.startswith("--") else f"-s {n[1:]}" for n in opt.names)
-        kind = _value_kind(opt) if opt.takes_value else ""
+        kind = "optional" if opt.optional else _value_kind(opt) if opt.takes_value else ""
         value = {
             "gpus": "-x -a '(__gpulaunch_gpus)'",
             "snapshot": f"-r -F -a {_fq(' '.join(_examples()))}",
@@ -354,6 +397,7 @@ def _fish() -> str:
             "dir": "-x -a '(__fish_complete_directories)'",
             "choices": f"-x -a {_fq(' '.join(_choices().get(opt.dest, ())))}",
             "none": "-x",
+            "optional": "-f",  # no -r: after `--wait ` comes the command unless the word is a duration
             "": "",
         }[kind]
         commands = " ".join(sorted(c for c in opt.commands if opt in options_for(c)))
@@ -363,6 +407,8 @@ def _fish() -> str:
         lines.append(f"complete -c gpulaunch -n __gpulaunch_at_first -a {name} -d {_fq(text)}")
     for cmd, words in _POSITIONALS.items():
         lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -a {_fq(' '.join(words))}")
+    for cmd in _FILE_POSITIONAL:
+        lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -F")
     return f"""\
 # fish completion for gpulaunch. Generated by `gpulaunch completions fish` from gpulaunch's option
 # table; do not edit. Install:
@@ -383,6 +429,11 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 set selecting 1; set i (math $i + 2); continue
             case {' '.join(other_values)}
                 set i (math $i + 2); continue
+            case {' '.join(optional)}
+                # the next word is the timeout only if it is a duration
+                if test $i -lt (count $tokens); and string match -qr -- {_fq(DURATION_ERE)} $tokens[(math $i + 1)]
+                    set i (math $i + 2); continue
+                end
             case {eq_selecting}
                 set selecting 1
             case '-*'
@@ -426,11 +477,12 @@ function __gpulaunch_gpus --description 'GPU indices and all, from `gpulaunch __
     set -l tokens (commandline -opc)
     set -l cur (string replace -r -- '^-[^=]*=' '' (commandline -ct))
     set -l pre ''
-    set -l vals (command gpulaunch __complete gpus $tokens[2..-1] 2>/dev/null)
+    set -l taken
     if string match -q -- '*,*' $cur
         set pre (string replace -r -- ',[^,]*$' ',' $cur)
-        set vals (string match -v -- all $vals)
+        set taken --taken=(string replace -r -- ',[^,]*$' '' $cur)  # leaves those GPUs and `all` out
     end
+    set -l vals (command gpulaunch __complete gpus $taken $tokens[2..-1] 2>/dev/null)
     for v in $vals
         echo $pre$v
     end
@@ -490,8 +542,12 @@ def _snapshot_on_line(words: Sequence[str], environ: Mapping[str, str]) -> str |
     return environ.get("GPULAUNCH_SNAPSHOT") or None
 
 
-def gpu_words(words: Sequence[str], environ: Mapping[str, str]) -> list[str]:
-    """What ``--gpus`` can be on this machine: each GPU index, then ``all``."""
+def gpu_words(words: Sequence[str], environ: Mapping[str, str], taken: str | None = None) -> list[str]:
+    """What ``--gpus`` can be on this machine: each GPU index, then ``all``.
+
+    ``taken`` is the list typed so far (``3,1-2`` while completing ``3,1-2,``): its GPUs are left
+    out, and so is ``all``, which cannot follow a comma.
+    """
     from gpu_launch.machine.read import Needs, read_machine
 
     snap = _snapshot_on_line(words, environ)
@@ -501,22 +557,41 @@ def gpu_words(words: Sequence[str], environ: Mapping[str, str]) -> list[str]:
         setting = config.layered(environ).get("snapshot")
         snap = setting.value if setting else None
     machine = read_machine(snap, Needs(processes=False, topology=False, mig=False))
-    return [str(g.index) for g in sorted(machine.gpus, key=lambda g: g.index)] + ["all"]
+    indices = sorted(g.index for g in machine.gpus)
+    if taken is None:
+        return [*map(str, indices), "all"]
+    used = _taken_indices(taken, machine)
+    return [str(i) for i in indices if i not in used]
+
+
+def _taken_indices(text: str, machine: Machine) -> set[int]:
+    """The GPU indices named in a partial ``--gpus`` list; items that do not parse or match are skipped."""
+    from gpu_launch.choose import spec
+
+    used: set[int] = set()
+    for word in text.split(","):
+        try:
+            used.update(d.gpu.index for d in spec.resolve(spec.parse(word), machine) if d.mig is None)
+        except UsageError:
+            continue
+    return used
 
 
 def helper(argv: Sequence[str], environ: Mapping[str, str]) -> int:
-    """``gpulaunch __complete gpus WORDS...``: candidates one a line; silent and 0 on any failure.
+    """``gpulaunch __complete gpus [--taken=LIST] WORDS...``: candidates one a line; silent and 0 on any failure.
 
     The work runs in a daemon thread so that a hung NVML call cannot hang the user's shell: after
     :data:`HELPER_TIMEOUT_S` we print nothing and leave without waiting for it.
     """
     if not argv or argv[0] != "gpus":
         return 0
+    words = list(argv[1:])
+    taken = words.pop(0).partition("=")[2] if words and words[0].startswith("--taken=") else None
     result: list[str] = []
 
     def work() -> None:
         try:
-            result.extend(gpu_words(argv[1:], environ))
+            result.extend(gpu_words(words, environ, taken))
         except BaseException:  # noqa: BLE001 - a completion helper must never print a traceback
             result.clear()
 
