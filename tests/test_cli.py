@@ -166,6 +166,24 @@ def test_ls_plain_and_json():
     assert doc["schema"] == 1 and len(doc["gpus"]) == 8 and doc["links"][0][1] == "NV18"
 
 
+def test_ls_shows_free_memory_right_after_the_name():
+    """FREE is what users ask for first: its own column, for GPUs and MIG devices, matching the JSON."""
+    from gpu_launch.units import fmt_mib
+
+    for example in ("dgx-h100", "mig-a100"):
+        doc = json.loads(run_cli("--snapshot", example, "ls", "--json").stdout)
+        lines = run_cli("--snapshot", example, "ls").stdout.splitlines()
+        header = lines[1]
+        assert header.split()[:3] == ["GPU", "NAME", "FREE"]
+        start = header.index("FREE")
+        free = [line[start:header.index("MEMORY")].strip() for line in lines[2:] if line.strip()]
+        expected = []
+        for gpu in doc["gpus"]:
+            expected.append(fmt_mib(gpu["memory_free_mib"]))
+            expected += [fmt_mib(m["memory_free_mib"]) for m in gpu.get("mig_devices", [])]
+        assert free == expected
+
+
 def test_ls_shows_unavailable_gpus(tmp_path):
     from gpu_launch.machine import snapshot
     doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))

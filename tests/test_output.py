@@ -78,6 +78,7 @@ def test_colour_only_on_a_terminal_without_no_color(no_color: str | None, colour
     out = run_in_pty(["--snapshot", "pcie-8x", "ls"], env)
     assert (b"\x1b[" in out) is coloured, out[:300]
     assert b"GPU" in out
+    assert b"FREE" in out.upper() and b"27.6 GiB" in out  # the FREE column, rich or plain (GPU 2 has 27.6 GiB free)
     piped = gpulaunch("--snapshot", "pcie-8x", "ls")
     assert "\x1b[" not in piped.stdout and piped.stdout.startswith("gpu-a6000-03  driver")
 

@@ -106,6 +106,11 @@ def _header(machine: Machine) -> str:
     return "  ".join(b for b in bits if b)
 
 
+def _free(free_mib: int | None) -> str:
+    """The FREE column, shown first after the name: it is what users look for first."""
+    return fmt_mib(free_mib)
+
+
 def _util(gpu: Gpu) -> str:
     return f"{gpu.utilization_gpu}%" if gpu.utilization_gpu is not None else "–"
 
@@ -117,15 +122,18 @@ def _temp(gpu: Gpu) -> str:
 def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None) -> str:
     """The `ls` table; with ``reserved`` (uuid -> holder) non-empty, a RESERVED BY column is added."""
     extra = bool(reserved)
-    rows = [["GPU", "NAME", "MEMORY USED/TOTAL", "UTIL", "TEMP", *(["RESERVED BY"] if extra else []), "PROCESSES"]]
+    rows = [["GPU", "NAME", "FREE", "MEMORY USED/TOTAL", "UTIL", "TEMP", *(["RESERVED BY"] if extra else []),
+             "PROCESSES"]]
     for g in machine.gpus:
         held = [(reserved or {}).get(g.uuid) or "–"] if extra else []
         if not g.available:
-            rows.append([str(g.index), g.name, "unavailable", "", "", *held, g.error or "NVML could not read it"])
+            rows.append([str(g.index), g.name, "", "unavailable", "", "", *held, g.error or "NVML could not read it"])
             continue
-        rows.append([str(g.index), g.name, mem_text(g), _util(g), _temp(g), *held, process_text(g)])
+        rows.append([str(g.index), g.name, _free(g.memory_free_mib), mem_text(g), _util(g), _temp(g), *held,
+                     process_text(g)])
         for m in g.mig_devices:
-            rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
+            rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), _free(m.memory_free_mib),
+                         f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
                          "", "", *([(reserved or {}).get(m.uuid) or "–"] if extra else []), m.uuid])
     out = [_header(machine)] + _table(rows)
     out.extend(f"warning: {w}" for w in machine.warnings)
@@ -147,20 +155,22 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
     console = Console(file=stream, highlight=False)
     table = Table(title=_header(machine), title_justify="left", box=None, header_style="bold", pad_edge=False)
     extra = bool(reserved)
-    for column in ("GPU", "Name", "Memory", "", "Util", "Temp", *(["Reserved by"] if extra else []), "Processes"):
-        table.add_column(column, justify="right" if column in ("GPU", "Util", "Temp") else "left")
+    for column in ("GPU", "Name", "Free", "Memory", "", "Util", "Temp", *(["Reserved by"] if extra else []), "Processes"):
+        table.add_column(column, justify="right" if column in ("GPU", "Free", "Util", "Temp") else "left")
     for g in machine.gpus:
         holder = (reserved or {}).get(g.uuid)
         held = [f"[magenta]{escape(holder)}[/]" if holder else "–"] if extra else []
         if not g.available:
-            table.add_row(str(g.index), g.name, "[red]unavailable[/]", "", "", "", *held, f"[red]{g.error or ''}[/]")
+            table.add_row(str(g.index), g.name, "", "[red]unavailable[/]", "", "", "", *held, f"[red]{g.error or ''}[/]")
             continue
         share = (g.memory_used_mib or 0) / g.memory_total_mib if g.memory_total_mib else 0
         colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
-        table.add_row(str(g.index), g.name, mem_text(g), f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
+        table.add_row(str(g.index), g.name, f"[bold]{_free(g.memory_free_mib)}[/]", mem_text(g),
+                      f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
                       _util(g), _temp(g), *held, escape(process_text(g)))
         for m in g.mig_devices:
-            table.add_row("", f"└ MIG {m.profile or ''}", f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
+            table.add_row("", f"└ MIG {m.profile or ''}", _free(m.memory_free_mib),
+                          f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
                           "", "", "", *([escape((reserved or {}).get(m.uuid) or "–")] if extra else []), m.uuid)
     console.print(table)
     for w in machine.warnings:
