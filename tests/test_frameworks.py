@@ -6,9 +6,12 @@ in a real child process: the child sees exactly the chosen GPUs, renumbered from
 
 from __future__ import annotations
 
+import os
 import re
 
-from childproc import launch_report, uuids
+import pytest
+
+from childproc import gpulaunch, launch_report, uuids
 
 
 def _table(err: str) -> list[tuple[int, int]]:
@@ -42,3 +45,53 @@ def test_under_a_parent_the_list_is_uuids_and_gpulaunch_gpus_keeps_indices():
     child, _ = launch_report(["--snapshot", "pcie-8x", "--gpus", "4,5"], {"CUDA_VISIBLE_DEVICES": "4,5,6"})
     assert child["CUDA_VISIBLE_DEVICES"].split(",") == uuids("pcie-8x")[4:6]
     assert child["GPULAUNCH_GPUS"] == "4,5"
+
+
+# --- launchers that would override gpulaunch's CUDA_VISIBLE_DEVICES: a warning naming the flag ---
+
+def _fake_launchers(tmp_path):
+    """`accelerate` and `deepspeed` on PATH that print the CUDA_VISIBLE_DEVICES they were given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("accelerate", "deepspeed"):
+        exe = bin_dir / name
+        exe.write_text('#!/bin/sh\necho "got CVD=$CUDA_VISIBLE_DEVICES"\n')
+        exe.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
+
+
+OVERRIDING = [
+    (["accelerate", "launch", "--gpu_ids", "0,1", "train.py"], "--gpu_ids"),
+    (["accelerate", "launch", "--multi_gpu", "--gpu-ids=0,1", "train.py"], "--gpu-ids"),
+    (["deepspeed", "--include", "localhost:0,1", "train.py"], "--include"),
+    (["deepspeed", "-i", "localhost:0", "train.py"], "-i"),
+    (["deepspeed", "--num_gpus", "2", "train.py"], "--num_gpus"),
+    (["deepspeed", "--exclude=localhost:3", "train.py"], "--exclude"),
+]
+
+
+@pytest.mark.parametrize(("command", "flag"), OVERRIDING)
+def test_a_launcher_flag_that_overrides_the_choice_is_named_in_a_warning(tmp_path, command, flag):
+    env = _fake_launchers(tmp_path)
+    proc = gpulaunch(["--snapshot", "dgx-h100", "--gpus", "4,5", "--", *command], env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "got CVD=4,5\n"  # it still runs, with gpulaunch's choice handed over
+    warning = [line for line in proc.stderr.splitlines() if "overriding gpulaunch's choice" in line]
+    assert len(warning) == 1 and warning[0].startswith("gpulaunch: warning: `"), proc.stderr
+    assert f" {flag} " in warning[0] and f"drop {flag}:" in warning[0]
+    assert "CUDA_VISIBLE_DEVICES already scopes" in warning[0]
+    quiet = gpulaunch(["--snapshot", "dgx-h100", "--gpus", "4,5", "-q", "--", *command], env)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "got CVD=4,5\n", "")
+
+
+@pytest.mark.parametrize("command", [
+    ["accelerate", "launch", "--gpu_ids", "all", "train.py"],  # `all` keeps CUDA_VISIBLE_DEVICES
+    ["accelerate", "launch", "train.py", "--gpu_ids", "0"],  # the script's own option
+    ["accelerate", "launch", "--num_processes", "2", "train.py"],
+    ["deepspeed", "train.py", "--include", "x"],  # the script's own option
+    ["deepspeed", "--num_nodes", "1", "--master_port", "29501", "train.py"],
+    ["python3", "-c", "pass", "--gpu_ids", "0"],
+])
+def test_no_warning_when_the_launcher_keeps_the_choice(tmp_path, command):
+    proc = gpulaunch(["--snapshot", "dgx-h100", "--gpus", "4,5", "--dry-run", "--", *command], _fake_launchers(tmp_path))
+    assert proc.returncode == 0 and "overriding" not in proc.stderr, proc.stderr

@@ -46,6 +46,7 @@ def run(inv: Invocation) -> int:
         return _explain(inv, selection, machine)
     if not quiet:
         _warn_near_misses(inv.argv)
+        _warn_launcher_overrides(argv)
     if vis is not None:
         common.tell(inv, vis, selection, env)
     if inv.get("dry_run"):
@@ -95,6 +96,14 @@ def _warn_near_misses(argv: tuple[str, ...]) -> None:
     for arg in placeholders.near_misses(argv):
         print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
               f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
+
+
+def _warn_launcher_overrides(argv: list[str]) -> None:
+    """``accelerate launch --gpu_ids``/``deepspeed --include`` would replace our CUDA_VISIBLE_DEVICES: say so."""
+    from gpu_launch.run import frameworks
+
+    for warning in frameworks.overrides(argv):
+        print(f"gpulaunch: warning: {warning}", file=sys.stderr)
 
 
 def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
