@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,47 @@ def test_waiting_for_a_named_gpu_says_who_holds_it_once(tmp_path: Path, locks: P
     finally:
         release.touch()
         holder.wait(timeout=30)
+
+
+# --- --gpus X --wait: the named GPUs must meet the constraints and be free of others' reservations ---
+
+def test_a_named_gpu_that_fails_the_constraints_is_waited_for_until_the_timeout(locks: Path) -> None:
+    # dgx-h100's GPU 0 runs at 98 %: with --wait it is not used with a warning, it is waited for
+    result = run(["--snapshot", "dgx-h100", "--gpus", "0", "--max-util", "50", "--wait", "0.5", "--", *SHOW], locks)
+    assert result.returncode == 5, result.stderr  # ExitCode.WAIT_TIMEOUT
+    assert "CVD=" not in result.stdout
+    assert "waiting" in result.stderr and "need GPU 0 with ≤ 50% utilisation" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith(
+        "gpulaunch: error: waited 0s, and the request still cannot be met: --gpus: GPU 0: 98% utilisation > --max-util 50%")
+    idle = run(["--snapshot", "dgx-h100", "--gpus", "3,0", "--idle", "--wait=0.3", "--", *SHOW], locks)
+    assert idle.returncode == 5 and "--gpus: GPU 0: not idle" in idle.stderr and "GPU 3" not in idle.stderr.splitlines()[-1]
+    # without --wait, --gpus obeys at once, with a warning
+    now = run(["--snapshot", "dgx-h100", "--gpus", "0", "--max-util", "50", "--", *SHOW], locks)
+    assert now.returncode == 0 and now.stdout == "CVD=0\n" and "warning: GPU 0: 98% utilisation" in now.stderr
+
+
+def test_a_named_gpu_is_taken_once_it_meets_the_constraints(tmp_path: Path, locks: Path) -> None:
+    busy = example("workstation-4x")
+    busy["gpus"][2]["utilization_gpu"] = 97
+    path = write_snapshot(tmp_path / "machine.json", busy)
+    waiter = start(["--snapshot", str(path), "--gpus", "2", "--max-util", "10", "--wait", "--", *SHOW], locks)
+    err = Lines(waiter.stderr)
+    err.wait("eligible now: none (GPU 2: 97% utilisation > --max-util 10%)")  # waiting, and saying why
+    time.sleep(0.5)
+    assert waiter.poll() is None  # still waiting: not run at once with a warning
+    busy["gpus"][2]["utilization_gpu"] = 3
+    write_snapshot(path, busy)  # snapshot files are re-read every poll, like NVML
+    out, _ = waiter.communicate(timeout=30)
+    assert waiter.returncode == 0 and out == "CVD=2\n"
+
+
+def test_a_named_gpu_reserved_by_a_real_job_is_taken_when_the_job_ends(locks: Path) -> None:
+    holder = start(["--snapshot", "dgx-h100", "--gpus", "3", "--", "python3", "-c",
+                    "import time; print('held', flush=True); time.sleep(1)"], locks)
+    Lines(holder.stdout).wait("held")
+    started = time.monotonic()
+    result = run(["--snapshot", "dgx-h100", "--gpus", "3", "--idle", "--wait", "30", "--", *SHOW], locks)
+    waited = time.monotonic() - started
+    assert result.returncode == 0 and result.stdout == "CVD=3\n", result.stderr
+    assert "GPU 3 is reserved by" in result.stderr  # it did wait for the holder...
+    assert holder.wait(timeout=30) == 0 and waited < 25  # ...and ran once the holder's command ended

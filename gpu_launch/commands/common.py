@@ -89,7 +89,7 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     request = acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                               max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                               share=bool(inv.get("share")) or inv.command == "env", runner_ups=runner_ups,
-                              mig=bool(inv.get("mig")))
+                              mig=bool(inv.get("mig")), strict=explicit is not None and wait is not None)
 
     def read() -> Machine:
         return read_machine(inv, processes=explicit is None, process_details=False,

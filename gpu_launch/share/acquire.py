@@ -27,6 +27,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+    from gpu_launch.machine.model import Device
+
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
            "hopeless", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
 
@@ -54,6 +56,9 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
+    #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
+    #: waited for), instead of being used at once with a warning.
+    strict: bool = False
 
     def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
@@ -66,7 +71,7 @@ class Request:
         with_desc = f" with {desc}" if desc else ""
         if self.gpus is not None:
             labels = ", ".join(d.label for d in gpu_spec.resolve(self.gpus, machine))
-            return f"need {labels}"
+            return f"need {labels}{with_desc if self.strict else ''}"
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
         n = self.auto or 1
@@ -139,12 +144,25 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             raise ReservationConflict(f"--gpus: {who}",
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
         selection = chooser(request, machine, constraints)
+        unmet = _unmet(request, machine, devices) if request.strict else []
+        if unmet:
+            raise NotEnoughGpus(f"--gpus: {'; '.join(unmet)}",
+                                hint="wait longer, relax --min-free/--max-util/--idle, or name other GPUs")
         if taken:
             shared = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
             selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"{shared}: using it anyway"),
                                              selection.eligibility, selection.ranking)
         return selection
     return chooser(request, machine, constraints)
+
+
+def _unmet(request: Request, machine: Machine, devices: tuple[Device, ...]) -> list[str]:
+    """The named whole GPUs that fail the request's --min-free/--max-util/--idle, each with why."""
+    plain = gpu_select.Constraints(request.min_free, request.max_util, request.idle)
+    if not plain.describe():
+        return []  # no constraints: a named GPU is ready as soon as no one else reserves it
+    failing = {e.gpu.uuid: e.reason for e in gpu_select.eligibility(machine, plain).excluded}
+    return [f"{d.label}: {failing[d.uuid]}" for d in devices if d.mig is None and d.uuid in failing]
 
 
 def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser) -> Acquired:
@@ -209,6 +227,11 @@ def hopeless(request: Request, machine: Machine) -> str | None:
 
 def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str]) -> str:
     elig = gpu_select.eligibility(machine, request.constraints(machine, reserved))
+    if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
+        named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
+        text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"
+        why = "; ".join(f"{e.gpu.label}: {e.reason}" for e in elig.excluded if e.gpu.uuid in named)
+        return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
     held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
     return text + (f" ({held} reserved by other gpulaunch jobs)" if held else "")
