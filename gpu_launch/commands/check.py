@@ -18,7 +18,7 @@ __all__ = ["run"]
 
 
 def run(inv: Invocation) -> int:
-    from gpu_launch.run import cuda_probe as check
+    from gpu_launch.run import cuda_probe
     from gpu_launch.errors import CheckFailed
 
     if inv.positionals:
@@ -38,8 +38,8 @@ def run(inv: Invocation) -> int:
     out.write(f"checking CUDA with CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} "
               f"CUDA_DEVICE_ORDER={env['CUDA_DEVICE_ORDER']}\n")
     out.flush()
-    seen = check.probe(env)
-    lines, problems = check.compare(selection.devices, seen)
+    seen = cuda_probe.probe(env)
+    lines, problems = cuda_probe.compare(selection.devices, seen)
     out.write("\n".join(lines) + "\n")
     if problems:
         raise CheckFailed(f"CUDA does not see what gpulaunch chose: {problems[0]}",
