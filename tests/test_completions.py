@@ -84,8 +84,7 @@ def helper(*words: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_helper_leaves_out_the_gpus_already_listed(shell_env: dict[str, str]) -> None:
     assert helper("gpus", "--taken=3", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["0", "1", "2"]
     assert helper("gpus", "--taken=0-2,bogus,", "--snapshot", "workstation-4x", env=shell_env).stdout.split() == ["3"]
-    uuid = completions.gpu_words(["--snapshot", "workstation-4x"], {})  # sanity: the plain list
-    assert uuid == ["0", "1", "2", "3", "all"]
+    assert completions.gpu_words(["--snapshot", "workstation-4x"], {}, taken="GPU-no-such,1") == ["0", "2", "3"]
 
 
 def test_the_duration_pattern_agrees_with_the_parser() -> None:
