@@ -197,7 +197,9 @@ class FakeGpu:
     nvlinks: list[FakeLink] | None = None  # None: no NVLink (NotSupported on every link)
     pcie: tuple[int, int, int, int] = (0, 0, 0, 0)  # socket, host bridge, switch, leaf switch
     mig_enabled: bool | None = False  # None: MIG not supported
-    mig_devices: list[FakeMig] = field(default_factory=list)
+    mig_devices: list[FakeMig | None] = field(default_factory=list)  # None: an empty slot (sparse indices)
+    mig_max: int = 7  # nvmlDeviceGetMaxMigDeviceCount
+    mig_empty_slot: int = NVML_ERROR_NOT_FOUND  # what an empty slot raises (NotFound or InvalidArgument)
     lost_at: str | None = None  # NVML function from which on every call on this GPU is GpuIsLost
     lost: bool = False
 
@@ -439,13 +441,15 @@ class FakeNvml:
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeHandle) -> int:
         self._enter("nvmlDeviceGetMaxMigDeviceCount", handle)
         _supported(self._gpu(handle).mig_enabled)
-        return 7
+        return self._gpu(handle).mig_max
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeHandle, index: int) -> FakeHandle:
         self._enter("nvmlDeviceGetMigDeviceHandleByIndex", handle)
         gpu = self._gpu(handle)
-        if not gpu.mig_enabled or index >= len(gpu.mig_devices):
-            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        if index >= gpu.mig_max:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not gpu.mig_enabled or index >= len(gpu.mig_devices) or gpu.mig_devices[index] is None:
+            raise NVMLError(gpu.mig_empty_slot)
         return FakeHandle(handle.index, index)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: FakeHandle) -> int:

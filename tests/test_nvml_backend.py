@@ -357,8 +357,41 @@ def test_mig_instances_are_listed_with_uuid_profile_memory_and_ids(sysfs: Path) 
         MigDevice("MIG-0a0a0a0a-0000-5000-8000-000000000003", "1g.10gb", 9728, 7, 9721, 9, 0),
     )
     assert machine.gpus[1].mig_devices == ()
-    # 7 slots; enumeration stops at the first empty one instead of asking for all 7
-    assert nvml.called("nvmlDeviceGetMigDeviceHandleByIndex", 0) == 4
+    assert (machine.gpus[0].mig_mode, machine.gpus[1].mig_mode) == ("enabled", "disabled")
+    # Every one of the 7 slots is asked: indices may be sparse, so an empty one is no end.
+    assert nvml.called("nvmlDeviceGetMigDeviceHandleByIndex", 0) == 7
+    assert nvml.called("nvmlDeviceGetMigDeviceHandleByIndex", 1) == 0  # MIG mode off: nothing to list
+
+
+def test_a_gpu_in_mig_mode_without_instances_is_in_mig_mode(sysfs: Path) -> None:
+    machine = read(FakeNvml([make_gpu(0, mig_enabled=True, mig_devices=[]), make_gpu(1)]), sysfs)
+    assert machine.gpus[0].mig_mode == "enabled" and machine.gpus[0].mig_devices == ()
+    assert machine.gpus[0].in_mig_mode and machine.gpus[0].available
+    assert machine.gpus[1].mig_mode == "disabled" and not machine.gpus[1].in_mig_mode
+
+
+@pytest.mark.parametrize("empty_slot", [fake.NVML_ERROR_NOT_FOUND, fake.NVML_ERROR_INVALID_ARGUMENT],
+                         ids=["NotFound", "InvalidArgument"])
+def test_sparse_mig_indices_are_all_found(sysfs: Path, empty_slot: int) -> None:
+    """Instance 1 of three destroyed: slots 0 and 2 are left, and 2 must not be lost behind the gap."""
+    migs = fake.mig_a100().gpus[0].mig_devices
+    gpu = make_gpu(0, mig_enabled=True, mig_devices=[migs[0], None, migs[2]], mig_empty_slot=empty_slot)
+    got = read(FakeNvml([gpu]), sysfs).gpus[0]
+    assert [m.profile for m in got.mig_devices] == ["3g.40gb", "1g.10gb"]
+    assert got.available and got.mig_mode == "enabled"
+
+
+@pytest.mark.parametrize("how", ["not-supported", "not-in-bindings", "function-not-found"])
+def test_a_gpu_without_mig_support_is_not_in_mig_mode(sysfs: Path, how: str) -> None:
+    gpu = make_gpu(0, mig_enabled=None if how == "not-supported" else False)
+    nvml = FakeNvml([gpu], missing={"nvmlDeviceGetMigMode"} if how == "not-in-bindings" else (),
+                    absent_symbols={"nvmlDeviceGetMigMode"} if how == "function-not-found" else ())
+    got = read(nvml, sysfs).gpus[0]
+    assert got.mig_mode == "disabled" and got.available
+
+
+def test_mig_mode_is_unknown_when_not_asked(sysfs: Path) -> None:
+    assert read(fake.mig_a100(), sysfs, needs=Needs(mig=False)).gpus[1].mig_mode == "unknown"
 
 
 def test_mig_profile_is_none_when_the_name_does_not_say(sysfs: Path) -> None:

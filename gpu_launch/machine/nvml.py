@@ -338,17 +338,17 @@ class NvmlBackend:
         if self.needs.processes:
             with self._timed("processes"):
                 processes = self._processes(handle, pids)
-        mig_devices: tuple[MigDevice, ...] = ()
+        mig_mode, mig_devices = "unknown", ()
         if self.needs.mig:
             with self._timed("mig"):
-                mig_devices = self._mig_devices(handle)
+                mig_mode, mig_devices = self._mig(handle)
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
             memory_total_mib=total, memory_used_mib=used, memory_free_mib=free,
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
-            processes=processes, mig_devices=mig_devices,
+            processes=processes, mig_devices=mig_devices, mig_mode=mig_mode,
         )
 
     # -- fields ------------------------------------------------------------------------------
@@ -430,22 +430,31 @@ class NvmlBackend:
             return value
         return None
 
-    def _mig_devices(self, handle: Any) -> tuple[MigDevice, ...]:
+    def _mig(self, handle: Any) -> tuple[str, tuple[MigDevice, ...]]:
+        """The GPU's current MIG mode and its MIG devices.
+
+        A GPU whose mode NVML cannot give because it has no MIG (NotSupported, or a driver or
+        bindings without the call) is ``"disabled"``. A GPU in MIG mode may have no MIG devices at
+        all (switched on, no instance created yet), and its device indices may be sparse (an
+        instance in the middle destroyed): every index up to the maximum is asked, and empty slots
+        (NotFound, InvalidArgument) are skipped, as NVIDIA's go-nvlib does.
+        """
         mode = self._mig_call("nvmlDeviceGetMigMode", handle)
         if not mode or mode[0] != getattr(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1):
-            return ()
+            return "disabled", ()
         count = self._mig_call("nvmlDeviceGetMaxMigDeviceCount", handle)
         if not isinstance(count, int):
             raise _GpuFailed("MIG mode is on, but NVML cannot count its MIG devices")
         out = []
         for i in range(count):
-            mig = self._mig_call("nvmlDeviceGetMigDeviceHandleByIndex", handle, i, absent=frozenset({_NOT_FOUND}))
-            if mig is None:  # NotFound: no instance at this index, none after it
-                break
+            mig = self._mig_call("nvmlDeviceGetMigDeviceHandleByIndex", handle, i,
+                                 absent=frozenset({_NOT_FOUND, _INVALID_ARGUMENT}))
+            if mig is None:  # no instance at this index; a later one may still exist
+                continue
             device = self._mig_device(mig)
             if device is not None:
                 out.append(device)
-        return tuple(out)
+        return "enabled", tuple(out)
 
     def _mig_device(self, mig: Any) -> MigDevice | None:
         uuid = _text(self._query("nvmlDeviceGetUUID", mig))

