@@ -158,6 +158,8 @@ from tests import fake_pynvml as _fake
 _gpus = _fake.dgx_h100().gpus
 if os.environ.get("FAKE_NVML_PROCESS"):  # one compute process (this test's own pid) on GPU 0
     _gpus[0].processes = [_fake.FakeProcess(pid=os.getppid())]
+    if os.environ["FAKE_NVML_PROCESS"] == "busy":
+        _gpus[0].utilization_gpu = 95
 _FAKE = _fake.FakeNvml(_gpus)
 
 
@@ -206,3 +208,14 @@ def test_process_details_import_psutil_only_where_they_are_shown(fake_pynvml_dir
         assert "psutil" not in top_level(modules), selection
     proc, _ = run_importtime("--auto", "1", "--dry-run", "--json", pynvml_dir=fake_pynvml_dir)
     assert json.loads(proc.stdout)["devices"][0]["index"] == 1  # the process on GPU 0 was counted
+
+
+def test_a_launch_names_who_is_on_a_busy_gpu_without_psutil(fake_pynvml_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import pwd
+
+    monkeypatch.setenv("FAKE_NVML_PROCESS", "busy")
+    proc, modules = run_importtime("--gpus", "0", "--dry-run", "--", "true", pynvml_dir=fake_pynvml_dir)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"gpulaunch: warning: GPU 0 is busy by {pwd.getpwuid(os.getuid()).pw_name} (95% utilisation" in proc.stderr
+    assert "psutil" not in top_level(modules)

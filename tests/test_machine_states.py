@@ -24,8 +24,8 @@ from tests.test_nvml_faults import Run, gpulaunch  # noqa: F401  (the fixture)
 
 
 def rows(ls_out: str) -> dict[int, str]:
-    """The `ls` rows by GPU index (MIG rows left out)."""
-    return {int(line.split()[0]): line for line in ls_out.splitlines() if line[:1].isdigit()}
+    """The `ls` rows by GPU index (MIG rows left out), plain or rich."""
+    return {int(line.split()[0]): line.rstrip() for line in ls_out.splitlines() if line.lstrip()[:1].isdigit()}
 
 
 def ls_json(run: Run, nvml: FakeNvml) -> dict[str, Any]:
@@ -87,3 +87,39 @@ def test_old_snapshots_without_mig_mode_read_it_from_their_mig_devices() -> None
     assert [g.mig_mode for g in machine.gpus] == ["enabled", "disabled"]
     doc = snapshot.to_dict(machine)
     assert [g["mig_mode"] for g in doc["gpus"]] == ["enabled", "disabled"]
+
+
+# -- processes NVML cannot list ---------------------------------------------------------------
+
+def unlistable_processes(error: Any = fake.NVMLError_NoPermission) -> FakeNvml:
+    """Four GPUs; NVML cannot list GPU 1's processes (a MIG GPU to a non-root user, for one)."""
+    return FakeNvml([make_gpu(i) for i in range(4)], errors={("nvmlDeviceGetComputeRunningProcesses", 1): error})
+
+
+@pytest.mark.parametrize("error", [fake.NVMLError_NoPermission, fake.NVMLError_NotSupported, fake.NVMLError_Unknown],
+                         ids=lambda e: e.__name__)
+def test_processes_nvml_cannot_list_are_unknown_not_none(gpulaunch: Run, tmp_path: Path, error: Any) -> None:
+    listing = gpulaunch(unlistable_processes(error), "ls")
+    assert listing.code == 0
+    assert rows(listing.out)[1].endswith("?") and rows(listing.out)[0].endswith("–")
+    doc = ls_json(gpulaunch, unlistable_processes(error))
+    assert doc["gpus"][1]["processes"] is None and doc["gpus"][0]["processes"] == []
+    machine = read_back(doc, tmp_path)
+    assert not machine.gpus[1].processes_known and machine.gpus[0].processes_known
+    assert rows(rich_ls(machine))[1].endswith("?")
+
+
+def test_gpus_reads_processes_and_names_the_user_of_a_busy_gpu(gpulaunch: Run) -> None:
+    import os
+    import pwd
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    gpus = [make_gpu(0, utilization_gpu=97, memory_used_mib=60000, processes=[fake.FakeProcess(os.getpid(), 59000)]),
+            make_gpu(1, processes=[fake.FakeProcess(os.getpid(), 300)])]
+    busy = gpulaunch(FakeNvml(gpus), "--dry-run", "--gpus", "0", "--", "x")
+    assert busy.code == 0 and f"warning: GPU 0 is busy by {me} (97% utilisation" in busy.err
+    # GPU 1's memory and utilisation look idle: only NVML's process list tells that someone is on it.
+    idle = gpulaunch(FakeNvml(gpus), "--dry-run", "--idle", "--gpus", "1", "--", "x")
+    assert idle.code == 0 and "warning: GPU 1: not idle (partly used; --idle)" in idle.err
+    quiet = gpulaunch(FakeNvml(gpus), "--dry-run", "-q", "--gpus", "0", "--", "x")
+    assert quiet.code == 0 and "warning" not in quiet.err

@@ -287,6 +287,32 @@ def test_a_visible_pid_gets_its_user_and_command(sysfs: Path) -> None:
     assert unseen == GpuProcess(pid=UNSEEN_PID, used_memory_mib=10, user=None, command=None)
 
 
+def test_process_users_alone_come_from_proc_without_commands(sysfs: Path) -> None:
+    nvml = FakeNvml([make_gpu(0, processes=[FakeProcess(os.getpid(), 2048), FakeProcess(UNSEEN_PID, 10)])])
+    mine, unseen = read(nvml, sysfs, Needs(process_details=False, process_users=True)).gpus[0].processes
+    assert (mine.user, mine.command) == (pwd.getpwuid(os.getuid()).pw_name, None)
+    assert (unseen.user, unseen.command) == (None, None)
+    counted = read(nvml, sysfs, Needs(process_details=False)).gpus[0].processes
+    assert [(p.pid, p.user) for p in counted] == [(os.getpid(), None), (UNSEEN_PID, None)]
+
+
+@pytest.mark.parametrize("error", [fake.NVMLError_NotSupported, fake.NVMLError_NoPermission, fake.NVMLError_Unknown,
+                                   fake.NVMLError_Timeout], ids=lambda e: e.__name__)
+def test_a_process_list_nvml_cannot_give_is_unknown(sysfs: Path, error: type) -> None:
+    gpus = [make_gpu(i, processes=[FakeProcess(UNSEEN_PID)]) for i in range(2)]
+    machine = read(FakeNvml(gpus, errors={("nvmlDeviceGetComputeRunningProcesses", 1): error}), sysfs)
+    assert (machine.gpus[1].processes, machine.gpus[1].processes_known) == ((), False)
+    assert machine.gpus[0].processes_known and len(machine.gpus[0].processes) == 1
+    assert machine.gpus[1].available
+
+
+def test_processes_are_unknown_without_any_process_call(sysfs: Path) -> None:
+    nvml = FakeNvml([make_gpu(0)], missing={"nvmlDeviceGetComputeRunningProcesses",
+                                            "nvmlDeviceGetComputeRunningProcesses_v2"})
+    assert not read(nvml, sysfs).gpus[0].processes_known
+    assert not read(fake.dgx_h100(), sysfs, needs=Needs(processes=False)).gpus[0].processes_known  # not asked
+
+
 @pytest.mark.parametrize("raw_sentinel", [False, True], ids=["None", "2**64-1"])
 def test_unavailable_process_memory_is_none(sysfs: Path, raw_sentinel: bool) -> None:
     gpus = [make_gpu(0, processes=[FakeProcess(UNSEEN_PID, None, raw_sentinel=raw_sentinel)])]

@@ -92,8 +92,10 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
                               mig=bool(inv.get("mig")), strict=explicit is not None and wait is not None)
 
     def read() -> Machine:
-        return read_machine(inv, processes=explicit is None, process_details=False,
-                     topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
+        # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
+        # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
+        return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
+                            topology=explicit is None and (fit is not None or (auto or 1) > 1 or bool(inv.get("explain"))))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
                           chooser=choose_within_parent)

@@ -28,6 +28,7 @@ __all__ = [
     "pci_numa_node",
     "pci_sysfs_name",
     "possible_cpu_count",
+    "process_user",
     "process_user_and_command",
 ]
 
@@ -55,6 +56,27 @@ def process_user_and_command(pid: int) -> tuple[str | None, str | None]:
     cmdline = _call(proc.cmdline, errors)
     command = " ".join(cmdline) if cmdline else _call(proc.name, errors)
     return user or None, command or None
+
+
+def process_user(pid: int, proc_root: str = "/proc") -> str | None:
+    """The user name of ``pid`` (its real uid, as psutil reports it), or None when it cannot be seen.
+
+    Reads ``/proc/PID/status`` and the password database: no psutil import, so a launch can name
+    who is on a GPU it warns about. A pid in another PID namespace is not seen here, as with psutil.
+    """
+    try:
+        with open(os.path.join(proc_root, str(int(pid)), "status"), encoding="ascii", errors="replace") as fh:
+            uid = next((int(line.split()[1]) for line in fh if line.startswith("Uid:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+    if uid is None:
+        return None
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no name for that uid (a container's user); psutil gives the number then
+        return str(uid)
 
 
 def _call(method: Callable[[], _T], errors: tuple[type[BaseException], ...]) -> _T | None:

@@ -153,11 +153,14 @@ class Machine:
 class Needs:
     """What the command at hand needs from NVML; the rest is not queried (keeps launches fast).
 
-    A launch with ``--gpus`` needs no process list; ``ls`` without ``--topo`` needs no links; only
-    what shows processes (``ls``) needs their user and command, which costs psutil's import.
+    ``ls`` without ``--topo`` needs no links; only what shows processes (``ls``) needs their user and
+    command, which costs psutil's import. A launch counts processes (they decide whether a GPU is
+    idle) and, unless ``-q``, names their users in its warnings ("GPU 0 is busy by alice"), which
+    /proc tells without psutil.
     """
 
     processes: bool = True
     topology: bool = False
     mig: bool = True
-    process_details: bool = True  # user and command of each pid (psutil); a launch only counts them
+    process_details: bool = True  # user and command of each pid (psutil)
+    process_users: bool = False  # the user alone (from /proc, no psutil), when process_details is off

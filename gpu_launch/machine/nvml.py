@@ -334,7 +334,7 @@ class NvmlBackend:
         with self._timed("affinity"):
             numa_node = self._numa_node(handle, ident.pci_bus_id)
             cpu_affinity = self._cpu_affinity(handle, ident.pci_bus_id)
-        processes: tuple[GpuProcess, ...] = ()
+        processes: tuple[GpuProcess, ...] | None = None  # None: not asked, or NVML could not list them
         if self.needs.processes:
             with self._timed("processes"):
                 processes = self._processes(handle, pids)
@@ -348,7 +348,8 @@ class NvmlBackend:
             memory_total_mib=total, memory_used_mib=used, memory_free_mib=free,
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
-            processes=processes, mig_devices=mig_devices, mig_mode=mig_mode,
+            processes=processes or (), processes_known=processes is not None,
+            mig_devices=mig_devices, mig_mode=mig_mode,
         )
 
     # -- fields ------------------------------------------------------------------------------
@@ -407,12 +408,22 @@ class NvmlBackend:
         cpus = host.cpulist_from_mask(words) if words is not None else None
         return cpus or host.pci_local_cpulist(bus_id, self.sysfs_root)
 
-    def _processes(self, handle: Any, pids: dict[int, tuple[str | None, str | None]]) -> tuple[GpuProcess, ...]:
+    def _processes(self, handle: Any, pids: dict[int, tuple[str | None, str | None]]) -> tuple[GpuProcess, ...] | None:
+        """The GPU's compute processes, or None when NVML cannot list them (any error, NotSupported
+        included: none of them means "no processes", and a GPU whose processes are unknown must not
+        look idle). Users and commands come from psutil only when ``needs.process_details``; with
+        ``needs.process_users`` the user alone is read from /proc, which costs no import."""
+        running = self._running_processes(handle)
+        if running is None:
+            return None
         out = []
-        for proc in self._running_processes(handle) or ():
+        for proc in running:
             pid = int(proc.pid)
             if pid not in pids:
-                pids[pid] = host.process_user_and_command(pid) if self.needs.process_details else (None, None)
+                if self.needs.process_details:
+                    pids[pid] = host.process_user_and_command(pid)
+                else:
+                    pids[pid] = (host.process_user(pid) if self.needs.process_users else None, None)
             used = getattr(proc, "usedGpuMemory", None)
             mib = None if used is None or int(used) >= _NOT_AVAILABLE else int(used) // _MIB
             out.append(GpuProcess(pid=pid, used_memory_mib=mib, user=pids[pid][0], command=pids[pid][1]))

@@ -183,9 +183,10 @@ class _Reader:
         affinity = self.str_(d, "cpu_affinity", where)
         if affinity is not None and not _CPULIST_RE.match(affinity):
             raise self.fail(f"{where}.cpu_affinity", f"{affinity!r} is not a CPU list like '0-31,64-95'")
+        # null: NVML could not list them (unknown, never "none"); absent: none, as files before it had.
         procs = d.get("processes", [])
-        if not isinstance(procs, list):
-            raise self.fail(f"{where}.processes", f"expected a list, got {_kind(procs)}")
+        if procs is not None and not isinstance(procs, list):
+            raise self.fail(f"{where}.processes", f"expected a list or null, got {_kind(procs)}")
         migs = d.get("mig_devices", [])
         if not isinstance(migs, list):
             raise self.fail(f"{where}.mig_devices", f"expected a list, got {_kind(migs)}")
@@ -203,7 +204,8 @@ class _Reader:
             compute_capability=self.str_(d, "compute_capability", where),
             numa_node=self.int_(d, "numa_node", where),
             cpu_affinity=affinity,
-            processes=tuple(self.process(p, f"{where}.processes[{j}]") for j, p in enumerate(procs)),
+            processes=tuple(self.process(p, f"{where}.processes[{j}]") for j, p in enumerate(procs or ())),
+            processes_known=procs is not None,
             mig_devices=tuple(self.mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
             mig_mode=mig_mode,
             available=available,
@@ -305,7 +307,7 @@ def to_dict(machine: Machine) -> dict[str, Any]:
             "processes": [
                 {"pid": p.pid, "used_memory_mib": p.used_memory_mib, "user": p.user, "command": p.command}
                 for p in g.processes
-            ],
+            ] if g.processes_known else None,
             "mig_mode": g.mig_mode,
         }
         if g.mig_devices:

@@ -70,7 +70,7 @@ _GPU_KEYS = {
     "compute_capability": _NSTR,
     "numa_node": _NINT,
     "cpu_affinity": _NSTR,
-    "processes": {"type": "array", "items": _PROCESS},
+    "processes": {"type": ["array", "null"], "items": _PROCESS},  # null: NVML could not list them
     "mig_mode": {"enum": ["enabled", "disabled", "unknown"]},  # NVML's current MIG mode
     "mig_devices": {"type": "array", "items": _MIG},  # only for GPUs in MIG mode that have some
     "available": {"const": False},  # only for a GPU NVML could not read
