@@ -186,8 +186,9 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     bus_id: str = "00000000:18:00.0"
     memory_total_mib: int | None = 81559
-    memory_used_mib: int = 4
-    memory_reserved_mib: int = 0  # part of used in v2; the fake's v1 leaves it out, so tests can tell
+    memory_used_mib: int = 4  # all that is not free: what v1 reports as used (reserved included)
+    memory_reserved_mib: int = 0  # v2 reports it apart, and used without it (as nvidia-smi shows)
+    memory_free_mib: int | None = None  # None: total - used; else reported as is (incoherent memory)
     utilization_gpu: int | None = 0
     temperature_c: int | None = 31
     compute_capability: tuple[int, int] | None = (9, 0)
@@ -377,13 +378,15 @@ class FakeNvml:
         self._enter("nvmlDeviceGetMemoryInfo_v2" if version else "nvmlDeviceGetMemoryInfo", handle)
         gpu, mig, mib = self._gpu(handle), self._mig(handle), 1024 * 1024
         if mig is not None:
-            total, used, reserved = mig.memory_total_mib, mig.memory_used_mib, 0
+            total, used, reserved, free = mig.memory_total_mib, mig.memory_used_mib, 0, None
         else:
             total, used, reserved = _supported(gpu.memory_total_mib), gpu.memory_used_mib, gpu.memory_reserved_mib
+            free = gpu.memory_free_mib
+        free = total - used if free is None else free
         if version:
             return SimpleNamespace(version=version, total=total * mib, reserved=reserved * mib,
-                                   used=used * mib, free=(total - used) * mib)
-        return SimpleNamespace(total=total * mib, used=(used - reserved) * mib, free=(total - used) * mib)
+                                   used=max(used - reserved, 0) * mib, free=free * mib)
+        return SimpleNamespace(total=total * mib, used=used * mib, free=free * mib)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
         self._enter("nvmlDeviceGetUtilizationRates", handle)

@@ -123,3 +123,47 @@ def test_gpus_reads_processes_and_names_the_user_of_a_busy_gpu(gpulaunch: Run) -
     assert idle.code == 0 and "warning: GPU 1: not idle (partly used; --idle)" in idle.err
     quiet = gpulaunch(FakeNvml(gpus), "--dry-run", "-q", "--gpus", "0", "--", "x")
     assert quiet.code == 0 and "warning" not in quiet.err
+
+
+# -- memory that does not add up --------------------------------------------------------------
+
+def incoherent_memory(**gpu0: Any) -> FakeNvml:
+    """GPU 0 reports used 0 and free 0 of 40 GiB: NVIDIA's mock NVML does so by default. GPU 1 is idle."""
+    gpu0 = {"memory_used_mib": 0, "memory_free_mib": 0, **gpu0}
+    return FakeNvml([make_gpu(i, memory_total_mib=40960, **(gpu0 if i == 0 else {})) for i in range(2)])
+
+
+@pytest.mark.parametrize("driver_generation", [550, 470], ids=["memory-v2", "memory-v1"])
+def test_memory_that_does_not_add_up_is_never_idle(gpulaunch: Run, driver_generation: int) -> None:
+    nvml = incoherent_memory()
+    nvml.absent_symbols |= {"nvmlDeviceGetMemoryInfo_v2"} if driver_generation < 510 else set()
+    listing = gpulaunch(nvml, "ls")
+    assert "40.0 GiB / 40.0 GiB" in rows(listing.out)[0] and "4 MiB / 40.0 GiB" in rows(listing.out)[1]
+    doc = ls_json(gpulaunch, incoherent_memory())
+    assert [(g["memory_used_mib"], g["memory_free_mib"]) for g in doc["gpus"]] == [(40960, 0), (4, 40956)]
+    assert gpulaunch(incoherent_memory(), "--dry-run", "--json", "-q", "--auto", "1", "--", "x").chosen() == [1]
+    explicit = gpulaunch(incoherent_memory(), "--dry-run", "--gpus", "0", "--", "x")
+    assert explicit.code == 0 and "warning: GPU 0 is busy (0% utilisation, 0 MiB free)" in explicit.err
+
+
+def test_reserved_memory_is_not_counted_as_used_twice(gpulaunch: Run) -> None:
+    """Used + free + reserved = total (an idle GPU, as NVIDIA's mock A100 profile has it): coherent."""
+    doc = ls_json(gpulaunch, incoherent_memory(memory_used_mib=583, memory_reserved_mib=583, memory_free_mib=40377))
+    assert (doc["gpus"][0]["memory_used_mib"], doc["gpus"][0]["memory_reserved_mib"]) == (0, 583)
+    # used 0, free 0, reserved 583: the rest is in use
+    doc = ls_json(gpulaunch, incoherent_memory(memory_used_mib=583, memory_reserved_mib=583))
+    assert (doc["gpus"][0]["memory_used_mib"], doc["gpus"][0]["memory_free_mib"]) == (40377, 0)
+
+
+def test_a_snapshot_whose_memory_does_not_add_up_is_read_coherently(gpulaunch: Run, tmp_path: Path) -> None:
+    doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))
+    doc["gpus"][0].update(memory_used_mib=0, memory_free_mib=0)
+    doc["gpus"][1].update(memory_used_mib=0, memory_free_mib=1024, memory_reserved_mib=512)
+    machine = read_back(doc, tmp_path)
+    total = machine.gpus[0].memory_total_mib
+    assert machine.gpus[0].memory_used_mib == total and machine.gpus[1].memory_used_mib == total - 1024 - 512
+    again = snapshot.loads(snapshot.dump(machine), source=machine.source)
+    assert again == machine  # what is written is read back the same
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    listing = gpulaunch(None, "--snapshot", str(tmp_path / "m.json"), "--dry-run", "--gpus", "0", "--", "x")
+    assert listing.code == 0 and "warning: GPU 0 is busy (0% utilisation, 0 MiB free)" in listing.err

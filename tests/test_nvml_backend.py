@@ -334,7 +334,9 @@ def test_memory_uses_v2_where_the_driver_has_it(sysfs: Path) -> None:
     nvml = FakeNvml([make_gpu(0, memory_total_mib=1000, memory_used_mib=300, memory_reserved_mib=100)])
     backend = NvmlBackend(nvml=nvml, sysfs_root=str(sysfs))
     got = backend.read_machine().gpus[0]
-    assert (got.memory_total_mib, got.memory_used_mib, got.memory_free_mib) == (1000, 300, 700)
+    # v2 tells the driver's reserved memory apart, and its used leaves it out (as nvidia-smi shows)
+    assert (got.memory_total_mib, got.memory_used_mib, got.memory_free_mib) == (1000, 200, 700)
+    assert got.memory_reserved_mib == 100
     assert backend.memory_api == "v2" and nvml.called("nvmlDeviceGetMemoryInfo") == 0
 
 
@@ -343,7 +345,8 @@ def test_memory_falls_back_to_v1_on_drivers_before_510_and_remembers_it(sysfs: P
     nvml = FakeNvml(gpus, driver_generation=470)
     backend = NvmlBackend(nvml=nvml, sysfs_root=str(sysfs))
     got = backend.read_machine().gpus
-    assert [(g.memory_total_mib, g.memory_used_mib, g.memory_free_mib) for g in got] == [(1000, 200, 700)] * 3
+    assert [(g.memory_total_mib, g.memory_used_mib, g.memory_free_mib) for g in got] == [(1000, 300, 700)] * 3
+    assert [g.memory_reserved_mib for g in got] == [None] * 3  # v1 does not tell it
     assert backend.memory_api == "v1"
     assert nvml.called("nvmlDeviceGetMemoryInfo_v2") == 1 and nvml.called("nvmlDeviceGetMemoryInfo") == 3
 
@@ -353,7 +356,7 @@ def test_memory_v2_not_supported_on_one_gpu_falls_back_for_that_gpu_only(sysfs: 
     nvml = FakeNvml(gpus, errors={("nvmlDeviceGetMemoryInfo_v2", 0): fake.NVMLError_NotSupported})
     backend = NvmlBackend(nvml=nvml, sysfs_root=str(sysfs))
     got = backend.read_machine().gpus
-    assert [g.memory_used_mib for g in got] == [200, 300]
+    assert [g.memory_used_mib for g in got] == [300, 200]
     assert backend.memory_api == "v1+v2" and nvml.called("nvmlDeviceGetMemoryInfo_v2") == 2
 
 
@@ -368,7 +371,7 @@ class _BindingsWithoutVersionKeyword(FakeNvml):
 ], ids=["TypeError", "no-nvmlMemory_v2"])
 def test_memory_falls_back_to_v1_with_old_bindings(sysfs: Path, nvml: FakeNvml) -> None:
     backend = NvmlBackend(nvml=nvml, sysfs_root=str(sysfs))
-    assert backend.read_machine().gpus[0].memory_used_mib == 200
+    assert backend.read_machine().gpus[0].memory_used_mib == 300
     assert backend.memory_api == "v1"
 
 

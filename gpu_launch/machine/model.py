@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-__all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES"]
+__all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES", "Needs", "coherent_used"]
 
 #: The codes of `nvidia-smi topo -m`, best first after ``X`` (self). ``NV<k>`` is k bonded NVLinks.
 LINK_CODES = ("X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -69,6 +69,9 @@ class Gpu:
     #: What is wrong with the GPU's health (pending page retirement, row-remapping failure, volatile
     #: uncorrectable ECC errors); empty when nothing was found or nothing could be asked.
     health: tuple[str, ...] = ()
+    #: Memory the driver or firmware keeps for itself (NVML's memory v2 ``reserved``), None when
+    #: not told (v1, or a snapshot without it). Already out of ``memory_free_mib``.
+    memory_reserved_mib: int | None = None
 
     @property
     def label(self) -> str:
@@ -147,6 +150,20 @@ class Machine:
         if self.links is None:
             return None
         return self.links[self.position(a)][self.position(b)]
+
+
+def coherent_used(total: int | None, used: int | None, free: int | None, reserved: int | None = None) -> int | None:
+    """``used``, raised to ``total - free - reserved`` when the numbers do not add up to ``total``.
+
+    Used, free and reserved memory make up the total, and NVML's contract does not rule out a
+    triple that falls short (NVIDIA's mock NVML returns used 0, free 0 of 40 GiB by default). Free
+    memory is what a new job can have, so it is the number trusted: the rest is in use, and a GPU
+    with no free memory never looks idle.
+    """
+    if total is None or free is None:
+        return used
+    rest = max(total - free - (reserved or 0), 0)
+    return rest if used is None else max(used, rest)
 
 
 @dataclass(frozen=True)

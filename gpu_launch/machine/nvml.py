@@ -11,8 +11,10 @@ Failures come in three sizes (STYLE.md §5 rule 4):
   :class:`~gpu_launch.errors.NvmlUnavailable` with a hint.
 
 Newer calls are probed once and the answer is cached on the instance: ``nvmlDeviceGetMemoryInfo``
-with ``version=nvmlMemory_v2`` (driver >= 510, counts reserved memory as used; CUDA-FACTS B11), then
-v1; running processes v3, then v2.
+with ``version=nvmlMemory_v2`` (driver >= 510; CUDA-FACTS B11), then v1; running processes v3, then
+v2. v2 reports the driver's reserved memory apart: total = reserved + used + free, as nvidia-smi
+shows it and NVIDIA's mock NVML profiles model it (free = total - reserved on an idle GPU); v1's used
+is all that is not free. Either way a triple that does not add up is made coherent (free trusted).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from gpu_launch.machine import host
 from gpu_launch.machine import nvml_topology
 from gpu_launch.errors import NvmlUnavailable
-from gpu_launch.machine.model import Needs, Gpu, GpuProcess, Machine, MigDevice
+from gpu_launch.machine.model import Needs, Gpu, GpuProcess, Machine, MigDevice, coherent_used
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -328,7 +330,7 @@ class NvmlBackend:
             capability = self._query("nvmlDeviceGetCudaComputeCapability", handle)
             temperature = self._query("nvmlDeviceGetTemperature", handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         with self._timed("memory"):
-            total, used, free = self._memory(handle)
+            total, used, free, reserved = self._memory(handle)
         with self._timed("utilization"):
             utilization = getattr(self._query("nvmlDeviceGetUtilizationRates", handle), "gpu", None)
         with self._timed("affinity"):
@@ -345,7 +347,7 @@ class NvmlBackend:
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
-            memory_total_mib=total, memory_used_mib=used, memory_free_mib=free,
+            memory_total_mib=total, memory_used_mib=used, memory_free_mib=free, memory_reserved_mib=reserved,
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
@@ -360,8 +362,9 @@ class NvmlBackend:
         parts = host.parse_bus_id(getattr(info, "busId", None)) or host.parse_bus_id(getattr(info, "busIdLegacy", None))
         return None if parts is None else "{:08X}:{:02X}:{:02X}.{}".format(*parts)
 
-    def _memory(self, handle: Any) -> tuple[int | None, int | None, int | None]:
-        """Total, used, free MiB: v2 (reserved counted as used) where the driver has it, else v1."""
+    def _memory(self, handle: Any) -> tuple[int | None, int | None, int | None, int | None]:
+        """Total, used, free, reserved MiB: v2 (which tells reserved) where the driver has it, else
+        v1 (reserved None). Used is made coherent with the rest (:func:`coherent_used`)."""
         info = None if self._memory_v2_absent else self._memory_v2(handle)
         if info is not None:
             self._memory_versions.add("v2")
@@ -371,8 +374,9 @@ class NvmlBackend:
                 self._memory_versions.add("v1")
         total = _mib(getattr(info, "total", None))
         if not total:  # 0: unified memory (Grace, Jetson), NVML reports no framebuffer
-            return None, None, None
-        return total, _mib(getattr(info, "used", None)), _mib(getattr(info, "free", None))
+            return None, None, None, None
+        free, reserved = _mib(getattr(info, "free", None)), _mib(getattr(info, "reserved", None))
+        return total, coherent_used(total, _mib(getattr(info, "used", None)), free, reserved), free, reserved
 
     def _memory_v2(self, handle: Any) -> Any:
         version = getattr(self._nvml, "nvmlMemory_v2", None)
@@ -473,7 +477,7 @@ class NvmlBackend:
             return None
         # NVML names a MIG device after its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
         match = _PROFILE_RE.search(_text(self._query("nvmlDeviceGetName", mig)) or "")
-        total, used, free = self._memory(mig)
+        total, used, free, _ = self._memory(mig)
         return MigDevice(
             uuid=uuid, profile=match.group(1).lower() if match else None,
             memory_total_mib=total, memory_used_mib=used, memory_free_mib=free,

@@ -13,7 +13,7 @@ import re
 
 from gpu_launch.errors import SnapshotError
 from gpu_launch.machine.files import read_utf8
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice
+from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -169,13 +169,7 @@ class _Reader:
             raise self.fail(f"{where}.available", f"expected true or false, got {_kind(available)}")
         # Memory may be null even on a usable GPU (NotSupported, no permission, unified memory);
         # such a GPU is listed but never chosen by --auto.
-        total = self.int_(d, "memory_total_mib", where)
-        used = self.int_(d, "memory_used_mib", where)
-        free = self.int_(d, "memory_free_mib", where)
-        if total is not None and used is not None and used > total:
-            raise self.fail(f"{where}.memory_used_mib", f"{used} exceeds memory_total_mib {total}")
-        if total is not None and free is not None and free > total:
-            raise self.fail(f"{where}.memory_free_mib", f"{free} exceeds memory_total_mib {total}")
+        total, used, free, reserved = self.memory(d, where, ("total", "used", "free", "reserved"))
         uuid = self.str_(d, "uuid", where, required=True)
         assert uuid is not None
         if not uuid.startswith("GPU-"):
@@ -199,6 +193,7 @@ class _Reader:
             memory_total_mib=total,
             memory_used_mib=used,
             memory_free_mib=free,
+            memory_reserved_mib=reserved,
             utilization_gpu=self.int_(d, "utilization_gpu", where, hi=100),
             temperature_c=self.int_(d, "temperature_c", where, lo=-50, hi=200),
             compute_capability=self.str_(d, "compute_capability", where),
@@ -211,6 +206,18 @@ class _Reader:
             available=available,
             error=self.str_(d, "error", where),
         )
+
+    def memory(self, d: dict[str, Any], where: str, kinds: tuple[str, ...]) -> list[int | None]:
+        """``memory_<kind>_mib`` for each kind (total first), none above the total, and used made
+        coherent with the rest as the NVML adapter does (free is trusted; see ``coherent_used``)."""
+        values = [self.int_(d, f"memory_{kind}_mib", where) for kind in kinds]
+        total = values[0]
+        for kind, value in zip(kinds[1:], values[1:]):
+            if total is not None and value is not None and value > total:
+                raise self.fail(f"{where}.memory_{kind}_mib", f"{value} exceeds memory_total_mib {total}")
+        named = dict(zip(kinds, values))
+        values[1] = coherent_used(total, named["used"], named["free"], named.get("reserved"))
+        return values
 
     def mig_mode(self, d: dict[str, Any], where: str, has_mig_devices: bool) -> str:
         """``mig_mode``; absent (files from before it existed): in MIG mode exactly when MIG devices are listed."""
@@ -238,12 +245,13 @@ class _Reader:
         assert uuid is not None
         if not uuid.startswith("MIG-"):
             raise self.fail(f"{where}.uuid", f"{uuid!r} does not start with 'MIG-'")
+        total, used, free = self.memory(d, where, ("total", "used", "free"))
         return MigDevice(
             uuid=uuid,
             profile=self.str_(d, "profile", where),
-            memory_total_mib=self.int_(d, "memory_total_mib", where),
-            memory_used_mib=self.int_(d, "memory_used_mib", where),
-            memory_free_mib=self.int_(d, "memory_free_mib", where),
+            memory_total_mib=total,
+            memory_used_mib=used,
+            memory_free_mib=free,
             gpu_instance_id=self.int_(d, "gpu_instance_id", where),
             compute_instance_id=self.int_(d, "compute_instance_id", where),
         )
@@ -301,7 +309,9 @@ def to_dict(machine: Machine) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
             "memory_total_mib": g.memory_total_mib, "memory_used_mib": g.memory_used_mib,
-            "memory_free_mib": g.memory_free_mib, "utilization_gpu": g.utilization_gpu,
+            "memory_free_mib": g.memory_free_mib,
+            **({"memory_reserved_mib": g.memory_reserved_mib} if g.memory_reserved_mib is not None else {}),
+            "utilization_gpu": g.utilization_gpu,
             "temperature_c": g.temperature_c, "compute_capability": g.compute_capability,
             "numa_node": g.numa_node, "cpu_affinity": g.cpu_affinity,
             "processes": [

@@ -65,6 +65,7 @@ _GPU_KEYS = {
     "memory_total_mib": _NINT,
     "memory_used_mib": _NINT,
     "memory_free_mib": _NINT,
+    "memory_reserved_mib": _NINT,  # only when NVML told it (memory v2): the driver's own, not free
     "utilization_gpu": {"type": ["integer", "null"], "minimum": 0, "maximum": 100},
     "temperature_c": _NINT,
     "compute_capability": _NSTR,
@@ -83,7 +84,8 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "driver_version": _NSTR,
     "cuda_driver_version": _NSTR,
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
-                                                        if k not in ("mig_mode", "mig_devices", "available", "error")])},
+                                                        if k not in ("memory_reserved_mib", "mig_mode", "mig_devices",
+                                                                     "available", "error")])},
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
