@@ -167,3 +167,18 @@ def test_a_snapshot_whose_memory_does_not_add_up_is_read_coherently(gpulaunch: R
     (tmp_path / "m.json").write_text(json.dumps(doc))
     listing = gpulaunch(None, "--snapshot", str(tmp_path / "m.json"), "--dry-run", "--gpus", "0", "--", "x")
     assert listing.code == 0 and "warning: GPU 0 is busy (0% utilisation, 0 MiB free)" in listing.err
+
+
+# -- NVSwitch ---------------------------------------------------------------------------------
+
+def test_ls_json_says_when_nvlinks_go_through_nvswitches(gpulaunch: Run, tmp_path: Path) -> None:
+    doc = ls_json(gpulaunch, fake.dgx_h100())
+    assert doc["nvswitch"] is True and doc["links"][0][1] == "NV18"
+    assert read_back(doc, tmp_path).nvswitch
+    bridged = ls_json(gpulaunch, fake.workstation_nvlink())
+    assert bridged["nvswitch"] is False and bridged["links"][0][2] == "NV4"
+
+
+@pytest.mark.parametrize("name", snapshot.example_names())
+def test_bundled_nvswitch_machines_say_so(name: str) -> None:
+    assert snapshot.resolve(name).nvswitch == (name in ("dgx-h100", "mig-a100"))  # DGX H100, DGX A100

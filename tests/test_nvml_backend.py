@@ -445,8 +445,20 @@ def links_of(machine: Machine) -> list[list[str]]:
 
 
 def test_nvswitch_machine_is_nv18_everywhere(sysfs: Path) -> None:
-    links = links_of(read(fake.dgx_h100(), sysfs))
-    assert links == [["X" if i == j else "NV18" for j in range(8)] for i in range(8)]
+    machine = read(fake.dgx_h100(), sysfs)
+    assert links_of(machine) == [["X" if i == j else "NV18" for j in range(8)] for i in range(8)]
+    assert machine.nvswitch  # each GPU's 18 links, shared by its 7 pairs
+
+
+@pytest.mark.parametrize("nvml", [fake.workstation_nvlink, fake.pcie_dual_socket, lambda: fake.dgx_h100(
+    nvlink_p2p={(i, j): fake.NVML_P2P_STATUS_NOT_SUPPORTED for i in range(8) for j in range(8) if i != j})],
+    ids=["direct-bridges", "pcie", "switch-without-p2p"])
+def test_only_nvlinks_through_a_switch_make_an_nvswitch_machine(sysfs: Path, nvml: Any) -> None:
+    assert not read(nvml(), sysfs).nvswitch
+
+
+def test_nvswitch_is_not_known_without_the_topology(sysfs: Path) -> None:
+    assert not read(fake.dgx_h100(), sysfs, needs=Needs(topology=False)).nvswitch
 
 
 def test_nvswitch_pairs_get_the_smaller_link_count(sysfs: Path) -> None:

@@ -281,16 +281,18 @@ class NvmlBackend:
         pids: dict[int, tuple[str | None, str | None]] = {}
         rows = [self._read_gpu(index, pids) for index in range(count)]
         gpus = tuple(gpu for gpu, _ in rows)
-        links = None
+        links, nvswitch = None, False
         if self.needs.topology:
             suspects: set[int] = set()
             with self._timed("topology"):
-                links, warnings = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows],
-                                                            self._pair_call([h for _, h in rows], suspects))
-            self._warnings.extend(warnings)
+                found = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows],
+                                                  self._pair_call([h for _, h in rows], suspects))
+            links, nvswitch = found.matrix, found.nvswitch
+            self._warnings.extend(found.warnings)
             gpus = self._recheck(gpus, [h for _, h in rows], suspects)
         return Machine(gpus=gpus, links=links, driver_version=driver, cuda_driver_version=cuda,
-                       hostname=os.uname().nodename, source="nvml", warnings=tuple(self._warnings))
+                       hostname=os.uname().nodename, source="nvml", nvswitch=nvswitch,
+                       warnings=tuple(self._warnings))
 
     def _device_count(self, nvml: Any) -> int:
         try:

@@ -24,7 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["NvLinkCensus", "TryCall", "link_matrix", "normalise_bus_id"]
+__all__ = ["Links", "NvLinkCensus", "TryCall", "link_matrix", "normalise_bus_id"]
 
 #: ``try_call(function_name, *args) -> (value, None) | (None, reason)``.
 TryCall = Callable[..., "tuple[Any, str | None]"]
@@ -76,10 +76,18 @@ def nvlink_census(nvml: Any, handle: Any, try_call: TryCall) -> NvLinkCensus:
     return census
 
 
-def link_matrix(
-    nvml: Any, gpus: Sequence[Gpu], handles: Sequence[Any | None], try_call: TryCall
-) -> tuple[tuple[tuple[str, ...], ...], list[str]]:
-    """The symmetric N×N matrix of topo codes for ``gpus`` (positions), and any warnings.
+@dataclass(frozen=True)
+class Links:
+    """What :func:`link_matrix` found: the topo codes, warnings, and whether NVLinks go through NVSwitches."""
+
+    matrix: tuple[tuple[str, ...], ...]
+    warnings: list[str]
+    nvswitch: bool  # some pair's NV<k> is the GPUs' links to the switch fabric, not links of its own
+
+
+def link_matrix(nvml: Any, gpus: Sequence[Gpu], handles: Sequence[Any | None], try_call: TryCall) -> Links:
+    """The symmetric N×N matrix of topo codes for ``gpus`` (positions), any warnings, and whether
+    the NVLinks run through NVSwitches (a remote end whose device type is a switch).
 
     ``handles[i]`` is None for a GPU that could not be read; it is SYS to every other GPU.
     """
@@ -88,18 +96,20 @@ def link_matrix(
     buses = [normalise_bus_id(g.pci_bus_id) for g in gpus]
     unanswered: list[tuple[str, str, str]] = []
     rows = [["X" if i == j else "SYS" for j in range(n)] for i in range(n)]
+    nvswitch = False
     for i in range(n):
         for j in range(i + 1, n):
             if handles[i] is None or handles[j] is None:
                 continue
-            code = _nvlink_code(nvml, (handles[i], handles[j]), (censuses[i], censuses[j]),
-                                (buses[i], buses[j]), try_call)
+            code, switched = _nvlink_code(nvml, (handles[i], handles[j]), (censuses[i], censuses[j]),
+                                          (buses[i], buses[j]), try_call)
+            nvswitch = nvswitch or switched
             if code is None:
                 code, why = _pcie_code(nvml, handles[i], handles[j], try_call)
                 if why is not None:
                     unanswered.append((gpus[i].label, gpus[j].label, why))
             rows[i][j] = rows[j][i] = code
-    return tuple(tuple(row) for row in rows), _warnings(unanswered)
+    return Links(tuple(tuple(row) for row in rows), _warnings(unanswered), nvswitch)
 
 
 def _warnings(unanswered: list[tuple[str, str, str]], most: int = 3) -> list[str]:
@@ -113,17 +123,18 @@ def _warnings(unanswered: list[tuple[str, str, str]], most: int = 3) -> list[str
 
 
 def _nvlink_code(nvml: Any, handles: tuple[Any, Any], censuses: tuple[Any, Any],
-                 buses: tuple[str | None, str | None], try_call: TryCall) -> str | None:
+                 buses: tuple[str | None, str | None], try_call: TryCall) -> tuple[str | None, bool]:
+    """The pair's ``NV<k>`` (None without NVLink between them), and whether it is over NVSwitches."""
     a, b = censuses
     if a is None or b is None:
-        return None
+        return None, False
     # Both ends count the same bridge; take the larger in case one side's walk was cut short.
     direct = max(a.direct.get(buses[1], 0) if buses[1] else 0, b.direct.get(buses[0], 0) if buses[0] else 0)
     if direct:
-        return f"NV{direct}"
+        return f"NV{direct}", False
     if a.switch and b.switch and _switch_p2p_ok(nvml, handles, try_call):
-        return f"NV{min(a.switch, b.switch)}"
-    return None
+        return f"NV{min(a.switch, b.switch)}", True
+    return None, False
 
 
 def _switch_p2p_ok(nvml: Any, handles: tuple[Any, Any], try_call: TryCall) -> bool:

@@ -134,6 +134,12 @@ class _Reader:
             raise self.fail(f"{where}.{key}", f"expected a string, got {_kind(value)}")
         return value
 
+    def bool_(self, d: dict[str, Any], key: str, where: str) -> bool:
+        value = d.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}" if where != "top level" else key, f"expected true or false, got {_kind(value)}")
+        return value
+
     def machine(self, data: Any) -> Machine:
         d = self.obj(data, "top level")
         if "schema" not in d:
@@ -160,6 +166,7 @@ class _Reader:
             cuda_driver_version=self.str_(d, "cuda_driver_version", "top level"),
             hostname=self.str_(d, "hostname", "top level"),
             source=self.source,
+            nvswitch=self.bool_(d, "nvswitch", "top level"),
         )
 
     def gpu(self, raw: Any, where: str) -> Gpu:
@@ -338,7 +345,8 @@ def to_dict(machine: Machine) -> dict[str, Any]:
         "cuda_driver_version": machine.cuda_driver_version,
         "gpus": gpus,
     }
-    if machine.links is not None:
+    if machine.links is not None:  # whether NVLinks go through NVSwitches is known with the links
+        out["nvswitch"] = machine.nvswitch
         out["links"] = [list(row) for row in machine.links]
     return out
 

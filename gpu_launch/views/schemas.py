@@ -86,6 +86,7 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
                                                         if k not in ("memory_reserved_mib", "mig_mode", "mig_devices",
                                                                      "available", "error")])},
+    "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
