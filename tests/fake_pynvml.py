@@ -193,7 +193,7 @@ class FakeGpu:
     temperature_c: int | None = 31
     compute_capability: tuple[int, int] | None = (9, 0)
     numa_node: int | None = None  # nvmlDeviceGetNumaNodeId; None: NotSupported (PCIe GPUs)
-    cpu_affinity: str | None = None  # cpulist served as 64-bit words by nvmlDeviceGetCpuAffinity
+    cpu_affinity: str | None = None  # cpulist served as 64-bit words by nvmlDeviceGetCpuAffinity ("": none)
     processes: list[FakeProcess] | None = field(default_factory=list)
     nvlinks: list[FakeLink] | None = None  # None: no NVLink (NotSupported on every link)
     pcie: tuple[int, int, int, int] = (0, 0, 0, 0)  # socket, host bridge, switch, leaf switch
@@ -235,7 +235,7 @@ def connect_nvswitch(gpus: Iterable[FakeGpu], links: int = 18, switches: int = 4
 
 def _cpulist_words(cpulist: str, words: int) -> list[int]:
     mask = [0] * words
-    for part in cpulist.split(","):
+    for part in filter(None, cpulist.split(",")):  # "": an empty mask, as NVML gives in some VMs
         lo, _, hi = part.partition("-")
         for cpu in range(int(lo), int(hi or lo) + 1):
             if cpu // 64 < words:

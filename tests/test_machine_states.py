@@ -182,3 +182,17 @@ def test_ls_json_says_when_nvlinks_go_through_nvswitches(gpulaunch: Run, tmp_pat
 @pytest.mark.parametrize("name", snapshot.example_names())
 def test_bundled_nvswitch_machines_say_so(name: str) -> None:
     assert snapshot.resolve(name).nvswitch == (name in ("dgx-h100", "mig-a100"))  # DGX H100, DGX A100
+
+
+# -- CPU affinity above the first mask word ---------------------------------------------------
+
+def test_ls_topo_shows_gpu_local_cpus_far_above_cpu_0(gpulaunch: Run, tmp_path: Path) -> None:
+    gpus = [make_gpu(0, cpu_affinity="0-63"), make_gpu(1, cpu_affinity="960-1023"), make_gpu(2, cpu_affinity=None)]
+    local = tmp_path / "bus" / "pci" / "devices" / "0000:38:00.0"  # GPU 2: NVML has nothing, sysfs knows
+    local.mkdir(parents=True)
+    (local / "local_cpulist").write_text("64-127\n")
+    listing = gpulaunch(FakeNvml(gpus), "ls", "--topo")
+    assert listing.code == 0
+    affinity = {line.split()[0]: line.split()[4] for line in listing.out.splitlines() if line.startswith("GPU") and
+                line.split()[0][3:].isdigit()}
+    assert affinity == {"GPU0": "0-63", "GPU1": "960-1023", "GPU2": "64-127"}

@@ -576,6 +576,21 @@ def test_nvml_cpu_affinity_beyond_the_first_64_cpus(sysfs: Path) -> None:
     assert got.cpu_affinity == "56-111,168-223"  # NVML first; sysfs only when NVML has nothing
 
 
+@pytest.mark.parametrize("cpus", ["64-127", "960-1023", "0-7,1016-1023"])
+def test_nvml_cpu_affinity_above_the_cpus_this_host_says_are_possible(sysfs: Path, cpus: str) -> None:
+    """A container or VM that sees 2 possible CPUs, on a board whose GPU is local to CPUs 64-127:
+    NVML is asked for 1024 CPUs' worth of words, so the GPU keeps its CPUs instead of none."""
+    (sysfs / "devices" / "system" / "cpu" / "possible").write_text("0-1\n")
+    nvml = FakeNvml([make_gpu(0, cpu_affinity=cpus)])
+    assert read(nvml, sysfs).gpus[0].cpu_affinity == cpus
+
+
+@pytest.mark.parametrize("nvml_says", ["", None], ids=["empty-mask", "not-supported"])
+def test_cpu_affinity_falls_back_to_sysfs_when_nvml_gives_nothing(sysfs: Path, nvml_says: str | None) -> None:
+    add_pci_device(sysfs, "0000:18:00.0", local_cpulist="64-127")
+    assert read(FakeNvml([make_gpu(0, cpu_affinity=nvml_says)]), sysfs).gpus[0].cpu_affinity == "64-127"
+
+
 def test_sysfs_bus_id_is_lowercase_with_a_four_digit_domain(sysfs: Path) -> None:
     add_pci_device(sysfs, "0000:b1:00.0", numa_node="1")
     assert read(FakeNvml([make_gpu(0, bus_id="00000000:B1:00.0")]), sysfs).gpus[0].numa_node == 1

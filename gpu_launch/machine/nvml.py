@@ -65,6 +65,7 @@ _ARGUMENT_VERSION_MISMATCH = 25
 
 _GPU_FATAL = frozenset({_GPU_IS_LOST, _RESET_REQUIRED})  # the GPU is gone, not just one field
 _MIB = 1024 * 1024
+_MIN_CPU_WORDS = 1024 // 64  # CPU affinity words asked of NVML: CPUs 0-1023 at least
 _NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong (older pynvml passes it through)
 _PROFILE_RE = re.compile(r"\b((?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z0-9]+)*)", re.IGNORECASE)
 
@@ -407,9 +408,15 @@ class NvmlBackend:
         return node
 
     def _cpu_affinity(self, handle: Any, bus_id: str | None) -> str | None:
-        """The GPU's ideal CPUs (NVML's 64-CPU bitmask words), else sysfs ``local_cpulist``."""
+        """The GPU's ideal CPUs (NVML's 64-CPU bitmask words), else sysfs ``local_cpulist``.
+
+        NVML is asked for words enough for every CPU the GPU may be local to: at least 1024 CPUs'
+        worth, not just the CPUs this host (or container) says are possible, since the GPU's CPUs
+        can lie above those (a cpuset, a VM with fewer vCPUs than the board's sockets): too few
+        words cut its CPUs off and left it with none.
+        """
         if self._cpu_words is None:
-            self._cpu_words = max(1, math.ceil(host.possible_cpu_count(self.sysfs_root) / 64))
+            self._cpu_words = max(_MIN_CPU_WORDS, math.ceil(host.possible_cpu_count(self.sysfs_root) / 64))
         words = self._query("nvmlDeviceGetCpuAffinity", handle, self._cpu_words)
         cpus = host.cpulist_from_mask(words) if words is not None else None
         return cpus or host.pci_local_cpulist(bus_id, self.sysfs_root)
