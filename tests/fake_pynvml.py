@@ -77,6 +77,10 @@ NVML_P2P_STATUS_OK = 0
 NVML_P2P_STATUS_NOT_SUPPORTED = 5
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
 nvmlMemory_v2 = 0x02000028
 
 _MESSAGES = {
@@ -201,6 +205,10 @@ class FakeGpu:
     mig_devices: list[FakeMig | None] = field(default_factory=list)  # None: an empty slot (sparse indices)
     mig_max: int = 7  # nvmlDeviceGetMaxMigDeviceCount
     mig_empty_slot: int = NVML_ERROR_NOT_FOUND  # what an empty slot raises (NotFound or InvalidArgument)
+    # Health. None: NotSupported (retired pages on Ampere and later; ECC on GPUs without it).
+    retired_pages_pending: bool | None = None
+    remapped_rows: tuple[int, int, bool, bool] | None = (0, 0, False, False)  # corr, unc, pending, failure
+    ecc_uncorrected: tuple[int, int] | None = (0, 0)  # (volatile, aggregate) uncorrectable ECC errors
     lost_at: str | None = None  # NVML function from which on every call on this GPU is GpuIsLost
     lost: bool = False
 
@@ -409,6 +417,23 @@ class FakeNvml:
     def nvmlDeviceGetCpuAffinity(self, handle: FakeHandle, cpuSetSize: int) -> list[int]:
         self._enter("nvmlDeviceGetCpuAffinity", handle)
         return _cpulist_words(_supported(self._gpu(handle).cpu_affinity), cpuSetSize)
+
+    # -- health ------------------------------------------------------------------------------
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        return int(_supported(self._gpu(handle).retired_pages_pending))
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> tuple[int, int, int, int]:
+        self._enter("nvmlDeviceGetRemappedRows", handle)
+        corr, unc, pending, failure = _supported(self._gpu(handle).remapped_rows)
+        return corr, unc, int(pending), int(failure)  # pynvml passes the C uints through
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, errorType: int, counterType: int) -> int:
+        self._enter("nvmlDeviceGetTotalEccErrors", handle)
+        volatile, aggregate = _supported(self._gpu(handle).ecc_uncorrected)
+        if errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            return 0
+        return volatile if counterType == NVML_VOLATILE_ECC else aggregate
 
     # -- processes ---------------------------------------------------------------------------
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:

@@ -196,3 +196,36 @@ def test_ls_topo_shows_gpu_local_cpus_far_above_cpu_0(gpulaunch: Run, tmp_path: 
     affinity = {line.split()[0]: line.split()[4] for line in listing.out.splitlines() if line.startswith("GPU") and
                 line.split()[0][3:].isdigit()}
     assert affinity == {"GPU0": "0-63", "GPU1": "960-1023", "GPU2": "64-127"}
+
+
+# -- health -----------------------------------------------------------------------------------
+
+def unhealthy() -> FakeNvml:
+    """GPU 1: row remapping failed; GPU 2: an uncorrectable ECC error since the driver loaded;
+    GPU 3: NVML answers none of the health queries (unknown, so nothing to say)."""
+    gpus = [make_gpu(0), make_gpu(1, remapped_rows=(0, 3, False, True)), make_gpu(2, ecc_uncorrected=(1, 1)),
+            make_gpu(3, remapped_rows=None, ecc_uncorrected=None)]
+    return FakeNvml(gpus)
+
+
+def test_ls_shows_what_is_wrong_with_a_gpus_health(gpulaunch: Run, tmp_path: Path) -> None:
+    listing = gpulaunch(unhealthy(), "ls")
+    assert listing.code == 0
+    shown = rows(listing.out)
+    assert shown[1].endswith("unhealthy: row remapping failed")
+    assert shown[2].endswith("unhealthy: 1 volatile uncorrectable ECC error")
+    assert "unhealthy" not in shown[0] + shown[3]
+    doc = ls_json(gpulaunch, unhealthy())
+    assert [g["health"] for g in doc["gpus"]] == [[], ["row remapping failed"], ["1 volatile uncorrectable ECC error"], []]
+    machine = read_back(doc, tmp_path)
+    assert machine.gpus[1].health == ("row remapping failed",)
+    assert rows(rich_ls(machine))[1].endswith("unhealthy: row remapping failed")
+
+
+def test_ls_puts_notes_before_processes(gpulaunch: Run) -> None:
+    gpus = [make_gpu(0, mig_enabled=True, ecc_uncorrected=(2, 2)),
+            make_gpu(1, remapped_rows=(0, 1, True, False), processes=[fake.FakeProcess(4_194_311, 2048)])]
+    nvml = FakeNvml(gpus, errors={("nvmlDeviceGetComputeRunningProcesses", 0): fake.NVMLError_NoPermission})
+    shown = rows(gpulaunch(nvml, "ls").out)
+    assert shown[0].endswith("MIG mode, 0 MIG devices; unhealthy: 2 volatile uncorrectable ECC errors; processes ?")
+    assert shown[1].endswith("unhealthy: row remapping pending; ?:4194311 2.0 GiB")

@@ -139,6 +139,8 @@ def test_none_fields_of_the_fake_are_not_supported(sysfs: Path) -> None:
     ("nvmlDeviceGetCpuAffinity", True),
     ("nvmlDeviceGetComputeRunningProcesses", True),
     ("nvmlDeviceGetMigMode", True),
+    ("nvmlDeviceGetRemappedRows", True),
+    ("nvmlDeviceGetTotalEccErrors", True),
 ])
 def test_a_lost_gpu_becomes_an_unavailable_row(sysfs: Path, lost_at: str, uuid_known: bool) -> None:
     gpus = [make_gpu(0), make_gpu(1, lost_at=lost_at), make_gpu(2)]
@@ -373,6 +375,51 @@ def test_memory_falls_back_to_v1_with_old_bindings(sysfs: Path, nvml: FakeNvml) 
     backend = NvmlBackend(nvml=nvml, sysfs_root=str(sysfs))
     assert backend.read_machine().gpus[0].memory_used_mib == 300
     assert backend.memory_api == "v1"
+
+
+# -- health -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("state, problems", [
+    ({}, ()),
+    ({"retired_pages_pending": False}, ()),
+    ({"retired_pages_pending": True}, ("pages pending retirement",)),
+    ({"remapped_rows": (3, 1, False, True)}, ("row remapping failed",)),
+    ({"remapped_rows": (0, 1, True, False)}, ("row remapping pending",)),
+    ({"remapped_rows": (12, 0, False, False)}, ()),  # rows already remapped: the memory is whole
+    ({"ecc_uncorrected": (1, 1)}, ("1 volatile uncorrectable ECC error",)),
+    ({"ecc_uncorrected": (0, 9)}, ()),  # errors before the last driver load were dealt with
+    ({"ecc_uncorrected": (2, 2), "remapped_rows": (0, 2, True, False)},
+     ("row remapping pending", "2 volatile uncorrectable ECC errors")),
+], ids=["healthy", "no-pages-pending", "pages-pending", "remap-failed", "remap-pending", "remapped", "ecc-1",
+        "ecc-aggregate-only", "pending-and-ecc"])
+def test_health_problems_are_read_with_the_gpu(sysfs: Path, state: dict[str, Any], problems: tuple[str, ...]) -> None:
+    machine = read(FakeNvml([make_gpu(0, **state), make_gpu(1)]), sysfs)
+    assert machine.gpus[0].health == problems and machine.gpus[0].available
+    assert machine.gpus[1].health == ()
+
+
+@pytest.mark.parametrize("error", FIELD_ERRORS, ids=lambda e: e.__name__)
+def test_a_health_query_nvml_cannot_answer_is_not_a_problem(sysfs: Path, error: type) -> None:
+    gpu = make_gpu(0, retired_pages_pending=True, remapped_rows=(0, 1, True, True), ecc_uncorrected=(4, 4))
+    errors = {(name, 0): error for name in ("nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
+                                            "nvmlDeviceGetTotalEccErrors")}
+    got = read(FakeNvml([gpu], errors=errors), sysfs).gpus[0]
+    assert got.health == () and got.available
+
+
+def test_health_needs_no_function_the_bindings_lack(sysfs: Path) -> None:
+    nvml = FakeNvml([make_gpu(0, ecc_uncorrected=(4, 4))],
+                    missing={"nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows"})
+    assert read(nvml, sysfs).gpus[0].health == ("4 volatile uncorrectable ECC errors",)
+
+
+def test_health_is_asked_once_per_gpu(sysfs: Path) -> None:
+    nvml = fake.dgx_h100()
+    timings: dict[str, float] = {}
+    read(nvml, sysfs, timings=timings)
+    assert "health" in timings
+    for name in ("nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetTotalEccErrors"):
+        assert [nvml.called(name, i) for i in range(8)] == [1] * 8
 
 
 # -- MIG --------------------------------------------------------------------------------------

@@ -59,6 +59,15 @@ def _doc(**changes):
     (_doc(links__0__1="FAST"), "is not a topology code"),
     (_doc(links__0__1="X"), "'X' belongs on the diagonal"),
     (_doc(links__0__1="SYS"), "differs from links[0][1]"),
+    (_doc(gpus__0__mig_mode="on"), "gpus[0].mig_mode: 'on' is not one of enabled, disabled, unknown"),
+    (_doc(gpus__0__mig_mode="unknown"), None),
+    (_doc(gpus__0__processes=None), None),  # NVML could not list them
+    (_doc(gpus__0__processes="none"), "gpus[0].processes: expected a list or null, got a string"),
+    (_doc(gpus__0__health="ok"), "gpus[0].health: expected a list of problems"),
+    (_doc(gpus__0__health=[""]), "gpus[0].health: expected a list of problems"),
+    (_doc(gpus__0__health=["row remapping failed"]), None),
+    (_doc(gpus__0__memory_reserved_mib=10**7), "gpus[0].memory_reserved_mib: 10000000 exceeds memory_total_mib"),
+    (_doc(nvswitch="yes"), "nvswitch: expected true or false, got a string"),
 ])
 def test_bad_files_name_the_field(text, fragment):
     if fragment is None:  # a valid change: must load
@@ -108,3 +117,10 @@ def test_missing_file_and_unknown_name(tmp_path):
     assert "not an example name" in info.value.message and "dgx-h100" in info.value.hint
     with pytest.raises(SnapshotError, match="is a directory"):
         snapshot.resolve(str(tmp_path) + "/")
+
+
+def test_mig_mode_disabled_with_mig_devices_is_refused():
+    doc = snapshot.to_dict(snapshot.resolve("mig-a100"))
+    doc["gpus"][0]["mig_mode"] = "disabled"
+    with pytest.raises(SnapshotError, match=r"gpus\[0\].mig_mode: 'disabled', but the GPU lists MIG devices"):
+        snapshot.loads(json.dumps(doc))

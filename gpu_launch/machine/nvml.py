@@ -339,6 +339,8 @@ class NvmlBackend:
         with self._timed("affinity"):
             numa_node = self._numa_node(handle, ident.pci_bus_id)
             cpu_affinity = self._cpu_affinity(handle, ident.pci_bus_id)
+        with self._timed("health"):
+            health = self._health(handle)
         processes: tuple[GpuProcess, ...] | None = None  # None: not asked, or NVML could not list them
         if self.needs.processes:
             with self._timed("processes"):
@@ -354,7 +356,7 @@ class NvmlBackend:
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
-            mig_devices=mig_devices, mig_mode=mig_mode,
+            mig_devices=mig_devices, mig_mode=mig_mode, health=health,
         )
 
     # -- fields ------------------------------------------------------------------------------
@@ -420,6 +422,30 @@ class NvmlBackend:
         words = self._query("nvmlDeviceGetCpuAffinity", handle, self._cpu_words)
         cpus = host.cpulist_from_mask(words) if words is not None else None
         return cpus or host.pci_local_cpulist(bus_id, self.sysfs_root)
+
+    def _health(self, handle: Any) -> tuple[str, ...]:
+        """What is wrong with the GPU's memory, as NVML reports it; no peer launcher checks this.
+
+        Pages pending retirement (pre-Ampere) and row remapping pending or failed (Ampere on) need a
+        GPU reset before the memory is whole again; volatile uncorrectable ECC errors (since the
+        driver loaded) mean data was lost. A query NVML cannot answer (NotSupported on GPUs without
+        ECC or without the feature, no permission, ...) finds nothing: unknown is never unhealthy.
+        """
+        nvml, problems = self._nvml, []
+        if self._query("nvmlDeviceGetRetiredPagesPendingStatus", handle) == getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+            problems.append("pages pending retirement")
+        rows = self._query("nvmlDeviceGetRemappedRows", handle)
+        if isinstance(rows, (tuple, list)) and len(rows) == 4:  # correctable, uncorrectable, pending, failure
+            if rows[3]:
+                problems.append("row remapping failed")
+            if rows[2]:
+                problems.append("row remapping pending")
+        errors = _int(self._query("nvmlDeviceGetTotalEccErrors", handle,
+                                  getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+                                  getattr(nvml, "NVML_VOLATILE_ECC", 0)))
+        if errors is not None and 0 < errors < _NOT_AVAILABLE:
+            problems.append(f"{errors} volatile uncorrectable ECC error{'s' if errors != 1 else ''}")
+        return tuple(problems)
 
     def _processes(self, handle: Any, pids: dict[int, tuple[str | None, str | None]]) -> tuple[GpuProcess, ...] | None:
         """The GPU's compute processes, or None when NVML cannot list them (any error, NotSupported

@@ -192,6 +192,9 @@ class _Reader:
         if not isinstance(migs, list):
             raise self.fail(f"{where}.mig_devices", f"expected a list, got {_kind(migs)}")
         mig_mode = self.mig_mode(d, where, bool(migs))
+        health = d.get("health", [])
+        if not isinstance(health, list) or not all(isinstance(h, str) and h for h in health):
+            raise self.fail(f"{where}.health", f"expected a list of problems (strings), got {_kind(health)}")
         return Gpu(
             index=self.int_(d, "index", where, required=True),  # type: ignore[arg-type]
             uuid=uuid,
@@ -210,6 +213,7 @@ class _Reader:
             processes_known=procs is not None,
             mig_devices=tuple(self.mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
             mig_mode=mig_mode,
+            health=tuple(health),
             available=available,
             error=self.str_(d, "error", where),
         )
@@ -334,6 +338,7 @@ def to_dict(machine: Machine) -> dict[str, Any]:
                  "gpu_instance_id": m.gpu_instance_id, "compute_instance_id": m.compute_instance_id}
                 for m in g.mig_devices
             ]
+        entry["health"] = list(g.health)
         if not g.available:
             entry["available"] = False
             entry["error"] = g.error

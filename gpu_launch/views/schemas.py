@@ -74,6 +74,7 @@ _GPU_KEYS = {
     "processes": {"type": ["array", "null"], "items": _PROCESS},  # null: NVML could not list them
     "mig_mode": {"enum": ["enabled", "disabled", "unknown"]},  # NVML's current MIG mode
     "mig_devices": {"type": "array", "items": _MIG},  # only for GPUs in MIG mode that have some
+    "health": {"type": "array", "items": {"type": "string", "minLength": 1}},  # problems found; [] none (or unknown)
     "available": {"const": False},  # only for a GPU NVML could not read
     "error": _NSTR,  # with available
 }
@@ -85,7 +86,7 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "cuda_driver_version": _NSTR,
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
                                                         if k not in ("memory_reserved_mib", "mig_mode", "mig_devices",
-                                                                     "available", "error")])},
+                                                                     "health", "available", "error")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
