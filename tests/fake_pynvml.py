@@ -14,6 +14,17 @@ Building a machine::
     fake = pcie_dual_socket()    # 8 GPUs, no NVLink: PIX, PXB, PHB, NODE and SYS pairs
     fake = mig_a100()            # GPU 0 in MIG mode with three instances, GPU 1 not
 
+States real machines are in::
+
+    make_gpu(0, mig_enabled=True)                          # MIG mode on, no MIG device created yet
+    make_gpu(0, mig_enabled=True, mig_devices=[mig_a, None, mig_c])  # sparse MIG indices (slot 1 empty)
+    make_gpu(0, memory_used_mib=0, memory_free_mib=0)      # memory that does not add up (NVIDIA's mock)
+    make_gpu(0, memory_used_mib=600, memory_reserved_mib=583)   # v2: used 17 + reserved 583, v1: used 600
+    make_gpu(0, cpu_affinity="960-1023")                   # GPU-local CPUs far above word 0
+    make_gpu(0, remapped_rows=(0, 2, False, True), ecc_uncorrected=(2, 2), retired_pages_pending=True)
+    FakeNvml(gpus, errors={("nvmlDeviceGetComputeRunningProcesses", 1): NVMLError_NoPermission})
+    connect_nvswitch(gpus)                                 # NVLinks whose remote ends are NVSwitches
+
 Failures::
 
     FakeNvml(gpus, errors={("nvmlInit", None): NVMLError_DriverNotLoaded,        # every call
