@@ -229,3 +229,9 @@ def test_ls_puts_notes_before_processes(gpulaunch: Run) -> None:
     shown = rows(gpulaunch(nvml, "ls").out)
     assert shown[0].endswith("MIG mode, 0 MIG devices; unhealthy: 2 volatile uncorrectable ECC errors; processes ?")
     assert shown[1].endswith("unhealthy: row remapping pending; ?:4194311 2.0 GiB")
+
+
+def test_topo_json_is_a_whole_snapshot_with_processes(gpulaunch: Run) -> None:
+    gpus = [make_gpu(0, processes=[fake.FakeProcess(4_194_311, 512)]), make_gpu(1)]
+    doc = json.loads(gpulaunch(FakeNvml(gpus), "topo", "--json").out)
+    assert [len(g["processes"]) for g in doc["gpus"]] == [1, 0]  # read, not null (unknown)

@@ -25,7 +25,9 @@ def run(inv: Invocation) -> int:
         raise UsageError(f"`{inv.command}` takes no arguments, got {inv.positionals[0]!r}",
                          hint="to run a program of that name, put it after --")
     topo = inv.command == "topo" or bool(inv.get("topo"))
-    machine = common.read_machine(inv, processes=inv.command == "ls", topology=topo or bool(inv.get("json")))
+    # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
+    machine = common.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
+                                  topology=topo or bool(inv.get("json")))
     out = sys.stdout
     if inv.get("json"):
         from gpu_launch.machine import snapshot

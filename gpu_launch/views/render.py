@@ -87,7 +87,7 @@ def _last_column(gpu: Gpu, styled: bool = False) -> str:
         from rich.markup import escape
 
         parts = [f"[{style}]{escape(text)}[/]" for text, style in notes]
-        shown = f"[yellow]{escape(processes)}[/]" if gpu.available and not gpu.processes_known else escape(processes)
+        shown = f"[yellow]{escape(processes)}[/]" if not gpu.processes_known else escape(processes)
     else:
         parts = [text for text, _ in notes]
         shown = processes
