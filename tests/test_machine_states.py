@@ -235,3 +235,13 @@ def test_topo_json_is_a_whole_snapshot_with_processes(gpulaunch: Run) -> None:
     gpus = [make_gpu(0, processes=[fake.FakeProcess(4_194_311, 512)]), make_gpu(1)]
     doc = json.loads(gpulaunch(FakeNvml(gpus), "topo", "--json").out)
     assert [len(g["processes"]) for g in doc["gpus"]] == [1, 0]  # read, not null (unknown)
+
+
+def test_the_parents_narrowed_view_keeps_the_nvswitch_fabric() -> None:
+    from gpu_launch.choose import visibility
+    from gpu_launch.machine.model import Device
+
+    dgx = snapshot.resolve("dgx-h100")
+    narrowed = visibility.Visibility(tuple(Device(g) for g in dgx.gpus[2:5])).restrict(dgx)
+    assert [g.index for g in narrowed.gpus] == [2, 3, 4] and narrowed.nvswitch
+    assert snapshot.loads(snapshot.dump(narrowed)).nvswitch

@@ -275,8 +275,9 @@ class Visibility:
         links = None
         if machine.links is not None:
             links = tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
-        return Machine(tuple(gpus), links, machine.driver_version, machine.cuda_driver_version,
-                       machine.hostname, machine.source, machine.warnings)
+        from dataclasses import replace
+
+        return replace(machine, gpus=tuple(gpus), links=links)  # the rest (nvswitch, warnings, ...) kept
 
 
 def _with_migs(gpu: Gpu, migs: tuple[MigDevice, ...]) -> Gpu:
