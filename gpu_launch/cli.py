@@ -53,6 +53,10 @@ def run(argv: list[str]) -> int:
         from gpu_launch.commands.completions import helper
 
         return helper(argv[1:], os.environ)
+    if argv[:1] == ["__slurm-task"]:  # hidden: the batch script of each `each --slurm` array task
+        from gpu_launch.share.slurm import task_main
+
+        return task_main(argv[1:], os.environ)
     inv = parse(argv)
     if inv.get("help") or inv.command == "help":
         topic = inv.positionals[0] if inv.command == "help" and inv.positionals else inv.command

@@ -15,6 +15,7 @@ __all__ = [
     "UsageError",
     "SnapshotError",
     "NvmlUnavailable",
+    "SlurmUnavailable",
     "NotEnoughGpus",
     "WaitTimeout",
     "ReservationConflict",
@@ -33,7 +34,7 @@ class ExitCode(enum.IntEnum):
 
     OK = 0
     USAGE = 2  # bad option, bad --gpus spec, bad size/duration, missing command
-    NO_DRIVER = 3  # NVML missing or failing: no driver, version mismatch, no permission
+    NO_DRIVER = 3  # NVML missing or failing: no driver, version mismatch, no permission; each --slurm: no Slurm
     NOT_ENOUGH_GPUS = 4  # the request cannot be met by the GPUs that exist / are eligible
     WAIT_TIMEOUT = 5  # --wait ran out before the request could be met
     RESERVED = 6  # a GPU asked for by --gpus is reserved by another gpulaunch job
@@ -67,6 +68,12 @@ class SnapshotError(GpuLaunchError):
 
 
 class NvmlUnavailable(GpuLaunchError):
+    exit_code = ExitCode.NO_DRIVER
+
+
+class SlurmUnavailable(GpuLaunchError):
+    """``each --slurm``: Slurm's commands (sbatch, scontrol) are not on PATH or cannot reach the cluster."""
+
     exit_code = ExitCode.NO_DRIVER
 
 

@@ -22,6 +22,7 @@ or could not start; 130 when interrupted.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -179,16 +180,31 @@ class Scheduler:
         self.view.started(self, state)
 
 
+#: options that only mean something to Slurm, and those only to the scheduler on this machine
+SLURM_ONLY = ("partition", "time", "max_running", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
+LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir")
+
+
 def run(inv: Any) -> int:
     """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.commands.common`)."""
+    if inv.get("slurm"):
+        return submit_to_slurm(inv)
+    _refuse(inv, SLURM_ONLY, "is for `each --slurm`", "add --slurm to submit the jobs to Slurm")
     from gpu_launch.commands import common
 
     return schedule(inv, common.read_machine, common.choose_within_parent)
 
 
-def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser = acquire.plain_chooser) -> int:
-    """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
-    from gpu_launch.views.each_view import View
+def _refuse(inv: Any, dests: Sequence[str], why: str, hint: str) -> None:
+    """Options given on the command line (config defaults are not) that make no sense here."""
+    for dest in dests:
+        if dest in inv.flags:
+            name = "--" + dest.replace("_", "-")
+            raise UsageError(f"{name} {why}", hint=hint)
+
+
+def checked_jobs(inv: Any) -> tuple[list[Job], str]:
+    """The job file's jobs, every command checked for existence (127/126 naming the line)."""
     from gpu_launch.run.execute import resolve_command
 
     if len(inv.positionals) > 1:
@@ -202,6 +218,79 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
             resolve_command(job.argv, os.environ)
         except GpuLaunchError as exc:
             raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None
+    return jobs, source
+
+
+def _make_log_dir(inv: Any) -> str:
+    log_dir = inv.get("log_dir") or default_log_dir()
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"log dir {log_dir}: cannot create it ({exc.strerror})", hint="pick another --log-dir") from None
+    return log_dir
+
+
+def submit_to_slurm(inv: Any) -> int:
+    """``gpulaunch each FILE --slurm``: one job array (:mod:`gpu_launch.share.slurm`); with --follow/--wait, follow it."""
+    from gpu_launch.errors import WaitTimeout
+    from gpu_launch.share import slurm
+    from gpu_launch.units import fmt_duration
+    from gpu_launch.views.each_view import View
+
+    _refuse(inv, LOCAL_ONLY, "does not apply to `each --slurm`: Slurm allocates the GPUs",
+            "ask Slurm through --sbatch-arg (e.g. --sbatch-arg=--constraint=a100)")
+    jobs, source = checked_jobs(inv)
+    k = inv.get("gpus_per_job") or 1
+    extra = inv.get("sbatch_arg") or ()
+    if isinstance(extra, str):  # a default from the config file or GPULAUNCH_SBATCH_ARG: split like a shell
+        extra = tuple(shlex.split(extra))
+    log_dir = os.path.abspath(_make_log_dir(inv))
+    copy = slurm.write_job_copy(log_dir, jobs)
+    request = slurm.ArrayRequest(copy, log_dir, len(jobs), k, inv.get("max_running"), inv.get("partition"),
+                                 inv.get("time"), tuple(extra))
+    submitted = slurm.submit(request, os.environ)
+    quiet = bool(inv.get("quiet"))
+    job_id = submitted.job_id
+    if not quiet:
+        at_most = f", at most {request.max_running} at once" if request.max_running else ""
+        print(f"gpulaunch each: submitted {len(jobs)} job{'s' if len(jobs) != 1 else ''} from {source} as Slurm job "
+              f"array {job_id} (tasks 1-{len(jobs)}, {k} GPU{'s' if k != 1 else ''} each{at_most}); logs in {log_dir}",
+              file=sys.stderr)
+    following = bool(inv.get("follow")) or "wait" in inv.flags
+    if not following:
+        if not quiet:
+            print(f"gpulaunch each: follow it with `squeue -j {job_id}` and `tail -f {log_dir}/job-*.log`; "
+                  f"cancel it with `scancel {job_id}`", file=sys.stderr)
+        return 0
+    view = View(sys.stderr, sys.stdout, quiet=quiet, total=len(jobs), log_dir=log_dir)
+    follower = slurm.Follower(submitted, jobs, view, os.environ, acquire.poll_interval(os.environ))
+    with view:
+        outcome = slurm.follow(follower, inv.get("wait") if "wait" in inv.flags else None,
+                               bool(inv.get("cancel_on_interrupt")), sys.stdin.isatty())
+    view.summary(follower)
+    failed = [s for s in follower.states if s.status == "failed"]
+    if outcome == "timeout":
+        raise WaitTimeout(f"Slurm job array {job_id} is still running after {fmt_duration(inv.get('wait'))} "
+                          f"(it goes on: squeue -j {job_id})", hint=f"logs in {log_dir}; scancel {job_id} stops it")
+    if outcome == "detached":
+        raise Interrupted(f"stopped following; Slurm job array {job_id} goes on (squeue -j {job_id})",
+                          hint=f"logs in {log_dir}; scancel {job_id} stops it")
+    if outcome == "cancelled":
+        not_started = sum(1 for s in follower.states if s.status == "not started")
+        raise Interrupted(f"interrupted: cancelled Slurm job array {job_id}: {not_started} job"
+                          f"{'s' if not_started != 1 else ''} not started, {len(failed)} failed (logs in {log_dir})")
+    if failed:
+        numbers = ", ".join(str(s.job.number) for s in failed)
+        raise JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}",
+                         hint=f"their logs are in {log_dir}; Slurm job array {job_id}")
+    return 0
+
+
+def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Chooser = acquire.plain_chooser) -> int:
+    """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
+    from gpu_launch.views.each_view import View
+
+    jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
     request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
                               idle=bool(inv.get("idle")), exclude=inv.get("exclude"))
@@ -217,11 +306,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     from gpu_launch.share.reservations import prepare_dir
 
     prepare_dir(locking.lock_dir)
-    log_dir = inv.get("log_dir") or default_log_dir()
-    try:
-        os.makedirs(log_dir, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"log dir {log_dir}: cannot create it ({exc.strerror})", hint="pick another --log-dir") from None
+    log_dir = _make_log_dir(inv)
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
     with view:

@@ -41,7 +41,9 @@ SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
 CONSTRAINING = CHOOSING | {"each"}  # constraints also apply to every job of `each`
 # ...except these, which choose what one launch does and have no default (config.py, README).
-PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share"})  # share: a default would defeat reservations
+PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
+                        "slurm"})  # slurm: a default would leave no way to run `each` locally
+EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -77,6 +79,22 @@ def _fallback(text: str, option: str) -> str:
     return text
 
 
+def _positive(text: str, option: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not a whole number", hint=f"e.g. {option} 4") from None
+    if value < 1:
+        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 4")
+    return value
+
+
+def _slurm_time(text: str, option: str) -> str:
+    from gpu_launch.share.slurm import parse_time
+
+    return parse_time(text, option)
+
+
 def _percent(text: str, option: str) -> int:
     try:
         value = int(text.strip().rstrip("%"))
@@ -101,6 +119,7 @@ class Option:
     counted: bool = False  # -v, -vv
     optional: bool = False  # the value may be left out: taken from the next word only if it converts
     default: Any = None  # the value when ``optional`` and left out
+    repeat: bool = False  # may be given more than once: the values are kept in order, as a tuple
 
     @property
     def takes_value(self) -> bool:
@@ -123,7 +142,8 @@ OPTIONS: tuple[Option, ...] = (
            lambda v, o: spec.parse(v, o), CONSTRAINING, "Constraints"),
     Option(("--wait",), "wait", "when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); "
            "waiters are served first come, first served. TIMEOUT is only read from the next word when it is a "
-           "duration: write --wait=2h to be unambiguous", "TIMEOUT", _wait, SELECTING, "Sharing", optional=True,
+           "duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most "
+           "TIMEOUT)", "TIMEOUT", _wait, SELECTING | {"each"}, "Sharing", optional=True,
            default=float("inf")),
     Option(("--fallback",), "fallback", "when the GPUs cannot be had (after --wait), run anyway on the CPU: "
            "CUDA_VISIBLE_DEVICES= (empty)", "cpu", _fallback, SELECTING, "Sharing"),
@@ -138,6 +158,21 @@ OPTIONS: tuple[Option, ...] = (
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
            "DIR", commands=frozenset({"each", "config"}), group="Jobs"),
+    Option(("--slurm",), "slurm", "each: submit the jobs to Slurm as one job array instead of running them here; "
+           "each task runs its line through `gpulaunch --auto K` inside its allocation", commands=frozenset({"each"}),
+           group="Slurm"),
+    Option(("--partition",), "partition", "each --slurm: the Slurm partition (sbatch --partition)", "P",
+           commands=EACH, group="Slurm"),
+    Option(("--time",), "time", "each --slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
+           "T", _slurm_time, EACH, "Slurm"),
+    Option(("--max-running",), "max_running", "each --slurm: at most K jobs of the array at once (--array=1-M%K)",
+           "K", _positive, EACH, "Slurm"),
+    Option(("--sbatch-arg",), "sbatch_arg", "each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
+           "--sbatch-arg=--qos=high)", "ARG", commands=EACH, group="Slurm", repeat=True),
+    Option(("--follow",), "follow", "each --slurm: after submitting, follow the jobs until they end, with the live "
+           "view and summary of a local `each` (same as --wait)", commands=EACH, group="Slurm"),
+    Option(("--cancel-on-interrupt",), "cancel_on_interrupt", "each --slurm --follow: Ctrl-C cancels the job array "
+           "(scancel) without asking; without it, only a terminal is asked", commands=EACH, group="Slurm"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",
@@ -170,6 +205,7 @@ class Invocation:
     options: dict[str, Any] = field(default_factory=dict)
     positionals: tuple[str, ...] = ()
     argv: tuple[str, ...] = ()  # the program to run, for ``run``
+    flags: frozenset[str] = frozenset()  # the options given on the command line (not defaults from config)
 
     def get(self, dest: str, default: Any = None) -> Any:
         return self.options.get(dest, default)
@@ -257,7 +293,8 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
         value, nxt = argv[i + 1], i + 2
     else:
         raise UsageError(f"{name} needs a value", hint=f"e.g. {name} {opt.metavar}")
-    options[opt.dest] = opt.convert(value, name) if opt.convert else value
+    converted = opt.convert(value, name) if opt.convert else value
+    options[opt.dest] = (*options.get(opt.dest, ()), converted) if opt.repeat else converted
     options.setdefault("_given", {})[opt.dest] = name
     return nxt
 
@@ -267,7 +304,8 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
     for dest in options:
         opt = next(o for o in OPTIONS if o.dest == dest)
         if command not in opt.commands:
-            where = ("a launch" if opt.commands == SELECTING else "a launch, env or check" if opt.commands == CHOOSING
+            where = ("a launch" if opt.commands == SELECTING else "a launch or each --slurm"
+                     if opt.commands == SELECTING | {"each"} else "a launch, env or check" if opt.commands == CHOOSING
                      else "a launch, env, check or each" if opt.commands == CONSTRAINING
                      else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
@@ -279,7 +317,7 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         raise UsageError("--mig makes no sense with --gpus", hint="name the MIG device by its MIG- UUID in --gpus, or use --auto 1 --mig")
     if "gpus" in options and "exclude" in options:
         raise UsageError("--exclude makes no sense with --gpus", hint="leave the GPU out of --gpus instead")
-    return Invocation(command, options, tuple(positionals), argv)
+    return Invocation(command, options, tuple(positionals), argv, frozenset(options))
 
 
 EXAMPLES = (
@@ -328,6 +366,8 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch each jobs.txt", "run every line of jobs.txt, each on 1 GPU as GPUs free up; logs in ./gpulaunch-logs"),
         ("gpulaunch each jobs.txt --gpus-per-job 2 --min-free 40GiB", "each job on 2 GPUs with 40 GiB free each"),
         ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line"),
+        ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
+         "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
     ),
     "help": (
         ("gpulaunch help ls", "the options and examples of one subcommand"),

@@ -42,6 +42,7 @@ class JobState:
     ended: float | None = None
     returncode: int | None = None
     note: str = ""
+    node: str = ""  # each --slurm: the node it ran on
     proc: Any = field(default=None, repr=False)
 
     @property

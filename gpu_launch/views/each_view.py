@@ -33,10 +33,12 @@ def _counts_text(scheduler: Any) -> str:
 
 
 def summary_rows(scheduler: Any) -> list[list[str]]:
-    rows = [["JOB", "STATUS", "RESULT", "GPUS", "TIME", "LOG", "COMMAND"]]
+    """One row a job; a NODE column when the jobs ran elsewhere (``each --slurm``)."""
+    nodes = any(getattr(s, "node", "") for s in scheduler.states)
+    rows = [["JOB", "STATUS", "RESULT", *(["NODE"] if nodes else []), "GPUS", "TIME", "LOG", "COMMAND"]]
     for s in scheduler.states:
         seconds = s.seconds
-        rows.append([str(s.job.number), s.status, s.outcome, s.gpus or "–",
+        rows.append([str(s.job.number), s.status, s.outcome, *([s.node or "–"] if nodes else []), s.gpus or "–",
                      fmt_duration(seconds) if seconds is not None else "–", s.log or "–", s.job.text])
     return rows
 
@@ -71,6 +73,27 @@ class View:
             self._live.stop()
             self._live = None
 
+    def say(self, text: str) -> None:
+        self._say(text)
+
+    def ask(self, question: str) -> bool:
+        """Ask on the terminal (the live display paused); True for y/yes."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+        try:
+            self.err.write(f"{_PREFIX} {question}")
+            self.err.flush()
+            answer = input()
+        except (EOFError, KeyboardInterrupt):
+            answer = ""
+            self.err.write("\n")
+        finally:
+            if live is not None:
+                live.start()
+                self._live = live
+        return answer.strip().lower() in ("y", "yes")
+
     def _say(self, text: str) -> None:
         if self._live is not None:
             self._live.console.print(f"{_PREFIX} {text}", markup=False, highlight=False)
@@ -79,7 +102,9 @@ class View:
 
     def started(self, scheduler: Any, state: Any) -> None:
         self._last_waiting = ""
-        self._say(f"job {state.job.number}/{self.total} started on GPU {state.gpus} (log {state.log}): {state.job.text}")
+        where = f"{state.node} " if getattr(state, "node", "") else ""
+        self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
+                  f"(log {state.log or '–'}): {state.job.text}")
         self.refresh(scheduler, force=True)
 
     def finished(self, scheduler: Any, state: Any) -> None:
@@ -117,7 +142,8 @@ class View:
                                           (f"{c['queued']} queued", "yellow"), "  ",
                                           (f"{c['failed']} failed", "red" if c["failed"] else "dim")))
         for state in scheduler.running:
-            table.add_row(f"job {state.job.number}", f"GPU {state.gpus}", fmt_duration(state.seconds or 0),
+            where = f"{state.node} " if getattr(state, "node", "") else ""
+            table.add_row(f"job {state.job.number}", f"{where}GPU {state.gpus}", fmt_duration(state.seconds or 0),
                           Text(state.job.text, overflow="ellipsis", no_wrap=True))
         if self._last_waiting and c["queued"]:
             table.add_row("", "", "", Text(f"waiting for GPUs: {self._last_waiting}", style="dim"))

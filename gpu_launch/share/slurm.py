@@ -1,0 +1,475 @@
+"""Slurm as the engine of ``gpulaunch each --slurm``: one job array, gpulaunch's placement inside each task.
+
+Submitting: the validated jobs are written, one normalised line each (``shlex.join``, which
+``shlex.split`` reads back to the same argv), to a copy of the job file in the log directory, and
+``sbatch --array=1-M%K --gres=gpu:N`` gets a fixed batch script on stdin. The script holds no job
+line: it execs ``python -m gpu_launch __slurm-task COPY LOGDIR N``, and that task (:func:`task_main`)
+reads line ``$SLURM_ARRAY_TASK_ID`` of the copy itself, opens ``LOGDIR/job-N.log`` (never
+overwriting), and runs the line through ``gpulaunch --auto N`` as a child, so the allocation's GPUs
+are subdivided by topology, the mapping is logged and ``{n}``/``{gpus}`` work. No shell reads a job line.
+
+Following: ``scontrol show job -o`` gives every array task's state, node, times and exit code while
+Slurm remembers the job (``MinJobAge``, 300 s by default); ``sacct`` fills in the tasks Slurm has
+forgotten when the cluster keeps accounting (it needs slurmdbd). Each task also writes a small JSON
+record in ``LOGDIR/.slurm/`` (its log file, its GPUs, its exit code), which is where the log name and
+the command's own exit status come from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
+from gpu_launch.share.jobfile import Job, JobState, open_log, parse_jobs
+from gpu_launch.units import parse_duration
+
+__all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
+           "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
+
+RECORDS = ".slurm"  # the tasks' records, inside the log directory
+_SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+:\d+(:\d+)?)$")
+_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
+_RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
+_WHY = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "node failed",
+        "OUT_OF_MEMORY": "out of memory", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
+        "DEADLINE": "deadline reached", "REVOKED": "revoked"}
+#: sbatch's words for "no cluster to talk to", as opposed to "this request is wrong"
+_UNREACHABLE = ("unable to contact slurm controller", "failed to fetch config", "could not establish a configuration",
+                "connection refused", "unable to establish", "slurm.conf")
+_NO_SLURM_HINT = ("run it on a Slurm login node (or `module load slurm`); without --slurm, `each` runs the jobs "
+                  "on this machine")
+
+
+def parse_time(text: str, option: str = "--time") -> str:
+    """A Slurm time limit from ``30m``/``2h``/``1d`` (rounded up to whole minutes) or Slurm's own ``H:MM:SS``, ``D-HH``."""
+    compact = text.strip()
+    if _SLURM_TIME.match(compact):
+        return compact
+    if compact.isdigit():
+        raise UsageError(f"{option}: {text!r} is ambiguous (Slurm reads minutes, gpulaunch seconds)",
+                         hint=f"write {compact}m, or {option} 1:30:00")
+    seconds = parse_duration(compact, option)
+    minutes = max(1, -(-int(seconds) // 60))
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+
+
+@dataclass(frozen=True)
+class ArrayRequest:
+    """One ``sbatch`` of a job array: what each task needs and how Slurm should run them."""
+
+    job_file: str  # the copy in the log directory, absolute
+    log_dir: str  # absolute
+    count: int  # M: tasks 1..M
+    gpus_per_job: int
+    max_running: int | None = None
+    partition: str | None = None
+    time: str | None = None
+    extra: tuple[str, ...] = ()  # --sbatch-arg, last so that they win
+    name: str = "gpulaunch-each"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str  # the array's job id, as squeue shows it (42 for tasks 42_1, 42_2, ...)
+    request: ArrayRequest
+
+
+def write_job_copy(log_dir: str, jobs: Sequence[Job]) -> str:
+    """``LOGDIR/jobs.txt`` (jobs.1.txt, ... if taken): job N on line N, each line read back to the same argv."""
+    text = "".join(shlex.join(job.argv) + "\n" for job in jobs)
+    for attempt in range(1000):
+        path = os.path.join(log_dir, "jobs.txt" if attempt == 0 else f"jobs.{attempt}.txt")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return path
+    raise UsageError(f"log dir {log_dir}: too many job file copies in it", hint="use a fresh --log-dir")
+
+
+def sbatch_argv(req: ArrayRequest, sbatch: str = "sbatch") -> list[str]:
+    throttle = f"%{req.max_running}" if req.max_running else ""
+    argv = [sbatch, "--parsable", f"--array=1-{req.count}{throttle}", f"--gres=gpu:{req.gpus_per_job}",
+            f"--job-name={req.name}", f"--output={os.path.join(req.log_dir, 'slurm-%A_%a.out')}"]
+    if req.partition:
+        argv.append(f"--partition={req.partition}")
+    if req.time:
+        argv.append(f"--time={req.time}")
+    return argv + list(req.extra)
+
+
+def batch_script(req: ArrayRequest, python: str = sys.executable) -> str:
+    """The batch script: a fixed exec of the task entry; the job lines stay in the copy, unread by any shell."""
+    argv = [python, "-m", "gpu_launch", "__slurm-task", req.job_file, req.log_dir, str(req.gpus_per_job)]
+    return ("#!/bin/sh\n"
+            "# gpulaunch each --slurm: array task N runs line N of the job file through `gpulaunch --auto "
+            f"{req.gpus_per_job}`\n"
+            f"exec {shlex.join(argv)}\n")
+
+
+def _tool(name: str, environ: Mapping[str, str]) -> str:
+    path = shutil.which(name, path=environ.get("PATH", os.defpath))
+    if path is None:
+        raise SlurmUnavailable(f"Slurm is not available: no {name} on PATH", hint=_NO_SLURM_HINT)
+    return path
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "no message"
+    errors = [line for line in lines if "error" in line.lower()] or lines
+    return re.sub(r"^(sbatch|scontrol|scancel): error: ", "", errors[-1])
+
+
+def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
+    """Run sbatch; SlurmUnavailable without it, UsageError with sbatch's own message when it refuses."""
+    argv = sbatch_argv(req, _tool("sbatch", environ))
+    try:
+        proc = subprocess.run(argv, input=batch_script(req), capture_output=True, text=True, timeout=120,
+                              env=dict(environ))
+    except subprocess.TimeoutExpired:
+        raise SlurmUnavailable("sbatch did not answer within 2 minutes", hint="is slurmctld up? try `sinfo`") from None
+    if proc.returncode != 0:
+        message = _one_line(proc.stderr or proc.stdout)
+        if any(sign in message.lower() for sign in _UNREACHABLE):
+            raise SlurmUnavailable(f"Slurm is not available: sbatch says {message}",
+                                   hint="is this machine part of a Slurm cluster? `sinfo` should answer")
+        raise UsageError(f"sbatch refused the job array: {message}",
+                         hint="check --partition, --time, --gpus-per-job and --sbatch-arg against `sinfo`")
+    job_id = proc.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise GpuLaunchError(f"sbatch answered {proc.stdout.strip()!r}, not a job id",
+                             hint="submit by hand with sbatch to see what it says")
+    return Submitted(job_id, req)
+
+
+def cancel(job_id: str, environ: Mapping[str, str]) -> str | None:
+    """scancel the whole array; None, or scancel's complaint in one line."""
+    proc = subprocess.run([_tool("scancel", environ), job_id], capture_output=True, text=True, timeout=60,
+                          env=dict(environ))
+    return None if proc.returncode == 0 else _one_line(proc.stderr)
+
+
+# --------------------------------------------------------------------------------------------- state
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One array task as Slurm reports it."""
+
+    task: int
+    state: str  # Slurm's: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+    exit_code: int | None = None
+    signal: int | None = None
+    node: str = ""
+    start: float | None = None  # seconds since the epoch
+    end: float | None = None
+    reason: str = ""
+
+
+def _task_ids(text: str) -> list[int]:
+    """``3`` / ``4-6%3`` / ``1,3-5`` -> the task numbers."""
+    out: list[int] = []
+    for part in text.split("%")[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:  # Unknown, None, N/A
+        return None
+
+
+def _exit(text: str) -> tuple[int | None, int | None]:
+    code, _, sig = text.partition(":")
+    return (int(code) if code.isdigit() else None), (int(sig) if sig.isdigit() and sig != "0" else None)
+
+
+def parse_scontrol(output: str) -> dict[int, TaskStatus]:
+    """``scontrol show job -o ARRAY`` -> each task's status (a pending range expands to its tasks)."""
+    out: dict[int, TaskStatus] = {}
+    for line in output.splitlines():
+        fields = dict(re.findall(r"(?:^|\s)(\w+)=(\S*)", line))
+        if "ArrayTaskId" not in fields:
+            continue
+        code, sig = _exit(fields.get("ExitCode", ""))
+        node = fields.get("NodeList", "")
+        for task in _task_ids(fields["ArrayTaskId"]):
+            out[task] = TaskStatus(task, fields.get("JobState", "UNKNOWN"), code, sig,
+                                   "" if node in ("(null)", "None") else node, _epoch(fields.get("StartTime", "")),
+                                   _epoch(fields.get("EndTime", "")), fields.get("Reason", ""))
+    return out
+
+
+def parse_sacct(output: str, job_id: str) -> dict[int, TaskStatus]:
+    """``sacct -n -P -X -o JobID,State,ExitCode,NodeList,Start,End`` lines of the array's tasks."""
+    out: dict[int, TaskStatus] = {}
+    for line in output.splitlines():
+        parts = line.split("|")
+        if len(parts) < 6 or not parts[0].startswith(f"{job_id}_"):
+            continue
+        code, sig = _exit(parts[2])
+        for task in _task_ids(parts[0].split("_", 1)[1].strip("[]")):
+            out[task] = TaskStatus(task, parts[1].split()[0] if parts[1] else "UNKNOWN", code, sig,
+                                   "" if parts[3] in ("None assigned", "") else parts[3], _epoch(parts[4]),
+                                   _epoch(parts[5]))
+    return out
+
+
+def query(job_id: str, environ: Mapping[str, str], missing: Sequence[int] = ()) -> dict[int, TaskStatus]:
+    """The array's tasks that Slurm knows; ``sacct`` is asked (when it works) for ``missing`` ones that scontrol lost."""
+    env = dict(environ)
+    proc = subprocess.run([_tool("scontrol", environ), "show", "job", "-o", job_id], capture_output=True, text=True,
+                          timeout=60, env=env)
+    found = parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
+    lost = [t for t in missing if t not in found]
+    if lost and shutil.which("sacct", path=environ.get("PATH", os.defpath)):
+        acct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList,Start,End"],
+                              capture_output=True, text=True, timeout=60, env=env)
+        if acct.returncode == 0:
+            for task, status in parse_sacct(acct.stdout, job_id).items():
+                found.setdefault(task, status)
+    return found
+
+
+# ------------------------------------------------------------------------------------- the task side
+
+def record_path(log_dir: str, job_id: str, task: int) -> str:
+    return os.path.join(log_dir, RECORDS, f"{job_id}_{task}.json")
+
+
+def _write_record(path: str, record: Mapping[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def read_record(log_dir: str, job_id: str, task: int) -> dict[str, Any]:
+    try:
+        with open(record_path(log_dir, job_id, task), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """``python -m gpu_launch __slurm-task COPY LOGDIR N``, the batch script of each array task.
+
+    Reads job ``$SLURM_ARRAY_TASK_ID`` of COPY, sends this process's output to LOGDIR/job-N.log,
+    records where and on which GPUs it runs, runs ``gpulaunch --auto N -- ARGV`` as a child and waits:
+    the child chooses within the allocation (the CUDA_VISIBLE_DEVICES slurmd set), reserves, tells the
+    mapping (into the log) and execs the command. The child's status becomes this task's.
+    """
+    if len(argv) != 3 or not argv[2].isdigit():
+        raise UsageError("__slurm-task needs JOBFILE LOGDIR GPUS", hint="it is run by `gpulaunch each --slurm`")
+    job_file, log_dir, gpus = argv
+    task_text = environ.get("SLURM_ARRAY_TASK_ID", "")
+    if not task_text.isdigit():
+        raise UsageError("__slurm-task runs inside a Slurm job array task (no SLURM_ARRAY_TASK_ID)")
+    with open(job_file, encoding="utf-8") as fh:
+        jobs = parse_jobs(fh.read(), job_file)
+    number = int(task_text)
+    if not 1 <= number <= len(jobs):
+        raise UsageError(f"{job_file}: no job {number} (it has {len(jobs)})")
+    job = jobs[number - 1]
+    fd, log = open_log(log_dir, job.number)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    job_id = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID", "0")
+    os.makedirs(os.path.join(log_dir, RECORDS), exist_ok=True)
+    where = record_path(log_dir, job_id, number)
+    allocation = environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES", "")
+    record: dict[str, Any] = {"job": number, "log": log, "node": environ.get("SLURMD_NODENAME", os.uname().nodename),
+                              "gpus": allocation, "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
+                              "started": time.time()}
+    _write_record(where, record)
+    print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {job_id}_{number} on {record['node']}, "
+          f"allocation GPUs {allocation or '(none)'}: {job.text}", file=sys.stderr, flush=True)
+    child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *job.argv]
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:  # scancel: pass it on, then end as the child ends
+        received.append(signum)
+        try:
+            proc.send_signal(signum)
+        except (ProcessLookupError, NameError):
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    proc = subprocess.Popen(child, stdin=subprocess.DEVNULL)
+    returncode = proc.wait()
+    record.update(ended=time.time(), returncode=returncode)
+    _write_record(where, record)
+    if returncode < 0:  # die of the same signal, so that Slurm reports it as the command's
+        signal.signal(-returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -returncode)
+    return returncode
+
+
+# -------------------------------------------------------------------------------------- following
+
+class Follower:
+    """Polls the array and keeps one :class:`JobState` a job, for the same view as the local ``each``."""
+
+    def __init__(self, submitted: Submitted, jobs: Sequence[Job], view: Any, environ: Mapping[str, str],
+                 interval: float) -> None:
+        self.submitted = submitted
+        self.states = [JobState(job) for job in jobs]
+        self.view = view
+        self.environ = environ
+        self.interval = interval
+        self.running: list[JobState] = []
+        self.stopping = 0
+        self._gone = 0  # polls in a row in which Slurm knew none of the unfinished tasks
+
+    @property
+    def finished(self) -> bool:
+        return all(s.status in ("done", "failed", "not started") for s in self.states)
+
+    def poll(self) -> None:
+        job_id = self.submitted.job_id
+        unfinished = [s.job.number for s in self.states if s.status in ("queued", "running")]
+        statuses = query(job_id, self.environ, missing=unfinished)
+        if unfinished and not any(n in statuses for n in unfinished):
+            self._gone += 1
+        else:
+            self._gone = 0
+        for state in self.states:
+            if state.status not in ("queued", "running"):
+                continue
+            status = statuses.get(state.job.number)
+            record = read_record(self.submitted.request.log_dir, job_id, state.job.number)
+            if status is None:
+                if "returncode" in record:
+                    status = TaskStatus(state.job.number, "COMPLETED" if record["returncode"] == 0 else "FAILED")
+                elif self._gone >= 3:
+                    status = TaskStatus(state.job.number, "UNKNOWN", reason="Slurm no longer knows this task")
+                else:
+                    continue
+            self._update(state, status, record)
+        self.view.refresh(self)
+
+    def _update(self, state: JobState, status: TaskStatus, record: Mapping[str, Any]) -> None:
+        state.node = status.node or record.get("node", "") or state.node
+        state.gpus = record.get("gpus", "") or state.gpus
+        state.log = record.get("log", "") or state.log
+        now_wall, now_mono = time.time(), time.monotonic()
+        start = record.get("started") or status.start
+        if start is not None:
+            state.started = now_mono - max(0.0, now_wall - start)
+        if status.state in _PENDING:
+            return
+        if status.state in _RUNNING and "returncode" not in record:
+            if state.status != "running":
+                state.status = "running"
+                self.running.append(state)
+                self.view.started(self, state)
+            return
+        # Ended: the command's own status from the task's record, else Slurm's.
+        if state.status == "queued" and state.started is not None:
+            state.status = "running"
+            self.running.append(state)
+            self.view.started(self, state)
+        end = record.get("ended") or status.end or now_wall
+        state.ended = now_mono - max(0.0, now_wall - end)
+        if state.started is None:
+            state.started = state.ended
+        if status.state in _WHY or status.state == "UNKNOWN":
+            state.returncode = None
+            state.note = _WHY.get(status.state, status.reason or status.state.lower())
+            if status.state == "CANCELLED" and not state.log:
+                state.status = "not started"
+                state.started = state.ended = None
+        elif "returncode" in record:
+            state.returncode = int(record["returncode"])
+        elif status.signal:
+            state.returncode = -status.signal
+        else:
+            state.returncode = status.exit_code if status.exit_code is not None else 1
+        if state.status != "not started":
+            state.status = "done" if state.returncode == 0 else "failed"
+        if state in self.running:
+            self.running.remove(state)
+        self.view.finished(self, state)
+
+
+def follow(follower: Follower, timeout: float | None, cancel_on_interrupt: bool, can_ask: bool) -> str:
+    """Poll until every task has ended: ``"ended"``; or ``"timeout"`` (``--wait TIMEOUT`` ran out),
+    ``"cancelled"`` (Ctrl-C, and the array was scancelled) or ``"detached"`` (Ctrl-C, the jobs go on).
+
+    Ctrl-C (or SIGTERM) asks whether to cancel when ``can_ask`` (stdin is a terminal) and
+    ``--cancel-on-interrupt`` was not given; with it, cancels; otherwise leaves the jobs running.
+    """
+    received: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    deadline = time.monotonic() + timeout if timeout is not None and timeout != float("inf") else None
+    outcome = "ended"
+    try:
+        while True:
+            follower.poll()
+            if follower.finished:
+                return outcome
+            if received and outcome == "ended":
+                outcome = _interrupted(follower, received, cancel_on_interrupt, can_ask)
+                if outcome == "detached":
+                    return outcome
+                deadline = time.monotonic() + 90  # cancelled: wait for Slurm to end the tasks, not for ever
+                received.clear()
+            elif received:  # a second Ctrl-C while cancelling: stop waiting
+                return outcome
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout" if outcome == "ended" else outcome
+            until = time.monotonic() + follower.interval
+            while time.monotonic() < until and not received:
+                time.sleep(min(0.1, follower.interval))
+                follower.view.refresh(follower)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(follower: Follower, received: list[int], cancel_on_interrupt: bool, can_ask: bool) -> str:
+    job_id = follower.submitted.job_id
+    left = sum(1 for s in follower.states if s.status in ("queued", "running"))
+    if cancel_on_interrupt:
+        wanted = True
+    elif can_ask and received[-1] == signal.SIGINT:
+        wanted = follower.view.ask(f"cancel Slurm job array {job_id} ({left} job{'s' if left != 1 else ''} "
+                                   "not finished)? [y/N] ")
+    else:
+        wanted = False
+    if not wanted:
+        return "detached"
+    follower.stopping = 1
+    complaint = cancel(job_id, follower.environ)
+    if complaint is not None:
+        follower.view.say(f"scancel {job_id} failed: {complaint}")
+        return "detached"
+    follower.view.say(f"cancelled Slurm job array {job_id} (scancel {job_id}); waiting for its tasks to end")
+    return "cancelled"
