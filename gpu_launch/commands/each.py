@@ -221,8 +221,7 @@ def checked_jobs(inv: Any) -> tuple[list[Job], str]:
     return jobs, source
 
 
-def _make_log_dir(inv: Any) -> str:
-    log_dir = inv.get("log_dir") or default_log_dir()
+def _make_log_dir(log_dir: str) -> str:
     try:
         os.makedirs(log_dir, exist_ok=True)
     except OSError as exc:
@@ -244,11 +243,23 @@ def submit_to_slurm(inv: Any) -> int:
     extra = inv.get("sbatch_arg") or ()
     if isinstance(extra, str):  # a default from the config file or GPULAUNCH_SBATCH_ARG: split like a shell
         extra = tuple(shlex.split(extra))
-    log_dir = os.path.abspath(_make_log_dir(inv))
+    slurm.require("sbatch", os.environ)  # before anything is written
+    log_dir = os.path.abspath(inv.get("log_dir") or default_log_dir())
+    existed = os.path.isdir(log_dir)
+    _make_log_dir(log_dir)
     copy = slurm.write_job_copy(log_dir, jobs)
     request = slurm.ArrayRequest(copy, log_dir, len(jobs), k, inv.get("max_running"), inv.get("partition"),
                                  inv.get("time"), tuple(extra))
-    submitted = slurm.submit(request, os.environ)
+    try:
+        submitted = slurm.submit(request, os.environ)
+    except GpuLaunchError:  # nothing was submitted: leave no trace of it
+        os.unlink(copy)
+        if not existed:
+            try:
+                os.rmdir(log_dir)
+            except OSError:
+                pass
+        raise
     quiet = bool(inv.get("quiet"))
     job_id = submitted.job_id
     if not quiet:
@@ -306,7 +317,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     from gpu_launch.share.reservations import prepare_dir
 
     prepare_dir(locking.lock_dir)
-    log_dir = _make_log_dir(inv)
+    log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
     with view:

@@ -35,7 +35,7 @@ from gpu_launch.share.jobfile import Job, JobState, open_log, parse_jobs
 from gpu_launch.units import parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
-           "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
+           "require", "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
 
 RECORDS = ".slurm"  # the tasks' records, inside the log directory
 _SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+:\d+(:\d+)?)$")
@@ -122,7 +122,8 @@ def batch_script(req: ArrayRequest, python: str = sys.executable) -> str:
             f"exec {shlex.join(argv)}\n")
 
 
-def _tool(name: str, environ: Mapping[str, str]) -> str:
+def require(name: str, environ: Mapping[str, str]) -> str:
+    """The path of Slurm's command ``name``; SlurmUnavailable (exit 3) when it is not on PATH."""
     path = shutil.which(name, path=environ.get("PATH", os.defpath))
     if path is None:
         raise SlurmUnavailable(f"Slurm is not available: no {name} on PATH", hint=_NO_SLURM_HINT)
@@ -139,7 +140,7 @@ def _one_line(text: str) -> str:
 
 def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
     """Run sbatch; SlurmUnavailable without it, UsageError with sbatch's own message when it refuses."""
-    argv = sbatch_argv(req, _tool("sbatch", environ))
+    argv = sbatch_argv(req, require("sbatch", environ))
     try:
         proc = subprocess.run(argv, input=batch_script(req), capture_output=True, text=True, timeout=120,
                               env=dict(environ))
@@ -161,7 +162,7 @@ def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
 
 def cancel(job_id: str, environ: Mapping[str, str]) -> str | None:
     """scancel the whole array; None, or scancel's complaint in one line."""
-    proc = subprocess.run([_tool("scancel", environ), job_id], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([require("scancel", environ), job_id], capture_output=True, text=True, timeout=60,
                           env=dict(environ))
     return None if proc.returncode == 0 else _one_line(proc.stderr)
 
@@ -238,7 +239,7 @@ def parse_sacct(output: str, job_id: str) -> dict[int, TaskStatus]:
 def query(job_id: str, environ: Mapping[str, str], missing: Sequence[int] = ()) -> dict[int, TaskStatus]:
     """The array's tasks that Slurm knows; ``sacct`` is asked (when it works) for ``missing`` ones that scontrol lost."""
     env = dict(environ)
-    proc = subprocess.run([_tool("scontrol", environ), "show", "job", "-o", job_id], capture_output=True, text=True,
+    proc = subprocess.run([require("scontrol", environ), "show", "job", "-o", job_id], capture_output=True, text=True,
                           timeout=60, env=env)
     found = parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
     lost = [t for t in missing if t not in found]

@@ -1,0 +1,288 @@
+"""`gpulaunch each --slurm`: one job array on a real one-node Slurm, gpulaunch's placement in each task.
+
+The Slurm tests start munged, slurmctld and slurmd (tests/slurm_cluster.py) once per session and skip,
+with the reason, where that cannot be done (not root, not Debian, packages missing). The error paths
+that need no Slurm (no sbatch, a refusing sbatch, bad options) always run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import slurm_cluster
+from gpu_launch.machine import snapshot
+from gpu_launch.share import slurm
+from sharing_helpers import env, gl
+
+PROBE = r'''
+import json, os, sys, time
+start = time.time()
+time.sleep(float(sys.argv[1]))
+print("PROBE " + json.dumps({"task": os.environ.get("SLURM_ARRAY_TASK_ID"), "gpus": os.environ.get("GPULAUNCH_GPUS"),
+      "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "job_gpus": os.environ.get("SLURM_JOB_GPUS"),
+      "n": sys.argv[2], "start": start, "end": time.time()}), flush=True)
+'''
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.Cluster]:
+    reason = slurm_cluster.why_not()
+    if reason:
+        pytest.skip(reason)
+    started = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    print(f"\nslurm fixture: munged + slurmctld + slurmd up, node idle in {started.started_in:.1f} s", file=sys.stderr)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _env(cluster: slurm_cluster.Cluster | None, tmp_path: Path, **extra: str) -> dict[str, str]:
+    out = env(tmp_path / "locks", GPULAUNCH_SNAPSHOT="dgx-h100", GPULAUNCH_POLL_INTERVAL="0.3", **extra)
+    if cluster is not None:
+        out.update(cluster.env)
+    return out
+
+
+def _sweep(tmp_path: Path, lines: list[str]) -> Path:
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# a sweep on Slurm\n" + "\n".join(
+        line.replace("PROBE", f"{sys.executable} {probe}") for line in lines) + "\n")
+    return jobs
+
+
+def _probes(log_dir: Path) -> dict[int, dict]:
+    out = {}
+    for n in range(1, 100):
+        log = log_dir / f"job-{n}.log"
+        if not log.exists():
+            break
+        text = log.read_text()
+        for line in text.splitlines():
+            if line.startswith("PROBE "):
+                out[n] = {**json.loads(line[6:]), "log": text}
+    return out
+
+
+def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
+        cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, [*(f"PROBE 2 {{n}}" for _ in range(3)), "sh -c 'echo broken >&2; exit 3'",
+                             *(f"PROBE 2 {{n}}" for _ in range(2))])
+    logs = tmp_path / "logs"
+    t0 = time.monotonic()
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "2", "--max-running", "3", "--follow",
+                             "--log-dir", str(logs)), env=_env(cluster, tmp_path), capture_output=True, text=True,
+                          timeout=180, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert proc.returncode == 9, proc.stderr
+    m = re.search(r"submitted 6 jobs from \S+ as Slurm job array (\d+) \(tasks 1-6, 2 GPUs each, at most 3 at once\)",
+                  proc.stderr)
+    assert m, proc.stderr
+    job_id = m.group(1)
+    assert "gpulaunch: error: 1 of 6 jobs failed: 4" in proc.stderr
+    assert "job 4/6 failed: exit 3" in proc.stderr
+
+    # The summary: the same table as a local `each`, with the node.
+    summary = proc.stdout.splitlines()
+    assert summary[0] == "5 done, 0 running, 0 queued, 1 failed"
+    assert summary[1].split() == ["JOB", "STATUS", "RESULT", "NODE", "GPUS", "TIME", "LOG", "COMMAND"]
+    rows = {int(line.split()[0]): line.split() for line in summary[2:]}
+    assert sorted(rows) == [1, 2, 3, 4, 5, 6]
+    for n, row in rows.items():
+        assert row[1:4] == (["failed", "exit", "3"] if n == 4 else ["done", "exit", "0"])
+        assert row[4] == cluster.node and row[7] == str(logs / f"job-{n}.log")
+
+    # Every job ran through `gpulaunch --auto 2` inside its own step's CUDA_VISIBLE_DEVICES.
+    machine = snapshot.resolve("dgx-h100")
+    uuid = {gpu.index: gpu.uuid for gpu in machine.gpus}
+    probes = _probes(logs)
+    assert sorted(probes) == [1, 2, 3, 5, 6]
+    for n, p in probes.items():
+        parent = re.search(r"the parent's CUDA_VISIBLE_DEVICES=([\d,]+) allows \(Slurm job (\d+)", p["log"])
+        assert parent, p["log"]
+        step_cvd = parent.group(1).split(",")
+        assert len(step_cvd) == 2 and p["job_gpus"] == parent.group(1)
+        assert p["gpus"].split(",") == step_cvd or sorted(p["gpus"].split(",")) == sorted(step_cvd)
+        assert p["cvd"].split(",") == [uuid[int(i)] for i in p["gpus"].split(",")]  # UUIDs: the parent narrowed
+        assert p["n"] == "2" and p["task"] == str(n)
+        assert f"as Slurm job {job_id}_{n} on {cluster.node}" in p["log"]
+        assert rows[n][5] == parent.group(1)
+
+    # No two jobs that ran at the same time shared a GPU; at most 3 ran at once, and some did together.
+    spans = [(p["start"], p["end"], set(p["gpus"].split(","))) for p in probes.values()]
+    most = 0
+    for i, (s1, e1, g1) in enumerate(spans):
+        together = [g2 for s2, e2, g2 in spans if s2 < e1 and s1 < e2]
+        most = max(most, len(together))
+        for j, (s2, e2, g2) in enumerate(spans):
+            if i != j and s2 < e1 and s1 < e2:
+                assert not g1 & g2, (spans[i], spans[j])
+    assert 2 <= most <= 3
+    # The job lines never went through a shell: the copy holds them, the batch script only the copy's path.
+    assert (logs / "jobs.txt").read_text().splitlines()[3] == "sh -c 'echo broken >&2; exit 3'"
+    script = cluster.scontrol("write", "batch_script", job_id, "-")
+    if script:
+        assert "broken" not in script and "__slurm-task" in script
+    print(f"\nsweep of 6 (2 GPUs each, 3 at once) submitted and followed in {took:.1f} s", file=sys.stderr)
+
+
+def test_all_succeeded_is_exit_0_and_logs_are_never_overwritten(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["PROBE 0 {n}", "PROBE 0 {n}"])
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "job-1.log").write_text("an older run\n")
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--wait", "--log-dir", str(logs)),
+                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "2 done, 0 running, 0 queued, 0 failed"
+    assert (logs / "job-1.log").read_text() == "an older run\n"
+    assert "PROBE " in (logs / "job-1.1.log").read_text() and "PROBE " in (logs / "job-2.log").read_text()
+    assert str(logs / "job-1.1.log") in proc.stdout
+
+
+def test_without_follow_it_prints_the_job_id_and_how_to_follow(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["true"])
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--log-dir", str(tmp_path / "logs")),
+                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job_id = re.search(r"as Slurm job array (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
+    assert f"squeue -j {job_id}" in proc.stderr and f"scancel {job_id}" in proc.stderr
+
+
+def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["PROBE 60 {n}", "PROBE 60 {n}", "PROBE 60 {n}"])
+    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", "--max-running", "1", "--follow",
+                                   "--cancel-on-interrupt", "--log-dir", str(tmp_path / "logs")),
+                                env=_env(cluster, tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "logs" / "job-1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 130, err
+    job_id = re.search(r"as Slurm job array (\d+)", err).group(1)  # type: ignore[union-attr]
+    assert f"gpulaunch: error: interrupted: cancelled Slurm job array {job_id}: 2 jobs not started" in err
+    assert re.search(r"^1 +failed +cancelled ", out, re.M), out
+    states = slurm.parse_scontrol(cluster.scontrol("show", "job", "-o", job_id))
+    assert {s.state for s in states.values()} == {"CANCELLED"}
+
+
+def test_sbatch_refusing_is_its_message_on_one_line(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["true"])
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--partition", "nosuch", "--log-dir", str(tmp_path / "l")),
+                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpulaunch: error: sbatch refused the job array: ") and proc.stderr.count("\n") == 1
+    assert "partition" in proc.stderr.lower() and not (tmp_path / "l").exists()
+
+
+# ------------------------------------------------------------------------------- no Slurm needed
+
+def _bin(tmp_path: Path, **scripts: str) -> str:
+    """A PATH of only ``sh``, ``cat`` and the given fake commands."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("sh", "cat"):
+        os.symlink(f"/bin/{tool}", bindir / tool)
+    for name, body in scripts.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
+    return str(bindir)
+
+
+def test_no_sbatch_on_path_is_exit_3_with_a_hint(tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--log-dir", str(tmp_path / "logs")),
+                          env=_env(None, tmp_path, PATH=_bin(tmp_path)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3
+    assert proc.stderr == ("gpulaunch: error: Slurm is not available: no sbatch on PATH (hint: run it on a Slurm login "
+                           "node (or `module load slurm`); without --slurm, `each` runs the jobs on this machine)\n")
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_refusing_sbatch_gives_its_last_error_line(tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    path = _bin(tmp_path, sbatch="cat >/dev/null; echo 'sbatch: error: Batch job submission failed: "
+                                 "Invalid generic resource (gres) specification' >&2; exit 1")
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "16"),
+                          env=_env(None, tmp_path, PATH=path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gpulaunch: error: sbatch refused the job array: Batch job submission failed: "
+                                  "Invalid generic resource (gres) specification (hint: ")
+
+
+def test_what_sbatch_is_given(tmp_path: Path) -> None:
+    """The array, the GPUs, the options; the batch script on stdin execs the task entry and holds no job line."""
+    jobs = _sweep(tmp_path, ["sh -c 'echo $HOME; exit 1'", "sh -c true"])
+    seen = tmp_path / "seen"
+    path = _bin(tmp_path, sbatch=f'printf "%s\\n" "$@" > {seen}.argv; cat > {seen}.script; echo 77')
+    logs = tmp_path / "logs"
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "2", "--max-running", "1", "--time", "90m",
+                             "--partition", "gpu", "--sbatch-arg=--account=lab", "--sbatch-arg", "--qos=high",
+                             "--log-dir", str(logs)),
+                          env=_env(None, tmp_path, PATH=path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "as Slurm job array 77 (tasks 1-2, 2 GPUs each, at most 1 at once)" in proc.stderr
+    assert Path(f"{seen}.argv").read_text().splitlines() == [
+        "--parsable", "--array=1-2%1", "--gres=gpu:2", "--job-name=gpulaunch-each",
+        f"--output={logs}/slurm-%A_%a.out", "--partition=gpu", "--time=01:30:00", "--account=lab", "--qos=high"]
+    script = Path(f"{seen}.script").read_text()
+    assert script.startswith("#!/bin/sh\n") and "$HOME" not in script and "echo" not in script
+    assert f"-m gpu_launch __slurm-task {logs}/jobs.txt {logs} 2\n" in script
+    assert (logs / "jobs.txt").read_text() == "sh -c 'echo $HOME; exit 1'\nsh -c true\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--partition", "gpu"], "--partition is for `each --slurm` (hint: add --slurm"),
+    (["--follow"], "--follow is for `each --slurm`"),
+    (["--wait"], "--wait is for `each --slurm`"),
+    (["--slurm", "--min-free", "20GiB"], "--min-free does not apply to `each --slurm`: Slurm allocates the GPUs"),
+    (["--slurm", "--time", "90"], "--time: '90' is ambiguous"),
+    (["--slurm", "--max-running", "0"], "--max-running: must be 1 or more, got 0"),
+])
+def test_options_that_do_not_fit_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    proc = subprocess.run(gl("each", str(jobs), *args), env=_env(None, tmp_path), capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_an_empty_job_file_is_refused_before_slurm_is_asked(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# nothing yet\n\n")
+    proc = subprocess.run(gl("each", str(jobs), "--slurm"), env=_env(None, tmp_path, PATH=_bin(tmp_path)),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and f"gpulaunch: error: {jobs}: no commands in it" in proc.stderr
+
+
+@pytest.mark.parametrize("text, want", [("30m", "00:30:00"), ("90s", "00:02:00"), ("1d2h", "1-02:00:00"),
+                                        ("1-12:00:00", "1-12:00:00"), ("2:00:00", "2:00:00")])
+def test_time_limits(text: str, want: str) -> None:
+    assert slurm.parse_time(text) == want
+
+
+def test_scontrol_lines_become_task_states() -> None:
+    out = ("JobId=2 ArrayJobId=1 ArrayTaskId=1 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 "
+           "StartTime=2026-11-23T04:00:57 EndTime=2026-11-23T04:00:59 NodeList=vm Command=/x y\n"
+           "JobId=1 ArrayJobId=1 ArrayTaskId=4-6%3 JobState=PENDING Reason=JobArrayTaskLimit ExitCode=0:0 "
+           "StartTime=Unknown EndTime=Unknown NodeList=\n"
+           "JobId=3 ArrayJobId=1 ArrayTaskId=2 JobState=CANCELLED Reason=None ExitCode=0:15 NodeList=vm\n")
+    states = slurm.parse_scontrol(out)
+    assert sorted(states) == [1, 2, 4, 5, 6]
+    assert (states[1].state, states[1].exit_code, states[1].node) == ("FAILED", 3, "vm")
+    assert states[1].end is not None and states[1].start is not None and states[1].end - states[1].start == 2
+    assert states[5].state == "PENDING" and states[5].node == ""
+    assert states[2].signal == 15
