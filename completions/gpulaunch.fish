@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --bind --shell --snapshot
+            case --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
                 set i (math $i + 2); continue
             case --wait
                 # the next word is the timeout only if it is a duration
@@ -98,13 +98,20 @@ complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l mi
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l max-util -x -d 'only GPUs at or below PCT utilisation'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l exclude -s x -x -a '(__gpulaunch_gpus)' -d 'never pick these GPUs (same syntax as --gpus)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l wait -f -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l wait -f -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most TIMEOUT)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l fallback -x -a 'cpu' -d 'when the GPUs cannot be had (after --wait), run anyway on the CPU: CUDA_VISIBLE_DEVICES= (empty)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l share -d '--gpus: use GPUs reserved by another gpulaunch job anyway'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l no-lock -d 'take no reservation (others\' reservations are still avoided)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls run' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l gpus-per-job -x -d 'each: GPUs per job (default 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)'
+complete -c gpulaunch -n '__gpulaunch_option_ok each' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l partition -x -d 'each --slurm: the Slurm partition (sbatch --partition)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l time -x -d 'each --slurm: each job\'s time limit: 30m, 2h, 1d, or Slurm\'s own 1-12:00:00'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each --slurm: at most K jobs of the array at once (--array=1-M%K)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l sbatch-arg -x -d 'each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab --sbatch-arg=--qos=high)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l follow -d 'each --slurm: after submitting, follow the jobs until they end, with the live view and summary of a local `each` (same as --wait)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l cancel-on-interrupt -d 'each --slurm --follow: Ctrl-C cancels the job array (scancel) without asking; without it, only a terminal is asked'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l uuid -d 'write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l mig -d 'let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l bind -x -a 'auto on off' -d 'pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off'

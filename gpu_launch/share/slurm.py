@@ -453,6 +453,20 @@ def follow(follower: Follower, timeout: float | None, cancel_on_interrupt: bool,
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+        _tidy(follower)
+
+
+def _tidy(follower: Follower) -> None:
+    """Remove the ended tasks' empty ``slurm-ID_N.out`` (Slurm's own messages: a cancellation, a time limit)."""
+    req = follower.submitted.request
+    for state in follower.states:
+        if state.status in ("done", "failed", "not started"):
+            path = os.path.join(req.log_dir, f"slurm-{follower.submitted.job_id}_{state.job.number}.out")
+            try:
+                if os.path.getsize(path) == 0:
+                    os.unlink(path)
+            except OSError:
+                pass
 
 
 def _interrupted(follower: Follower, received: list[int], cancel_on_interrupt: bool, can_ask: bool) -> str:
