@@ -392,6 +392,11 @@ class Follower:
                 self.view.started(self, state)
             return
         # Ended: the command's own status from the task's record, else Slurm's.
+        if status.state == "CANCELLED" and not record and state.status == "queued":
+            state.status, state.note = "not started", "cancelled before it started"
+            state.started = None
+            self.view.finished(self, state)
+            return
         if state.status == "queued" and state.started is not None:
             state.status = "running"
             self.running.append(state)
@@ -403,17 +408,13 @@ class Follower:
         if status.state in _WHY or status.state == "UNKNOWN":
             state.returncode = None
             state.note = _WHY.get(status.state, status.reason or status.state.lower())
-            if status.state == "CANCELLED" and not state.log:
-                state.status = "not started"
-                state.started = state.ended = None
         elif "returncode" in record:
             state.returncode = int(record["returncode"])
         elif status.signal:
             state.returncode = -status.signal
         else:
             state.returncode = status.exit_code if status.exit_code is not None else 1
-        if state.status != "not started":
-            state.status = "done" if state.returncode == 0 else "failed"
+        state.status = "done" if state.returncode == 0 else "failed"
         if state in self.running:
             self.running.remove(state)
         self.view.finished(self, state)

@@ -111,6 +111,8 @@ class View:
         took = f" after {fmt_duration(state.seconds)}" if state.seconds is not None else ""
         if state.status == "done":
             self._say(f"job {state.job.number}/{self.total} done{took}")
+        elif state.status == "not started":
+            self._say(f"job {state.job.number}/{self.total} not started: {state.outcome}")
         else:
             self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{took} (log {state.log or '–'})")
         self.refresh(scheduler, force=True)
