@@ -138,13 +138,16 @@ def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
     print(f"\nsweep of 6 (2 GPUs each, 3 at once) submitted and followed in {took:.1f} s", file=sys.stderr)
 
 
-def test_all_succeeded_is_exit_0_and_logs_are_never_overwritten(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+def test_all_succeeded_is_exit_0_logs_are_never_overwritten_and_constraint_defaults_stay_out(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     jobs = _sweep(tmp_path, ["PROBE 0 {n}", "PROBE 0 {n}"])
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "job-1.log").write_text("an older run\n")
+    config = tmp_path / "config.toml"  # defaults for choosing on a shared machine do not reach the tasks
+    config.write_text('exclude = "0-7"\nidle = true\n')
     proc = subprocess.run(gl("each", str(jobs), "--slurm", "--wait", "--log-dir", str(logs)),
-                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                          env=_env(cluster, tmp_path, GPULAUNCH_CONFIG=str(config), GPULAUNCH_MIN_FREE="100GiB"),
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "2 done, 0 running, 0 queued, 0 failed"
     assert (logs / "job-1.log").read_text() == "an older run\n"

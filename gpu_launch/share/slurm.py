@@ -47,6 +47,10 @@ _WHY = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": 
 #: sbatch's words for "no cluster to talk to", as opposed to "this request is wrong"
 _UNREACHABLE = ("unable to contact slurm controller", "failed to fetch config", "could not establish a configuration",
                 "connection refused", "unable to establish", "slurm.conf")
+#: The task's launch chooses among exactly the GPUs Slurm allotted: defaults meant for choosing on a
+#: shared machine (a config file's exclude = "0", GPULAUNCH_MIN_FREE=...) would only make it fail.
+_NO_CONSTRAINTS = {"GPULAUNCH_CONFIG": "", "GPULAUNCH_MIN_FREE": "", "GPULAUNCH_MAX_UTIL": "", "GPULAUNCH_IDLE": "",
+                   "GPULAUNCH_EXCLUDE": "", "GPULAUNCH_MIG": ""}
 _NO_SLURM_HINT = ("run it on a Slurm login node (or `module load slurm`); without --slurm, `each` runs the jobs "
                   "on this machine")
 
@@ -322,7 +326,7 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
-    proc = subprocess.Popen(child, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, env={**environ, **_NO_CONSTRAINTS})
     returncode = proc.wait()
     record.update(ended=time.time(), returncode=returncode)
     _write_record(where, record)
