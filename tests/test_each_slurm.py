@@ -132,9 +132,8 @@ def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
     assert 2 <= most <= 3
     # The job lines never went through a shell: the copy holds them, the batch script only the copy's path.
     assert (logs / "jobs.txt").read_text().splitlines()[3] == "sh -c 'echo broken >&2; exit 3'"
-    script = cluster.scontrol("write", "batch_script", job_id, "-")
-    if script:
-        assert "broken" not in script and "__slurm-task" in script
+    script = cluster.scontrol("write", "batch_script", f"{job_id}_4", "-")
+    assert "__slurm-task" in script and "broken" not in script and "exit 3" not in script, script
     print(f"\nsweep of 6 (2 GPUs each, 3 at once) submitted and followed in {took:.1f} s", file=sys.stderr)
 
 

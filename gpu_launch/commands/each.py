@@ -17,6 +17,10 @@ overwritten (job-N.1.log, job-N.2.log, … are used instead). Ctrl-C (or SIGTERM
 sends the same signal to every running job's process group and waits for them; a second one sends
 SIGKILL. Exit status: 0 when every job exited 0; 9 (``ExitCode.JOBS_FAILED``) when any job failed
 or could not start; 130 when interrupted.
+
+With ``--slurm`` the same checked job file becomes one Slurm job array instead (:func:`submit_to_slurm`;
+the Slurm side, task entry and following are in :mod:`gpu_launch.share.slurm`), each task running its
+line through ``gpulaunch --auto K`` inside its allocation; ``--follow`` shows it with the same view.
 """
 
 from __future__ import annotations

@@ -219,6 +219,10 @@ def _display(value: Any) -> str | bool | int:
         return value
     if isinstance(value, tuple) and all(isinstance(v, spec.Item) for v in value):
         return spec.format_items(value)
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):  # --sbatch-arg, given more than once
+        import shlex
+
+        return shlex.join(value)
     return str(value)
 
 
