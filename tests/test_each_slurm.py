@@ -78,8 +78,8 @@ def _probes(log_dir: Path) -> dict[int, dict]:
 
 def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
         cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
-    jobs = _sweep(tmp_path, [*(f"PROBE 2 {{n}}" for _ in range(3)), "sh -c 'echo broken >&2; exit 3'",
-                             *(f"PROBE 2 {{n}}" for _ in range(2))])
+    jobs = _sweep(tmp_path, [*("PROBE 2 {n}" for _ in range(3)), "sh -c 'echo broken >&2; exit 3'",
+                             *("PROBE 2 {n}" for _ in range(2))])
     logs = tmp_path / "logs"
     t0 = time.monotonic()
     proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "2", "--max-running", "3", "--follow",
@@ -180,6 +180,26 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluste
     assert re.search(r"^1 +failed +cancelled ", out, re.M), out
     states = slurm.parse_scontrol(cluster.scontrol("show", "job", "-o", job_id))
     assert {s.state for s in states.values()} == {"CANCELLED"}
+
+
+def test_ctrl_c_without_a_terminal_stops_following_and_leaves_the_jobs(cluster: slurm_cluster.Cluster,
+                                                                        tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["PROBE 60 {n}"])
+    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", "--follow", "--log-dir", str(tmp_path / "logs")),
+                                env=_env(cluster, tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "logs" / "job-1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    follower.send_signal(signal.SIGINT)
+    out, err = follower.communicate(timeout=60)
+    job_id = re.search(r"as Slurm job array (\d+)", err).group(1)  # type: ignore[union-attr]
+    try:
+        assert follower.returncode == 130, err
+        assert f"gpulaunch: error: stopped following; Slurm job array {job_id} goes on (squeue -j {job_id})" in err
+        assert slurm.parse_scontrol(cluster.scontrol("show", "job", "-o", job_id))[1].state == "RUNNING"
+    finally:
+        subprocess.run(["scancel", job_id], env={**os.environ, **cluster.env}, timeout=60)
 
 
 def test_sbatch_refusing_is_its_message_on_one_line(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:

@@ -240,11 +240,19 @@ def parse_sacct(output: str, job_id: str) -> dict[int, TaskStatus]:
     return out
 
 
-def query(job_id: str, environ: Mapping[str, str], missing: Sequence[int] = ()) -> dict[int, TaskStatus]:
-    """The array's tasks that Slurm knows; ``sacct`` is asked (when it works) for ``missing`` ones that scontrol lost."""
+def query(job_id: str, environ: Mapping[str, str], missing: Sequence[int] = ()) -> dict[int, TaskStatus] | None:
+    """The array's tasks that Slurm knows; ``sacct`` is asked (when it works) for ``missing`` ones that scontrol lost.
+
+    None when slurmctld did not answer (a timeout, a restart): ask again later rather than conclude anything.
+    """
     env = dict(environ)
-    proc = subprocess.run([require("scontrol", environ), "show", "job", "-o", job_id], capture_output=True, text=True,
-                          timeout=60, env=env)
+    try:
+        proc = subprocess.run([require("scontrol", environ), "show", "job", "-o", job_id], capture_output=True,
+                              text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
+        return None
     found = parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
     lost = [t for t in missing if t not in found]
     if lost and shutil.which("sacct", path=environ.get("PATH", os.defpath)):
@@ -360,6 +368,8 @@ class Follower:
         job_id = self.submitted.job_id
         unfinished = [s.job.number for s in self.states if s.status in ("queued", "running")]
         statuses = query(job_id, self.environ, missing=unfinished)
+        if statuses is None:
+            return
         if unfinished and not any(n in statuses for n in unfinished):
             self._gone += 1
         else:
