@@ -38,6 +38,7 @@ __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_c
            "require", "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
 
 RECORDS = ".slurm"  # the tasks' records, inside the log directory
+_RECORD_GRACE = 10.0  # seconds a running task may take to write its record before it is shown without one
 _SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+:\d+(:\d+)?)$")
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
@@ -400,6 +401,8 @@ class Follower:
         if status.state in _PENDING:
             return
         if status.state in _RUNNING and "returncode" not in record:
+            if not record and status.start is not None and now_wall - status.start < _RECORD_GRACE:
+                return  # the task is starting up: announce it with its log and GPUs, from its record
             if state.status != "running":
                 state.status = "running"
                 self.running.append(state)
