@@ -324,17 +324,18 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {job_id}_{number} on {record['node']}, "
           f"allocation GPUs {allocation or '(none)'}: {job.text}", file=sys.stderr, flush=True)
     child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *job.argv]
-    received: list[int] = []
-
-    def forward(signum: int, frame: object) -> None:  # scancel: pass it on, then end as the child ends
-        received.append(signum)
+    def forward(signum: int, frame: object) -> None:
+        """``scancel --batch --signal=USR1``, sbatch's ``--signal=B:...``: only this shell's stand-in gets them."""
         try:
             proc.send_signal(signum)
         except (ProcessLookupError, NameError):
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
+    # A cancellation or time limit sends SIGTERM to every process of the job, the command included:
+    # not passed on a second time; this process only outlives it to record how the command ended.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, env={**environ, **_NO_CONSTRAINTS})
     returncode = proc.wait()
     record.update(ended=time.time(), returncode=returncode)
@@ -394,12 +395,12 @@ class Follower:
         state.node = status.node or record.get("node", "") or state.node
         state.gpus = record.get("gpus", "") or state.gpus
         state.log = record.get("log", "") or state.log
+        if status.state in _PENDING:  # (its StartTime is only Slurm's guess)
+            return
         now_wall, now_mono = time.time(), time.monotonic()
         start = record.get("started") or status.start
         if start is not None:
             state.started = now_mono - max(0.0, now_wall - start)
-        if status.state in _PENDING:
-            return
         if status.state in _RUNNING and "returncode" not in record:
             if not record and status.start is not None and now_wall - status.start < _RECORD_GRACE:
                 return  # the task is starting up: announce it with its log and GPUs, from its record
