@@ -277,7 +277,7 @@ def submit_to_slurm(inv: Any) -> int:
             print(f"gpulaunch each: follow it with `squeue -j {job_id}` and `tail -f {log_dir}/job-*.log`; "
                   f"cancel it with `scancel {job_id}`", file=sys.stderr)
         return 0
-    view = View(sys.stderr, sys.stdout, quiet=quiet, total=len(jobs), log_dir=log_dir)
+    view = View(sys.stderr, sys.stdout, quiet=quiet, total=len(jobs), log_dir=log_dir, intro=False)
     follower = slurm.Follower(submitted, jobs, view, os.environ, acquire.poll_interval(os.environ))
     with view:
         outcome = slurm.follow(follower, inv.get("wait") if "wait" in inv.flags else None,

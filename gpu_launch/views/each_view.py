@@ -44,7 +44,7 @@ def summary_rows(scheduler: Any) -> list[list[str]]:
 
 
 class View:
-    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str) -> None:
+    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True) -> None:
         from gpu_launch.views.render import use_color
 
         self.err = err
@@ -52,6 +52,7 @@ class View:
         self.quiet = quiet
         self.total = total
         self.log_dir = log_dir
+        self.intro = intro  # "N jobs, logs in DIR" (each --slurm has said so on submitting)
         self.rich = not quiet and use_color(err)
         self._live: Any = None
         self._last_refresh = 0.0
@@ -64,7 +65,7 @@ class View:
 
             self._live = Live(console=Console(file=self.err, highlight=False), auto_refresh=False, transient=True)
             self._live.start()
-        elif not self.quiet:
+        elif not self.quiet and self.intro:
             self._say(f"{self.total} job{'s' if self.total != 1 else ''}, logs in {self.log_dir}")
         return self
 
