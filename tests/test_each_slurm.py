@@ -156,11 +156,18 @@ def test_all_succeeded_is_exit_0_logs_are_never_overwritten_and_constraint_defau
 
 def test_without_follow_it_prints_the_job_id_and_how_to_follow(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     jobs = _sweep(tmp_path, ["true"])
-    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--log-dir", str(tmp_path / "logs")),
-                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    environ = _env(cluster, tmp_path)
+    del environ["GPULAUNCH_SNAPSHOT"]  # given as a flag instead: it must reach the task all the same
+    proc = subprocess.run(gl("--snapshot", "pcie-8x", "each", str(jobs), "--slurm", "--log-dir", str(tmp_path / "logs")),
+                          env=environ, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     job_id = re.search(r"as Slurm job array (\d+)", proc.stderr).group(1)  # type: ignore[union-attr]
     assert f"squeue -j {job_id}" in proc.stderr and f"scancel {job_id}" in proc.stderr
+    deadline = time.monotonic() + 60
+    while not slurm.read_record(str(tmp_path / "logs"), job_id, 1).get("ended") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = (tmp_path / "logs" / "job-1.log").read_text()
+    assert "RTX A6000" in log and "cuda:0 → GPU" in log, log
 
 
 def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:

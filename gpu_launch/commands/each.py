@@ -255,7 +255,9 @@ def submit_to_slurm(inv: Any) -> int:
     request = slurm.ArrayRequest(copy, log_dir, len(jobs), k, inv.get("max_running"), inv.get("partition"),
                                  inv.get("time"), tuple(extra))
     try:
-        submitted = slurm.submit(request, os.environ)
+        # A --snapshot on the command line reaches the tasks as the variable (sbatch exports the environment).
+        environ = {**os.environ, "GPULAUNCH_SNAPSHOT": inv.get("snapshot")} if inv.get("snapshot") else os.environ
+        submitted = slurm.submit(request, environ)
     except GpuLaunchError:  # nothing was submitted: leave no trace of it
         os.unlink(copy)
         if not existed:
