@@ -57,7 +57,13 @@ class Cluster:
                               timeout=60).stdout
 
     def stop(self) -> None:
-        subprocess.run(["scancel", "--user", "root"], env={**os.environ, **self.env}, capture_output=True, timeout=60)
+        """Cancel every job, let slurmd see them end, stop the daemons, then any slurmstepd left behind."""
+        full = {**os.environ, **self.env}
+        subprocess.run(["scancel", "--user", "root"], env=full, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and subprocess.run(
+                ["squeue", "-h"], env=full, capture_output=True, text=True, timeout=60).stdout.strip():
+            time.sleep(0.2)
         for proc in reversed(self.procs):
             proc.terminate()
         for proc in reversed(self.procs):
@@ -66,6 +72,29 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for pid in self._stepds():  # a step daemon whose slurmd is gone would retry for ever
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+    def _stepds(self) -> list[int]:
+        """The slurmstepd processes of this cluster (their environment names its slurm.conf)."""
+        mine = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if not fh.read().startswith(b"slurmstepd"):
+                        continue
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if mine in fh.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+        return found
 
 
 def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60) -> Cluster:
