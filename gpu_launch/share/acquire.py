@@ -179,9 +179,9 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         reservations.prepare_dir(locking.lock_dir)
     found = reservations.holders(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
-    # GPUs that job holds: they are its own. It takes no second lock on them.
-    parents = reservations.ancestors() if found else frozenset()
-    own = {u for u, h in found.items() if h.pid is not None and h.pid in parents}
+    # GPUs that job holds: they are its own, as its lock descriptors (not the files' text) prove.
+    # It takes no second lock on them.
+    own = reservations.own_reservations(locking.lock_dir, found) if found else frozenset()
     reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
     for _ in range(len(uuids) + 2):
         selection = _choose(request, machine, reserved, chooser)

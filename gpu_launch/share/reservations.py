@@ -41,7 +41,7 @@ from gpu_launch.errors import LockDirError
 
 __all__ = [
     "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "Holder", "Reservation", "lock_dir_path", "prepare_dir",
-    "lock_path", "open_shared", "probe", "holders", "ancestors", "try_lock", "lock_all", "current_user",
+    "lock_path", "open_shared", "probe", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
 ]
 
 DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
@@ -253,19 +253,111 @@ def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
     return found
 
 
-def ancestors() -> frozenset[int]:
-    """The pids of this process's parent, grandparent, … (Linux /proc; empty where unreadable)."""
-    found: set[int] = set()
+def ancestors() -> tuple[int, ...]:
+    """The pids of this process's parent, grandparent, … as this PID namespace's /proc says (Linux; empty
+    where unreadable). Kernel facts, not the pid text of a lock file, which anyone can write."""
+    found: list[int] = []
     pid = os.getppid()
     while pid > 1 and pid not in found:
-        found.add(pid)
+        found.append(pid)
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 stat_line = fh.read()
             pid = int(stat_line[stat_line.rindex(b")") + 2:].split()[1])  # field 4: ppid
         except (OSError, ValueError, IndexError):
             break
-    return frozenset(found)
+    return tuple(found)
+
+
+def _fd_numbers(pid: str) -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(f"/proc/{pid}/fd") if name.isdigit()]
+    except OSError:
+        try:
+            return [int(name) for name in os.listdir("/dev/fd") if name.isdigit()] if pid == "self" else []
+        except OSError:
+            return []
+
+
+def _file_keys(lock_dir: str, uuids: Iterable[str]) -> dict[tuple[int, int], str]:
+    """(device, inode) of each existing regular lock file -> its uuid."""
+    keys: dict[tuple[int, int], str] = {}
+    for uuid in uuids:
+        try:
+            st = os.lstat(lock_path(lock_dir, uuid))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            keys[(st.st_dev, st.st_ino)] = uuid
+    return keys
+
+
+def _ancestor_holds(pid: int, fd: int) -> bool:
+    """Whether ``pid``'s descriptor ``fd`` holds an exclusive flock and is handed down through exec.
+
+    ``/proc/PID/fdinfo/FD`` lists the locks held by that very open file description (``lock:`` lines,
+    Linux ≥ 4.1). A close-on-exec descriptor is not counted: it is a gpulaunch's own working copy
+    (``each`` keeps one for a job it is about to start), not its job's reservation.
+    """
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as fh:
+            info = fh.read(65536).decode("ascii", "replace")
+    except OSError:
+        return False
+    flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), None)
+    try:
+        if flags is None or int(flags, 8) & os.O_CLOEXEC:
+            return False
+    except ValueError:
+        return False
+    return any(line.startswith("lock:") and " FLOCK " in line and " WRITE " in line for line in info.splitlines())
+
+
+def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
+    """Which of the ``held`` devices this process's job holds, decided by the locks themselves.
+
+    A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use its job's
+    GPUs. It knows them from lock descriptors, never from the pid written in the file (anyone can
+    write it, and a pid means nothing across PID namespaces):
+
+    * an inherited descriptor (not close-on-exec) on the same file (device and inode): ``flock``
+      on an open file description that already holds the lock succeeds, so a non-blocking
+      exclusive ``flock`` on it proves it is ours (the device is held, so it cannot be a fresh lock);
+    * or one of this process's real ancestors (``/proc``, this PID namespace) holds the lock through
+      a descriptor it hands down through exec, as shown by ``/proc/PID/fdinfo`` (for a job that
+      started us with its descriptors closed, e.g. Python's ``subprocess``, which closes them).
+    """
+    keys = _file_keys(lock_dir, held)
+    if not keys:
+        return frozenset()
+    own: set[str] = set()
+    for fd in _fd_numbers("self"):
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not os.get_inheritable(fd):
+                continue
+        except OSError:
+            continue
+        uuid = keys.get((st.st_dev, st.st_ino))
+        if uuid is None or uuid in own:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue
+        own.add(uuid)
+    if len(own) == len(keys):
+        return frozenset(own)
+    for pid in ancestors():
+        for fd in _fd_numbers(str(pid)):
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            uuid = keys.get((st.st_dev, st.st_ino))
+            if uuid is not None and uuid not in own and _ancestor_holds(pid, fd):
+                own.add(uuid)
+    return frozenset(own)
 
 
 def try_lock(lock_dir: str, uuid: str) -> int | None:
