@@ -51,7 +51,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -123,6 +123,7 @@ _gpulaunch() {
         config) opts="--min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
@@ -131,12 +132,13 @@ _gpulaunch() {
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks help" -- "$cur") ) ;;
+        locks) COMPREPLY=( $(compgen -W "init" -- "$cur") ) ;;
         each)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo env check config completions each help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }

@@ -26,7 +26,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 set selecting 1
             case '-*'
             case '*'
-                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each help
+                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each locks help
                     set sub $w
                 else if test $sub = -
                     echo $sub; echo $i; return
@@ -118,13 +118,13 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l bind -x -a 'auto 
 complete -c gpulaunch -n '__gpulaunch_option_ok env' -l shell -x -a 'bash zsh sh fish' -d 'env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the environment and command that would run, and exit'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l json -d 'machine-readable output on stdout (ls, env, config, --dry-run, --explain)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l json -d 'machine-readable output on stdout (ls, env, config, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l verbose -s v -d 'more detail: NVML query timings'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l help -s h -d 'show this help and exit'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help ls run topo' -l version -s V -d 'print the version and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l verbose -s v -d 'more detail: NVML query timings'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l help -s h -d 'show this help and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l version -s V -d 'print the version and exit'
 complete -c gpulaunch -n __gpulaunch_at_first -a ls -d 'list the GPUs: memory, utilisation, processes (--topo: the link matrix)'
 complete -c gpulaunch -n __gpulaunch_at_first -a topo -d 'the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)'
 complete -c gpulaunch -n __gpulaunch_at_first -a env -d 'print the chosen environment for the current shell: eval "$(gpulaunch env --auto 2)" (--shell fish, --json)'
@@ -132,7 +132,9 @@ complete -c gpulaunch -n __gpulaunch_at_first -a check -d 'check that CUDA sees 
 complete -c gpulaunch -n __gpulaunch_at_first -a config -d 'show the effective settings and where each came from (config file, GPULAUNCH_* env, flags)'
 complete -c gpulaunch -n __gpulaunch_at_first -a completions -d 'print the shell completion script: completions bash|zsh|fish'
 complete -c gpulaunch -n __gpulaunch_at_first -a each -d 'run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)'
+complete -c gpulaunch -n __gpulaunch_at_first -a locks -d 'locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)'
 complete -c gpulaunch -n __gpulaunch_at_first -a help -d 'show this help'
 complete -c gpulaunch -n '__gpulaunch_sub_is completions' -a 'bash zsh fish'
-complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each help'
+complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks help'
+complete -c gpulaunch -n '__gpulaunch_sub_is locks' -a 'init'
 complete -c gpulaunch -n '__gpulaunch_sub_is each' -F

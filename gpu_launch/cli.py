@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
-            "completions": "completions", RUN: "launch"}
+            "completions": "completions", "locks": "locks", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 

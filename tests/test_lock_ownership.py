@@ -11,8 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 from gpu_launch.machine import snapshot
 from gpu_launch.share import reservations
 from sharing_helpers import HOLD, Lines, env, gl, run, start
+from two_users import as_nobody, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
 GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
 SNAP = ["--snapshot", "dgx-h100"]
@@ -74,34 +73,6 @@ def test_the_same_pid_number_in_another_pid_namespace_is_not_the_holder(tmp_path
         holder.wait(timeout=30)
 
 
-def _as_nobody() -> list[str] | None:
-    if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv"):
-        return ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-    return None
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A lock dir's parent another user can reach (pytest's tmp_path is private to root)."""
-    top = Path(tempfile.mkdtemp(prefix="gpulaunch-two-users-"))
-    top.chmod(0o755)
-    yield top
-    shutil.rmtree(top, ignore_errors=True)
-
-
-def _python_for_nobody(prefix: list[str], top: Path) -> str | None:
-    """An interpreter user nobody can run gpulaunch with, from a child process of its own (the test's
-    venv may live under a directory only root can enter, e.g. /root/.pyenv)."""
-    check = "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-m', 'gpu_launch', '--version']).returncode)"
-    for python in dict.fromkeys(p for p in (sys.executable, "/usr/bin/python3", shutil.which("python3")) if p):
-        probe = subprocess.run([*prefix, python, "-c", check], env=env(top / "locks"), capture_output=True, timeout=60)
-        if probe.returncode == 0:
-            return python
-    return None
-
-
 ATTACK = """
 import json, os, subprocess, sys
 path, argv = sys.argv[1], sys.argv[2:]
@@ -115,12 +86,8 @@ print(r.stderr)
 
 
 def test_another_user_writing_their_pid_into_the_lock_file_does_not_get_the_gpu(shared_dir: Path) -> None:
-    prefix = _as_nobody()
-    if prefix is None:
-        pytest.skip("needs root and setpriv to act as a second user (nobody)")
-    python = _python_for_nobody(prefix, shared_dir)
-    if python is None:
-        pytest.skip("user nobody cannot run gpulaunch from this checkout (its path is not readable to others)")
+    prefix = as_nobody()
+    python = python_for_nobody(prefix, shared_dir)
     locks, release = shared_dir / "locks", shared_dir / "release"
     holder = start([*SNAP, "--gpus", "2", "-q", "--", sys.executable, "-c", HOLD, str(release)], locks)
     try:

@@ -36,7 +36,7 @@ HELPER_TIMEOUT_S = 2.0
 _SELECTING_DESTS = ("gpus", "auto", "fit")  # after one of these, a subcommand name is a program
 _GPU_DESTS = ("gpus", "exclude")
 #: Words a subcommand takes after it.
-_POSITIONALS: dict[str, tuple[str, ...]] = {"completions": SHELLS, "help": tuple(SUBCOMMANDS)}
+_POSITIONALS: dict[str, tuple[str, ...]] = {"completions": SHELLS, "help": tuple(SUBCOMMANDS), "locks": ("init",)}
 _FILE_POSITIONAL = ("each",)  # the job file
 #: What units.parse_duration accepts (90, 90s, 30m, 2h, 1h30m, 1d), as a POSIX ERE for the shells;
 #: an optional value (--wait's TIMEOUT) is taken from the next word only when it matches.

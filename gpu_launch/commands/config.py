@@ -27,8 +27,29 @@ def run(inv: Invocation) -> int:
         flag = "--" + dest.replace("_", "-")
         raise UsageError(f"{flag} has no default to show", hint="it chooses what one command does; `config` shows the others")
     settings = config.effective(inv, os.environ)
+    lock_dir = _lock_dir(settings)
     if inv.get("json"):
-        sys.stdout.write(json.dumps(config.as_json(settings, os.environ), indent=2) + "\n")
+        doc = config.as_json(settings, os.environ)
+        doc["lock_dir"] = lock_dir
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(config.as_text(settings, os.environ))
+        from gpu_launch.share import reservations
+
+        sys.stdout.write(f"lock dir in force: {reservations.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")
     return 0
+
+
+def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir object of `config --json`
+    """The lock directory a launch would use, whether it is hardened, and why it is that one."""
+    from gpu_launch.share import reservations
+
+    setting = next(s for s in settings if s.dest == "lock_dir")
+    path = reservations.lock_dir_path(setting.value, os.environ)
+    if setting.value:
+        source = f"{setting.source} {setting.where}".strip()
+    elif path == reservations.DEFAULT_LOCK_DIR:
+        source = "default (no hardened directory at " + reservations.hardened_default(os.environ) + ")"
+    else:
+        source = "default (the hardened directory exists)"
+    return {"path": path, "hardened": reservations.is_hardened(path), "source": source}

@@ -45,6 +45,9 @@ def run(inv: Invocation) -> int:
         else:
             out.write(render.ls_plain(machine, reserved))
         _ls_parent_note(machine, out)
+        from gpu_launch.share import reservations
+
+        out.write(f"lock dir: {reservations.describe_dir(reservations.lock_dir_path(inv.get('lock_dir'), os.environ))}\n")
     if topo:
         if inv.command == "ls":
             out.write("\n")

@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "config": "show the effective settings and where each came from (config file, GPULAUNCH_* env, flags)",
     "completions": "print the shell completion script: completions bash|zsh|fish",
     "each": "run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)",
+    "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
     "help": "show this help",
 }
 # `config` takes the launch's options too, so that it can show what a flag would override...
@@ -369,6 +370,10 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
          "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
     ),
+    "locks": (
+        ("gpulaunch locks init", "as root: root-owned /var/lib/gpulaunch/locks, a lock file per GPU; used when present"),
+        ("gpulaunch --snapshot dgx-h100 locks init /srv/gpulaunch", "as root: another directory, for a snapshot's GPUs"),
+    ),
     "help": (
         ("gpulaunch help ls", "the options and examples of one subcommand"),
         ("gpulaunch --help", "everything a launch accepts"),
@@ -389,7 +394,7 @@ _NOTES: dict[str, tuple[str, ...]] = {
     ),
 }
 _USAGE = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
-          "each": "gpulaunch each [OPTIONS] [FILE | -]"}
+          "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
 
 
 def usage(command: str = RUN) -> str:

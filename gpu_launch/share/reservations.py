@@ -40,12 +40,17 @@ from dataclasses import dataclass
 from gpu_launch.errors import LockDirError
 
 __all__ = [
-    "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "Holder", "Reservation", "lock_dir_path", "prepare_dir",
+    "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "Holder", "Reservation",
+    "lock_dir_path", "hardened_default", "is_hardened", "describe_dir", "queue_dir", "prepare_dir",
     "lock_path", "open_shared", "probe", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
 ]
 
 DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
 ENV_LOCK_DIR = "GPULAUNCH_LOCK_DIR"
+#: The admin's directory (``sudo gpulaunch locks init``), used when it exists and nothing else is set.
+HARDENED_LOCK_DIR = "/var/lib/gpulaunch/locks"
+ENV_HARDENED = "GPULAUNCH_HARDENED_LOCK_DIR"  # moves HARDENED_LOCK_DIR (tests; unusual layouts)
+QUEUE_SUBDIR = "queue"  # a hardened dir's sticky, world-writable place for waiters' tickets
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How often a failed non-blocking lock is retried before the GPU counts as taken. Another
@@ -53,9 +58,57 @@ _FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _RETRY_DELAYS = (0.005, 0.02)
 
 
+def hardened_default(environ: Mapping[str, str]) -> str:
+    """Where an admin's hardened lock directory lives (``GPULAUNCH_HARDENED_LOCK_DIR`` moves it, for tests)."""
+    return environ.get(ENV_HARDENED) or HARDENED_LOCK_DIR
+
+
 def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
-    """The lock directory: ``--lock-dir``, else ``GPULAUNCH_LOCK_DIR``, else the default."""
-    return option or environ.get(ENV_LOCK_DIR) or DEFAULT_LOCK_DIR
+    """The lock directory: ``--lock-dir`` (or, through the option layer, ``GPULAUNCH_LOCK_DIR`` and the
+    config file), else ``GPULAUNCH_LOCK_DIR``, else the hardened directory if it exists, else /tmp's."""
+    chosen = option or environ.get(ENV_LOCK_DIR)
+    if chosen:
+        return chosen
+    hardened = hardened_default(environ)
+    try:
+        if stat.S_ISDIR(os.lstat(hardened).st_mode):
+            return hardened
+    except OSError:
+        pass
+    return DEFAULT_LOCK_DIR
+
+
+def is_hardened(path: str) -> bool:
+    """A directory only root can write to (``gpulaunch locks init``): its files cannot be removed or renamed."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def describe_dir(path: str) -> str:
+    """``PATH (hardened: …)`` / ``PATH (not hardened: …)``, for ``ls`` and ``config``."""
+    if is_hardened(path):
+        return f"{path} (hardened: root-owned, its lock files cannot be removed or renamed)"
+    if not os.path.lexists(path):
+        return f"{path} (not created yet; not hardened: see `sudo gpulaunch locks init`)"
+    return f"{path} (not hardened: whoever created a lock file can remove or rename it; see `sudo gpulaunch locks init`)"
+
+
+def queue_dir(lock_dir: str) -> str:
+    """Where waiters' tickets live: the lock dir itself, or the world-writable ``queue/`` of a hardened one."""
+    if not is_hardened(lock_dir):
+        return lock_dir
+    sub = os.path.join(lock_dir, QUEUE_SUBDIR)
+    try:
+        st = os.lstat(sub)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_mode & 0o1002) != 0o1002:
+        raise LockDirError(f"the hardened lock dir {lock_dir} has no usable {QUEUE_SUBDIR}/ for waiters",
+                           hint="ask an admin to run `sudo gpulaunch locks init`")
+    return sub
 
 
 def current_user() -> str:
@@ -109,6 +162,8 @@ def prepare_dir(path: str, create: bool = True) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise LockDirError(f"lock dir {path} exists but is not a directory",
                            hint=f"remove it, or point --lock-dir / {ENV_LOCK_DIR} elsewhere")
+    if st.st_uid == 0 and not st.st_mode & 0o022:
+        return True  # hardened (`gpulaunch locks init`): only root can add, remove or rename files
     if st.st_uid != os.getuid() and (st.st_mode & 0o1002) != 0o1002:
         raise LockDirError(
             f"lock dir {path} belongs to {_owner(st.st_uid)} and is not sticky and world-writable "
@@ -155,6 +210,11 @@ def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None
 
 
 def _open_error(path: str, exc: OSError) -> LockDirError:
+    directory = os.path.dirname(path)
+    if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
+        return LockDirError(f"the hardened lock dir {directory} has no lock file {os.path.basename(path)} "
+                            "(a GPU added since it was set up?), and only root may create one",
+                            hint="ask an admin to run `sudo gpulaunch locks init`")
     if exc.errno == errno.ELOOP:
         return LockDirError(f"{path} is a symlink; refusing to follow it",
                             hint="remove it (someone may have planted it); gpulaunch never creates symlinks")

@@ -25,7 +25,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from gpu_launch.share.reservations import open_shared
+from gpu_launch.share.reservations import open_shared, queue_dir
 
 __all__ = ["Ticket", "QUEUE_LOCK"]
 
@@ -68,6 +68,7 @@ class Ticket:
 
     def __init__(self, lock_dir: str) -> None:
         self.lock_dir = lock_dir
+        self.dir = queue_dir(lock_dir)  # the tickets: the lock dir, or a hardened one's queue/
         self.fd: int | None = None
         self.name = ""
         self.seq = -1
@@ -84,13 +85,13 @@ class Ticket:
         assert queue_fd is not None
         try:
             fcntl.flock(queue_fd, fcntl.LOCK_EX)  # held for microseconds: number and publish
-            entries = _entries(self.lock_dir)
+            entries = _entries(self.dir)
             self.seq = entries[-1].seq + 1 if entries else 0
             self.name = f"ticket-{self.seq:012d}-{os.getpid()}"
-            temp = os.path.join(self.lock_dir, f".{self.name}.{secrets.token_hex(4)}")
+            temp = os.path.join(self.dir, f".{self.name}.{secrets.token_hex(4)}")
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.rename(temp, os.path.join(self.lock_dir, self.name))
+            os.rename(temp, os.path.join(self.dir, self.name))
             self.fd = fd
         finally:
             os.close(queue_fd)
@@ -98,10 +99,10 @@ class Ticket:
     def ahead(self) -> int:
         """How many live waiters are ahead of this one (0: head of line). Cleans up dead tickets."""
         count = 0
-        for entry in _entries(self.lock_dir):
+        for entry in _entries(self.dir):
             if (entry.seq, entry.name) >= (self.seq, self.name):
                 break
-            path = os.path.join(self.lock_dir, entry.name)
+            path = os.path.join(self.dir, entry.name)
             if _alive(path):
                 count += 1
             else:
@@ -115,7 +116,7 @@ class Ticket:
         if self.fd is None:
             return
         try:
-            os.unlink(os.path.join(self.lock_dir, self.name))
+            os.unlink(os.path.join(self.dir, self.name))
         except OSError:
             pass
         os.close(self.fd)

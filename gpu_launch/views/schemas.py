@@ -158,6 +158,8 @@ CONFIG = _doc("gpulaunch config (config --json)", 1, {
         "source": {"enum": ["default", "file", "env", "flag"]},
         "where": _STR,
     })},
+    # the lock directory a launch would use: --lock-dir > GPULAUNCH_LOCK_DIR > file > hardened > /tmp
+    "lock_dir": _obj({"path": _STR, "hardened": {"type": "boolean"}, "source": _STR}),
 })
 
 ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
