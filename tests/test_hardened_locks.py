@@ -133,4 +133,7 @@ def test_a_gpu_with_no_lock_file_in_a_hardened_dir_points_at_locks_init(shared_d
     assert run(["--snapshot", str(four), "locks", "init", str(hardened)]).returncode == 0
     new_gpu = nobody_gpulaunch(shared_dir, ["--snapshot", "dgx-h100", "--gpus", "6", "--", "true"], hardened)
     assert new_gpu.returncode == 7, new_gpu.stderr
-    assert "has no lock file" in new_gpu.stderr and "sudo gpulaunch locks init" in new_gpu.stderr
+    assert "is missing from the hardened lock dir" in new_gpu.stderr, new_gpu.stderr
+    assert "(hint: ask an admin to run `sudo gpulaunch locks init`)" in new_gpu.stderr
+    old_gpu = nobody_gpulaunch(shared_dir, ["--snapshot", "dgx-h100", "--gpus", "3", "--", "true"], hardened)
+    assert old_gpu.returncode == 0, old_gpu.stderr  # the others work as usual

@@ -222,13 +222,16 @@ def test_a_planted_symlink_is_refused_not_followed(tmp_path: Path, locks: Path, 
     (uuid,) = [g["uuid"] for g in first_gpus(example("dgx-h100"), 1)["gpus"]]
     planted = Path(reservations.lock_path(str(locks), uuid))
     planted.symlink_to(victim)
+    # its GPU alone is unavailable for reservation (tests/test_bad_lock_files.py): the only GPU here
     result = run(["--snapshot", str(one_gpu), "--auto", "1", "--", "true"], locks)
-    assert result.returncode == 7
+    assert result.returncode == 4
     assert f"{planted} is a symlink; refusing to follow it" in result.stderr
-    assert "Traceback" not in result.stderr
+    named = run(["--snapshot", str(one_gpu), "--gpus", "0", "--", "true"], locks)
+    assert named.returncode == 7 and f"{planted} is a symlink; refusing to follow it" in named.stderr
+    assert "Traceback" not in result.stderr + named.stderr
     assert victim.read_text() == "precious\n" and planted.is_symlink()
-    ls = run(["--snapshot", str(one_gpu), "ls"], locks)  # ls still lists, and says why reservations are missing
-    assert ls.returncode == 0 and "reservations not shown" in ls.stderr
+    ls = run(["--snapshot", str(one_gpu), "ls"], locks)  # ls still lists, and says why GPU 0 cannot be reserved
+    assert ls.returncode == 0 and "unavailable: lock file is a symlink" in ls.stdout
 
 
 def test_a_lock_dir_that_is_a_symlink_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.machine.model import Device, Machine
-from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, min_free_failure
+from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, held_reason, min_free_failure
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = ["candidates", "choose_mig"]
@@ -31,7 +31,7 @@ def _reason(device: Device, c: Constraints) -> str | None:
         return "excluded by --exclude"
     for uuid in (mig.uuid, gpu.uuid):
         if uuid in c.reserved:
-            return f"reserved by {c.reserved[uuid]}"
+            return held_reason(c.reserved[uuid])
     if mig.memory_free_mib is None:
         return "free memory unknown"
     short = min_free_failure(mig.memory_free_mib, mig.memory_total_mib, c.min_free)

@@ -66,6 +66,16 @@ def min_free_failure(free_mib: int, total_mib: int | None, min_free: Size | None
     return None
 
 
+#: How a GPU whose lock file cannot be used (planted symlink, someone's read-only file) is described in
+#: ``Constraints.reserved``: it is skipped like a reserved one, but is not "reserved by" anyone.
+UNRESERVABLE = "unavailable for reservation"
+
+
+def held_reason(who: str) -> str:
+    """``reserved by alice (pid 4242, …)``, or the lock file's problem for an unreservable GPU."""
+    return who if who.startswith(UNRESERVABLE) else f"reserved by {who}"
+
+
 def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
     if not gpu.available:
@@ -73,7 +83,7 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     if gpu.uuid in c.exclude:
         return "excluded by --exclude"
     if gpu.uuid in c.reserved:
-        return f"reserved by {c.reserved[gpu.uuid]}"
+        return held_reason(c.reserved[gpu.uuid])
     if gpu.mig_devices:
         return "in MIG mode (use --mig to pick its MIG devices)"
     if gpu.memory_free_mib is None:

@@ -44,10 +44,10 @@ def run(inv: Invocation) -> int:
             render.ls_rich(machine, out, reserved)
         else:
             out.write(render.ls_plain(machine, reserved))
-        _ls_parent_note(machine, out)
         from gpu_launch.share import reservations
 
         out.write(f"lock dir: {reservations.describe_dir(reservations.lock_dir_path(inv.get('lock_dir'), os.environ))}\n")
+        _ls_parent_note(machine, out)
     if topo:
         if inv.command == "ls":
             out.write("\n")
@@ -72,9 +72,15 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     from gpu_launch.share import reservations
 
     try:
-        held = reservations.holders(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
-                                    [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
+        held, unusable = reservations.scan(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
+                                           [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)
         return {}
-    return {uuid: holder.describe() for uuid, holder in held.items()}
+    from gpu_launch.machine.model import Device
+
+    labels = {u: Device(g, m).label for g in machine.gpus for u, m in ((g.uuid, None), *((m.uuid, m) for m in g.mig_devices))}
+    for uuid, bad in unusable.items():
+        print(f"gpulaunch: warning: {labels.get(uuid, uuid)} is {bad.describe()} (hint: {bad.hint})", file=sys.stderr)
+    return {**{uuid: holder.describe() for uuid, holder in held.items()},
+            **{uuid: bad.short() for uuid, bad in unusable.items()}}

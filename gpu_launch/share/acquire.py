@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from gpu_launch.share import reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
-from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
+from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.machine.model import Machine
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
@@ -134,13 +134,18 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
 
 
-def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser) -> gpu_select.Selection:
+def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
+            unusable: Mapping[str, reservations.Unusable] | None = None) -> gpu_select.Selection:
     constraints = request.constraints(machine, reserved)
     if request.gpus is not None:
         devices = gpu_spec.resolve(request.gpus, machine)
+        for device in devices:
+            bad = (unusable or {}).get(device.uuid)
+            if bad is not None and not request.share:
+                raise LockDirError(f"--gpus: {device.label} is {bad.describe()}", hint=bad.hint)
         taken = [d for d in devices if d.uuid in reserved]
         if taken and not request.share:
-            who = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+            who = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
             raise ReservationConflict(f"--gpus: {who}",
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
         selection = chooser(request, machine, constraints)
@@ -149,7 +154,7 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             raise NotEnoughGpus(f"--gpus: {'; '.join(unmet)}",
                                 hint="wait longer, relax --min-free/--max-util/--idle, or name other GPUs")
         if taken:
-            shared = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+            shared = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
             selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"{shared}: using it anyway"),
                                              selection.eligibility, selection.ranking)
         return selection
@@ -177,19 +182,27 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     uuids = _device_uuids(machine)
     if locking.take:
         reservations.prepare_dir(locking.lock_dir)
-    found = reservations.holders(locking.lock_dir, uuids)
+    found, unusable = reservations.scan(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
     # GPUs that job holds: they are its own, as its lock descriptors (not the files' text) prove.
     # It takes no second lock on them.
     own = reservations.own_reservations(locking.lock_dir, found) if found else frozenset()
     reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
+    # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
+    reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
-        selection = _choose(request, machine, reserved, chooser)
+        selection = _choose(request, machine, reserved, chooser, unusable)
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
         # Reserved ones are only chosen with --share; they and our own job's are not locked again.
         wanted = [d.uuid for d in selection.devices if d.uuid not in reserved and d.uuid not in own]
-        got = reservations.lock_all(locking.lock_dir, wanted)
+        try:
+            got = reservations.lock_all(locking.lock_dir, wanted)
+        except reservations.UnusableLockFile as exc:
+            # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
+            unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
+            reserved[exc.uuid] = exc.unusable.describe()  # type: ignore[attr-defined]
+            continue
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.

@@ -42,7 +42,7 @@ from gpu_launch.errors import LockDirError
 __all__ = [
     "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "Holder", "Reservation",
     "lock_dir_path", "hardened_default", "is_hardened", "describe_dir", "queue_dir", "prepare_dir",
-    "lock_path", "open_shared", "probe", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
+    "lock_path", "open_shared", "probe", "scan", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
 ]
 
 DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
@@ -178,6 +178,54 @@ def lock_path(lock_dir: str, uuid: str) -> str:
     return os.path.join(lock_dir, _SAFE_NAME.sub("_", uuid) + ".lock")
 
 
+@dataclass(frozen=True)
+class Unusable:
+    """A lock file that cannot be used (a planted symlink, another user's read-only file, ...).
+
+    Its GPU is *unavailable for reservation*: skipped by --auto/--fit, an error for --gpus; every
+    other GPU works as usual.
+    """
+
+    path: str
+    problem: str  # "is a symlink"
+    owner: str
+    hint: str
+
+    def describe(self) -> str:
+        from gpu_launch.choose.select import UNRESERVABLE
+
+        return f"{UNRESERVABLE}: its lock file {self.path} {self.problem} (owner: {self.owner})"
+
+    def short(self) -> str:
+        """For `ls`'s RESERVED BY column."""
+        return f"unavailable: lock file {self.problem} (owner: {self.owner})"
+
+
+class UnusableLockFile(LockDirError):
+    """A lock file that is there but cannot be used: its GPU alone is unavailable for reservation."""
+
+    def __init__(self, unusable: Unusable) -> None:
+        super().__init__(f"{unusable.path} {unusable.problem} (owner: {unusable.owner})", hint=unusable.hint)
+        self.unusable = unusable
+
+
+def _unusable(path: str, problem: str) -> UnusableLockFile:
+    """The error for an unusable lock file, with a hint its reader can act on (whose file, which command)."""
+    try:
+        uid = os.lstat(path).st_uid
+    except OSError:
+        uid = None
+    owner = _owner(uid) if uid is not None else "nobody known"
+    hardened = is_hardened(os.path.dirname(path))
+    if uid == os.getuid() and not hardened:
+        hint = f"it is yours: remove it (rm {path})"
+    elif hardened or uid == 0:
+        hint = "ask an admin to run `sudo gpulaunch locks init`, which puts it right"
+    else:
+        hint = f"ask {owner} to remove it, or an admin to run `sudo gpulaunch locks init`"
+    return UnusableLockFile(Unusable(path, problem, owner, hint))
+
+
 def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None:
     """Open a file shared by all users, never following a symlink; None if absent and not ``create``.
 
@@ -204,20 +252,30 @@ def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise LockDirError(f"{path} is not a regular file; refusing to use it as a lock",
-                           hint="remove it (someone may have planted it)")
+        raise _unusable(path, "is not a regular file; refusing to use it as a lock")
     return fd
 
 
 def _open_error(path: str, exc: OSError) -> LockDirError:
     directory = os.path.dirname(path)
     if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
-        return LockDirError(f"the hardened lock dir {directory} has no lock file {os.path.basename(path)} "
-                            "(a GPU added since it was set up?), and only root may create one",
-                            hint="ask an admin to run `sudo gpulaunch locks init`")
-    if exc.errno == errno.ELOOP:
-        return LockDirError(f"{path} is a symlink; refusing to follow it",
-                            hint="remove it (someone may have planted it); gpulaunch never creates symlinks")
+        return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (a GPU added since it was set "
+                                         "up?), and only root may create it", "root, the directory's",
+                                         "ask an admin to run `sudo gpulaunch locks init`"))
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if exc.errno == errno.ELOOP or (st is not None and stat.S_ISLNK(st.st_mode)):
+        return _unusable(path, "is a symlink; refusing to follow it")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "special"
+        return _unusable(path, f"is not a regular file ({kind}); refusing to use it as a lock")
+    if st is not None and exc.errno in (errno.EACCES, errno.EPERM):
+        return _unusable(path, f"cannot be opened read-write by you (mode {stat.S_IMODE(st.st_mode):04o}; "
+                               "lock files must be 0666)")
+    if st is not None:
+        return _unusable(path, f"cannot be opened ({exc.strerror})")
     return LockDirError(f"cannot open lock file {path} ({exc.strerror})",
                         hint="check its owner and mode (it should be 0666), or use your own --lock-dir")
 
@@ -287,8 +345,11 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
     A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
     exclusive one; it is dropped at once.
     """
-    fd = open_shared(lock_path(lock_dir, uuid), create=False)
+    path = lock_path(lock_dir, uuid)
+    fd = open_shared(path, create=False)
     if fd is None:
+        if os.geteuid() != 0 and is_hardened(lock_dir):  # we could not create it: say so now, not at lock time
+            raise _open_error(path, OSError(errno.EACCES, "Permission denied"))
         return None
     try:
         try:
@@ -301,16 +362,26 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
         os.close(fd)
 
 
-def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
-    """The reserved ones among ``uuids``, with their holders (an absent lock dir: none)."""
+def scan(lock_dir: str, uuids: Iterable[str]) -> tuple[dict[str, Holder], dict[str, Unusable]]:
+    """The reserved ones among ``uuids`` with their holders, and those whose lock file cannot be used."""
     if not prepare_dir(lock_dir, create=False):
-        return {}
-    found = {}
+        return {}, {}
+    found: dict[str, Holder] = {}
+    unusable: dict[str, Unusable] = {}
     for uuid in uuids:
-        holder = probe(lock_dir, uuid)
+        try:
+            holder = probe(lock_dir, uuid)
+        except UnusableLockFile as exc:
+            unusable[uuid] = exc.unusable
+            continue
         if holder is not None:
             found[uuid] = holder
-    return found
+    return found, unusable
+
+
+def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
+    """The reserved ones among ``uuids``, with their holders (an absent lock dir: none)."""
+    return scan(lock_dir, uuids)[0]
 
 
 def ancestors() -> tuple[int, ...]:
@@ -474,7 +545,12 @@ def lock_all(lock_dir: str, uuids: Sequence[str]) -> Reservation | str:
     for uuid in uuids:
         if uuid in taken:
             continue
-        fd = try_lock(lock_dir, uuid)
+        try:
+            fd = try_lock(lock_dir, uuid)
+        except LockDirError as exc:
+            Reservation(lock_dir, taken).release()
+            exc.uuid = uuid  # type: ignore[attr-defined]  # which device's file, for the caller
+            raise
         if fd is None:
             Reservation(lock_dir, taken).release()
             return uuid
