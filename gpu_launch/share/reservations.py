@@ -42,7 +42,7 @@ from gpu_launch.errors import LockDirError
 __all__ = [
     "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "Holder", "Reservation",
     "lock_dir_path", "hardened_default", "is_hardened", "describe_dir", "queue_dir", "prepare_dir",
-    "lock_path", "open_shared", "probe", "scan", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
+    "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
 ]
 
 DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
@@ -135,8 +135,10 @@ def prepare_dir(path: str, create: bool = True) -> bool:
     Raises LockDirError, naming the problem and the fix, when it is unsafe or cannot be made.
     """
     if create:
+        # Born 1777 (umask cleared for the mkdir): a root-made dir must never look hardened, even for a moment.
+        old_umask = os.umask(0)
         try:
-            os.mkdir(path, 0o777)
+            os.mkdir(path, 0o1777)
         except FileExistsError:
             pass
         except FileNotFoundError:
@@ -146,8 +148,10 @@ def prepare_dir(path: str, create: bool = True) -> bool:
             raise LockDirError(f"lock dir {path}: cannot create it ({exc.strerror})",
                                hint=f"point --lock-dir / {ENV_LOCK_DIR} at a directory you can write") from None
         else:
-            # chmod, not mkdir's mode, so the umask cannot take the sticky and world-write bits away.
+            # chmod as well, in case the file system dropped the sticky bit at mkdir.
             os.chmod(path, 0o1777)
+        finally:
+            os.umask(old_umask)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -377,6 +381,62 @@ def scan(lock_dir: str, uuids: Iterable[str]) -> tuple[dict[str, Holder], dict[s
         if holder is not None:
             found[uuid] = holder
     return found, unusable
+
+
+class LockWatch:
+    """Tells cheaply whether a lock among some devices' has been released since the last look.
+
+    For the head of the wait queue: one non-blocking shared ``flock`` per device every tick, on
+    descriptors opened once, instead of re-reading the machine. A file that does not exist yet has
+    never been locked: nothing to watch.
+    """
+
+    def __init__(self, lock_dir: str, uuids: Iterable[str]) -> None:
+        self.fds: dict[str, int] = {}
+        for uuid in uuids:
+            try:
+                fd = open_shared(lock_path(lock_dir, uuid), create=False)
+            except LockDirError:
+                continue
+            if fd is not None:
+                self.fds[uuid] = fd
+        self.held = self._held()
+
+    def _held(self) -> frozenset[str]:
+        held = set()
+        for uuid, fd in self.fds.items():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.add(uuid)
+                continue
+            except OSError:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return frozenset(held)
+
+    def freed(self) -> bool:
+        """Whether a lock held at the last look is free now."""
+        now = self._held()
+        gone = self.held - now
+        self.held = now
+        return bool(gone)
+
+    def wait(self, timeout: float, tick: float) -> bool:
+        """Check every ``tick`` seconds for up to ``timeout``: True as soon as a lock was freed."""
+        end = time.monotonic() + timeout
+        while True:
+            if self.freed():
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(tick, left))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:

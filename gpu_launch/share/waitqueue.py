@@ -1,16 +1,26 @@
 """First come, first served among gpulaunch waiters on one machine.
 
 A waiter (``--wait``, or a job of ``gpulaunch each`` that cannot start yet) takes a *ticket*: a
-file ``ticket-<seq>-<pid>`` in the lock directory that it holds an exclusive ``flock`` on for as
-long as it waits. Only the waiter whose ticket is the lowest *live* one (head of line) may select
-and lock GPUs; the others re-check every poll. A ticket whose lock no one holds belongs to a waiter
-that died (killed, crashed): it is skipped, and removed when its owner's permissions allow.
+file ``ticket-<seq>-<pid>-<random>`` in the lock directory (a hardened one's ``queue/``) that it
+holds an exclusive ``flock`` on for as long as it waits. Only the waiter whose ticket is the lowest
+*live* one (head of line) may select and lock GPUs.
 
 The guarantee: tickets are numbered and published while holding the ``queue.lock`` file's
 exclusive lock, so a waiter that published its ticket before another one started waiting is
 always ahead of it; a waiter only leaves the queue (removes its ticket) after it holds its GPUs,
 gives up (timeout, Ctrl-C) or dies. A ticket is created under a temporary name, locked, then
 renamed into place, so no one ever sees an unlocked live ticket and takes it for a dead one.
+
+Only tickets whose lock is held count. A file whose name does not parse, or whose lock no one holds
+(its waiter died, or someone planted it), is ignored, both for the order and for numbering the next
+ticket: it is removed when the permissions allow, and one that cannot be removed (another user's, in
+a sticky directory) is simply skipped for ever. The random part of a name means no planted file can
+sit where a waiter's ticket will go.
+
+Hand-over is quick: a waiter behind others blocks (in a thread) on a shared ``flock`` of the live
+ticket just ahead of its own, which the kernel grants the moment that waiter leaves or dies, so a
+waiter whose turn comes wakes at once; the head of line leaves the queue as soon as it has reserved
+its GPUs, and checks the GPUs' locks every :data:`TICK` seconds while it waits for them.
 
 What it does not cover: a launch *without* ``--wait`` does not queue; it takes what is free at
 that moment, or fails at once. The order is strict: a waiter that needs 4 GPUs holds back one
@@ -23,14 +33,23 @@ import fcntl
 import os
 import re
 import secrets
+import stat
 from dataclasses import dataclass
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from gpu_launch.share.reservations import open_shared, queue_dir
 
-__all__ = ["Ticket", "QUEUE_LOCK"]
+__all__ = ["Ticket", "QUEUE_LOCK", "TICK"]
 
 QUEUE_LOCK = "queue.lock"
-_TICKET = re.compile(r"^ticket-(\d{12})-(\d+)$")
+#: Seconds between the head of line's cheap checks of the GPUs' locks (did one free?).
+TICK = 0.02
+_TICKET = re.compile(r"^ticket-(\d{1,30})-(\d{1,10})(?:-[0-9a-f]{1,32})?$")
+_SEQ_MAX = 10 ** 30 - 1  # the most digits a name may have; numbering never goes past it
 
 
 @dataclass(frozen=True)
@@ -39,9 +58,10 @@ class _Entry:
     name: str
 
 
-def _entries(lock_dir: str) -> list[_Entry]:
+def _entries(directory: str) -> list[_Entry]:
+    """The ticket files whose names parse, in queue order (others are ignored)."""
     found = []
-    for name in os.listdir(lock_dir):
+    for name in os.listdir(directory):
         m = _TICKET.match(name)
         if m:
             found.append(_Entry(int(m.group(1)), name))
@@ -49,18 +69,49 @@ def _entries(lock_dir: str) -> list[_Entry]:
 
 
 def _alive(path: str) -> bool:
-    """Whether the waiter of the ticket at ``path`` still holds it (a vanished ticket is not alive)."""
+    """Whether a waiter holds the ticket at ``path`` (a vanished, unreadable or special file is not alive)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
+    except OSError:
+        return False
     finally:
         os.close(fd)
     return False
+
+
+def _block_until_gone(path: str, done: Any) -> None:
+    """In a thread: block in ``flock`` until the ticket's waiter leaves or dies, then set ``done``.
+
+    A shared lock: taken for an instant, it never makes the ticket look alive to others' checks.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        done.set()
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+        done.set()
+
+
+def _forget(path: str) -> None:
+    """Remove a dead ticket if we may (our own user's, in a sticky dir); otherwise leave it: it is ignored."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 class Ticket:
@@ -72,6 +123,8 @@ class Ticket:
         self.fd: int | None = None
         self.name = ""
         self.seq = -1
+        self._ahead: str | None = None  # the live ticket just ahead of ours, watched for wait_turn()
+        self._turn: Any = None  # threading.Event, set once that ticket's lock is gone
 
     def __enter__(self) -> Ticket:
         self.join()
@@ -80,15 +133,25 @@ class Ticket:
     def __exit__(self, *exc: object) -> None:
         self.leave()
 
+    def _live(self) -> list[_Entry]:
+        live = []
+        for entry in _entries(self.dir):
+            path = os.path.join(self.dir, entry.name)
+            if entry.name == self.name or _alive(path):
+                live.append(entry)
+            else:
+                _forget(path)
+        return live
+
     def join(self) -> None:
         queue_fd = open_shared(os.path.join(self.lock_dir, QUEUE_LOCK))
         assert queue_fd is not None
         try:
-            fcntl.flock(queue_fd, fcntl.LOCK_EX)  # held for microseconds: number and publish
-            entries = _entries(self.dir)
-            self.seq = entries[-1].seq + 1 if entries else 0
-            self.name = f"ticket-{self.seq:012d}-{os.getpid()}"
-            temp = os.path.join(self.dir, f".{self.name}.{secrets.token_hex(4)}")
+            fcntl.flock(queue_fd, fcntl.LOCK_EX)  # held for a moment: number and publish
+            live = self._live()
+            self.seq = min(live[-1].seq + 1, _SEQ_MAX) if live else 0
+            self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
+            temp = os.path.join(self.dir, f".{self.name}")
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(temp, os.path.join(self.dir, self.name))
@@ -99,18 +162,33 @@ class Ticket:
     def ahead(self) -> int:
         """How many live waiters are ahead of this one (0: head of line). Cleans up dead tickets."""
         count = 0
-        for entry in _entries(self.dir):
+        nearest = None
+        for entry in self._live():
             if (entry.seq, entry.name) >= (self.seq, self.name):
                 break
-            path = os.path.join(self.dir, entry.name)
-            if _alive(path):
-                count += 1
-            else:
-                try:
-                    os.unlink(path)  # works for our own user's dead tickets (sticky directory)
-                except OSError:
-                    pass
+            count += 1
+            nearest = entry.name
+        self._watch(nearest)
         return count
+
+    def _watch(self, name: str | None) -> None:
+        """Start watching the live ticket just ahead (a new one only when it changed)."""
+        if name == self._ahead:
+            return
+        import threading  # only waiters pay for it
+
+        self._ahead = name
+        self._turn = threading.Event()
+        if name is None:
+            self._turn.set()
+            return
+        threading.Thread(target=_block_until_gone, args=(os.path.join(self.dir, name), self._turn),
+                         daemon=True).start()
+
+    def wait_turn(self, timeout: float) -> bool:
+        """Sleep until the waiter just ahead (as of the last :meth:`ahead`) has left or died: True; or
+        ``timeout`` seconds: False. Then ask :meth:`ahead` again. Wakes as soon as its lock is gone."""
+        return self._turn is None or self._turn.wait(timeout)
 
     def leave(self) -> None:
         if self.fd is None:
