@@ -251,19 +251,25 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
 
 
 class _Sleeper:
-    """Sleep in steps of at most a second, refreshing the status line's clock as it goes."""
+    """Sleep until something that may matter happens (``wake(timeout) -> bool`` says so) or the time
+    is up; the status line's clock is refreshed about once a second meanwhile."""
 
     def __init__(self, status: object, started: float) -> None:
         self.status = status
         self.started = started
 
-    def sleep(self, seconds: float, what: str) -> None:
+    def sleep(self, seconds: float, what: str, wake: Callable[[float], bool] | None = None) -> None:
         end = time.monotonic() + seconds
         while True:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            time.sleep(min(left, 1.0))
+            step = min(left, 1.0)
+            if wake is not None:
+                if wake(step):
+                    return
+            else:
+                time.sleep(step)
             self.status.update(time.monotonic() - self.started, what)  # type: ignore[attr-defined]
 
 
@@ -298,14 +304,23 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         ticket = Ticket(locking.lock_dir)
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
+        watch: reservations.LockWatch | None = None
         try:
             if ticket is not None:
                 ticket.join()
             last: GpuLaunchError | None = None
+            machine: Machine | None = None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
-                machine = read()
+                wake: Callable[[float], bool] | None = None
+                if ahead == 0 or machine is None:
+                    machine = read()  # only the head of line re-reads the machine (NVML is not free)
                 if ahead == 0:
+                    if watch is not None:
+                        watch.close()
+                    # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
+                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine)) \
+                        if locking is not None else None
                     try:
                         return attempt(request, machine, locking, chooser)
                     except _UNMET as exc:
@@ -323,15 +338,23 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         what = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
                     else:
                         what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
+                    if watch is not None:  # a GPU's lock freed: try again at once
+                        from gpu_launch.share.waitqueue import TICK
+
+                        wake = lambda timeout, w=watch: w.wait(timeout, TICK)  # noqa: E731
                 else:
                     what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
+                    assert ticket is not None
+                    wake = ticket.wait_turn  # the waiter just ahead left: count again at once
                 now = time.monotonic()
                 if now >= deadline:
                     reason = last.message if last is not None else what
                     raise WaitTimeout(f"waited {fmt_duration(wait)}, and the request still cannot be met: {reason}",
                                       hint="wait longer (e.g. --wait 2h), ask for less, or run anyway with --fallback cpu")
                 status.update(now - started, what)
-                sleeper.sleep(min(interval, deadline - now), what)
+                sleeper.sleep(min(interval, deadline - now), what, wake)
         finally:
+            if watch is not None:
+                watch.close()
             if ticket is not None:
                 ticket.leave()
