@@ -17,6 +17,8 @@ Groups:
              gpulaunch --auto 1 -q -- true vs nvisel -n 1
   nvml       seconds per NVML query kind, as `gpulaunch -v ls --topo` reports them
   selection  selection time on synthetic 8-64 GPU machines (benchmarks/selection.py)
+  queue      24 concurrent `--auto 1 --wait` launches of 1 s jobs on 8 GPUs: wall time and GPU
+             occupancy (benchmarks/queue_burst.py; target ≥ 80 %)
 
 The JSON (``--json FILE``) holds the commit, Python version, machine and load average, every
 row's samples and the targets, so two runs can be compared (``--compare OLD.json``). Standard
@@ -361,6 +363,19 @@ def selection_rows(repeat: int) -> tuple[str, list[dict[str, Any]]]:
     return "ok", rows
 
 
+def queue_burst() -> dict[str, Any]:
+    """One burst of benchmarks/queue_burst.py (24 waiters × 1 s jobs on 8 GPUs), or why there is none."""
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import queue_burst as qb  # type: ignore[import-not-found]
+
+        result = qb.run_burst()
+    except Exception as exc:  # its failure must not lose this run's other numbers
+        return {"status": f"failed: {type(exc).__name__}: {exc}"}
+    return {"status": "ok", "summary": qb.summary(result), **result}
+
+
 # ---------------------------------------------------------------------------------------------
 # Results
 
@@ -567,7 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     ap.add_argument("--compare", metavar="OLD", help="print the change against an earlier --json FILE")
     ap.add_argument("--module", action="store_true", help="run `python -m gpu_launch` instead of the gpulaunch script")
-    ap.add_argument("--only", action="append", choices=("launch", "ls", "gpu", "nvml", "selection"),
+    ap.add_argument("--only", action="append", choices=("launch", "ls", "gpu", "nvml", "selection", "queue"),
                     help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `run.py | head` ends quietly
@@ -593,14 +608,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     sel_status, sel = selection_rows(args.repeat) if wanted("selection") else ("skipped: not selected (--only)", [])
     imports = import_breakdown(gl, min(args.repeat, 10)) if wanted("launch") \
         else {"status": "skipped: not selected (--only)"}
+    queue = queue_burst() if wanted("queue") else {"status": "skipped: not selected (--only)"}
     r = ratios(benches)
     tgts = targets(r, sel)
+    occupancy = queue.get("occupancy")
+    tgts.append({"target": "queue burst: GPU occupancy ≥ 80 %", "value": occupancy, "limit": 0.8,
+                 "met": None if occupancy is None else occupancy >= 0.8})
     info["seconds"] = round(time.perf_counter() - started, 1)
     info["load_average_end"] = list(os.getloadavg())
     doc = {"schema": SCHEMA, "environment": info, "rows": [b.as_json() for b in benches], "ratios": r,
            "nvml": nvml, "imports": imports, "selection": {"status": sel_status, "rows": sel},
-           "targets": tgts}
-    sys.stdout.write(report(info, groups, r, nvml, imports, sel_status, sel, tgts))
+           "targets": tgts, "queue": queue}
+    text = report(info, groups, r, nvml, imports, sel_status, sel, tgts)
+    burst = "\nQueue burst (benchmarks/queue_burst.py)\n  " + queue.get("summary", queue.get("status", "")) + "\n"
+    sys.stdout.write(text.replace("\nTargets\n", burst + "\nTargets\n", 1))
     if args.compare:
         try:
             with open(args.compare, encoding="utf-8") as fh:

@@ -72,3 +72,25 @@ def test_planted_dead_and_junk_tickets_neither_block_nor_reorder_the_queue(share
     assert order.read_text() == "first\nsecond\n"
     assert (locks / "ticket-999999999999-1").exists()  # it could not be removed, and blocked no one
     assert not [p for p in os.listdir(locks) if re.fullmatch(r"ticket-\d+-\d+-[0-9a-f]+", p)]  # theirs are gone
+
+
+def test_waiters_do_not_wait_for_the_poll_interval_when_a_gpu_frees_or_their_turn_comes(tmp_path: Path) -> None:
+    """A freed GPU and a waiter ahead leaving wake the next waiter by themselves, not the next re-read.
+
+    With a 10-minute poll interval, both waiters finishing well within the timeout shows it.
+    """
+    locks, release, order = tmp_path / "locks", tmp_path / "release", tmp_path / "order.txt"
+    one = _one_gpu(tmp_path)
+    slow = env(locks, GPULAUNCH_POLL_INTERVAL="600")
+    holder = start(["--snapshot", str(one), "--gpus", "0", "--", "python3", "-c", HOLD, str(release)], locks)
+    Lines(holder.stdout).wait("CVD=0")
+    first = start(["--snapshot", str(one), "--auto", "1", "--wait", "--", "python3", "-c", NOTE, str(order), "a"],
+                  env=slow)
+    Lines(first.stderr).wait("waiting")
+    second = start(["--snapshot", str(one), "--auto", "1", "--wait", "--", "python3", "-c", NOTE, str(order), "b"],
+                   env=slow)
+    Lines(second.stderr).wait("1 waiter ahead")
+    release.touch()
+    assert holder.wait(timeout=60) == 0
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    assert order.read_text() == "a\nb\n"
