@@ -76,10 +76,10 @@ def test_the_same_pid_number_in_another_pid_namespace_is_not_the_holder(tmp_path
 ATTACK = """
 import json, os, subprocess, sys
 path, argv = sys.argv[1], sys.argv[2:]
-fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # the lock file is 0666: anyone may write it
+fd = os.open(path, os.O_RDWR | os.O_TRUNC)  # the lock file is 0666: anyone may write it
 os.write(fd, (json.dumps({"pid": os.getpid(), "user": "nobody"}) + "\\n").encode())
-os.close(fd)
-r = subprocess.run(argv, capture_output=True, text=True)
+os.set_inheritable(fd, True)  # and keep it open, handed down: a descriptor on the file, but not the lock
+r = subprocess.run(argv, capture_output=True, text=True, pass_fds=(fd,))
 print("rc", r.returncode)
 print(r.stderr)
 """
