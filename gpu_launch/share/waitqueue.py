@@ -173,8 +173,8 @@ class Ticket:
 
     def _watch(self, name: str | None) -> None:
         """Start watching the live ticket just ahead (a new one only when it changed)."""
-        if name == self._ahead:
-            return
+        if name == self._ahead and self._turn is not None and not self._turn.is_set():
+            return  # already watching it (a set event for a ticket still live: the watch failed, watch again)
         import threading  # only waiters pay for it
 
         self._ahead = name
