@@ -7,7 +7,6 @@ world-writable lock file and whatever pid numbers another PID namespace happens 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
