@@ -1,7 +1,9 @@
 """GPU reservations: one ``flock`` per GPU that lives exactly as long as the job.
 
 Every GPU (or MIG device) has one lock file, named by its UUID, in a lock directory shared by all
-users of the machine (default ``/tmp/gpulaunch-locks``; ``--lock-dir`` / ``GPULAUNCH_LOCK_DIR``).
+users of the machine (``--lock-dir`` / ``GPULAUNCH_LOCK_DIR`` / config file, else the hardened
+``/var/lib/gpulaunch/locks`` an admin made with ``gpulaunch locks init`` if it exists, else
+``/tmp/gpulaunch-locks``).
 A job holds an exclusive ``flock`` on the files of its GPUs. The descriptors are made inheritable
 just before exec, so the command itself holds them: the kernel drops the locks when the last
 process holding them exits, crashes or is killed. No daemon, no stale locks, no cleanup step.
@@ -15,14 +17,18 @@ Safety on a directory every user can write to:
   so its owner alone cannot have made it a trap; anything else is a clear error.
 * Lock files are opened with ``O_NOFOLLOW``: a symlink planted at a lock path is refused, never
   followed (it could otherwise make gpulaunch create or truncate a file of the victim's).
-  Anything that is not a regular file is refused too.
+  Anything that is not a regular file is refused too, as is a file we cannot open read-write:
+  that GPU alone becomes *unavailable for reservation* (:class:`Unusable`); the others go on.
+* In the sticky /tmp kind, whoever created a lock file can still remove or rename it; only the
+  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that.
 * An existing file is opened without ``O_CREAT`` first, so Linux's ``fs.protected_regular``
   (which forbids ``O_CREAT`` on another user's file in a sticky directory) does not get in the way;
   a new one is created ``O_EXCL`` and ``fchmod``-ed to 0666 so every user can lock it later.
 
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
-what counts.
+what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
+job's reservations from lock descriptors (:func:`own_reservations`).
 """
 
 from __future__ import annotations
