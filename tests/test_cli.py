@@ -176,7 +176,8 @@ def test_ls_shows_free_memory_right_after_the_name():
         header = lines[1]
         assert header.split()[:3] == ["GPU", "NAME", "FREE"]
         start = header.index("FREE")
-        free = [line[start:header.index("MEMORY")].strip() for line in lines[2:] if line.strip()]
+        rows = [line for line in lines[2:] if line.strip() and not line.startswith("lock dir: ")]
+        free = [line[start:header.index("MEMORY")].strip() for line in rows]
         expected = []
         for gpu in doc["gpus"]:
             expected.append(fmt_mib(gpu["memory_free_mib"]))
