@@ -1,3 +1,49 @@
-"""gpulaunch: put a command on the right NVIDIA GPUs."""
+"""gpulaunch: put a command on the right NVIDIA GPUs.
+
+From Python (a script or a notebook), before CUDA starts::
+
+    import gpu_launch
+    gpus = gpu_launch.use(2, min_free="20GiB")   # choose, reserve for this process, set CUDA_VISIBLE_DEVICES
+
+See :mod:`gpu_launch.api`. Importing the package imports nothing else: the API and the errors are
+loaded on first use (``gpulaunch`` itself starts with this module, and every millisecond counts).
+"""
 
 __version__ = "0.1.0"
+
+#: name -> the module that defines it, imported on first access (PEP 562)
+_LAZY = {
+    **dict.fromkeys(("use", "select", "reserve", "release", "held", "cuda_started", "Device",
+                     "Reservation"), "gpu_launch.api"),
+    **dict.fromkeys(("GpuLaunchError", "UsageError", "SnapshotError", "ConfigError", "LockDirError",
+                     "NotEnoughGpus", "WaitTimeout", "ReservationConflict", "Reserved", "NvmlUnavailable",
+                     "NoDriver", "CudaAlreadyInitialized", "Interrupted", "ExitCode"), "gpu_launch.errors"),
+}
+
+__all__ = ["__version__", "machine", *_LAZY]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically
+    from gpu_launch.api import (Device, Reservation, cuda_started, held, machine, release, reserve, select,
+                                use)
+    from gpu_launch.errors import (ConfigError, CudaAlreadyInitialized, ExitCode, GpuLaunchError, Interrupted,
+                                   LockDirError, NoDriver, NotEnoughGpus, NvmlUnavailable, Reserved,
+                                   ReservationConflict, SnapshotError, UsageError, WaitTimeout)
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name == "machine":
+        # The subpackage, which is callable: gpu_launch.machine() is the API's machine() (machine/__init__.py).
+        return importlib.import_module("gpu_launch.machine")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpu_launch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

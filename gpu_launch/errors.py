@@ -3,6 +3,9 @@
 Every failure gpulaunch reports is a :class:`GpuLaunchError` carrying a one-line message, an
 optional hint (the fix) and an exit code. Only ``cli.main`` catches them and prints them; library
 code never calls ``sys.exit``. Once the command has been exec'd, the exit code is the command's own.
+The Python API (:mod:`gpu_launch.api`) raises the same exceptions as they are; they are exported
+from ``gpu_launch`` itself, with the short names ``Reserved`` and ``NoDriver`` for
+:class:`ReservationConflict` and :class:`NvmlUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ __all__ = [
     "NotExecutable",
     "Interrupted",
     "ConfigError",
+    "CudaAlreadyInitialized",
+    "Reserved",
+    "NoDriver",
 ]
 
 
@@ -119,3 +125,18 @@ class ConfigError(GpuLaunchError):
     """A bad config file or GPULAUNCH_* variable; the message names the file, line and key."""
 
     exit_code = ExitCode.BAD_FILE
+
+
+class CudaAlreadyInitialized(GpuLaunchError):
+    """The Python API was asked to set ``CUDA_VISIBLE_DEVICES`` in a process where CUDA already started.
+
+    CUDA reads the variable once, when it initialises; changing it afterwards silently does nothing.
+    Never raised by the command line, which sets the variables for a new process.
+    """
+
+    exit_code = ExitCode.USAGE
+
+
+#: The names the Python API documents (``except gpu_launch.Reserved``); the same classes.
+Reserved = ReservationConflict
+NoDriver = NvmlUnavailable

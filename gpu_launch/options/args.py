@@ -10,7 +10,7 @@ path's start-up near the interpreter's floor and gives exactly these pass-throug
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpu_launch.choose import spec
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
-           "COMMAND_EXAMPLES", "options_for"]
+           "COMMAND_EXAMPLES", "options_for", "invocation"]
 
 RUN = "run"
 SUBCOMMANDS: dict[str, str] = {
@@ -300,7 +300,8 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
     return nxt
 
 
-def _finish(command: str, options: dict[str, Any], positionals: list[str], argv: tuple[str, ...]) -> Invocation:
+def _finish(command: str, options: dict[str, Any], positionals: list[str], argv: tuple[str, ...],
+            names: Mapping[str, str] | None = None) -> Invocation:
     given: dict[str, str] = options.pop("_given", {})
     for dest in options:
         opt = next(o for o in OPTIONS if o.dest == dest)
@@ -311,14 +312,28 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
                      else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
-    chosen = [f"--{d.replace('_', '-')}" for d in ("gpus", "auto", "fit") if d in options]
+
+    def name(dest: str) -> str:
+        return (names or {}).get(dest) or f"--{dest.replace('_', '-')}"
+
+    chosen = [name(d) for d in ("gpus", "auto", "fit") if d in options]
     if len(chosen) > 1:
-        raise UsageError(f"{' and '.join(chosen)} cannot be used together", hint="name GPUs with --gpus, or let --auto/--fit pick them")
-    if "gpus" in options and "mig" in options:
-        raise UsageError("--mig makes no sense with --gpus", hint="name the MIG device by its MIG- UUID in --gpus, or use --auto 1 --mig")
+        raise UsageError(f"{' and '.join(chosen)} cannot be used together",
+                         hint=f"name GPUs with {name('gpus')}, or let {name('auto')}/{name('fit')} pick them")
+    if "gpus" in options and options.get("mig"):  # (the Python API may pass mig=False)
+        raise UsageError(f"{name('mig')} makes no sense with {name('gpus')}",
+                         hint=f"name the MIG device by its MIG- UUID in {name('gpus')}, or use --auto 1 --mig")
     if "gpus" in options and "exclude" in options:
-        raise UsageError("--exclude makes no sense with --gpus", hint="leave the GPU out of --gpus instead")
+        raise UsageError(f"{name('exclude')} makes no sense with {name('gpus')}",
+                         hint=f"leave the GPU out of {name('gpus')} instead")
     return Invocation(command, options, tuple(positionals), argv, frozenset(options))
+
+
+def invocation(command: str, options: Mapping[str, Any], names: Mapping[str, str] | None = None) -> Invocation:
+    """An invocation of ``command`` from option values already converted (the Python API builds its
+    requests so), checked as the command line is checked. ``names`` says how the caller spelled
+    each option (``{"auto": "n"}``), for the messages; by default the long flag."""
+    return _finish(command, {**options, "_given": dict(names or {})}, [], (), names)
 
 
 EXAMPLES = (

@@ -86,6 +86,9 @@ class Locking:
 
     lock_dir: str
     take: bool = True
+    #: UUIDs this process holds already (the Python API's ``use()``): they count as its own, as a
+    #: parent job's do, so a choice made inside this process may use them and locks them no second time.
+    own: frozenset[str] = frozenset()
 
     @staticmethod
     def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
@@ -185,8 +188,9 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     found, unusable = reservations.scan(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
     # GPUs that job holds: they are its own, as its lock descriptors (not the files' text) prove.
-    # It takes no second lock on them.
+    # It takes no second lock on them; nor on those this very process holds already (``locking.own``).
     own = reservations.own_reservations(locking.lock_dir, found) if found else frozenset()
+    own = own | (locking.own & found.keys())
     reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())

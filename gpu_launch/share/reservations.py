@@ -561,14 +561,18 @@ def try_lock(lock_dir: str, uuid: str) -> int | None:
     """Take ``uuid``'s reservation: the locked descriptor, or None when someone else holds it."""
     fd = open_shared(lock_path(lock_dir, uuid))
     assert fd is not None
-    for delay in (*_RETRY_DELAYS, None):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if delay is None:
-                break
-            time.sleep(delay)
+    try:
+        for delay in (*_RETRY_DELAYS, None):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if delay is None:
+                    break
+                time.sleep(delay)
+    except BaseException:  # interrupted (Ctrl-C) between the open and the return: hold nothing
+        os.close(fd)
+        raise
     os.close(fd)
     return None
 
@@ -608,17 +612,22 @@ class Reservation:
 def lock_all(lock_dir: str, uuids: Sequence[str]) -> Reservation | str:
     """Lock every one of ``uuids`` or none: the Reservation, or the UUID that was lost to someone."""
     taken: dict[str, int] = {}
-    for uuid in uuids:
-        if uuid in taken:
-            continue
-        try:
-            fd = try_lock(lock_dir, uuid)
-        except LockDirError as exc:
-            Reservation(lock_dir, taken).release()
-            exc.uuid = uuid  # type: ignore[attr-defined]  # which device's file, for the caller
-            raise
-        if fd is None:
-            Reservation(lock_dir, taken).release()
-            return uuid
-        taken[uuid] = fd
+    try:
+        for uuid in uuids:
+            if uuid in taken:
+                continue
+            try:
+                fd = try_lock(lock_dir, uuid)
+            except LockDirError as exc:
+                exc.uuid = uuid  # type: ignore[attr-defined]  # which device's file, for the caller
+                raise
+            if fd is None:
+                Reservation(lock_dir, taken).release()
+                return uuid
+            taken[uuid] = fd
+    except BaseException:
+        # An unusable lock file, Ctrl-C (a notebook's kernel interrupt) or any error half-way: give
+        # back what was taken.
+        Reservation(lock_dir, taken).release()
+        raise
     return Reservation(lock_dir, taken)

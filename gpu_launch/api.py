@@ -1,0 +1,424 @@
+"""Pick and hold GPUs from Python — a script or a notebook — before CUDA starts.
+
+::
+
+    import gpu_launch
+
+    gpus = gpu_launch.use(2, min_free="20GiB")      # choose, reserve, set the environment
+    import torch                                     # sees exactly those GPUs, as cuda:0 and cuda:1
+
+    devs = gpu_launch.select(2, idle=True)           # choose only: no reservation, no environment change
+    m = gpu_launch.machine()                         # the machine model (NVML, or snapshot=...)
+    with gpu_launch.reserve(gpus="4-7", wait="30m") as r:   # hold for a block; r.env for subprocesses
+        subprocess.run(cmd, env={**os.environ, **r.env})
+
+Every function takes the options of a launch under their Python names (``n`` is ``--auto``) and
+means what the command line means: the values go through the command line's own converters
+(``"20GiB"``, ``"30m"``, ``"4-7"``), defaults come from ``GPULAUNCH_*`` variables and the config
+file as for ``gpulaunch``, and the choice is made by the same code
+(:mod:`gpu_launch.share.pick`), within what an inherited ``CUDA_VISIBLE_DEVICES`` allows. Python
+values are accepted too: an int or a list of ints for ``gpus``/``exclude``, bytes (int) for
+sizes, seconds (int/float, ``datetime.timedelta``) or ``True`` (for ever) for ``wait``. A flag
+left at ``None`` takes the configured default (off unless ``GPULAUNCH_IDLE=1`` and so on).
+
+Errors are the command line's, raised as they are: :class:`~gpu_launch.errors.GpuLaunchError` and
+its subclasses (``NotEnoughGpus``, ``Reserved``, ``WaitTimeout``, ``NoDriver``, ``UsageError``,
+``CudaAlreadyInitialized``, ...), each with ``message``, ``hint`` and the CLI's ``exit_code``.
+Ctrl-C (a kernel interrupt) while waiting raises ``KeyboardInterrupt`` with nothing held.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import timedelta
+    from types import TracebackType
+    from typing import Any, TypeAlias
+
+    from gpu_launch.machine.model import Device as ModelDevice
+    from gpu_launch.machine.model import Machine
+    from gpu_launch.options.args import Invocation
+    from gpu_launch.share.acquire import Acquired
+    from gpu_launch.share.reservations import Reservation as Locks
+    from gpu_launch.units import Size
+
+    #: GPUs as ``gpulaunch ls`` numbers them: ``"4-7"``, ``"0,2"``, ``"all"``, UUIDs, ``3``, ``[3, 1]``.
+    GpuSpec: TypeAlias = "str | int | Sequence[int | str]"
+    #: Memory: ``"20GiB"``, ``"512MiB"``, ``"20GB"``, ``"80%"``, or bytes as an int.
+    SizeSpec: TypeAlias = "str | int | Size"
+    #: ``None``/``False``: do not wait; ``True``: for ever; seconds; ``"30m"``; a timedelta.
+    WaitSpec: TypeAlias = "bool | float | str | timedelta | None"
+    PathSpec: TypeAlias = "str | os.PathLike[str]"
+
+__all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started"]
+
+#: The variables ``use()`` sets in ``os.environ`` (the ones a launch sets for its command).
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device you were given, in CUDA order: ``devices[i]`` is ``cuda:i`` once the variables apply.
+
+    ``index`` is the physical number (``gpulaunch ls``, ``nvidia-smi``); ``uuid`` names the GPU,
+    or the MIG device, in every view; memory is in MiB as read when it was chosen (None: unknown).
+    """
+
+    cuda: str  # "cuda:0": what torch.device() and friends take
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str | None
+    memory_total_mib: int | None
+    memory_free_mib: int | None
+    mig_profile: str | None = None  # "1g.10gb" for a MIG device, None for a whole GPU
+
+    def __str__(self) -> str:
+        what = f"GPU {self.index}" + (f" MIG {self.mig_profile or self.uuid}" if self.mig_profile or
+                                      self.uuid.startswith("MIG-") else "")
+        return f"{self.cuda} → {what}  {self.name}"
+
+
+def _devices(devices: Sequence[ModelDevice]) -> tuple[Device, ...]:
+    return tuple(Device(f"cuda:{i}", d.gpu.index, d.uuid, d.gpu.name, d.gpu.pci_bus_id, d.memory_total_mib,
+                        d.memory_free_mib, d.mig.profile if d.mig is not None else None)
+                 for i, d in enumerate(devices))
+
+
+# --- is CUDA already running here? ----------------------------------------------------------------
+
+def cuda_started() -> str | None:
+    """Why CUDA counts as initialised in this process (None: it does not). Imports nothing new.
+
+    CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, so after that changing the variable
+    silently does nothing. Two signs: the driver library ``libcuda.so`` is mapped into this
+    process (``/proc/self/maps``), or an already imported torch says ``torch.cuda.is_initialized()``.
+    A torch that was merely imported is fine: it starts CUDA at its first use.
+    """
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            for line in maps:
+                if b"libcuda.so" in line:
+                    path = line.split(maxsplit=5)[-1].strip().decode("utf-8", "replace")
+                    return f"the CUDA driver is loaded ({path})"
+    except OSError:
+        pass  # no /proc (not Linux): only the torch check can tell
+    torch = sys.modules.get("torch")
+    is_initialized = getattr(getattr(torch, "cuda", None), "is_initialized", None)
+    if callable(is_initialized):
+        try:
+            if is_initialized():
+                return "torch.cuda.is_initialized() is True"
+        except Exception:  # a half-imported or odd torch: no sign either way
+            pass
+    return None
+
+
+def _refuse_if_cuda_started(what: str) -> None:
+    why = cuda_started()
+    if why is not None:
+        raise CudaAlreadyInitialized(
+            f"{what}: CUDA is already initialised in this process: {why}; CUDA_VISIBLE_DEVICES set now "
+            "would have no effect",
+            hint="restart the kernel (or the Python process) and call gpu_launch.use() first, before anything "
+                 "touches CUDA; or start the work in a new process with gpu_launch.reserve() and r.env")
+
+
+# --- keyword arguments -> an invocation, through the command line's converters ---------------------
+
+#: option dest -> the keyword argument's name, where they differ
+_NAMES = {"auto": "n"}
+
+
+def _pythonic(exc: UsageError, name: str) -> UsageError:
+    """The converter's hint spells a flag (``e.g. n 2``); here it is a keyword argument (``n=2``)."""
+    if exc.hint:
+        exc.hint = exc.hint.replace(f"{name} ", f"{name}=")
+    return exc
+
+
+def _convert(dest: str, name: str, value: object) -> object:
+    """The option value for ``value``: strings as the command line reads them, Python values as documented."""
+    from gpu_launch.options.args import OPTIONS
+
+    opt = next(o for o in OPTIONS if o.dest == dest)
+    text: str
+    if isinstance(value, str):
+        text = value
+    elif dest in ("snapshot", "lock_dir") and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    elif isinstance(value, bool) and dest in ("idle", "mig", "uuid", "quiet"):
+        return value
+    elif dest == "wait":
+        return _wait_seconds(value, name)
+    elif isinstance(value, bool):
+        raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {value!r}")
+    elif dest in ("fit", "min_free"):
+        return _size(value, name)
+    elif dest in ("gpus", "exclude") and isinstance(value, int):
+        text = str(value)
+    elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):
+        if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
+            raise UsageError(f"{name}: expected GPU indices or UUIDs, got {value!r}", hint=f"e.g. {name}=[0, 1]")
+        text = ",".join(str(v) for v in value)
+    elif dest in ("auto", "max_util") and isinstance(value, int):
+        text = str(value)
+    else:
+        raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {type(value).__name__}",
+                         hint=f"e.g. {name}={_EXAMPLES.get(dest, repr('...'))}")
+    if opt.convert is None or not opt.takes_value:
+        return text
+    try:
+        return opt.convert(text, name)
+    except UsageError as exc:
+        raise _pythonic(exc, name) from None
+
+
+_WANTED = {"auto": "a whole number", "gpus": "GPU indices or UUIDs", "exclude": "GPU indices or UUIDs",
+           "fit": "a size", "min_free": "a size", "max_util": "a percentage", "snapshot": "a file or example name",
+           "lock_dir": "a directory", "idle": "True or False", "mig": "True or False", "uuid": "True or False",
+           "quiet": "True or False"}
+_EXAMPLES = {"auto": "2", "gpus": '"4-7"', "exclude": "[0]", "fit": '"60GiB"', "min_free": '"20GiB"',
+             "max_util": "30", "snapshot": '"dgx-h100"', "lock_dir": '"/tmp/gpulaunch-locks"', "idle": "True",
+             "mig": "True", "uuid": "True", "quiet": "True"}
+
+
+def _size(value: object, name: str) -> Size:
+    from gpu_launch.units import Size
+
+    if isinstance(value, Size):
+        return value
+    if not isinstance(value, (int, float)) or value != value or value < 0 or value == float("inf"):
+        raise UsageError(f"{name}: {value!r} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')
+    return Size(mib=value / _MIB)
+
+
+def _wait_seconds(value: object, name: str) -> float | None:
+    from datetime import timedelta
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return float("inf")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, str):
+        from gpu_launch.units import parse_duration
+
+        try:
+            return parse_duration(value, name)
+        except UsageError as exc:
+            raise _pythonic(exc, name) from None
+    if isinstance(value, (int, float)) and value == value and value >= 0:  # value == value: not NaN
+        return float(value)
+    raise UsageError(f"{name}: {value!r} is not a duration",
+                     hint=f'seconds, True (for ever), or text: {name}="30m"')
+
+
+def _invocation(command: str, given: dict[str, object]) -> Invocation:
+    """The invocation the keyword arguments ``given`` (by option dest; None: not given) make, defaults filled in."""
+    from gpu_launch.options import args, config
+
+    options: dict[str, Any] = {}
+    names = {dest: _NAMES.get(dest, dest) for dest in given}  # for the messages: n, not --auto
+    for dest, value in given.items():
+        if value is None:
+            continue
+        converted = _convert(dest, names[dest], value)
+        if converted is not None or value is False:  # wait=False: no wait, whatever the defaults say
+            options[dest] = converted
+    inv = args.invocation(command, options, names)
+    return config.apply(inv, os.environ)  # as for gpulaunch: GPULAUNCH_* variables, then the config file
+
+
+# --- choosing and holding --------------------------------------------------------------------------
+
+def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acquired, dict[str, str]]:
+    """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
+    acquired and the variables to set."""
+    from gpu_launch.run.environment import SET_VARIABLES
+    from gpu_launch.share import acquire, pick
+
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"))
+    if _HELD.locks is not None:  # what use() holds is this process's own: choose within it, as a job inside a job
+        from dataclasses import replace
+
+        locking = replace(locking, own=frozenset(_HELD.locks.uuids))
+    _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
+                                          choose_only=choose_only)
+    try:
+        if got.fallback_reason is not None and not inv.get("quiet"):
+            print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
+            print("gpulaunch: fallback cpu: no GPU visible (CUDA_VISIBLE_DEVICES= empty)", file=sys.stderr)
+        if vis is not None:
+            pick.tell(inv, vis, got.selection, env)
+        if got.reservation is not None:
+            # `gpulaunch ls` names this process (a notebook's kernel) as the holder.
+            got.reservation.record(os.getpid(), _command_line())
+    except BaseException:
+        if got.reservation is not None:
+            got.reservation.release()
+        raise
+    return got, {name: env[name] for name in SET_VARIABLES}
+
+
+def _command_line() -> list[str]:
+    return list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+
+
+class _Held:
+    """What ``use()`` holds: the locks, and the variables as they were before it set them."""
+
+    def __init__(self) -> None:
+        self.locks: Locks | None = None
+        self.devices: tuple[Device, ...] = ()
+        self.saved: dict[str, str | None] | None = None  # None: use() has not changed os.environ
+
+
+_HELD = _Held()
+
+
+def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | None = None,
+        min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
+        exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
+        wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
+        quiet: bool | None = None) -> tuple[Device, ...]:
+    """Choose GPUs, reserve them for the life of this process, and point CUDA at them.
+
+    Sets ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``GPULAUNCH_GPUS`` in
+    ``os.environ`` and prints the ``cuda:i → GPU`` table on stderr (unless ``quiet``). Call it
+    before anything starts CUDA: it raises :class:`CudaAlreadyInitialized` otherwise, changing
+    nothing. The reservation (a ``flock`` on each GPU's lock file, naming this process) lasts until
+    the process ends — a kernel restart ends it — or :func:`release`. A second call releases the
+    first choice, and restores the variables, before it chooses again.
+
+    ``n`` GPUs (default 1), or ``gpus=`` by number, or ``fit=`` the fewest that hold a size; the
+    constraints and ``wait=`` as for ``gpulaunch``. Returns the devices in CUDA order.
+    """
+    _refuse_if_cuda_started("use()")
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
+                              "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+    release()  # the first choice goes, and the parent's variables come back, before choosing again
+    saved = {name: os.environ.get(name) for name in VARIABLES}
+    got, variables = _choose(inv, take=True)
+    _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, _devices(got.selection.devices), saved
+    os.environ.update(variables)
+    return _HELD.devices
+
+
+def release() -> None:
+    """Give back what :func:`use` holds and restore the variables it set. Nothing held: nothing to do."""
+    if _HELD.locks is not None:
+        _HELD.locks.release()
+        _HELD.locks = None
+    if _HELD.saved is not None:
+        for name, value in _HELD.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _HELD.saved = None
+    _HELD.devices = ()
+
+
+def held() -> tuple[Device, ...]:
+    """The devices :func:`use` holds now (empty before it or after :func:`release`)."""
+    return _HELD.devices
+
+
+def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | None = None,
+           min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
+           exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
+           wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
+           quiet: bool | None = None) -> tuple[Device, ...]:
+    """Choose only, as ``gpulaunch env`` does: no reservation, no change to ``os.environ``.
+
+    GPUs that other gpulaunch jobs reserved are skipped (``gpus=`` on one only warns), but nothing
+    keeps the chosen ones for you. ``wait=`` waits until the request can be met. Prints the mapping
+    table on stderr unless ``quiet``.
+    """
+    inv = _invocation("env", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "snapshot": snapshot,
+                              "lock_dir": lock_dir, "quiet": quiet})
+    seconds = _wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
+    if seconds is not None:
+        from dataclasses import replace
+
+        inv = replace(inv, options={**inv.options, "wait": seconds})
+    got, _variables = _choose(inv, take=False, choose_only=True)
+    return _devices(got.selection.devices)
+
+
+class Reservation:
+    """GPUs held for a block (:func:`reserve`): ``devices``, and ``env``, the variables for a subprocess.
+
+    ``subprocess.run(cmd, env={**os.environ, **r.env})`` runs ``cmd`` on them. The lock descriptors
+    stay in this process (they are not inherited), so the reservation ends with the block, at
+    :meth:`release`, or when this process ends, whichever comes first.
+    """
+
+    def __init__(self, devices: tuple[Device, ...], env: dict[str, str], locks: Locks | None) -> None:
+        self.devices = devices
+        self.env = env
+        self._locks = locks
+
+    @property
+    def held(self) -> bool:
+        return self._locks is not None
+
+    def release(self) -> None:
+        """Give the GPUs back (again: nothing happens)."""
+        if self._locks is not None:
+            self._locks.release()
+            self._locks = None
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "released"
+        gpus = ", ".join(f"GPU {d.index}" for d in self.devices) or "no GPU"
+        return f"<gpu_launch.Reservation {gpus} ({state}) CUDA_VISIBLE_DEVICES={self.env['CUDA_VISIBLE_DEVICES']}>"
+
+
+def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | None = None,
+            min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
+            exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
+            wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
+            quiet: bool | None = None) -> Reservation:
+    """Choose and reserve GPUs for other processes, leaving this one's environment alone.
+
+    Use it as a context manager (``with gpu_launch.reserve(2) as r:``), or call ``r.release()``.
+    Options as for :func:`use`. This process's CUDA may already be running: the variables are for
+    the subprocesses you start with ``r.env``.
+    """
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
+                              "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+    got, variables = _choose(inv, take=True)
+    return Reservation(_devices(got.selection.devices), variables, got.reservation)
+
+
+def machine(snapshot: PathSpec | None = None) -> Machine:
+    """The machine model: every GPU with memory, load, processes, MIG devices and links.
+
+    Read from NVML, or from ``snapshot`` (a file written by ``gpulaunch ls --json``, or a bundled
+    example like ``"dgx-h100"``; default ``GPULAUNCH_SNAPSHOT``). See :mod:`gpu_launch.machine.model`.
+    """
+    from gpu_launch.share import pick
+
+    inv = _invocation("ls", {"snapshot": snapshot})
+    return pick.read_machine(inv, processes=True, topology=True, process_details=True)
