@@ -23,12 +23,16 @@ _LAZY = {
 __all__ = ["__version__", "machine", *_LAZY]
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically
-    from gpu_launch.api import (Device, Reservation, cuda_started, held, machine, release, reserve, select,
-                                use)
-    from gpu_launch.errors import (ConfigError, CudaAlreadyInitialized, ExitCode, GpuLaunchError, Interrupted,
-                                   LockDirError, NoDriver, NotEnoughGpus, NvmlUnavailable, Reserved,
-                                   ReservationConflict, SnapshotError, UsageError, WaitTimeout)
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically ("X as X": re-exported)
+    from gpu_launch.api import machine as machine
+    from gpu_launch.api import Device as Device, Reservation as Reservation, cuda_started as cuda_started
+    from gpu_launch.api import held as held, release as release, reserve as reserve, select as select, use as use
+    from gpu_launch.errors import ConfigError as ConfigError, CudaAlreadyInitialized as CudaAlreadyInitialized
+    from gpu_launch.errors import ExitCode as ExitCode, GpuLaunchError as GpuLaunchError, Interrupted as Interrupted
+    from gpu_launch.errors import LockDirError as LockDirError, NoDriver as NoDriver, NotEnoughGpus as NotEnoughGpus
+    from gpu_launch.errors import NvmlUnavailable as NvmlUnavailable, Reserved as Reserved
+    from gpu_launch.errors import ReservationConflict as ReservationConflict, SnapshotError as SnapshotError
+    from gpu_launch.errors import UsageError as UsageError, WaitTimeout as WaitTimeout
 
 
 def __getattr__(name: str) -> object:

@@ -5,12 +5,20 @@ package attribute of that name would otherwise hide (or be hidden by) the functi
 :func:`gpu_launch.api.machine`.
 """
 
+from __future__ import annotations
+
 import sys
 from types import ModuleType
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from os import PathLike
+
+    from gpu_launch.machine.model import Machine
+
 
 class _Callable(ModuleType):
-    def __call__(self, snapshot=None):  # type: ignore[no-untyped-def]
+    def __call__(self, snapshot: str | PathLike[str] | None = None) -> Machine:
         """The machine model, from NVML or ``snapshot``: :func:`gpu_launch.api.machine`."""
         from gpu_launch import api  # the public API's function; only this call reaches up to it
 
