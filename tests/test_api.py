@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from api_helpers import SNAP, cli, hold
 from cli_run import ROOT, clean_env
 
-SNAP = "dgx-h100"  # GPUs 0, 1 busy, 5 partly used: use(2) takes 2 and 3
 DONE = "<<done>>"
 
 # The child: runs each line it is sent, then prints DONE (or the exception as JSON, then DONE).
@@ -121,23 +122,6 @@ def py(tmp_path: Path, locks: str):
         if child.proc.poll() is None:
             child.proc.kill()
         child.close()
-
-
-def cli(locks: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m gpu_launch --snapshot dgx-h100 --lock-dir LOCKS ARGS``, as another user of the machine would."""
-    return subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", SNAP, "--lock-dir", locks, *args],
-                          capture_output=True, text=True, env=clean_env({"NO_COLOR": "1"}), timeout=timeout, cwd=ROOT)
-
-
-def hold(locks: str, gpus: str) -> subprocess.Popen[str]:
-    """Another job holding ``gpus`` (a real launch of ``sleep``) until killed."""
-    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", SNAP, "--lock-dir", locks, "-q",
-                             "--gpus", gpus, "--", "sleep", "120"], env=clean_env(), cwd=ROOT)
-    deadline = time.monotonic() + 30
-    while f"(pid {proc.pid}, " not in cli(locks, "ls").stdout:  # ls only looks: it never takes a lock
-        assert time.monotonic() < deadline and proc.poll() is None, "the holder did not take its GPUs"
-        time.sleep(0.05)
-    return proc
 
 
 ENV_NOW = "{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'GPULAUNCH_GPUS')}"
@@ -403,7 +387,7 @@ def test_waiting_prints_the_status_and_takes_the_gpu_when_it_frees(py, locks: st
     holder.wait()
     assert child.collect(timeout=60) == []
     err = child.stderr()
-    waiting = [line for line in err.splitlines() if line.startswith("gpulaunch: waiting 0s: GPU 4 is reserved by ")]
+    waiting = [line for line in err.splitlines() if re.match(r"gpulaunch: waiting \d+s: GPU 4 is reserved by ", line)]
     assert len(waiting) == 1 and f"(pid {holder.pid}: " in waiting[0]  # plain lines (no tty), when it changes
     assert "gpulaunch: CUDA_VISIBLE_DEVICES=4" in err
     assert cli(locks, "--gpus", "4", "--", "true").returncode == 6  # now the child holds it

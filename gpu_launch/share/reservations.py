@@ -313,7 +313,8 @@ class Holder:
             bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
         detail = ", ".join(bits)
         if self.command:
-            command = self.command if len(self.command) <= 40 else self.command[:39] + "…"
+            command = " ".join(self.command.split())  # one line: `python -c '<code>'` may hold newlines
+            command = command if len(command) <= 40 else command[:39] + "…"
             detail += f": {command}"
         return f"{self.user or '?'} ({detail})"
 
