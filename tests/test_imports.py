@@ -219,3 +219,32 @@ def test_a_launch_names_who_is_on_a_busy_gpu_without_psutil(fake_pynvml_dir: Pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"gpulaunch: warning: GPU 0 is busy by {pwd.getpwuid(os.getuid()).pw_name} (95% utilisation" in proc.stderr
     assert "psutil" not in top_level(modules)
+
+
+# -- the Python API (gpu_launch.use & co.) ---------------------------------------------------------
+
+def _python_importtime(code: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    env = {**_env(), "GPULAUNCH_CONFIG": "", "GPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                          env=env, timeout=60, cwd=tmp_path)
+    return proc, imported_modules(proc.stderr)
+
+
+def test_importing_the_package_imports_nothing_else(tmp_path: Path) -> None:
+    # `import gpu_launch` in a notebook or script costs only the package's own __init__: the API,
+    # the errors and everything else load on first use (module __getattr__).
+    proc, modules = _python_importtime("import gpu_launch; print(gpu_launch.__version__)", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert modules == {"gpu_launch"}
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_python_api_on_a_snapshot_imports_no_rich_pynvml_psutil(quiet: bool, tmp_path: Path) -> None:
+    proc, modules = _python_importtime(
+        f"import gpu_launch, os; gpu_launch.use(2, snapshot='dgx-h100', quiet={quiet}); "
+        "print(os.environ['CUDA_VISIBLE_DEVICES'])", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "2,3\n"
+    assert "gpu_launch.api" in modules and "gpu_launch.share.pick" in modules  # the listing saw the API run
+    assert ("gpu_launch.views.render" in modules) is not quiet  # the mapping table, only when not quiet
+    assert top_level(modules) & set(HEAVY) == set()

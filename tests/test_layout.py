@@ -24,7 +24,7 @@ LAYERS = {
 #: The public façade: ``gpu_launch.use()`` & co. are re-exported by the package (lazily, on first
 #: access), and the ``gpu_launch.machine`` package is callable as the API's ``machine()``. These are
 #: the only imports allowed to point up; nothing below uses them, so they make no cycle either.
-FACADE = {("gpu_launch", "gpu_launch.api"), ("gpu_launch.machine", "gpu_launch.api")}
+FACADE = {("gpu_launch", "gpu_launch.api"), ("gpu_launch", "gpu_launch.machine"), ("gpu_launch.machine", "gpu_launch.api")}
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -1,6 +1,7 @@
 """How a user's code calls the Python API; tests/test_api_types.py runs mypy on it (never imported).
 
-Every line must type-check, and every ``# E:`` line must not: the signatures are what is tested.
+Every line must type-check, except those whose comment starts with E (an error expected):
+the signatures are what is tested.
 """
 
 from __future__ import annotations
