@@ -35,6 +35,7 @@ def test_wheel_contains_the_examples_and_the_entry_point(wheel: Path) -> None:
     package = Path(__file__).resolve().parent.parent / "gpu_launch"
     sources = {f"gpu_launch/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")}
     assert sources <= set(names), sorted(sources - set(names))
+    assert "gpu_launch/py.typed" in names  # the Python API's types reach users' type checkers
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "gpulaunch = gpu_launch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -47,3 +48,13 @@ def test_installed_wheel_runs_an_example(wheel: Path, tmp_path: Path) -> None:
                           env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert '"CUDA_VISIBLE_DEVICES": "' in proc.stdout
+
+
+def test_installed_wheel_serves_the_python_api(wheel: Path, tmp_path: Path) -> None:
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = ("import gpu_launch, os; d = gpu_launch.use(2, snapshot='dgx-h100', lock_dir='locks', quiet=True); "
+            "print(os.environ['CUDA_VISIBLE_DEVICES'], d[1].cuda)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "2,3 cuda:1\n"
