@@ -151,18 +151,20 @@ def _convert(dest: str, name: str, value: object) -> object:
 
     opt = next(o for o in OPTIONS if o.dest == dest)
     text: str
+    if not opt.takes_value:  # a flag: idle, mig, uuid, quiet ("no" would be a true string)
+        if not isinstance(value, bool):
+            raise UsageError(f"{name}: expected True or False, got {value!r}", hint=f"e.g. {name}=True")
+        return value
     if isinstance(value, str):
         text = value
     elif dest in ("snapshot", "lock_dir") and isinstance(value, os.PathLike):
         return os.fspath(value)
-    elif isinstance(value, bool) and dest in ("idle", "mig", "uuid", "quiet"):
-        return value
     elif dest == "wait":
         return _wait_seconds(value, name)
     elif isinstance(value, bool):
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {value!r}")
     elif dest in ("fit", "min_free"):
-        return _size(value, name)
+        return _size(value, name, allow_percent=dest != "fit")
     elif dest in ("gpus", "exclude") and isinstance(value, int):
         text = str(value)
     elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):
@@ -174,7 +176,7 @@ def _convert(dest: str, name: str, value: object) -> object:
     else:
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {type(value).__name__}",
                          hint=f"e.g. {name}={_EXAMPLES.get(dest, repr('...'))}")
-    if opt.convert is None or not opt.takes_value:
+    if opt.convert is None:
         return text
     try:
         return opt.convert(text, name)
@@ -184,17 +186,17 @@ def _convert(dest: str, name: str, value: object) -> object:
 
 _WANTED = {"auto": "a whole number", "gpus": "GPU indices or UUIDs", "exclude": "GPU indices or UUIDs",
            "fit": "a size", "min_free": "a size", "max_util": "a percentage", "snapshot": "a file or example name",
-           "lock_dir": "a directory", "idle": "True or False", "mig": "True or False", "uuid": "True or False",
-           "quiet": "True or False"}
+           "lock_dir": "a directory"}
 _EXAMPLES = {"auto": "2", "gpus": '"4-7"', "exclude": "[0]", "fit": '"60GiB"', "min_free": '"20GiB"',
-             "max_util": "30", "snapshot": '"dgx-h100"', "lock_dir": '"/tmp/gpulaunch-locks"', "idle": "True",
-             "mig": "True", "uuid": "True", "quiet": "True"}
+             "max_util": "30", "snapshot": '"dgx-h100"', "lock_dir": '"/tmp/gpulaunch-locks"'}
 
 
-def _size(value: object, name: str) -> Size:
+def _size(value: object, name: str, allow_percent: bool) -> Size:
     from gpu_launch.units import Size
 
     if isinstance(value, Size):
+        if value.percent is not None and not allow_percent:
+            raise UsageError(f"{name}: a percentage makes no sense here", hint=f'write it like {name}="60GiB"')
         return value
     if not isinstance(value, (int, float)) or value != value or value < 0 or value == float("inf"):
         raise UsageError(f"{name}: {value!r} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')

@@ -334,6 +334,10 @@ def test_every_error_is_a_gpulaunch_error_with_the_clis_message_hint_and_code(py
                 ("UsageError", 2, "gpus and n cannot be used together", None),
             "gpu_launch.use(gpus=[0.5], snapshot=S, lock_dir=L)":
                 ("UsageError", 2, "gpus: expected GPU indices or UUIDs, got [0.5]", "e.g. gpus=[0, 1]"),
+            "gpu_launch.use(idle='no', snapshot=S, lock_dir=L)":
+                ("UsageError", 2, "idle: expected True or False, got 'no'", "e.g. idle=True"),
+            "gpu_launch.use(fit='50%', snapshot=S, lock_dir=L)":
+                ("UsageError", 2, "fit: a percentage makes no sense here", None),
             "gpu_launch.use(wait='soon', snapshot=S, lock_dir=L)":
                 ("UsageError", 2, "wait: 'soon' is not a duration", "write it like 90s, 30m, 2h or 1h30m"),
             "gpu_launch.use(9, snapshot=S, lock_dir=L)":
@@ -377,14 +381,16 @@ def test_every_error_is_a_gpulaunch_error_with_the_clis_message_hint_and_code(py
 
 def test_waiting_prints_the_status_and_takes_the_gpu_when_it_frees(py, locks: str) -> None:
     holder = hold(locks, "4")
-    child = py()
-    child.send("gpu_launch.use(gpus=4, wait='1m', snapshot=S, lock_dir=L)")
-    deadline = time.monotonic() + 30
-    while "waiting" not in child.stderr():
-        assert time.monotonic() < deadline, child.stderr()
-        time.sleep(0.05)
-    holder.kill()
-    holder.wait()
+    try:
+        child = py()
+        child.send("gpu_launch.use(gpus=4, wait='1m', snapshot=S, lock_dir=L)")
+        deadline = time.monotonic() + 30
+        while "waiting" not in child.stderr():
+            assert time.monotonic() < deadline, child.stderr()
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
     assert child.collect(timeout=60) == []
     err = child.stderr()
     waiting = [line for line in err.splitlines() if re.match(r"gpulaunch: waiting \d+s: GPU 4 is reserved by ", line)]
