@@ -52,7 +52,7 @@ def _which(name: str, path: str) -> str | None:
     As execvp searches: each PATH entry in order (an empty one is the current directory), the
     first existing, executable, non-directory file wins.
     """
-    if not path:
+    if not path or "\0" in name:  # no file name holds a NUL byte (and os.access would raise ValueError)
         return None
     for directory in path.split(os.pathsep):
         candidate = os.path.join(directory, name)
