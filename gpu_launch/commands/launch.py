@@ -76,7 +76,7 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
     return 0
 
 
-def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: list[str]) -> int:
+def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...]) -> int:
     """``--dry-run``: the variables and the command that would be exec'd, on stdout."""
     from gpu_launch.run import environment
     from gpu_launch.views import render
@@ -98,7 +98,7 @@ def _warn_near_misses(argv: tuple[str, ...]) -> None:
               f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
 
 
-def _warn_launcher_overrides(argv: list[str]) -> None:
+def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:
     """``accelerate launch --gpu_ids``/``deepspeed --include`` would replace our CUDA_VISIBLE_DEVICES: say so."""
     from gpu_launch.run import frameworks
 
