@@ -345,7 +345,8 @@ class NvmlBackend:
         if self.needs.processes:
             with self._timed("processes"):
                 processes = self._processes(handle, pids)
-        mig_mode, mig_devices = "unknown", ()
+        mig_mode = "unknown"
+        mig_devices: tuple[MigDevice, ...] = ()
         if self.needs.mig:
             with self._timed("mig"):
                 mig_mode, mig_devices = self._mig(handle)
