@@ -263,8 +263,11 @@ def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acq
         if vis is not None:
             pick.tell(inv, vis, got.selection, env)
         if got.reservation is not None:
-            # `gpulaunch ls` names this process (a notebook's kernel) as the holder.
+            # `gpulaunch ls` names this process (a notebook's kernel) as the holder; and the
+            # descriptors are kept across exec, as a launch's are, so that a gpulaunch started from
+            # here knows these GPUs for its job's (share/reservations.py, own_reservations).
             got.reservation.record(os.getpid(), _command_line())
+            got.reservation.make_inheritable()
     except BaseException:
         if got.reservation is not None:
             got.reservation.release()

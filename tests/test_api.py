@@ -155,6 +155,17 @@ def test_use_sets_the_three_variables_and_holds_the_gpus_until_release(py, locks
     assert child.proc.poll() is None  # released by release(), not by the end of the process
 
 
+def test_a_gpulaunch_started_from_the_process_uses_its_gpus_as_its_jobs(py, locks: str) -> None:
+    child = py()
+    child("gpu_launch.use(2, snapshot=S, lock_dir=L, quiet=True)")
+    line = ("done = __import__('subprocess').run([sys.executable, '-m', 'gpu_launch', '--snapshot', S, "
+            "'--lock-dir', L, '-q', '--auto', '1', '--', sys.executable, '-c', "
+            "'import os; print(os.environ[\"GPULAUNCH_GPUS\"])'], capture_output=True, text=True)")
+    child(line)
+    assert child.value("(done.returncode, done.stdout, done.stderr)") == [0, "2\n", ""]  # within use()'s 2, 3
+    assert cli(locks, "--gpus", "2", "--", "true").returncode == 6  # to everyone else, still the child's
+
+
 def test_the_reservation_ends_with_the_process(py, locks: str) -> None:
     child = py()
     child("gpu_launch.use(gpus=[5, 4], snapshot=S, lock_dir=L, quiet=True)")
