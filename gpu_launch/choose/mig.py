@@ -70,6 +70,14 @@ def choose_mig(machine: Machine, n: int, constraints: Constraints, fit: Size | N
         raise UsageError("--max-util cannot be checked for MIG devices (NVML reports utilisation per GPU)",
                          hint="leave out --max-util with --mig")
     if not any(g.mig_devices for g in machine.gpus):
+        empty = [g for g in machine.gpus if g.in_mig_mode]
+        if empty:  # MIG mode switched on, but nobody created instances yet
+            labels = ", ".join(g.label for g in empty)
+            first = empty[0].index
+            raise NotEnoughGpus(f"--mig: {labels} {'is' if len(empty) == 1 else 'are'} in MIG mode but "
+                                f"{'has' if len(empty) == 1 else 'have'} no MIG devices to choose",
+                                hint=f"create them (as root): nvidia-smi mig -i {first} -cgi <profile> -C "
+                                     f"(profiles: nvidia-smi mig -i {first} -lgip)")
         unread = [g for g in machine.gpus if not g.available]
         if unread:  # a GPU NVML could not read may well be the MIG one
             raise NotEnoughGpus("--mig: no readable GPU is in MIG mode ("

@@ -16,7 +16,7 @@ from gpu_launch.units import Size, fmt_mib
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
-    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
+    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
     "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
@@ -84,8 +84,10 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
         return "excluded by --exclude"
     if gpu.uuid in c.reserved:
         return held_reason(c.reserved[gpu.uuid])
-    if gpu.mig_devices:
-        return "in MIG mode (use --mig to pick its MIG devices)"
+    if gpu.in_mig_mode:
+        if gpu.mig_devices:
+            return "in MIG mode (use --mig to pick its MIG devices)"
+        return "in MIG mode, with no MIG devices yet (CUDA cannot run on it)"
     if gpu.memory_free_mib is None:
         return "free memory unknown (NVML could not read it)"
     short = min_free_failure(gpu.memory_free_mib, gpu.memory_total_mib, c.min_free)
@@ -185,6 +187,18 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
     )
 
 
+def mig_mode_error(gpu: Gpu) -> UsageError:
+    """``--gpus`` named a whole GPU that is in MIG mode: CUDA runs only on its MIG devices, if any."""
+    if gpu.mig_devices:
+        names = ", ".join(f"{m.uuid} ({m.profile})" if m.profile else m.uuid for m in gpu.mig_devices)
+        return UsageError(f"--gpus: {gpu.label} is in MIG mode; CUDA can only use its MIG devices: {names}",
+                          hint=f"name one: --gpus {gpu.mig_devices[0].uuid}, or let --mig choose (--auto 1 --mig)")
+    return UsageError(f"--gpus: {gpu.label} is in MIG mode but has no MIG devices, so CUDA cannot run on it",
+                      hint=f"create them (as root): nvidia-smi mig -i {gpu.index} -cgi <profile> -C "
+                           f"(profiles: nvidia-smi mig -i {gpu.index} -lgip), or leave MIG mode: "
+                           f"nvidia-smi -i {gpu.index} -mig 0")
+
+
 def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: Constraints) -> Selection:
     """Vet a ``--gpus`` choice: unusable GPUs are errors, failed constraints are warnings."""
     if not devices:
@@ -196,9 +210,8 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
         if not gpu.available:
             raise NotEnoughGpus(f"--gpus: {gpu.label} is unavailable ({gpu.error or 'NVML could not read it'})",
                                 hint="pick another GPU; `gpulaunch ls` shows their state")
-        if gpu.mig_devices and device.mig is None:
-            raise UsageError(f"--gpus: {gpu.label} is in MIG mode; CUDA can only use its MIG devices",
-                             hint="name one MIG device by its MIG- UUID (`gpulaunch ls` lists them)")
+        if gpu.in_mig_mode and device.mig is None:
+            raise mig_mode_error(gpu)
         if device.mig is not None:
             continue
         reason = _failed_constraint(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
