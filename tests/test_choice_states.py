@@ -103,3 +103,71 @@ def test_mig_tells_no_gpu_in_mig_mode_from_one_without_instances():
     assert "nvidia-smi mig -i 3 -cgi <profile> -C" in exc.value.hint
     # With an instance, --mig picks it.
     assert mig.choose_mig(_four_with_one_in_mig_mode((MIG0,)), 1, Constraints()).devices[0].mig == MIG0
+
+
+# --- 2. availability of the whole set ----------------------------------------------------------
+
+def _pairs_0_1_and_2_3() -> Machine:
+    """The issue's machine: NVLink pairs 0-1 and 2-3; GPU 0 idle, GPUs 2 and 3 busy (GPU 1 idle)."""
+    gpus = [gpu(0), gpu(1), gpu(2, used=60000, util=97, users=("alice",)), gpu(3, used=60000, util=95, users=("bob",))]
+    return machine(gpus, lambda i, j: "NV12" if (i, j) in ((0, 1), (2, 3)) else "SYS")
+
+
+def test_auto_takes_one_busy_gpu_not_two_when_an_idle_one_is_left(tmp_path):
+    snap = write_snapshot(tmp_path / "pairs.json", _pairs_0_1_and_2_3())
+    done = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--dry-run", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "CUDA_VISIBLE_DEVICES=0,2" in done.stdout  # {0, 2}: one other person's GPU, not two
+    # The choice said so: GPU 2 is alice's.
+    assert "gpulaunch: warning: GPU 2 is busy by alice (97% utilisation, 21.1 GiB free)" in done.stderr
+    quiet = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--dry-run", "-q", "--", "true")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    doc = json.loads(run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--explain", "--json").stdout)
+    assert doc["set"]["gpus_by_availability"] == {"idle": 1, "partly_used": 0, "busy": 1, "full": 0}
+    # Runner-ups tie the chosen set up to the models: {0, 3}, never the better-linked {2, 3}.
+    assert [(s["gpus"], s["lost_on"]) for s in doc["next_best"]] == [([0, 3], "lower indices")]
+    text = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--explain").stdout
+    assert "  availability: busy (non-idle GPUs: 1 busy); model: NVIDIA H100 80GB HBM3\n" in text
+    assert "ranked by: availability > non-idle GPUs taken > GPU models > worst link" in text
+
+
+def test_a_nearly_full_gpu_is_its_own_class_below_busy(tmp_path):
+    # 8-GPU PCIe box: GPUs 0, 2, 3 idle; GPU 1 beside them has 4.9 GiB of 80 free (94 % used); the
+    # other socket's GPUs are busy (60 % utilisation, 46 GiB free). Four GPUs: three idle ones and a
+    # busy one across the socket link, not the nearly full one for a better link.
+    gpus = [gpu(0), gpu(1, used=TOTAL - 5018, util=10, users=("carol",)), gpu(2), gpu(3)]
+    gpus += [gpu(i, used=TOTAL - 47104, util=60, users=("dave",), numa=1) for i in range(4, 8)]
+    m = machine(gpus, lambda i, j: "PIX" if i // 2 == j // 2 else "PXB" if i // 4 == j // 4 else "SYS")
+    snap = write_snapshot(tmp_path / "pcie.json", m)
+    done = run_cli("--snapshot", snap, "--auto", "4", "--dry-run", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert "CUDA_VISIBLE_DEVICES=0,2,3,4" in done.stdout
+    assert "warning: GPU 4 is busy by dave" in done.stderr
+    doc = json.loads(run_cli("--snapshot", snap, "--auto", "4", "--explain", "--json").stdout)
+    assert doc["less_available"] == [{"gpu": 1, "availability": "full"}]
+    assert doc["thresholds"]["full_min_memory_used_percent"] == 90
+
+
+def test_sets_compare_by_full_then_busy_then_partly_used_gpus():
+    # Two idle GPUs, then: 2 partly used, 1 busy, 1 full. Every link equal.
+    gpus = [gpu(0), gpu(1), gpu(2, used=8000, users=("a",)), gpu(3, used=8000, users=("b",)),
+            gpu(4, util=80, users=("c",)), gpu(5, used=TOTAL - 100, users=("d",))]
+    m = machine(gpus, lambda i, j: "NV12")
+    assert auto(m, 3) == [0, 1, 2]
+    assert auto(m, 4) == [0, 1, 2, 3]
+    assert auto(m, 5) == [0, 1, 2, 3, 4]  # the busy one before the full one
+    # Worst class busy either way, but {idle, idle, busy} beats {idle, busy, busy}... and partly used
+    # GPUs are taken before a second busy one, however they are linked.
+    gpus = [gpu(0), gpu(1, used=8000, users=("a",)), gpu(2, util=80, users=("c",)), gpu(3, util=90, users=("e",))]
+    m = machine(gpus, lambda i, j: "NV18" if (i, j) == (2, 3) else "SYS")
+    assert auto(m, 3) == [0, 1, 2]
+
+
+def test_gpus_whose_processes_are_unknown_are_at_best_partly_used():
+    gpus = [gpu(0, processes_known=False), gpu(1), gpu(2)]
+    m = machine(gpus, lambda i, j: "NV12" if (i, j) == (0, 1) else "SYS")
+    assert auto(m, 2) == [1, 2]  # not the better-linked pair with the unknown GPU
+    selection = choose_auto(m, 3, Constraints())
+    assert selection.warnings == ("GPU 0 is partly used (0% utilisation, 79.2 GiB free, processes unknown)",)
+    reasons = {e.gpu.index: e.reason for e in eligibility(m, Constraints(idle=True)).excluded}
+    assert reasons == {0: "processes unknown (NVML could not list them), so --idle cannot be checked"}

@@ -12,7 +12,7 @@ from gpu_launch.choose.select import Constraints, choose_auto
 
 TOP_KEYS = ["schema", "how", "chosen", "uuids", "warnings", "excluded", "thresholds", "exact", "criteria", "set",
             "less_available", "next_best"]
-SET_KEYS = ["gpus", "availability", "models", "worst_link", "links", "nvlinks_inside", "numa_nodes", "numa_groups",
+SET_KEYS = ["gpus", "availability", "gpus_by_availability", "models", "worst_link", "links", "nvlinks_inside", "numa_nodes", "numa_groups",
             "least_free_mib", "total_free_mib"]
 
 
@@ -71,10 +71,11 @@ def test_text_explains_set_exclusions_and_runner_ups():
     text = result.stdout
     assert text.startswith("chosen: GPU 4, GPU 5 (auto)\n")
     assert "  links: 4–5 PIX" in text
-    assert "ranked by: availability > GPU models > worst link" in text
+    assert "ranked by: availability > non-idle GPUs taken > GPU models > worst link" in text
     assert "≤ 5% memory used" in text
     assert "excluded:\n  GPU 0: excluded by --exclude\n" in text
-    assert "  GPU 2: busy\n  GPU 6: busy\n" in text
+    assert "  GPU 2: busy\n  GPU 6: full\n" in text  # 2.6 GiB of 48 GiB free: full
+    assert "full: ≥ 90% memory used or none free" in text
     assert "  GPU 1, GPU 3: lost on worst link (PXB vs PIX)" in text
 
 
@@ -82,7 +83,7 @@ def test_text_for_an_explicit_choice_shows_the_warnings():
     result = run_cli("--snapshot", "pcie-8x", "--gpus", "6", "--explain")
     assert result.returncode == 0
     assert result.stdout.splitlines() == ["chosen: GPU 6 (explicit)",
-                                          "warning: GPU 6 is busy by dave (100% utilisation, 2.6 GiB free)"]
+                                          "warning: GPU 6 is full by dave (100% utilisation, 2.6 GiB free)"]
 
 
 def test_explain_does_not_run_the_command():

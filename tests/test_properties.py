@@ -207,6 +207,8 @@ def machines(draw: st.DrawFn) -> Machine:
             utilization_gpu=draw(st.one_of(st.none(), st.integers(0, 100))),
             numa_node=draw(st.one_of(st.none(), st.integers(0, 1))),
             processes=procs, available=available, error=None if available else "GPU is lost",
+            mig_mode="enabled" if draw(st.integers(0, 9)) == 0 else draw(st.sampled_from(["disabled", "unknown"])),
+            processes_known=draw(st.integers(0, 5)) > 0,
         ))
     links = None
     if draw(st.booleans()):
@@ -229,7 +231,8 @@ def constraints(draw: st.DrawFn, machine: Machine) -> select.Constraints:
 
 def allowed(gpu: Gpu, c: select.Constraints) -> bool:
     """The constraints, restated independently of select.py: may ``gpu`` be given to the job?"""
-    if not gpu.available or gpu.uuid in c.exclude or gpu.mig_devices or gpu.memory_free_mib is None:
+    if not gpu.available or gpu.uuid in c.exclude or gpu.mig_devices or gpu.mig_mode == "enabled" \
+            or gpu.memory_free_mib is None:
         return False
     if c.min_free is not None:
         need = c.min_free.mib if c.min_free.mib is not None else gpu.memory_total_mib * c.min_free.percent / 100
@@ -237,7 +240,7 @@ def allowed(gpu: Gpu, c: select.Constraints) -> bool:
             return False
     if c.max_util is not None and (gpu.utilization_gpu is None or gpu.utilization_gpu > c.max_util):
         return False
-    if c.idle and (gpu.processes or gpu.memory_used_mib > 0.05 * gpu.memory_total_mib
+    if c.idle and (gpu.processes or not gpu.processes_known or gpu.memory_used_mib > 0.05 * gpu.memory_total_mib
                    or (gpu.utilization_gpu or 0) >= 50):
         return False
     return True
@@ -264,8 +267,10 @@ def test_auto_returns_n_distinct_allowed_gpus_or_not_enough(data: st.DataObject)
     assert all(allowed(g, c) for g in gpus), "a chosen GPU breaks a constraint"
     assert all(d.mig is None for d in chosen.devices)
     # Never someone's GPU while an idle one is left: the worst chosen is the n-th best available.
+    # Nor on more shared GPUs than it must take: the chosen classes are the n most available ones.
     classes = sorted(select.availability(g) for g in ok)
     assert max(select.availability(g) for g in gpus) == classes[n - 1]
+    assert sorted(select.availability(g) for g in gpus) == classes[:n]
     # Deterministic: the same question gets the same answer.
     again = select.choose_auto(machine, n, c)
     assert [d.uuid for d in again.devices] == [d.uuid for d in chosen.devices]
@@ -304,7 +309,8 @@ def test_explicit_choice_is_obeyed_or_refused_never_crashes(data: st.DataObject)
         chosen = select.check_explicit(devices, machine, select.Constraints(c.min_free, c.max_util, c.idle))
     except GpuLaunchError as exc:
         event("refused")
-        assert any(not machine.by_index(i).available for i in picked), exc.message
+        # Only a GPU CUDA cannot run on is refused: unavailable, or in MIG mode (use its MIG devices).
+        assert any(not machine.by_index(i).available or machine.by_index(i).in_mig_mode for i in picked), exc.message
         return
     event("obeyed, warned" if chosen.warnings else "obeyed")
     assert [d.gpu.index for d in chosen.devices] == picked  # order kept, nothing swapped

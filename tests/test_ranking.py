@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -133,25 +134,58 @@ def test_lower_indices_break_ties():
 
 def _random_machine(rng: random.Random, m: int) -> Machine:
     codes = ["NV1", "NV2", "NV4", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS"]
-    gpus = [gpu(i, used=rng.choice([4, 4, 600, 6000, 50000]), util=rng.choice([0, 0, 20, 80]),
+    gpus = [gpu(i, used=rng.choice([4, 4, 600, 6000, 50000, 76000]), util=rng.choice([0, 0, 20, 80]),
                 procs=rng.choice([0, 0, 1]), name=rng.choice(["H100", "H100", "A100"]), numa=rng.choice([0, 1, None]))
             for i in range(m)]
+    gpus = [replace(g, processes_known=rng.random() > 0.1) for g in gpus]
     table = {(i, j): rng.choice(codes) for i in range(m) for j in range(i + 1, m)}
     return machine(gpus, lambda i, j: table[i, j])
 
 
-@pytest.mark.parametrize("seed", range(60))
+# The README's order, restated independently of ranking.py and availability.py.
+_LINK_ORDER = [f"NV{k}" for k in range(18, 0, -1)] + ["PIX", "PXB", "PHB", "NODE", "SYS"]
+
+
+def _class(g: Gpu) -> int:
+    """0 idle, 1 partly used, 2 busy, 3 full (README, "How --auto ranks")."""
+    share = g.memory_used_mib / g.memory_total_mib
+    if g.memory_free_mib == 0 or share >= 0.9:
+        return 3
+    if g.utilization_gpu >= 50 or share >= 0.5:
+        return 2
+    return 1 if g.processes or not g.processes_known or share > 0.05 else 0
+
+
+def reference_key(m: Machine, gpus: tuple[Gpu, ...]) -> tuple:
+    classes = [_class(g) for g in gpus]
+    pairs = list(itertools.combinations(gpus, 2))
+    codes = [m.link(a, b) or "SYS" for a, b in pairs]
+    numa = {("numa", g.numa_node) if g.numa_node is not None else ("cpus", g.cpu_affinity) for g in gpus}
+    return (
+        max(classes),
+        (classes.count(3), classes.count(2), classes.count(1)),  # fewest full, then busy, then partly used
+        len({g.name for g in gpus}),
+        max((_LINK_ORDER.index(code) for code in codes), default=-1),
+        -sum(int(code[2:]) for code in codes if code.startswith("NV")),
+        len(numa),
+        -min(g.memory_free_mib for g in gpus),
+        -sum(g.memory_free_mib for g in gpus),
+        tuple(g.index for g in gpus),
+    )
+
+
+@pytest.mark.parametrize("seed", range(80))
 def test_exact_search_matches_brute_force(seed):
     rng = random.Random(seed)
     m = _random_machine(rng, rng.randint(2, 10))
     n = rng.randint(1, len(m.gpus))
-    pool = ranking._Pool(m, m.gpus)
-    keys = sorted(pool.key(c) for c in itertools.combinations(range(len(m.gpus)), n))
+    every = sorted((reference_key(m, s), s) for s in itertools.combinations(m.gpus, n))
     ranked = ranking.best_sets(m, m.gpus, n, keep=4)
     assert ranked.exact
-    assert ranked.candidates[0].key == keys[0]
-    # Runner-ups are the next sets of the same availability and model tier, in order.
-    assert [c.key for c in ranked.candidates] == [k for k in keys if k[:2] == keys[0][:2]][:4]
+    assert [g.index for g in ranked.best] == [g.index for g in every[0][1]]
+    # Runner-ups are the next sets that tie the best on availability, non-idle GPUs and models, in order.
+    tier = [s for key, s in every if key[:3] == every[0][0][:3]][:4]
+    assert [[g.index for g in c.gpus] for c in ranked.candidates] == [[g.index for g in s] for s in tier]
 
 
 def _islands(m: int) -> Machine:

@@ -131,7 +131,7 @@ def test_cli_not_enough_gpus_exit_code_and_message():
     assert result.stdout == ""
     line = result.stderr.strip()
     assert line.startswith("gpulaunch: error: need 7 GPUs, but only 6 of 8 are eligible")
-    assert "GPU 2: not idle (busy; --idle)" in line and "GPU 6: not idle (busy; --idle)" in line
+    assert "GPU 2: not idle (busy; --idle)" in line and "GPU 6: not idle (full; --idle)" in line
     assert "Traceback" not in result.stderr
 
 

@@ -10,21 +10,24 @@ import enum
 
 from gpu_launch.machine.model import Gpu
 
-__all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED"]
+__all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FULL_MIN_USED"]
 
 # Availability thresholds (README, "How --auto ranks"). Memory "used" is NVML's, which on
 # driver >= 510 includes the driver's reserved memory, so an untouched card is not at 0.
 IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
 BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...
 BUSY_MIN_USED = 0.50  # ... or at least half the memory in use
+FULL_MIN_USED = 0.90  # full: at least 90 % of the memory in use (or none free): a job barely fits
 
 
 class Availability(enum.IntEnum):
-    """Lower is better: a job never lands on someone's GPU while an idle one is left."""
+    """Lower is better: a job never lands on someone's GPU while an idle one is left, nor on a
+    nearly full one while a merely busy one is left."""
 
     IDLE = 0
     PARTLY_USED = 1
     BUSY = 2
+    FULL = 3
 
     @property
     def text(self) -> str:
@@ -32,10 +35,14 @@ class Availability(enum.IntEnum):
 
 
 def availability(gpu: Gpu) -> Availability:
+    """The GPU's class. Processes NVML could not list may be anyone's: such a GPU is at best
+    partly used, never idle."""
     total = gpu.memory_total_mib or 0
     used_share = (gpu.memory_used_mib or 0) / total if total else 0.0
+    if gpu.memory_free_mib == 0 or used_share >= FULL_MIN_USED:
+        return Availability.FULL
     if (gpu.utilization_gpu or 0) >= BUSY_MIN_UTIL or used_share >= BUSY_MIN_USED:
         return Availability.BUSY
-    if gpu.processes or used_share > IDLE_MAX_USED:
+    if gpu.processes or not gpu.processes_known or used_share > IDLE_MAX_USED:
         return Availability.PARTLY_USED
     return Availability.IDLE

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_launch.machine.model import Gpu, Machine
-from gpu_launch.choose.ranking import CRITERIA, Candidate, Ranked, link_rank
-from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, availability
+from gpu_launch.choose.ranking import AT, CRITERIA, Candidate, Ranked, link_rank
+from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, FULL_MIN_USED, IDLE_MAX_USED, Availability, availability
 from gpu_launch.choose.select import Selection
 from gpu_launch.units import fmt_mib
 
@@ -33,14 +33,15 @@ def _set_json(machine: Machine, candidate: Candidate, best: Candidate | None) ->
     out: dict[str, Any] = {
         "gpus": [g.index for g in gpus],
         "availability": max(availability(g) for g in gpus).text,
+        "gpus_by_availability": {a.text.replace(" ", "_"): sum(availability(g) is a for g in gpus) for a in Availability},
         "models": sorted({g.name for g in gpus}),
         "worst_link": worst,
         "links": links,
-        "nvlinks_inside": -candidate.key[3],
+        "nvlinks_inside": -candidate.key[AT["NVLinks inside"]],
         "numa_nodes": sorted({g.numa_node for g in gpus if g.numa_node is not None}),
-        "numa_groups": candidate.key[4],
-        "least_free_mib": -candidate.key[5],
-        "total_free_mib": -candidate.key[6],
+        "numa_groups": candidate.key[AT["NUMA nodes spanned"]],
+        "least_free_mib": -candidate.key[AT["free memory of the least-free GPU"]],
+        "total_free_mib": -candidate.key[AT["total free memory"]],
     }
     if best is not None:
         out["lost_on"] = candidate.lost_on(best)
@@ -64,6 +65,7 @@ def as_json(selection: Selection, machine: Machine) -> dict[str, Any]:
             "idle_max_memory_used_percent": round(IDLE_MAX_USED * 100),
             "busy_min_utilization_percent": BUSY_MIN_UTIL,
             "busy_min_memory_used_percent": round(BUSY_MIN_USED * 100),
+            "full_min_memory_used_percent": round(FULL_MIN_USED * 100),
         },
     }
     if ranked is not None:
@@ -87,6 +89,7 @@ def _value(s: dict[str, Any], criterion: str) -> str:
     """What ``s`` scored on ``criterion``, in words (for "lost on X: theirs vs ours")."""
     values = {
         "availability": s["availability"],
+        "non-idle GPUs taken": _taken(s),
         "GPU models": " + ".join(s["models"]),
         "worst link": s["worst_link"] or "unknown",
         "NVLinks inside": str(s["nvlinks_inside"]),
@@ -98,11 +101,18 @@ def _value(s: dict[str, Any], criterion: str) -> str:
     return values[criterion]
 
 
+def _taken(s: dict[str, Any]) -> str:
+    """The non-idle GPUs a set takes, in words: "1 busy + 1 partly used", or "none"."""
+    counts = s["gpus_by_availability"]
+    parts = [f"{counts[key]} {key.replace('_', ' ')}" for key in ("full", "busy", "partly_used") if counts[key]]
+    return " + ".join(parts) or "none"
+
+
 def _describe(s: dict[str, Any]) -> list[str]:
     links = ", ".join(f"{pair['a']}–{pair['b']} {pair['link'] or '?'}" for pair in s["links"]) or "single GPU"
     numa = ",".join(map(str, s["numa_nodes"])) or "unknown"
     return [
-        f"availability: {s['availability']}; model: {' + '.join(s['models'])}",
+        f"availability: {s['availability']} (non-idle GPUs: {_taken(s)}); model: {' + '.join(s['models'])}",
         f"links: {links}" + (f" (worst {s['worst_link']}, {s['nvlinks_inside']} NVLinks inside)"
                              if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
         f"NUMA node(s): {numa}; free memory: least {fmt_mib(s['least_free_mib'])}, "
@@ -120,7 +130,9 @@ def as_text(selection: Selection, machine: Machine) -> str:
         t = doc["thresholds"]
         lines.append(f"  idle: no compute process and ≤ {t['idle_max_memory_used_percent']}% memory used; "
                      f"busy: ≥ {t['busy_min_utilization_percent']}% utilisation or "
-                     f"≥ {t['busy_min_memory_used_percent']}% memory used; partly used: in between")
+                     f"≥ {t['busy_min_memory_used_percent']}% memory used; full: ≥ "
+                     f"{t['full_min_memory_used_percent']}% memory used or none free; partly used: in between "
+                     "(or processes unknown)")
         if not doc["exact"]:
             lines.append("  (large pool: the best set the heuristic and a bounded exact search found; "
                          "it keeps the best link class)")

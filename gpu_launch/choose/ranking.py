@@ -2,17 +2,23 @@
 
 Sets are compared by a key, lower is better, criterion by criterion (README, "How --auto ranks"):
 
-1. availability of the least available GPU (idle < partly used < busy);
-2. the number of GPU models in the set (one model; a slower card holds the others back);
-3. the worst link inside the set (NV<more> < NV<fewer> < PIX < PXB < PHB < NODE < SYS);
-4. the total NVLinks inside the set (more is better);
-5. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
-6. free memory of the least-free GPU, then total free memory (more is better);
-7. lower indices, so the result is deterministic.
+1. availability of the least available GPU (idle < partly used < busy < full): the slowest GPU
+   sets the pace of a synchronous job;
+2. the non-idle GPUs the set takes, class by class (fewest full, then fewest busy, then fewest
+   partly used): every extra shared GPU slows one more person;
+3. the number of GPU models in the set (one model; a slower card holds the others back);
+4. the worst link inside the set (NV<more> < NV<fewer> < PIX < PXB < PHB < NODE < SYS);
+5. the total NVLinks inside the set (more is better);
+6. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
+7. free memory of the least-free GPU, then total free memory (more is better);
+8. lower indices, so the result is deterministic.
 
-Criteria 1 and 2 are settled before any search: only the GPUs of the n most available classes can
-be in the best set, and only GPUs of one model (or, when no model has n, of the fewest models that
-together have n). Each such *pool* is then searched for criteria 3-7:
+Criteria 1-3 are settled before any search. Sort the eligible GPUs by class and let the n-th be of
+class C: the best sets take *every* GPU of a better class than C (they are *forced*) and the rest
+from class C, since that multiset of classes has the fewest GPUs at or above every class at once.
+Among the class-C GPUs, only those of the forced GPUs' models, plus the fewest other models that
+make up the count, can join (each such *pool* gives every set the same model count). Each pool is
+then searched for criteria 4-8, always with its forced GPUs in the set:
 
 * N = 1 has no links: the pool is sorted by the key (exact for any size).
 * Pools of up to :data:`EXACT_LIMIT` GPUs: an exact branch and bound. It starts from the heuristic's
@@ -37,18 +43,20 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from gpu_launch.machine.model import Gpu, Machine
-from gpu_launch.choose.availability import availability
+from gpu_launch.choose.availability import Availability, availability
 
-__all__ = ["CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
+__all__ = ["AT", "CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
 
 EXACT_LIMIT = 16  # pools up to this size are searched exactly
 EXACT_BUDGET = 2_000  # search nodes the exact search may spend on a larger pool (then: heuristic)
 KEEP = 4  # the best set plus three runner-ups, for --explain
 _CLIQUE_BUDGET = 20_000  # search nodes the heuristic may spend proving a link class has an N-set
 CRITERIA = (
-    "availability", "GPU models", "worst link", "NVLinks inside", "NUMA nodes spanned",
+    "availability", "non-idle GPUs taken", "GPU models", "worst link", "NVLinks inside", "NUMA nodes spanned",
     "free memory of the least-free GPU", "total free memory", "lower indices",
 )
+#: The position in a key of each criterion, for code that reads keys.
+AT = {name: pos for pos, name in enumerate(CRITERIA)}
 # PCIe classes after every NVLink count (NV<k> ranks -k). PSB (an old on-board switch) is PIX's
 # equal; CPU and SOC are what older drivers printed for NODE and SYS.
 _CLASS_RANK = {"PSB": 1000, "PIX": 1000, "PXB": 2000, "PHB": 3000, "NODE": 4000, "CPU": 4000, "SYS": 5000, "SOC": 5000}
@@ -93,16 +101,22 @@ class Ranked:
     exact: bool
 
 
-# A search result: (sub-key over criteria 3-7, members as pool positions).
+# A search result: (sub-key over criteria 4-8, members as pool positions).
 _Found = tuple[tuple, tuple[int, ...]]
 
 
 class _Pool:
     """Per-GPU and per-pair numbers of one pool (GPUs in index order), so searches do integer work."""
 
-    def __init__(self, machine: Machine, gpus: Sequence[Gpu], links: bool = True) -> None:
+    def __init__(self, machine: Machine, gpus: Sequence[Gpu], links: bool = True,
+                 forced: Sequence[Gpu] = ()) -> None:
         self.gpus = tuple(gpus)
         self.size = len(gpus)
+        uuids = {g.uuid for g in forced}
+        #: Positions every set of this pool contains (the GPUs of classes better than the cutoff).
+        self.fixed = [pos for pos, g in enumerate(gpus) if g.uuid in uuids]
+        #: Positions a search chooses among.
+        self.free_positions = [pos for pos, g in enumerate(gpus) if g.uuid not in uuids]
         where = {g.uuid: pos for pos, g in enumerate(machine.gpus)}
         cols = [where[g.uuid] for g in gpus] if links else []  # single GPUs (N = 1) need no link matrix
         codes = [[machine.links[r][c] for c in cols] if machine.links is not None else [None] * len(cols)
@@ -123,7 +137,7 @@ class _Pool:
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
 
     def subkey(self, members: Sequence[int]) -> tuple:
-        """Criteria 3-7 of a set of pool positions (1 and 2 are the same for every set of a pool)."""
+        """Criteria 4-8 of a set of pool positions (1-3 are the same for every set of a pool)."""
         members = sorted(members)
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
         return (
@@ -137,7 +151,9 @@ class _Pool:
 
     def key(self, members: Sequence[int]) -> tuple:
         """The full key, in ``CRITERIA`` order."""
-        return (max(self.avail[m] for m in members), len({self.model[m] for m in members}), *self.subkey(members))
+        classes = [self.avail[m] for m in members]
+        taken = tuple(classes.count(c) for c in (Availability.FULL, Availability.BUSY, Availability.PARTLY_USED))
+        return (max(classes), taken, len({self.model[m] for m in members}), *self.subkey(members))
 
 
 def _numa_group(gpu: Gpu) -> object:
@@ -148,33 +164,41 @@ def _numa_group(gpu: Gpu) -> object:
     return ("unknown",)
 
 
-def _pools(gpus: list[Gpu], n: int) -> list[list[Gpu]]:
-    """The GPU pools that settle criterion 2: each model with ``n`` GPUs; if none has, every union
-    of the fewest models that together have ``n`` (so each set of a pool has the same model count)."""
+def _pools(forced: list[Gpu], rest: list[Gpu], k: int) -> list[list[Gpu]]:
+    """The pools of class-C GPUs (``rest``) that settle criterion 3 for ``k`` more GPUs beside the
+    ``forced`` ones: those of the forced GPUs' models, plus every union of the fewest other models
+    that together make up ``k`` (so each set of a pool has the same model count)."""
+    base = {g.name for g in forced}
+    same = [g for g in rest if g.name in base]
+    if len(same) >= k:
+        return [same]
     by_model: dict[str, list[Gpu]] = {}
-    for gpu in gpus:
-        by_model.setdefault(gpu.name, []).append(gpu)
+    for gpu in rest:
+        if gpu.name not in base:
+            by_model.setdefault(gpu.name, []).append(gpu)
     sizes = sorted((len(group) for group in by_model.values()), reverse=True)
-    fewest = next(k for k in range(1, len(sizes) + 1) if sum(sizes[:k]) >= n)
+    fewest = next(e for e in range(1, len(sizes) + 1) if len(same) + sum(sizes[:e]) >= k)
     pools = []
     for names in combinations(sorted(by_model), fewest):
-        members = [g for name in names for g in by_model[name]]
-        if len(members) >= n:
+        members = same + [g for name in names for g in by_model[name]]
+        if len(members) >= k:
             pools.append(sorted(members, key=lambda g: g.index))
     return pools
 
 
 def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) -> Ranked:
     """The best ``n``-set of ``eligible`` GPUs (``len(eligible) >= n``) and up to ``keep - 1``
-    runner-ups from the same availability class and model pools."""
+    runner-ups that tie it on criteria 1-3 (availability, non-idle GPUs taken, models)."""
     if n < 1 or len(eligible) < n:
         raise ValueError(f"cannot choose {n} of {len(eligible)} GPUs")
-    cutoff = sorted(availability(g) for g in eligible)[n - 1]  # criterion 1, settled exactly
-    pool = sorted((g for g in eligible if availability(g) <= cutoff), key=lambda g: g.index)
+    classes = {g.uuid: availability(g) for g in eligible}
+    cutoff = sorted(classes.values())[n - 1]  # criteria 1 and 2, settled exactly (module docstring)
+    forced = sorted((g for g in eligible if classes[g.uuid] < cutoff), key=lambda g: g.index)
+    rest = sorted((g for g in eligible if classes[g.uuid] == cutoff), key=lambda g: g.index)
     found: dict[tuple[int, ...], Candidate] = {}
     exact = True
-    for group in _pools(pool, n):
-        p = _Pool(machine, group, links=n > 1)
+    for group in _pools(forced, rest, n - len(forced)):
+        p = _Pool(machine, sorted(forced + group, key=lambda g: g.index), links=n > 1, forced=forced)
         results: list[tuple[tuple, tuple[int, ...]]]
         if n == 1:
             singles: list[tuple[tuple, tuple[int, ...]]] = [(p.subkey([i]), (i,)) for i in range(p.size)]
@@ -184,7 +208,7 @@ def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) 
             results, proven = _exact(p, n, keep, _heuristic(p, n, keep), budget)
             exact = exact and proven
         for _, members in results:
-            candidate = Candidate(tuple(p.gpus[m] for m in members), p.key(members))
+            candidate = Candidate(tuple(p.gpus[m] for m in sorted(members)), p.key(members))
             found[tuple(g.index for g in candidate.gpus)] = candidate
     ranked = sorted(found.values(), key=lambda c: c.key)[:keep]
     return Ranked(ranked[0].gpus, tuple(ranked), exact)
@@ -203,9 +227,10 @@ def _insert(found: list[_Found], item: _Found, keep: int) -> None:
 
 
 def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None = None) -> tuple[list[_Found], bool]:
-    """Branch and bound over index-ordered subsets; ``start`` (the heuristic's sets) seeds the
-    incumbents, which is what makes the cuts bite from the first node. With a ``budget`` (search
-    nodes) it may stop early: then it returns the best sets seen and False (not proven best)."""
+    """Branch and bound over index-ordered subsets that contain the pool's forced GPUs; ``start``
+    (the heuristic's sets) seeds the incumbents, which is what makes the cuts bite from the first
+    node. With a ``budget`` (search nodes) it may stop early: then it returns the best sets seen and
+    False (not proven best)."""
     found: list[_Found] = []
     for item in start:
         _insert(found, item, keep)
@@ -219,13 +244,14 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
         if left[0] == 0:
             raise _OutOfBudget
         if r == 0:
-            key = (worst, -nv, len(numas), -least, -total, tuple(p.index[m] for m in members))
+            ordered = tuple(sorted(members))
+            key = (worst, -nv, len(numas), -least, -total, tuple(p.index[m] for m in ordered))
             if len(found) < keep or key < found[-1][0]:
-                _insert(found, (key, tuple(members)), keep)
+                _insert(found, (key, ordered), keep)
             return
         if len(found) >= keep:
             limit = found[-1][0]
-            # No set may get a link worse than the incumbents' worst (criteria 1-2 are constant).
+            # No set may get a link worse than the incumbents' worst (criteria 1-3 are constant).
             cand = [c for c in cand if wmax[c] <= limit[0]]
             if len(cand) < r:
                 return
@@ -250,13 +276,15 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
                                 break
                 pots.append(2 * gain[c] + best_rest)
             pots = sorted(pots, reverse=True)[:r]
+            # Every completion's indices, sorted, begin with the members below the next candidate.
+            first = cand[0]
             bound = (
                 max(worst, sorted(wmax[c] for c in cand)[r - 1]),
                 -(nv + sum(pots) // 2),
                 len(numas),
                 -min(least, frees[-1]),
                 -(total + sum(frees)),
-                tuple(p.index[m] for m in members),
+                tuple(p.index[m] for m in sorted(members) if m < first),
             )
             if bound > limit:
                 return
@@ -272,32 +300,51 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             if len(cand) - pos < r:
                 break
             rest = cand[pos + 1:]
-            row_nv, row_rank = p.nv[c], p.rank[c]
-            new_gain, new_wmax = gain[:], wmax[:]
-            for x in rest:
-                new_gain[x] += row_nv[x]
-                if row_rank[x] > new_wmax[x]:
-                    new_wmax[x] = row_rank[x]
+            new_gain, new_wmax = _joined(p, c, rest, gain, wmax)
             members.append(c)
             visit(members, rest, max(worst, wmax[c]), nv + gain[c], new_gain, new_wmax,
                   numas | {p.numa[c]}, min(least, p.free[c]), total + p.free[c])
             members.pop()
 
     low = min((min(row) for row in p.rank), default=0)
+    # The forced GPUs join first, each updating every candidate (not only the later ones).
+    members: list[int] = []
+    worst, nv, gain, wmax = low, 0, [0] * p.size, [low] * p.size
+    numas: frozenset[int] = frozenset()
+    least, total = big, 0
+    for c in p.fixed:
+        worst, nv = max(worst, wmax[c]), nv + gain[c]
+        gain, wmax = _joined(p, c, range(p.size), gain, wmax)
+        members.append(c)
+        numas, least, total = numas | {p.numa[c]}, min(least, p.free[c]), total + p.free[c]
     try:
-        visit([], list(range(p.size)), low, 0, [0] * p.size, [low] * p.size, frozenset(), big, 0)
+        visit(members, list(p.free_positions), worst, nv, gain, wmax, numas, least, total)
     except _OutOfBudget:
         return found, False
     return found, True
 
 
-def _grow(p: _Pool, n: int, seed: int, level: int) -> list[int] | None:
-    """Grow a set from ``seed`` inside link class ``level`` (every pair ranks at most ``level``):
-    most NVLinks to the set first, then a NUMA node already used, then most free memory."""
-    members = [seed]
-    numas = {p.numa[seed]}
-    cand = [c for c in range(p.size) if c != seed and p.rank[seed][c] <= level]
-    gain = p.nv[seed][:]
+def _joined(p: _Pool, c: int, targets: Sequence[int], gain: list[int], wmax: list[int]) -> tuple[list[int], list[int]]:
+    """``gain`` (NVLinks to the set) and ``wmax`` (worst link to the set) of ``targets`` once ``c`` joins."""
+    row_nv, row_rank = p.nv[c], p.rank[c]
+    new_gain, new_wmax = gain[:], wmax[:]
+    for x in targets:
+        new_gain[x] += row_nv[x]
+        if row_rank[x] > new_wmax[x]:
+            new_wmax[x] = row_rank[x]
+    return new_gain, new_wmax
+
+
+def _grow(p: _Pool, n: int, start: Sequence[int], level: int) -> list[int] | None:
+    """Grow a set from ``start`` (the forced GPUs and a seed) inside link class ``level`` (every pair
+    ranks at most ``level``): most NVLinks to the set first, then a NUMA node already used, then most
+    free memory."""
+    members = list(start)
+    if any(p.rank[a][b] > level for a in members for b in members):
+        return None
+    numas = {p.numa[m] for m in members}
+    cand = [c for c in p.free_positions if c not in members and all(p.rank[m][c] <= level for m in members)]
+    gain = [sum(p.nv[m][x] for m in members) for x in range(p.size)]
     while len(members) < n:
         if len(cand) < n - len(members):
             return None
@@ -312,7 +359,8 @@ def _grow(p: _Pool, n: int, seed: int, level: int) -> list[int] | None:
 
 
 def _clique(p: _Pool, n: int, level: int) -> list[int] | None:
-    """Any ``n`` GPUs whose pairs all rank at most ``level``, or None (also when the budget runs out)."""
+    """Any ``n`` GPUs, the forced ones among them, whose pairs all rank at most ``level``, or None
+    (also when the budget runs out)."""
     adj = [sum(1 << j for j in range(p.size) if j != i and p.rank[i][j] <= level) for i in range(p.size)]
     budget = [_CLIQUE_BUDGET]
 
@@ -332,7 +380,10 @@ def _clique(p: _Pool, n: int, level: int) -> list[int] | None:
                 return None
         return None
 
-    return search([], (1 << p.size) - 1)
+    start = sum(1 << c for c in p.free_positions)
+    for c in p.fixed:
+        start &= adj[c]
+    return search(list(p.fixed), start)
 
 
 def _heuristic(p: _Pool, n: int, keep: int) -> list[_Found]:
@@ -342,8 +393,8 @@ def _heuristic(p: _Pool, n: int, keep: int) -> list[_Found]:
     sets: set[tuple[int, ...]] = set()
     level = levels[-1] if levels else 0
     for level in levels:
-        for seed in range(p.size):
-            grown = _grow(p, n, seed, level)
+        for seed in p.free_positions:
+            grown = _grow(p, n, [*p.fixed, seed], level)
             if grown is not None:
                 sets.add(tuple(sorted(grown)))
         if not sets:
@@ -359,13 +410,17 @@ def _heuristic(p: _Pool, n: int, keep: int) -> list[_Found]:
 
 
 def _polish(p: _Pool, start: _Found, level: int) -> _Found:
-    """Swap one member for one outsider while that improves the key (a local optimum)."""
+    """Swap one chosen member for one outsider while that improves the key (a local optimum); the
+    forced GPUs stay."""
     key, members = start
+    fixed = set(p.fixed)
     for _ in range(4 * len(members)):  # each round strictly improves; the cap only bounds time
         improved = False
         for out in members:
+            if out in fixed:
+                continue
             rest = [m for m in members if m != out]
-            for c in range(p.size):
+            for c in p.free_positions:
                 if c in members or any(p.rank[c][x] > level for x in rest):
                     continue
                 trial = tuple(sorted(rest + [c]))
@@ -378,4 +433,3 @@ def _polish(p: _Pool, start: _Found, level: int) -> _Found:
         if not improved:
             break
     return key, members
-

@@ -98,8 +98,11 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
             return "utilisation unknown, so --max-util cannot be checked"
         if gpu.utilization_gpu > c.max_util:
             return f"{gpu.utilization_gpu}% utilisation > --max-util {c.max_util}%"
-    if c.idle and availability(gpu) is not Availability.IDLE:
-        return f"not idle ({availability(gpu).text}; --idle)"
+    if c.idle:
+        if not gpu.processes_known:
+            return "processes unknown (NVML could not list them), so --idle cannot be checked"
+        if availability(gpu) is not Availability.IDLE:
+            return f"not idle ({availability(gpu).text}; --idle)"
     return None
 
 
@@ -154,7 +157,7 @@ def choose_auto(machine: Machine, n: int, constraints: Constraints, runner_ups: 
         raise _not_enough(n, machine, elig, constraints)
     ranked = ranking.best_sets(machine, elig.eligible, n, keep=1 + max(runner_ups, 0))
     best = ranked.best
-    warnings = []
+    warnings = _load_warnings(best)
     models = sorted({g.name for g in best})
     if len(models) > 1:
         warnings.append(f"no {n} GPUs of one model were available: the chosen GPUs mix {' and '.join(models)}, "
@@ -217,9 +220,23 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
         reason = _failed_constraint(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
         if reason is not None:
             warnings.append(f"{gpu.label}: {reason}")
-        elif availability(gpu) is Availability.BUSY:
-            users = sorted({p.user for p in gpu.processes if p.user})
-            who = f" by {', '.join(users)}" if users else ""
-            warnings.append(f"{gpu.label} is busy{who} ({gpu.utilization_gpu or 0}% utilisation, "
-                            f"{fmt_mib(gpu.memory_free_mib)} free)")
+        else:
+            warnings += _load_warnings((gpu,), Availability.BUSY)
     return Selection(devices, tuple(warnings))
+
+
+def _load_warnings(gpus: tuple[Gpu, ...], least: Availability = Availability.PARTLY_USED) -> list[str]:
+    """One warning per GPU at ``least`` this loaded: ``--auto``/``--fit`` warn about every chosen GPU
+    that is not idle (gpulaunch put the job on someone's GPU), ``--gpus`` about busy and full ones
+    (the user chose it); ``-q`` silences both."""
+    warnings = []
+    for gpu in gpus:
+        level = availability(gpu)
+        if level < least:
+            continue
+        users = sorted({p.user for p in gpu.processes if p.user})
+        who = f" by {', '.join(users)}" if users else ""
+        unknown = ", processes unknown" if not gpu.processes_known else ""
+        warnings.append(f"{gpu.label} is {level.text}{who} ({gpu.utilization_gpu or 0}% utilisation, "
+                        f"{fmt_mib(gpu.memory_free_mib)} free{unknown})")
+    return warnings

@@ -119,6 +119,7 @@ _INDICES = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 _SET_KEYS = {
     "gpus": _INDICES,
     "availability": _STR,
+    "gpus_by_availability": _obj({"idle": _INT, "partly_used": _INT, "busy": _INT, "full": _INT}),
     "models": {"type": "array", "items": _STR},
     "worst_link": {"type": ["string", "null"]},
     "links": {"type": "array", "items": _obj({"a": _INT, "b": _INT, "link": {"type": ["string", "null"]}})},
@@ -138,7 +139,7 @@ EXPLAIN = _doc("gpulaunch explain (--explain --json)", 1, {
     "warnings": {"type": "array", "items": _STR},
     "excluded": {"type": "array", "items": _obj({"gpu": _INT, "reason": _STR})},
     "thresholds": _obj({"idle_max_memory_used_percent": _INT, "busy_min_utilization_percent": _INT,
-                        "busy_min_memory_used_percent": _INT}),
+                        "busy_min_memory_used_percent": _INT, "full_min_memory_used_percent": _INT}),
     "exact": {"type": "boolean"},  # auto only: false when the search was heuristic
     "criteria": {"type": "array", "items": _STR},  # auto only
     "set": _obj({k: v for k, v in _SET_KEYS.items() if k != "lost_on"}),  # auto only
