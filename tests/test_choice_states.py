@@ -171,3 +171,34 @@ def test_gpus_whose_processes_are_unknown_are_at_best_partly_used():
     assert selection.warnings == ("GPU 0 is partly used (0% utilisation, 79.2 GiB free, processes unknown)",)
     reasons = {e.gpu.index: e.reason for e in eligibility(m, Constraints(idle=True)).excluded}
     assert reasons == {0: "processes unknown (NVML could not list them), so --idle cannot be checked"}
+
+
+# --- 3. fewest pairs at the worst link ---------------------------------------------------------
+
+def _dual_socket_l40s() -> Machine:
+    """8 idle L40S on two sockets (PIX pairs, PXB quads, SYS across); GPUs 0 and 4 hold a little more
+    driver memory, so free memory alone would pick 3+2 GPUs per socket around them."""
+    gpus = [gpu(i, used=1500 if i in (0, 4) else 400, numa=i // 4, name="NVIDIA L40S") for i in range(8)]
+    gpus = [replace(g, memory_total_mib=46068, memory_free_mib=46068 - g.memory_used_mib) for g in gpus]
+    return machine(gpus, lambda i, j: "PIX" if i // 2 == j // 2 else "PXB" if i // 4 == j // 4 else "SYS")
+
+
+def test_auto_5_on_a_dual_socket_pcie_box_takes_4_plus_1(tmp_path):
+    snap = write_snapshot(tmp_path / "l40s.json", _dual_socket_l40s())
+    done = run_cli("--snapshot", snap, "--auto", "5", "--dry-run", "--", "true")
+    assert done.returncode == 0, done.stderr
+    chosen = [int(i) for i in done.stdout.split("CUDA_VISIBLE_DEVICES=")[1].split()[0].split(",")]
+    per_socket = sorted(sum(1 for i in chosen if i // 4 == s) for s in (0, 1))
+    assert per_socket == [1, 4], chosen  # 4 cross-socket pairs, not 6
+    doc = json.loads(run_cli("--snapshot", snap, "--auto", "5", "--explain", "--json").stdout)
+    assert doc["set"]["worst_link"] == "SYS" and doc["set"]["pairs_at_worst_link"] == 4
+    text = run_cli("--snapshot", snap, "--auto", "5", "--explain").stdout
+    assert "(worst SYS on 4 pairs, 0 NVLinks inside)" in text
+    assert "ranked by: availability > non-idle GPUs taken > GPU models > worst link > pairs at the worst link" in text
+
+
+def test_fewer_pairs_at_the_worst_link_lose_only_to_a_better_link():
+    # Still the worst link first: a set with one SYS pair loses to one with only PXB pairs.
+    m = _dual_socket_l40s()
+    assert [i // 4 for i in auto(m, 4)] in ([0] * 4, [1] * 4)
+    assert sorted(sum(1 for i in auto(m, 6) if i // 4 == s) for s in (0, 1)) == [2, 4]  # 8 pairs, not 9

@@ -166,6 +166,7 @@ def reference_key(m: Machine, gpus: tuple[Gpu, ...]) -> tuple:
         (classes.count(3), classes.count(2), classes.count(1)),  # fewest full, then busy, then partly used
         len({g.name for g in gpus}),
         max((_LINK_ORDER.index(code) for code in codes), default=-1),
+        sum(_LINK_ORDER.index(code) == max(_LINK_ORDER.index(c) for c in codes) for code in codes),  # pairs there
         -sum(int(code[2:]) for code in codes if code.startswith("NV")),
         len(numa),
         -min(g.memory_free_mib for g in gpus),

@@ -37,6 +37,7 @@ def _set_json(machine: Machine, candidate: Candidate, best: Candidate | None) ->
         "models": sorted({g.name for g in gpus}),
         "worst_link": worst,
         "links": links,
+        "pairs_at_worst_link": candidate.key[AT["pairs at the worst link"]],
         "nvlinks_inside": -candidate.key[AT["NVLinks inside"]],
         "numa_nodes": sorted({g.numa_node for g in gpus if g.numa_node is not None}),
         "numa_groups": candidate.key[AT["NUMA nodes spanned"]],
@@ -92,6 +93,7 @@ def _value(s: dict[str, Any], criterion: str) -> str:
         "non-idle GPUs taken": _taken(s),
         "GPU models": " + ".join(s["models"]),
         "worst link": s["worst_link"] or "unknown",
+        "pairs at the worst link": str(s["pairs_at_worst_link"]),
         "NVLinks inside": str(s["nvlinks_inside"]),
         "NUMA nodes spanned": str(s["numa_groups"]),
         "free memory of the least-free GPU": fmt_mib(s["least_free_mib"]),
@@ -108,13 +110,17 @@ def _taken(s: dict[str, Any]) -> str:
     return " + ".join(parts) or "none"
 
 
+def _pairs(count: int) -> str:
+    return f"{count} pair{'s' if count != 1 else ''}"
+
+
 def _describe(s: dict[str, Any]) -> list[str]:
     links = ", ".join(f"{pair['a']}–{pair['b']} {pair['link'] or '?'}" for pair in s["links"]) or "single GPU"
     numa = ",".join(map(str, s["numa_nodes"])) or "unknown"
     return [
         f"availability: {s['availability']} (non-idle GPUs: {_taken(s)}); model: {' + '.join(s['models'])}",
-        f"links: {links}" + (f" (worst {s['worst_link']}, {s['nvlinks_inside']} NVLinks inside)"
-                             if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
+        f"links: {links}" + (f" (worst {s['worst_link']} on {_pairs(s['pairs_at_worst_link'])}, "
+                             f"{s['nvlinks_inside']} NVLinks inside)" if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
         f"NUMA node(s): {numa}; free memory: least {fmt_mib(s['least_free_mib'])}, "
         f"total {fmt_mib(s['total_free_mib'])}",
     ]

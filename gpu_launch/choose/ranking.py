@@ -8,24 +8,26 @@ Sets are compared by a key, lower is better, criterion by criterion (README, "Ho
    partly used): every extra shared GPU slows one more person;
 3. the number of GPU models in the set (one model; a slower card holds the others back);
 4. the worst link inside the set (NV<more> < NV<fewer> < PIX < PXB < PHB < NODE < SYS);
-5. the total NVLinks inside the set (more is better);
-6. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
-7. free memory of the least-free GPU, then total free memory (more is better);
-8. lower indices, so the result is deterministic.
+5. the pairs across that worst link (fewer is better: 4+1 GPUs over two sockets, not 3+2);
+6. the total NVLinks inside the set (more is better);
+7. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
+8. free memory of the least-free GPU, then total free memory (more is better);
+9. lower indices, so the result is deterministic.
 
 Criteria 1-3 are settled before any search. Sort the eligible GPUs by class and let the n-th be of
 class C: the best sets take *every* GPU of a better class than C (they are *forced*) and the rest
 from class C, since that multiset of classes has the fewest GPUs at or above every class at once.
 Among the class-C GPUs, only those of the forced GPUs' models, plus the fewest other models that
 make up the count, can join (each such *pool* gives every set the same model count). Each pool is
-then searched for criteria 4-8, always with its forced GPUs in the set:
+then searched for criteria 4-9, always with its forced GPUs in the set:
 
 * N = 1 has no links: the pool is sorted by the key (exact for any size).
 * Pools of up to :data:`EXACT_LIMIT` GPUs: an exact branch and bound. It starts from the heuristic's
   sets as incumbents, never extends a partial set by a GPU whose link to it is worse than the
   incumbents' worst link (nor, once the bound ties them up to NUMA, by one that adds a NUMA node or
   has less free memory than their least-free GPU), and cuts any partial set whose lower bound on the
-  key (best remaining links, NVLinks to the remaining candidates, free memory) cannot beat them.
+  key (best remaining links, pairs already at the worst link, NVLinks to the remaining candidates,
+  free memory) cannot beat them.
 * Larger pools: the heuristic. It first finds the best link class that holds an N-set (greedy from
   every GPU, then a bounded clique search), then grows a set from every seed GPU inside that class,
   each step taking the GPU with the most NVLinks to the set, then one on a NUMA node already used,
@@ -52,7 +54,8 @@ EXACT_BUDGET = 2_000  # search nodes the exact search may spend on a larger pool
 KEEP = 4  # the best set plus three runner-ups, for --explain
 _CLIQUE_BUDGET = 20_000  # search nodes the heuristic may spend proving a link class has an N-set
 CRITERIA = (
-    "availability", "non-idle GPUs taken", "GPU models", "worst link", "NVLinks inside", "NUMA nodes spanned",
+    "availability", "non-idle GPUs taken", "GPU models", "worst link", "pairs at the worst link", "NVLinks inside",
+    "NUMA nodes spanned",
     "free memory of the least-free GPU", "total free memory", "lower indices",
 )
 #: The position in a key of each criterion, for code that reads keys.
@@ -101,7 +104,7 @@ class Ranked:
     exact: bool
 
 
-# A search result: (sub-key over criteria 4-8, members as pool positions).
+# A search result: (sub-key over criteria 4-9, members as pool positions).
 _Found = tuple[tuple, tuple[int, ...]]
 
 
@@ -137,11 +140,14 @@ class _Pool:
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
 
     def subkey(self, members: Sequence[int]) -> tuple:
-        """Criteria 4-8 of a set of pool positions (1-3 are the same for every set of a pool)."""
+        """Criteria 4-9 of a set of pool positions (1-3 are the same for every set of a pool)."""
         members = sorted(members)
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
+        ranks = [self.rank[a][b] for a, b in pairs]
+        worst = max(ranks, default=0)
         return (
-            max((self.rank[a][b] for a, b in pairs), default=0),
+            worst,
+            ranks.count(worst),
             -sum(self.nv[a][b] for a, b in pairs),
             len({self.numa[m] for m in members}),
             -min(self.free[m] for m in members),
@@ -237,15 +243,17 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
     big = 1 << 62
     left = [budget if budget is not None else -1]  # never reaches 0 without a budget
 
-    def visit(members: list[int], cand: list[int], worst: int, nv: int, gain: list[int], wmax: list[int],
-              numas: frozenset[int], least: int, total: int) -> None:
+    def visit(members: list[int], cand: list[int], worst: int, count: int, nv: int, gain: list[int],
+              wmax: list[int], atw: list[int], numas: frozenset[int], least: int, total: int) -> None:
+        # worst: the set's worst link rank so far, count: its pairs at that rank; per candidate c,
+        # gain[c]: NVLinks to the set, wmax[c]: worst link rank to the set, atw[c]: pairs at wmax[c].
         r = n - len(members)
         left[0] -= 1
         if left[0] == 0:
             raise _OutOfBudget
         if r == 0:
             ordered = tuple(sorted(members))
-            key = (worst, -nv, len(numas), -least, -total, tuple(p.index[m] for m in ordered))
+            key = (worst, count, -nv, len(numas), -least, -total, tuple(p.index[m] for m in ordered))
             if len(found) < keep or key < found[-1][0]:
                 _insert(found, (key, ordered), keep)
             return
@@ -266,20 +274,22 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             # other candidates (each link inside the new GPUs is counted from both ends).
             pots = []
             for c in cand:
-                best_rest, count = 0, 0
+                best_rest, peers = 0, 0
                 if r > 1:
                     for value, x in p.nv_peers[c]:
                         if x in inside:
                             best_rest += value
-                            count += 1
-                            if count == r - 1:
+                            peers += 1
+                            if peers == r - 1:
                                 break
                 pots.append(2 * gain[c] + best_rest)
             pots = sorted(pots, reverse=True)[:r]
             # Every completion's indices, sorted, begin with the members below the next candidate.
             first = cand[0]
+            wb = max(worst, sorted(wmax[c] for c in cand)[r - 1])
             bound = (
-                max(worst, sorted(wmax[c] for c in cand)[r - 1]),
+                wb,
+                _pairs_bound(wb, worst, count, r, [(wmax[c], atw[c]) for c in cand]),
                 -(nv + sum(pots) // 2),
                 len(numas),
                 -min(least, frees[-1]),
@@ -292,47 +302,75 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             # ties the incumbents on the criteria before NUMA (or before free memory), a set that
             # beats them must tie there too, so no candidate may add a NUMA node (or bring less free
             # memory than the incumbents' least-free GPU): drop those before visiting them.
-            if bound[:2] == limit[:2] and numas and len(numas) == limit[2]:
-                cand = [c for c in cand if p.numa[c] in numas and p.free[c] >= -limit[3]]
+            if bound[:3] == limit[:3] and numas and len(numas) == limit[3]:
+                cand = [c for c in cand if p.numa[c] in numas and p.free[c] >= -limit[4]]
                 if len(cand) < r:
                     return
         for pos, c in enumerate(cand):
             if len(cand) - pos < r:
                 break
             rest = cand[pos + 1:]
-            new_gain, new_wmax = _joined(p, c, rest, gain, wmax)
+            new_gain, new_wmax, new_atw = _joined(p, c, rest, gain, wmax, atw)
             members.append(c)
-            visit(members, rest, max(worst, wmax[c]), nv + gain[c], new_gain, new_wmax,
+            visit(members, rest, *_worse(worst, count, wmax[c], atw[c]), nv + gain[c], new_gain, new_wmax, new_atw,
                   numas | {p.numa[c]}, min(least, p.free[c]), total + p.free[c])
             members.pop()
 
     low = min((min(row) for row in p.rank), default=0)
     # The forced GPUs join first, each updating every candidate (not only the later ones).
     members: list[int] = []
-    worst, nv, gain, wmax = low, 0, [0] * p.size, [low] * p.size
+    worst, count, nv, gain, wmax, atw = low, 0, 0, [0] * p.size, [low] * p.size, [0] * p.size
     numas: frozenset[int] = frozenset()
     least, total = big, 0
     for c in p.fixed:
-        worst, nv = max(worst, wmax[c]), nv + gain[c]
-        gain, wmax = _joined(p, c, range(p.size), gain, wmax)
+        (worst, count), nv = _worse(worst, count, wmax[c], atw[c]), nv + gain[c]
+        gain, wmax, atw = _joined(p, c, range(p.size), gain, wmax, atw)
         members.append(c)
         numas, least, total = numas | {p.numa[c]}, min(least, p.free[c]), total + p.free[c]
     try:
-        visit(members, list(p.free_positions), worst, nv, gain, wmax, numas, least, total)
+        visit(members, list(p.free_positions), worst, count, nv, gain, wmax, atw, numas, least, total)
     except _OutOfBudget:
         return found, False
     return found, True
 
 
-def _joined(p: _Pool, c: int, targets: Sequence[int], gain: list[int], wmax: list[int]) -> tuple[list[int], list[int]]:
-    """``gain`` (NVLinks to the set) and ``wmax`` (worst link to the set) of ``targets`` once ``c`` joins."""
+def _joined(p: _Pool, c: int, targets: Sequence[int], gain: list[int], wmax: list[int],
+            atw: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """``gain`` (NVLinks to the set), ``wmax`` (worst link to the set) and ``atw`` (pairs at that
+    link) of ``targets`` once ``c`` joins the set."""
     row_nv, row_rank = p.nv[c], p.rank[c]
-    new_gain, new_wmax = gain[:], wmax[:]
+    new_gain, new_wmax, new_atw = gain[:], wmax[:], atw[:]
     for x in targets:
         new_gain[x] += row_nv[x]
-        if row_rank[x] > new_wmax[x]:
-            new_wmax[x] = row_rank[x]
-    return new_gain, new_wmax
+        rank = row_rank[x]
+        if rank > new_wmax[x]:
+            new_wmax[x], new_atw[x] = rank, 1
+        elif rank == new_wmax[x]:
+            new_atw[x] += 1
+    return new_gain, new_wmax, new_atw
+
+
+def _worse(worst: int, count: int, link: int, pairs: int) -> tuple[int, int]:
+    """The set's worst link and its pairs there, once a GPU joins whose worst link to the set is
+    ``link``, with ``pairs`` pairs at it."""
+    if link > worst:
+        return link, pairs
+    if link == worst:
+        return worst, count + pairs
+    return worst, count
+
+
+def _pairs_bound(wb: int, worst: int, count: int, r: int, cands: list[tuple[int, int]]) -> int:
+    """A lower bound on the pairs at the worst link of every completion whose worst link is ``wb``
+    (the bound on the worst link); a completion with a worse link loses on the link already. The
+    pairs the set has at ``worst`` stay when ``wb == worst``, and each of the ``r`` GPUs to come
+    adds at least its own pairs to the set at ``wb``; pairs among the new GPUs are not counted."""
+    if wb == worst:
+        adds = sorted(pairs if link == wb else 0 for link, pairs in cands if link <= wb)
+        return count + sum(adds[:r])
+    below = sum(1 for link, _ in cands if link < wb)  # these may join without a pair at wb
+    adds = sorted(pairs for link, pairs in cands if link == wb)
+    return max(1, sum(adds[:max(r - below, 0)]))
 
 
 def _grow(p: _Pool, n: int, start: Sequence[int], level: int) -> list[int] | None:

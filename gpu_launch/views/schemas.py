@@ -123,6 +123,7 @@ _SET_KEYS = {
     "models": {"type": "array", "items": _STR},
     "worst_link": {"type": ["string", "null"]},
     "links": {"type": "array", "items": _obj({"a": _INT, "b": _INT, "link": {"type": ["string", "null"]}})},
+    "pairs_at_worst_link": {"type": "integer", "minimum": 0},
     "nvlinks_inside": {"type": "integer", "minimum": 0},
     "numa_nodes": _INDICES,
     "numa_groups": {"type": "integer", "minimum": 0},
