@@ -110,7 +110,7 @@ def synthetic_machine(topology: str, m: int, seed: int = 0, load: str = "loaded"
                         memory_total_mib=_TOTAL_MIB, memory_used_mib=used, memory_free_mib=_TOTAL_MIB - used,
                         utilization_gpu=util, numa_node=_numa(topology, i, m), processes=procs))
     links = tuple(tuple("X" if i == j else link(min(i, j), max(i, j), m) for j in range(m)) for i in range(m))
-    return Machine(gpus=tuple(gpus), links=links, source=f"synthetic {topology} {m}")
+    return Machine(gpus=tuple(gpus), links=links, source=f"synthetic {topology} {m}", nvswitch=topology == "nvswitch")
 
 
 def _time_once(machine: Machine, n: int) -> tuple[float, bool]:

@@ -202,3 +202,31 @@ def test_fewer_pairs_at_the_worst_link_lose_only_to_a_better_link():
     m = _dual_socket_l40s()
     assert [i // 4 for i in auto(m, 4)] in ([0] * 4, [1] * 4)
     assert sorted(sum(1 for i in auto(m, 6) if i // 4 == s) for s in (0, 1)) == [2, 4]  # 8 pairs, not 9
+
+
+# --- 4. NVLinks inside on NVSwitch machines ------------------------------------------------------
+
+def _hgx_a100(nvswitch: bool = True) -> Machine:
+    """8 A100 on NVSwitches: every pair shows NV12, the same 12 links of each GPU."""
+    gpus = [gpu(i, numa=i // 4, name="NVIDIA A100-SXM4-80GB") for i in range(8)]
+    return machine(gpus, lambda i, j: "NV12", nvswitch=nvswitch)
+
+
+def test_nvlinks_inside_count_each_gpus_own_links_on_nvswitch():
+    from gpu_launch.choose import explain
+
+    selection = choose_auto(_hgx_a100(), 8, Constraints(), runner_ups=3)
+    doc = explain.as_json(selection, _hgx_a100())
+    assert doc["set"]["nvlinks_inside"] == 96 and doc["set"]["nvswitch"] is True  # 8 GPUs × 12, not 28 × 12
+    assert "96 NVLinks inside through NVSwitch" in explain.as_text(selection, _hgx_a100())
+    # Direct links (no switch) keep the pairs' count.
+    direct = explain.as_json(choose_auto(_hgx_a100(False), 8, Constraints()), _hgx_a100(False))
+    assert direct["set"]["nvlinks_inside"] == 336 and direct["set"]["nvswitch"] is False
+
+
+def test_on_nvswitch_a_degraded_gpu_is_left_out_by_its_own_links():
+    # GPU 0 lost links: its pairs show NV6 (the fewer of the two ends), every other pair NV12.
+    gpus = [gpu(i, name="NVIDIA A100-SXM4-80GB") for i in range(8)]
+    m = machine(gpus, lambda i, j: "NV6" if i == 0 else "NV12", nvswitch=True)
+    assert auto(m, 4) == [1, 2, 3, 4]
+    assert auto(m, 7) == [1, 2, 3, 4, 5, 6, 7]

@@ -12,7 +12,7 @@ from gpu_launch.choose.select import Constraints, choose_auto
 
 TOP_KEYS = ["schema", "how", "chosen", "uuids", "warnings", "excluded", "thresholds", "exact", "criteria", "set",
             "less_available", "next_best"]
-SET_KEYS = ["gpus", "availability", "gpus_by_availability", "models", "worst_link", "links", "pairs_at_worst_link", "nvlinks_inside", "numa_nodes", "numa_groups",
+SET_KEYS = ["gpus", "availability", "gpus_by_availability", "models", "worst_link", "links", "pairs_at_worst_link", "nvlinks_inside", "nvswitch", "numa_nodes", "numa_groups",
             "least_free_mib", "total_free_mib"]
 
 

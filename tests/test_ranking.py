@@ -139,7 +139,7 @@ def _random_machine(rng: random.Random, m: int) -> Machine:
             for i in range(m)]
     gpus = [replace(g, processes_known=rng.random() > 0.1) for g in gpus]
     table = {(i, j): rng.choice(codes) for i in range(m) for j in range(i + 1, m)}
-    return machine(gpus, lambda i, j: table[i, j])
+    return replace(machine(gpus, lambda i, j: table[i, j]), nvswitch=rng.random() < 0.3)
 
 
 # The README's order, restated independently of ranking.py and availability.py.
@@ -156,6 +156,18 @@ def _class(g: Gpu) -> int:
     return 1 if g.processes or not g.processes_known or share > 0.05 else 0
 
 
+def _nv(m: Machine, a: Gpu, b: Gpu) -> int:
+    code = m.link(a, b) or ""
+    return int(code[2:]) if code.startswith("NV") else 0
+
+
+def _nvlinks_inside(m: Machine, gpus: tuple[Gpu, ...]) -> int:
+    """Direct links: every pair's NV<k>. NVSwitch: every GPU's own links, its best NV<k> in the set."""
+    if m.nvswitch:
+        return sum(max((_nv(m, a, b) for b in gpus if b is not a), default=0) for a in gpus)
+    return sum(_nv(m, a, b) for a, b in itertools.combinations(gpus, 2))
+
+
 def reference_key(m: Machine, gpus: tuple[Gpu, ...]) -> tuple:
     classes = [_class(g) for g in gpus]
     pairs = list(itertools.combinations(gpus, 2))
@@ -167,7 +179,7 @@ def reference_key(m: Machine, gpus: tuple[Gpu, ...]) -> tuple:
         len({g.name for g in gpus}),
         max((_LINK_ORDER.index(code) for code in codes), default=-1),
         sum(_LINK_ORDER.index(code) == max(_LINK_ORDER.index(c) for c in codes) for code in codes),  # pairs there
-        -sum(int(code[2:]) for code in codes if code.startswith("NV")),
+        -_nvlinks_inside(m, gpus),
         len(numa),
         -min(g.memory_free_mib for g in gpus),
         -sum(g.memory_free_mib for g in gpus),

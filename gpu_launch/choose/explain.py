@@ -39,6 +39,7 @@ def _set_json(machine: Machine, candidate: Candidate, best: Candidate | None) ->
         "links": links,
         "pairs_at_worst_link": candidate.key[AT["pairs at the worst link"]],
         "nvlinks_inside": -candidate.key[AT["NVLinks inside"]],
+        "nvswitch": machine.nvswitch,
         "numa_nodes": sorted({g.numa_node for g in gpus if g.numa_node is not None}),
         "numa_groups": candidate.key[AT["NUMA nodes spanned"]],
         "least_free_mib": -candidate.key[AT["free memory of the least-free GPU"]],
@@ -110,6 +111,9 @@ def _taken(s: dict[str, Any]) -> str:
     return " + ".join(parts) or "none"
 
 
+_SWITCH = " through NVSwitch, each GPU's own counted once"
+
+
 def _pairs(count: int) -> str:
     return f"{count} pair{'s' if count != 1 else ''}"
 
@@ -120,7 +124,7 @@ def _describe(s: dict[str, Any]) -> list[str]:
     return [
         f"availability: {s['availability']} (non-idle GPUs: {_taken(s)}); model: {' + '.join(s['models'])}",
         f"links: {links}" + (f" (worst {s['worst_link']} on {_pairs(s['pairs_at_worst_link'])}, "
-                             f"{s['nvlinks_inside']} NVLinks inside)" if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
+                             f"{s['nvlinks_inside']} NVLinks inside{_SWITCH if s['nvswitch'] else ''})" if len(s["links"]) > 1 or s["nvlinks_inside"] else ""),
         f"NUMA node(s): {numa}; free memory: least {fmt_mib(s['least_free_mib'])}, "
         f"total {fmt_mib(s['total_free_mib'])}",
     ]

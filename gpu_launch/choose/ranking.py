@@ -9,7 +9,9 @@ Sets are compared by a key, lower is better, criterion by criterion (README, "Ho
 3. the number of GPU models in the set (one model; a slower card holds the others back);
 4. the worst link inside the set (NV<more> < NV<fewer> < PIX < PXB < PHB < NODE < SYS);
 5. the pairs across that worst link (fewer is better: 4+1 GPUs over two sockets, not 3+2);
-6. the total NVLinks inside the set (more is better);
+6. the total NVLinks inside the set (more is better): the pairs' ``NV<k>`` added up where GPUs are
+   linked directly; on an NVSwitch fabric, where every pair's ``NV<k>`` is the same k links of each
+   GPU, each GPU's own links (its best ``NV<k>`` to another member) added up instead;
 7. NUMA nodes spanned (fewer is better; unknown NUMA falls back to CPU-affinity groups);
 8. free memory of the least-free GPU, then total free memory (more is better);
 9. lower indices, so the result is deterministic.
@@ -138,6 +140,21 @@ class _Pool:
         # Each GPU's NVLinked peers, most links first (bounds the exact search's NVLink criterion).
         self.nv_peers = [sorted(((v, j) for j, v in enumerate(row) if v), reverse=True) for row in self.nv]
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
+        #: NVLinks through NVSwitches: count each GPU's own links, not the pairs' (module docstring).
+        self.switch = machine.nvswitch
+
+    def nvlinks(self, members: Sequence[int]) -> int:
+        """The NVLinks inside a set: pairs' ``NV<k>`` added up, or on a switch fabric each member's own."""
+        if self.switch:
+            return sum(max((self.nv[a][b] for b in members if b != a), default=0) for a in members)
+        return sum(self.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
+
+    def peak(self, x: int, among: set[int] | frozenset[int]) -> int:
+        """``x``'s most NVLinks to any GPU in ``among`` (its own links, on a switch fabric)."""
+        for value, y in self.nv_peers[x]:
+            if y in among:
+                return value
+        return 0
 
     def subkey(self, members: Sequence[int]) -> tuple:
         """Criteria 4-9 of a set of pool positions (1-3 are the same for every set of a pool)."""
@@ -148,7 +165,7 @@ class _Pool:
         return (
             worst,
             ranks.count(worst),
-            -sum(self.nv[a][b] for a, b in pairs),
+            -self.nvlinks(members),
             len({self.numa[m] for m in members}),
             -min(self.free[m] for m in members),
             -sum(self.free[m] for m in members),
@@ -253,7 +270,8 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             raise _OutOfBudget
         if r == 0:
             ordered = tuple(sorted(members))
-            key = (worst, count, -nv, len(numas), -least, -total, tuple(p.index[m] for m in ordered))
+            links = p.nvlinks(ordered) if p.switch else nv
+            key = (worst, count, -links, len(numas), -least, -total, tuple(p.index[m] for m in ordered))
             if len(found) < keep or key < found[-1][0]:
                 _insert(found, (key, ordered), keep)
             return
@@ -270,27 +288,32 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
                     frees.append(p.free[i])
                     if len(frees) == r:
                         break
-            # A candidate adds its links to the set plus at most half of its r-1 best links to
-            # other candidates (each link inside the new GPUs is counted from both ends).
-            pots = []
-            for c in cand:
-                best_rest, peers = 0, 0
-                if r > 1:
-                    for value, x in p.nv_peers[c]:
-                        if x in inside:
-                            best_rest += value
-                            peers += 1
-                            if peers == r - 1:
-                                break
-                pots.append(2 * gain[c] + best_rest)
-            pots = sorted(pots, reverse=True)[:r]
+            if p.switch:  # each GPU counts its own links: at most its best to the set or a candidate
+                reach = inside.union(members)
+                most = sum(p.peak(m, reach) for m in members) + sum(
+                    sorted((p.peak(c, reach) for c in cand), reverse=True)[:r])
+            else:
+                # A candidate adds its links to the set plus at most half of its r-1 best links to
+                # other candidates (each link inside the new GPUs is counted from both ends).
+                pots = []
+                for c in cand:
+                    best_rest, peers = 0, 0
+                    if r > 1:
+                        for value, x in p.nv_peers[c]:
+                            if x in inside:
+                                best_rest += value
+                                peers += 1
+                                if peers == r - 1:
+                                    break
+                    pots.append(2 * gain[c] + best_rest)
+                most = nv + sum(sorted(pots, reverse=True)[:r]) // 2
             # Every completion's indices, sorted, begin with the members below the next candidate.
             first = cand[0]
             wb = max(worst, sorted(wmax[c] for c in cand)[r - 1])
             bound = (
                 wb,
                 _pairs_bound(wb, worst, count, r, [(wmax[c], atw[c]) for c in cand]),
-                -(nv + sum(pots) // 2),
+                -most,
                 len(numas),
                 -min(least, frees[-1]),
                 -(total + sum(frees)),

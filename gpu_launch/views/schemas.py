@@ -125,6 +125,7 @@ _SET_KEYS = {
     "links": {"type": "array", "items": _obj({"a": _INT, "b": _INT, "link": {"type": ["string", "null"]}})},
     "pairs_at_worst_link": {"type": "integer", "minimum": 0},
     "nvlinks_inside": {"type": "integer", "minimum": 0},
+    "nvswitch": {"type": "boolean"},  # NVLinks through NVSwitches: nvlinks_inside counts each GPU's own
     "numa_nodes": _INDICES,
     "numa_groups": {"type": "integer", "minimum": 0},
     "least_free_mib": _INT,
