@@ -230,3 +230,30 @@ def test_on_nvswitch_a_degraded_gpu_is_left_out_by_its_own_links():
     m = machine(gpus, lambda i, j: "NV6" if i == 0 else "NV12", nvswitch=True)
     assert auto(m, 4) == [1, 2, 3, 4]
     assert auto(m, 7) == [1, 2, 3, 4, 5, 6, 7]
+
+
+# --- 5. health ----------------------------------------------------------------------------------
+
+def test_an_unhealthy_gpu_is_skipped_by_auto_and_fit_and_explained():
+    from gpu_launch.choose import explain
+
+    gpus = [gpu(i) for i in range(4)]
+    gpus[1] = replace(gpus[1], health=("row remapping failed",))
+    m = machine(gpus, lambda i, j: "NV12" if (i, j) in ((0, 1), (2, 3)) else "SYS")
+    assert auto(m, 2) == [2, 3]
+    assert auto(m, 3) == [0, 2, 3]
+    assert [d.gpu.index for d in choose_fit(m, parse_size("100GiB"), Constraints()).devices] == [2, 3]
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_auto(m, 4, Constraints())
+    assert "GPU 1: unhealthy (row remapping failed)" in exc.value.message
+    selection = choose_auto(m, 2, Constraints(), runner_ups=3)
+    assert explain.as_json(selection, m)["excluded"] == [{"gpu": 1, "reason": "unhealthy (row remapping failed)"}]
+    assert "excluded:\n  GPU 1: unhealthy (row remapping failed)\n" in explain.as_text(selection, m)
+
+
+def test_gpus_on_an_unhealthy_gpu_warns_and_obeys():
+    gpus = [gpu(0), replace(gpu(1), health=("pages pending retirement", "2 volatile uncorrectable ECC errors"))]
+    m = machine(gpus, lambda i, j: "NV12")
+    selection = check_explicit((Device(m.gpus[1]),), m, Constraints())
+    assert [d.gpu.index for d in selection.devices] == [1]
+    assert selection.warnings == ("GPU 1: unhealthy (pages pending retirement; 2 volatile uncorrectable ECC errors)",)

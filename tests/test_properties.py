@@ -209,6 +209,7 @@ def machines(draw: st.DrawFn) -> Machine:
             processes=procs, available=available, error=None if available else "GPU is lost",
             mig_mode="enabled" if draw(st.integers(0, 9)) == 0 else draw(st.sampled_from(["disabled", "unknown"])),
             processes_known=draw(st.integers(0, 5)) > 0,
+            health=("pages pending retirement",) if draw(st.integers(0, 9)) == 0 else (),
         ))
     links = None
     if draw(st.booleans()):
@@ -232,7 +233,7 @@ def constraints(draw: st.DrawFn, machine: Machine) -> select.Constraints:
 def allowed(gpu: Gpu, c: select.Constraints) -> bool:
     """The constraints, restated independently of select.py: may ``gpu`` be given to the job?"""
     if not gpu.available or gpu.uuid in c.exclude or gpu.mig_devices or gpu.mig_mode == "enabled" \
-            or gpu.memory_free_mib is None:
+            or gpu.health or gpu.memory_free_mib is None:
         return False
     if c.min_free is not None:
         need = c.min_free.mib if c.min_free.mib is not None else gpu.memory_total_mib * c.min_free.percent / 100

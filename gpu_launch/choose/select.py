@@ -88,6 +88,8 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
         if gpu.mig_devices:
             return "in MIG mode (use --mig to pick its MIG devices)"
         return "in MIG mode, with no MIG devices yet (CUDA cannot run on it)"
+    if gpu.health:  # a job there may lose its memory or crash; --gpus still may use it (with a warning)
+        return f"unhealthy ({'; '.join(gpu.health)})"
     if gpu.memory_free_mib is None:
         return "free memory unknown (NVML could not read it)"
     short = min_free_failure(gpu.memory_free_mib, gpu.memory_total_mib, c.min_free)

@@ -218,7 +218,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
 
 def hopeless(request: Request, machine: Machine) -> str | None:
     """Why the request can never be met on this machine, however long one waits; None if it can."""
-    usable = [g for g in machine.gpus if g.available and not g.in_mig_mode]
+    usable = [g for g in machine.gpus if g.available and not g.in_mig_mode and not g.health]
     if request.exclude:
         excluded = {d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")}
         usable = [g for g in usable if g.uuid not in excluded]
