@@ -257,3 +257,20 @@ def test_gpus_on_an_unhealthy_gpu_warns_and_obeys():
     selection = check_explicit((Device(m.gpus[1]),), m, Constraints())
     assert [d.gpu.index for d in selection.devices] == [1]
     assert selection.warnings == ("GPU 1: unhealthy (pages pending retirement; 2 volatile uncorrectable ECC errors)",)
+
+
+# --- 6. --auto and --fit say when they put the job on someone's GPU ------------------------------
+
+def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_silences_it():
+    done = run_cli("--snapshot", "pcie-8x", "--fit", "300GiB", "--dry-run", "--", "true")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warnings == ["gpulaunch: warning: GPU 2 is busy by carol (60% utilisation, 27.6 GiB free)",
+                        "gpulaunch: warning: GPU 6 is full by dave (100% utilisation, 2.6 GiB free)"]
+    # The same words as --gpus on that GPU.
+    explicit = run_cli("--snapshot", "pcie-8x", "--gpus", "2", "--dry-run", "--", "true")
+    assert warnings[0] in explicit.stderr.splitlines()
+    quiet = run_cli("--snapshot", "pcie-8x", "--fit", "300GiB", "--dry-run", "-q", "--", "true")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    idle = run_cli("--snapshot", "pcie-8x", "--auto", "6", "--dry-run", "--", "true")  # the six idle GPUs
+    assert idle.returncode == 0 and "warning" not in idle.stderr
