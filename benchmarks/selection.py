@@ -38,7 +38,7 @@ from gpu_launch.choose.select import Constraints, choose_auto  # noqa: E402
 __all__ = ["SIZES", "COUNTS", "LOADS", "TOPOLOGIES", "synthetic_machine", "run_selection_benchmark", "main"]
 
 SIZES = (8, 16, 32, 64)
-COUNTS = (1, 2, 4, 8)
+COUNTS = (1, 2, 4, 5, 8)
 LOADS = ("idle", "loaded")
 _TOTAL_MIB = 81559
 # The DGX-1 hybrid cube-mesh inside one island of 8 (`nvidia-smi topo -m` of a DGX-1V).

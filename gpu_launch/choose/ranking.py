@@ -42,6 +42,7 @@ then searched for criteria 4-9, always with its forced GPUs in the set:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -140,13 +141,19 @@ class _Pool:
         # Each GPU's NVLinked peers, most links first (bounds the exact search's NVLink criterion).
         self.nv_peers = [sorted(((v, j) for j, v in enumerate(row) if v), reverse=True) for row in self.nv]
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
+        #: Each GPU's links to the others, ranked best first (bounds the pairs at the worst link).
+        self.sorted_rank = [sorted(row[:i] + row[i + 1:]) for i, row in enumerate(self.rank)]
         #: NVLinks through NVSwitches: count each GPU's own links, not the pairs' (module docstring).
         self.switch = machine.nvswitch
 
     def nvlinks(self, members: Sequence[int]) -> int:
         """The NVLinks inside a set: pairs' ``NV<k>`` added up, or on a switch fabric each member's own."""
         if self.switch:
-            return sum(max((self.nv[a][b] for b in members if b != a), default=0) for a in members)
+            total = 0
+            for a in members:
+                row = self.nv[a]
+                total += max([row[b] for b in members])  # row[a] is 0: never more than a link
+            return total
         return sum(self.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
 
     def peak(self, x: int, among: set[int] | frozenset[int]) -> int:
@@ -159,13 +166,19 @@ class _Pool:
     def subkey(self, members: Sequence[int]) -> tuple:
         """Criteria 4-9 of a set of pool positions (1-3 are the same for every set of a pool)."""
         members = sorted(members)
-        pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
-        ranks = [self.rank[a][b] for a, b in pairs]
-        worst = max(ranks, default=0)
+        worst, at = None, 0
+        for i, a in enumerate(members if len(members) > 1 else ()):  # N = 1 has no link matrix
+            row = self.rank[a]
+            for b in members[i + 1:]:
+                link = row[b]
+                if worst is None or link > worst:
+                    worst, at = link, 1
+                elif link == worst:
+                    at += 1
         return (
-            worst,
-            ranks.count(worst),
-            -self.nvlinks(members),
+            0 if worst is None else worst,
+            at,
+            -self.nvlinks(members) if len(members) > 1 else 0,
             len({self.numa[m] for m in members}),
             -min(self.free[m] for m in members),
             -sum(self.free[m] for m in members),
@@ -312,7 +325,7 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             wb = max(worst, sorted(wmax[c] for c in cand)[r - 1])
             bound = (
                 wb,
-                _pairs_bound(wb, worst, count, r, [(wmax[c], atw[c]) for c in cand]),
+                _pairs_bound(p, wb, worst, count, r, len(members), cand, wmax, atw),
                 -most,
                 len(numas),
                 -min(least, frees[-1]),
@@ -383,17 +396,35 @@ def _worse(worst: int, count: int, link: int, pairs: int) -> tuple[int, int]:
     return worst, count
 
 
-def _pairs_bound(wb: int, worst: int, count: int, r: int, cands: list[tuple[int, int]]) -> int:
+def _pairs_bound(p: _Pool, wb: int, worst: int, count: int, r: int, size: int, cand: list[int],
+                 wmax: list[int], atw: list[int]) -> int:
     """A lower bound on the pairs at the worst link of every completion whose worst link is ``wb``
-    (the bound on the worst link); a completion with a worse link loses on the link already. The
-    pairs the set has at ``worst`` stay when ``wb == worst``, and each of the ``r`` GPUs to come
-    adds at least its own pairs to the set at ``wb``; pairs among the new GPUs are not counted."""
+    (the bound on the worst link; a completion with a worse link loses on the link already).
+
+    The pairs the set has at ``worst`` stay when ``wb == worst``. Each of the ``r`` GPUs to come
+    adds its own pairs to the set at ``wb``, and has at least ``r - 1 - b`` partners at ``wb`` among
+    the other new GPUs, where ``b`` bounds how many candidates it meets over a better link: those in
+    the pool less the ``size`` members it meets so (each pair among the new GPUs is counted from
+    both ends, hence halved). Without the pairs among the new GPUs, sets that tie on everything (an
+    NVSwitch box) could never be cut by the later criteria.
+    """
+    limit = len(cand) - 1
+    halves = []  # twice each candidate's least contribution
+    for c in cand:
+        link = wmax[c]
+        if link > wb:
+            continue  # it would make the worst link worse than wb
+        at = atw[c] if link == wb else 0
+        better = min(bisect_left(p.sorted_rank[c], wb) - (size - at), limit)
+        halves.append(2 * at + max(0, r - 1 - better))
+    halves.sort()
+    pairs = (sum(halves[:r]) + 1) // 2
     if wb == worst:
-        adds = sorted(pairs if link == wb else 0 for link, pairs in cands if link <= wb)
-        return count + sum(adds[:r])
-    below = sum(1 for link, _ in cands if link < wb)  # these may join without a pair at wb
-    adds = sorted(pairs for link, pairs in cands if link == wb)
-    return max(1, sum(adds[:max(r - below, 0)]))
+        return count + pairs
+    # The set has no pair at wb yet: at least r - (candidates below wb) new GPUs bring one.
+    below = sum(1 for c in cand if wmax[c] < wb)
+    own = sorted(atw[c] for c in cand if wmax[c] == wb)
+    return max(1, pairs, sum(own[:max(r - below, 0)]))
 
 
 def _grow(p: _Pool, n: int, start: Sequence[int], level: int) -> list[int] | None:

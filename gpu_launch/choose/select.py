@@ -16,8 +16,8 @@ from gpu_launch.units import Size, fmt_mib
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
-    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "IDLE_MAX_USED", "BUSY_MIN_UTIL",
-    "BUSY_MIN_USED", "FIT_SIZES",
+    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error",
+    "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
 FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
