@@ -42,7 +42,6 @@ then searched for criteria 4-9, always with its forced GPUs in the set:
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -141,8 +140,7 @@ class _Pool:
         # Each GPU's NVLinked peers, most links first (bounds the exact search's NVLink criterion).
         self.nv_peers = [sorted(((v, j) for j, v in enumerate(row) if v), reverse=True) for row in self.nv]
         self.by_free = sorted(range(self.size), key=lambda i: (-self.free[i], i))
-        #: Each GPU's links to the others, ranked best first (bounds the pairs at the worst link).
-        self.sorted_rank = [sorted(row[:i] + row[i + 1:]) for i, row in enumerate(self.rank)]
+        self._better: dict[int, list[int]] = {}
         #: NVLinks through NVSwitches: count each GPU's own links, not the pairs' (module docstring).
         self.switch = machine.nvswitch
 
@@ -155,6 +153,14 @@ class _Pool:
                 total += max([row[b] for b in members])  # row[a] is 0: never more than a link
             return total
         return sum(self.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
+
+    def better_than(self, level: int) -> list[int]:
+        """How many GPUs of the pool each GPU meets over a link better than ``level`` (cached)."""
+        got = self._better.get(level)
+        if got is None:
+            got = self._better[level] = [sum(1 for j, v in enumerate(row) if j != i and v < level)
+                                         for i, row in enumerate(self.rank)]
+        return got
 
     def peak(self, x: int, among: set[int] | frozenset[int]) -> int:
         """``x``'s most NVLinks to any GPU in ``among`` (its own links, on a switch fabric)."""
@@ -294,51 +300,14 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
             cand = [c for c in cand if wmax[c] <= limit[0]]
             if len(cand) < r:
                 return
-            inside = set(cand)
-            frees = []
-            for i in p.by_free:  # the r largest free memories among the candidates
-                if i in inside:
-                    frees.append(p.free[i])
-                    if len(frees) == r:
-                        break
-            if p.switch:  # each GPU counts its own links: at most its best to the set or a candidate
-                reach = inside.union(members)
-                most = sum(p.peak(m, reach) for m in members) + sum(
-                    sorted((p.peak(c, reach) for c in cand), reverse=True)[:r])
-            else:
-                # A candidate adds its links to the set plus at most half of its r-1 best links to
-                # other candidates (each link inside the new GPUs is counted from both ends).
-                pots = []
-                for c in cand:
-                    best_rest, peers = 0, 0
-                    if r > 1:
-                        for value, x in p.nv_peers[c]:
-                            if x in inside:
-                                best_rest += value
-                                peers += 1
-                                if peers == r - 1:
-                                    break
-                    pots.append(2 * gain[c] + best_rest)
-                most = nv + sum(sorted(pots, reverse=True)[:r]) // 2
-            # Every completion's indices, sorted, begin with the members below the next candidate.
-            first = cand[0]
-            wb = max(worst, sorted(wmax[c] for c in cand)[r - 1])
-            bound = (
-                wb,
-                _pairs_bound(p, wb, worst, count, r, len(members), cand, wmax, atw),
-                -most,
-                len(numas),
-                -min(least, frees[-1]),
-                -(total + sum(frees)),
-                tuple(p.index[m] for m in sorted(members) if m < first),
-            )
-            if bound > limit:
+            tied = _bound(p, limit, r, members, cand, worst, count, nv, gain, wmax, atw, numas, least, total)
+            if tied is None:
                 return
             # Every completion scores at least `bound` on each criterion. Where the bound already
             # ties the incumbents on the criteria before NUMA (or before free memory), a set that
             # beats them must tie there too, so no candidate may add a NUMA node (or bring less free
             # memory than the incumbents' least-free GPU): drop those before visiting them.
-            if bound[:3] == limit[:3] and numas and len(numas) == limit[3]:
+            if tied and numas and len(numas) == limit[3]:
                 cand = [c for c in cand if p.numa[c] in numas and p.free[c] >= -limit[4]]
                 if len(cand) < r:
                     return
@@ -368,6 +337,53 @@ def _exact(p: _Pool, n: int, keep: int, start: list[_Found], budget: int | None 
     except _OutOfBudget:
         return found, False
     return found, True
+
+
+def _bound(p: _Pool, limit: tuple, r: int, members: list[int], cand: list[int], worst: int, count: int, nv: int,
+           gain: list[int], wmax: list[int], atw: list[int], numas: frozenset[int], least: int,
+           total: int) -> bool | None:
+    """Compare a lower bound on the key of every completion of ``members`` (``r`` more GPUs from
+    ``cand``) with ``limit``, the incumbents' worst key: None when no completion can beat it (cut),
+    else whether the bound ties it on the criteria before NUMA. Each criterion's bound is computed
+    only when the earlier ones tie (the order is lexicographic), which keeps most nodes cheap."""
+    wb = max(worst, sorted(wmax[c] for c in cand)[r - 1])
+    if wb != limit[0]:
+        return None if wb > limit[0] else False
+    pairs = _pairs_bound(p, wb, worst, count, r, len(members), cand, wmax, atw)
+    if pairs != limit[1]:
+        return None if pairs > limit[1] else False
+    inside = set(cand)
+    if p.switch:  # each GPU counts its own links: at most its best to the set or a candidate
+        reach = inside.union(members)
+        most = sum(p.peak(m, reach) for m in members) + sum(
+            sorted((p.peak(c, reach) for c in cand), reverse=True)[:r])
+    else:
+        # A candidate adds its links to the set plus at most half of its r-1 best links to
+        # other candidates (each link inside the new GPUs is counted from both ends).
+        pots = []
+        for c in cand:
+            best_rest, peers = 0, 0
+            if r > 1:
+                for value, x in p.nv_peers[c]:
+                    if x in inside:
+                        best_rest += value
+                        peers += 1
+                        if peers == r - 1:
+                            break
+            pots.append(2 * gain[c] + best_rest)
+        most = nv + sum(sorted(pots, reverse=True)[:r]) // 2
+    if -most != limit[2]:
+        return None if -most > limit[2] else False
+    frees = []
+    for i in p.by_free:  # the r largest free memories among the candidates
+        if i in inside:
+            frees.append(p.free[i])
+            if len(frees) == r:
+                break
+    # Every completion's indices, sorted, begin with the members below the next candidate.
+    rest = (len(numas), -min(least, frees[-1]), -(total + sum(frees)),
+            tuple(p.index[m] for m in sorted(members) if m < cand[0]))
+    return None if rest > limit[3:] else True
 
 
 def _joined(p: _Pool, c: int, targets: Sequence[int], gain: list[int], wmax: list[int],
@@ -408,22 +424,28 @@ def _pairs_bound(p: _Pool, wb: int, worst: int, count: int, r: int, size: int, c
     both ends, hence halved). Without the pairs among the new GPUs, sets that tie on everything (an
     NVSwitch box) could never be cut by the later criteria.
     """
-    limit = len(cand) - 1
+    better = p.better_than(wb)
+    r1 = r - 1
     halves = []  # twice each candidate's least contribution
+    below, own = 0, []
     for c in cand:
         link = wmax[c]
-        if link > wb:
-            continue  # it would make the worst link worse than wb
-        at = atw[c] if link == wb else 0
-        better = min(bisect_left(p.sorted_rank[c], wb) - (size - at), limit)
-        halves.append(2 * at + max(0, r - 1 - better))
+        if link < wb:
+            extra = r1 - better[c] + size
+            halves.append(extra if extra > 0 else 0)
+            below += 1
+        elif link == wb:
+            at = atw[c]
+            extra = r1 - better[c] + size - at
+            halves.append(2 * at + (extra if extra > 0 else 0))
+            own.append(at)
+        # a candidate with a worse link would make the worst link worse than wb
     halves.sort()
     pairs = (sum(halves[:r]) + 1) // 2
     if wb == worst:
         return count + pairs
     # The set has no pair at wb yet: at least r - (candidates below wb) new GPUs bring one.
-    below = sum(1 for c in cand if wmax[c] < wb)
-    own = sorted(atw[c] for c in cand if wmax[c] == wb)
+    own.sort()
     return max(1, pairs, sum(own[:max(r - below, 0)]))
 
 
@@ -503,7 +525,8 @@ def _heuristic(p: _Pool, n: int, keep: int) -> list[_Found]:
 
 def _polish(p: _Pool, start: _Found, level: int) -> _Found:
     """Swap one chosen member for one outsider while that improves the key (a local optimum); the
-    forced GPUs stay."""
+    forced GPUs stay. Each trial's key extends the key parts of the set without ``out`` by the
+    outsider (:func:`_with`), the same key as :meth:`_Pool.subkey` at a fraction of the cost."""
     key, members = start
     fixed = set(p.fixed)
     for _ in range(4 * len(members)):  # each round strictly improves; the cap only bounds time
@@ -512,16 +535,56 @@ def _polish(p: _Pool, start: _Found, level: int) -> _Found:
             if out in fixed:
                 continue
             rest = [m for m in members if m != out]
+            parts = _parts(p, rest)
             for c in p.free_positions:
-                if c in members or any(p.rank[c][x] > level for x in rest):
+                if c in members:
                     continue
-                trial = tuple(sorted(rest + [c]))
-                trial_key = p.subkey(trial)
+                row = p.rank[c]
+                if any(row[x] > level for x in rest):
+                    continue
+                trial_key = _with(p, parts, rest, c)
                 if trial_key < key:
-                    key, members, improved = trial_key, trial, True
+                    key, members, improved = trial_key, tuple(sorted(rest + [c])), True
                     break
             if improved:
                 break
         if not improved:
             break
     return key, members
+
+
+def _parts(p: _Pool, members: list[int]) -> tuple:
+    """The key parts of a set that a new member extends: worst link and its pairs, NVLinks (pairs'
+    sum, and each member's best for a switch fabric), NUMA groups, least and total free memory."""
+    worst, at = None, 0
+    for i, a in enumerate(members):
+        row = p.rank[a]
+        for b in members[i + 1:]:
+            link = row[b]
+            if worst is None or link > worst:
+                worst, at = link, 1
+            elif link == worst:
+                at += 1
+    nv = sum(p.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
+    best = [max([p.nv[a][b] for b in members]) for a in members]
+    return (worst, at, nv, best, {p.numa[m] for m in members}, min(p.free[m] for m in members),
+            sum(p.free[m] for m in members))
+
+
+def _with(p: _Pool, parts: tuple, members: list[int], c: int) -> tuple:
+    """``p.subkey(members + [c])`` from ``_parts(p, members)``."""
+    worst, at, nv, best, numas, least, total = parts
+    row, links = p.rank[c], p.nv[c]
+    for x in members:
+        link = row[x]
+        if worst is None or link > worst:
+            worst, at = link, 1
+        elif link == worst:
+            at += 1
+    if p.switch:
+        mine = [links[x] for x in members]
+        nvl = max(mine) + sum(b if b > v else v for b, v in zip(best, mine))
+    else:
+        nvl = nv + sum(links[x] for x in members)
+    return (worst, at, -nvl, len(numas | {p.numa[c]}), -min(least, p.free[c]), -(total + p.free[c]),
+            tuple(p.index[m] for m in sorted(members + [c])))
