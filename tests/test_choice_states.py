@@ -274,3 +274,17 @@ def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_silences_it():
     assert quiet.returncode == 0 and quiet.stderr == ""
     idle = run_cli("--snapshot", "pcie-8x", "--auto", "6", "--dry-run", "--", "true")  # the six idle GPUs
     assert idle.returncode == 0 and "warning" not in idle.stderr
+
+
+def test_gpus_with_wait_does_not_wait_for_an_unhealthy_gpu_to_heal():
+    from gpu_launch.choose import spec
+    from gpu_launch.share import acquire
+
+    gpus = [gpu(0), replace(gpu(1), health=("row remapping failed",))]
+    m = machine(gpus, lambda i, j: "NV12")
+    request = acquire.Request(gpus=spec.parse("1"), min_free=parse_size("10GiB"), strict=True)
+    got = acquire.attempt(request, m, None)  # ready now: the constraint holds; health only warns
+    assert [d.gpu.index for d in got.selection.devices] == [1]
+    assert got.selection.warnings == ("GPU 1: unhealthy (row remapping failed)",)
+    with pytest.raises(NotEnoughGpus, match="GPU 1: 79.2 GiB free < 100.0 GiB asked by --min-free"):
+        acquire.attempt(replace(request, min_free=parse_size("100GiB")), m, None)

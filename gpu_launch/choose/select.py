@@ -16,7 +16,7 @@ from gpu_launch.units import Size, fmt_mib
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
-    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error",
+    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "constraint_failure",
     "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
@@ -78,6 +78,11 @@ def held_reason(who: str) -> str:
 
 def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
+    return _unusable(gpu, c) or constraint_failure(gpu, c)
+
+
+def _unusable(gpu: Gpu, c: Constraints) -> str | None:
+    """Why ``--auto``/``--fit`` may not give ``gpu`` out whatever the user asked, or None."""
     if not gpu.available:
         return f"unavailable ({gpu.error or 'NVML could not read it'})"
     if gpu.uuid in c.exclude:
@@ -90,6 +95,12 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
         return "in MIG mode, with no MIG devices yet (CUDA cannot run on it)"
     if gpu.health:  # a job there may lose its memory or crash; --gpus still may use it (with a warning)
         return f"unhealthy ({'; '.join(gpu.health)})"
+    return None
+
+
+def constraint_failure(gpu: Gpu, c: Constraints) -> str | None:
+    """The first of the user's constraints (``--min-free``, ``--max-util``, ``--idle``) ``gpu``
+    fails, or None. Unlike health or MIG mode, these may change while one waits."""
     if gpu.memory_free_mib is None:
         return "free memory unknown (NVML could not read it)"
     short = min_free_failure(gpu.memory_free_mib, gpu.memory_total_mib, c.min_free)
@@ -219,7 +230,9 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
             raise mig_mode_error(gpu)
         if device.mig is not None:
             continue
-        reason = _failed_constraint(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
+        if gpu.health:
+            warnings.append(f"{gpu.label}: unhealthy ({'; '.join(gpu.health)})")
+        reason = constraint_failure(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
         if reason is not None:
             warnings.append(f"{gpu.label}: {reason}")
         else:

@@ -169,8 +169,9 @@ def _unmet(request: Request, machine: Machine, devices: tuple[Device, ...]) -> l
     plain = gpu_select.Constraints(request.min_free, request.max_util, request.idle)
     if not plain.describe():
         return []  # no constraints: a named GPU is ready as soon as no one else reserves it
-    failing = {e.gpu.uuid: e.reason for e in gpu_select.eligibility(machine, plain).excluded}
-    return [f"{d.label}: {failing[d.uuid]}" for d in devices if d.mig is None and d.uuid in failing]
+    # Only what may change while waiting: an unhealthy GPU gets the --gpus warning, not a wait for ever.
+    failing = {d.uuid: gpu_select.constraint_failure(d.gpu, plain) for d in devices if d.mig is None}
+    return [f"{d.label}: {failing[d.uuid]}" for d in devices if failing.get(d.uuid)]
 
 
 def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser) -> Acquired:
