@@ -143,7 +143,7 @@ def test_memory_that_does_not_add_up_is_never_idle(gpulaunch: Run, driver_genera
     assert [(g["memory_used_mib"], g["memory_free_mib"]) for g in doc["gpus"]] == [(40960, 0), (4, 40956)]
     assert gpulaunch(incoherent_memory(), "--dry-run", "--json", "-q", "--auto", "1", "--", "x").chosen() == [1]
     explicit = gpulaunch(incoherent_memory(), "--dry-run", "--gpus", "0", "--", "x")
-    assert explicit.code == 0 and "warning: GPU 0 is busy (0% utilisation, 0 MiB free)" in explicit.err
+    assert explicit.code == 0 and "warning: GPU 0 is full (0% utilisation, 0 MiB free)" in explicit.err
 
 
 def test_reserved_memory_is_not_counted_as_used_twice(gpulaunch: Run) -> None:
@@ -166,7 +166,7 @@ def test_a_snapshot_whose_memory_does_not_add_up_is_read_coherently(gpulaunch: R
     assert again == machine  # what is written is read back the same
     (tmp_path / "m.json").write_text(json.dumps(doc))
     listing = gpulaunch(None, "--snapshot", str(tmp_path / "m.json"), "--dry-run", "--gpus", "0", "--", "x")
-    assert listing.code == 0 and "warning: GPU 0 is busy (0% utilisation, 0 MiB free)" in listing.err
+    assert listing.code == 0 and "warning: GPU 0 is full (0% utilisation, 0 MiB free)" in listing.err
 
 
 # -- NVSwitch ---------------------------------------------------------------------------------
