@@ -12,8 +12,9 @@ from gpu_launch.machine.model import Gpu
 
 __all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FULL_MIN_USED"]
 
-# Availability thresholds (README, "How --auto ranks"). Memory "used" is NVML's, which on
-# driver >= 510 includes the driver's reserved memory, so an untouched card is not at 0.
+# Availability thresholds (README, "How --auto ranks"). Memory "used" is what the NVML adapter
+# made coherent (machine/nvml.py): NVML's v1 "used" counts the driver's reserved memory, v2's does
+# not, so an untouched card may show a few hundred MiB used or almost none: both are idle here.
 IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
 BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...
 BUSY_MIN_USED = 0.50  # ... or at least half the memory in use
