@@ -172,15 +172,7 @@ class _Pool:
     def subkey(self, members: Sequence[int]) -> tuple:
         """Criteria 4-9 of a set of pool positions (1-3 are the same for every set of a pool)."""
         members = sorted(members)
-        worst, at = None, 0
-        for i, a in enumerate(members if len(members) > 1 else ()):  # N = 1 has no link matrix
-            row = self.rank[a]
-            for b in members[i + 1:]:
-                link = row[b]
-                if worst is None or link > worst:
-                    worst, at = link, 1
-                elif link == worst:
-                    at += 1
+        worst, at = _worst_link(self.rank, members) if len(members) > 1 else (None, 0)  # N = 1: no links
         return (
             0 if worst is None else worst,
             at,
@@ -553,18 +545,24 @@ def _polish(p: _Pool, start: _Found, level: int) -> _Found:
     return key, members
 
 
-def _parts(p: _Pool, members: list[int]) -> tuple:
-    """The key parts of a set that a new member extends: worst link and its pairs, NVLinks (pairs'
-    sum, and each member's best for a switch fabric), NUMA groups, least and total free memory."""
+def _worst_link(rank: Sequence[Sequence[int]], members: Sequence[int]) -> tuple[int | None, int]:
+    """The worst link rank among ``members`` and how many pairs are across it."""
     worst, at = None, 0
     for i, a in enumerate(members):
-        row = p.rank[a]
+        row = rank[a]
         for b in members[i + 1:]:
             link = row[b]
             if worst is None or link > worst:
                 worst, at = link, 1
             elif link == worst:
                 at += 1
+    return worst, at
+
+
+def _parts(p: _Pool, members: list[int]) -> tuple:
+    """The key parts of a set that a new member extends: worst link and its pairs, NVLinks (pairs'
+    sum, and each member's best for a switch fabric), NUMA groups, least and total free memory."""
+    worst, at = _worst_link(p.rank, members)
     nv = sum(p.nv[a][b] for i, a in enumerate(members) for b in members[i + 1:])
     best = [max([p.nv[a][b] for b in members]) for a in members]
     return (worst, at, nv, best, {p.numa[m] for m in members}, min(p.free[m] for m in members),
