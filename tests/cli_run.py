@@ -17,17 +17,34 @@ ROOT = Path(__file__).resolve().parent.parent
 #: A private reservation directory (issue 3), so no test takes or sees the machine's real reservations.
 LOCK_DIR = os.path.join(tempfile.mkdtemp(prefix="gpulaunch-robust-"), "locks")
 
-__all__ = ["ROOT", "LOCK_DIR", "clean_env", "run_gpulaunch", "gpulaunch_argv", "has_option"]
+#: An empty directory for XDG_CONFIG_HOME, so that no helper can find the tester's own config file.
+CONFIG_HOME = os.path.join(os.path.dirname(LOCK_DIR), "config-home")
+
+__all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed", "run_gpulaunch", "gpulaunch_argv",
+           "has_option"]
+
+#: What every test process and child runs with (tests/conftest.py puts it in os.environ for the whole session):
+#: a private lock directory, no config file. So another gpulaunch job on this machine, holding GPUs in the
+#: default /tmp/gpulaunch-locks, or the tester's own ~/.config/gpulaunch, cannot change any test's outcome.
+HERMETIC = {"GPULAUNCH_LOCK_DIR": LOCK_DIR, "GPULAUNCH_CONFIG": "", "XDG_CONFIG_HOME": CONFIG_HOME}
+
+
+def scrubbed(drop: tuple[str, ...] = ("GPULAUNCH_",), environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) without the variables starting with ``drop``, the private
+    lock directory kept. A helper that builds its child's environment this way cannot fall back to the
+    machine's shared default lock directory."""
+    source = os.environ if environ is None else environ
+    env = {k: v for k, v in source.items() if not k.startswith(drop)}
+    env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
+    return env
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test process's environment without anything that steers gpulaunch, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTEST_"))}
+    env = scrubbed(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTEST_"))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("NO_COLOR", None)
     env["GPULAUNCH_CONFIG"] = ""  # empty: no config file, so the tester's own defaults cannot leak in
-    env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
     env.update(extra or {})
     return env
 

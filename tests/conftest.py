@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from cli_run import LOCK_DIR, ROOT, clean_env  # noqa: F401  (one hermetic environment for every helper)
+from cli_run import CONFIG_HOME, HERMETIC, LOCK_DIR, ROOT, clean_env  # noqa: F401  (one hermetic environment)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_environment() -> Iterator[None]:
+    """Every test, and every child it starts, uses a private lock directory and no config file.
+
+    Set in os.environ for the whole session, so a test that runs gpulaunch in-process or hands
+    os.environ to a child inherits it; helpers that build an environment from scratch go through
+    ``cli_run.scrubbed``/``clean_env``, which keep the private lock directory. The tester's own
+    GPULAUNCH_* settings (GPULAUNCH_WAIT=1h, ...) are dropped. tests/test_undisturbed.py checks that
+    reservations held in the default /tmp/gpulaunch-locks change no test's outcome.
+    """
+    os.makedirs(CONFIG_HOME, exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in [k for k in os.environ if k.startswith("GPULAUNCH_")]:
+            mp.delenv(name)
+        for name, value in HERMETIC.items():
+            mp.setenv(name, value)
+        yield
 
 # The child prints what it received, so tests read the environment the command really got.
 PRINT_CVD = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))"

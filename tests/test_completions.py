@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import scrubbed
 from gpu_launch.options import args
 
 from gpu_launch.commands import completions
@@ -28,7 +29,7 @@ def shell_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gpu_launch "$@"\n')
     exe.chmod(0o755)
     home = tmp_path_factory.mktemp("home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "XDG_", "BASH_"))}
+    env = scrubbed(("GPULAUNCH_", "XDG_", "BASH_"))
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', os.defpath)}", HOME=str(home), GPULAUNCH_CONFIG="",
                PYTHONPATH=str(ROOT))
     return env

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import scrubbed
+
 
 def gpulaunch(*argv: str, env: dict[str, str] | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith("GPULAUNCH_") and k not in ("XDG_CONFIG_HOME", "NO_COLOR")}
-    if home is not None:
+    base = scrubbed()  # the private lock directory stays (tests/conftest.py)
+    base.pop("NO_COLOR", None)
+    if home is not None:  # else XDG_CONFIG_HOME stays the session's empty directory: never the tester's file
+        base.pop("XDG_CONFIG_HOME", None)
         base["HOME"] = str(home)
     base.update(env or {})
     return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True, env=base,

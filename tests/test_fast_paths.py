@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import scrubbed
+
 from gpu_launch.machine import snapshot
 from gpu_launch.run.execute import _which
 
@@ -22,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _launch(path: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "CUDA_"))}
+    env = scrubbed(("GPULAUNCH_", "CUDA_"))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     # gpulaunch itself starts from sys.executable; only the child is looked up on ``path``.
     env["PATH"] = path

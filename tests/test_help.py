@@ -10,13 +10,15 @@ import sys
 
 import pytest
 
+from cli_run import scrubbed
+
 from gpu_launch import __version__
 
 from gpu_launch.options import args
 
 
 def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAUNCH_")}
+    env = scrubbed()
     env["GPULAUNCH_CONFIG"] = ""
     return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True, env=env,
                           timeout=60)

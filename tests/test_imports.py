@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import scrubbed
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("rich", "pynvml", "psutil")
 _LINE_RE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \| ( *)(\S+)\s*$")
 
 
 def _env(extra_path: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTHONPROFILEIMPORTTIME"))}
+    env = scrubbed(("GPULAUNCH_", "CUDA_", "NVIDIA_VISIBLE", "SLURM_", "PYTHONPROFILEIMPORTTIME"))
     paths = ([str(extra_path)] if extra_path else []) + [str(ROOT), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("NO_COLOR", None)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from cli_run import scrubbed
+
 jsonschema = pytest.importorskip("jsonschema")
 
 from gpu_launch.options import args
@@ -22,7 +24,8 @@ EXAMPLES = example_names()
 
 
 def gpulaunch(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GPULAUNCH_") and k != "NO_COLOR"}
+    base = scrubbed()
+    base.pop("NO_COLOR", None)
     base["GPULAUNCH_CONFIG"] = ""  # no user config file leaks into the test
     base.update(env or {})
     return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True, env=base,

@@ -9,11 +9,14 @@ import sys
 
 import pytest
 
+from cli_run import scrubbed
+
 CHILD = [sys.executable, "-c", "import os; print('child', os.environ['CUDA_VISIBLE_DEVICES'])"]
 
 
 def gpulaunch(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GPULAUNCH_") and k != "NO_COLOR"}
+    base = scrubbed()
+    base.pop("NO_COLOR", None)
     base["GPULAUNCH_CONFIG"] = ""
     base.update(env or {})
     return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True, env=base,
@@ -70,7 +73,8 @@ def run_in_pty(argv: list[str], env: dict[str, str]) -> bytes:
 
 @pytest.mark.parametrize(("no_color", "coloured"), [(None, True), ("1", False), ("", True)])  # "" is unset
 def test_colour_only_on_a_terminal_without_no_color(no_color: str | None, coloured: bool) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULAUNCH_") and k != "NO_COLOR"}
+    env = scrubbed()
+    env.pop("NO_COLOR", None)
     env.update(GPULAUNCH_CONFIG="", TERM="xterm-256color", COLUMNS="160")
     env.pop("FORCE_COLOR", None)
     if no_color is not None:

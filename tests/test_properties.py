@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from cli_run import LOCK_DIR
+from cli_run import LOCK_DIR, scrubbed
 from gpu_launch.options import args
 from gpu_launch.choose import select
 from gpu_launch.machine import snapshot
@@ -353,7 +353,7 @@ def test_cli_on_random_argv_fails_only_with_gpulaunch_errors(argv: list[str], ex
     assume("check" not in argv)  # `check` starts a CUDA probe process: covered in its own tests
     assume("each" not in argv)  # `each` reads stdin and runs jobs: covered in its own tests
     assume(not any(token.startswith("--wait") for token in argv))  # may wait for ever, by design
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAUNCH_", "CUDA_", "NVIDIA_", "SLURM_"))}
+    env = scrubbed(("GPULAUNCH_", "CUDA_", "NVIDIA_", "SLURM_"))
     env["GPULAUNCH_CONFIG"] = ""
     env["GPULAUNCH_NO_LOCK"] = "1"  # a launch stopped just before exec must not keep lock descriptors
     env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
