@@ -37,9 +37,19 @@ from gpu_launch.machine.model import Device, Gpu, Machine, MigDevice
 
 __all__ = ["CvdReading", "Visibility", "read_cvd", "read_nvd", "resolve", "describe_devices"]
 
-_INT_RE = re.compile(r"^[+-]?\d+")
-_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[0-9A-Fa-f-]+)/(\d+)/(\d+)$")
-_NVD_MIG_RE = re.compile(r"^(\d+):(\d+)$")
+# ASCII digits only: CUDA stops at '٣' or '²', so reading them as 3 or 2 would widen the parent's view.
+_INT_RE = re.compile(r"^[+-]?[0-9]+")
+_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[0-9A-Fa-f-]+)/([0-9]+)/([0-9]+)$")
+_NVD_INDEX_RE = re.compile(r"^[0-9]+$")
+_NVD_MIG_RE = re.compile(r"^([0-9]+):([0-9]+)$")
+
+
+def _number(digits: str) -> int:
+    """``int(digits)`` for ASCII digits with an optional sign, any length: a number too long to be any
+    index (Python refuses over 4300 digits) comes back as a huge one with its sign, out of every range."""
+    sign = -1 if digits.startswith("-") else 1
+    body = digits.lstrip("+-").lstrip("0") or "0"
+    return sign * (10 ** 18 if len(body) > 18 else int(body))
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ def _uuid_matches(token: str, machine: Machine) -> list[Device]:
     """Devices whose UUID ``token`` names: exact, legacy MIG form, or a prefix (CUDA accepts prefixes)."""
     legacy = _LEGACY_MIG_RE.match(token)
     if legacy:
-        gpu_uuid, gi, ci = legacy.group(1).lower(), int(legacy.group(2)), int(legacy.group(3))
+        gpu_uuid, gi, ci = legacy.group(1).lower(), _number(legacy.group(2)), _number(legacy.group(3))
         return [Device(g, m) for g in machine.gpus if g.uuid.lower() == gpu_uuid for m in g.mig_devices
                 if m.gpu_instance_id == gi and m.compute_instance_id == ci]
     low = token.lower()
@@ -108,7 +118,7 @@ def read_cvd(value: str, machine: Machine) -> CvdReading:
         if match:
             if match.group(0) != token:
                 problems.append(f"entry {pos + 1} {token!r} is read as {match.group(0)!r} (CUDA keeps the leading digits)")
-            index = int(match.group(0))
+            index = _number(match.group(0))
             if index < 0 or index >= len(ordered):
                 problems.append(f"entry {pos + 1} {token!r} is out of range (this process can see "
                                 f"{len(ordered)} GPU{'s' if len(ordered) != 1 else ''}: 0-{len(ordered) - 1}){cut}"
@@ -156,15 +166,15 @@ def read_nvd(value: str | None, machine: Machine) -> tuple[tuple[Device, ...] | 
     warnings: list[str] = []
     for entry in entries:
         nvd_mig = _NVD_MIG_RE.match(entry)
-        if entry.isdigit() or nvd_mig:
+        if _NVD_INDEX_RE.match(entry) or nvd_mig:
             if not host_view:
                 return None, ()  # the runtime already gave us exactly these; NVML's view is the container's
-            gpu = machine.by_index(int(nvd_mig.group(1) if nvd_mig else entry))
+            gpu = machine.by_index(_number(nvd_mig.group(1) if nvd_mig else entry))
             if gpu is None:
                 warnings.append(f"NVIDIA_VISIBLE_DEVICES entry {entry!r}: there is no such GPU here")
                 continue
             if nvd_mig:
-                j = int(nvd_mig.group(2))
+                j = _number(nvd_mig.group(2))
                 if j >= len(gpu.mig_devices):
                     warnings.append(f"NVIDIA_VISIBLE_DEVICES entry {entry!r}: {gpu.label} has no MIG device {j}")
                     continue

@@ -162,7 +162,11 @@ class Scheduler:
                                 use_uuid=visibility.resolve(got.machine, self.environ).restricted)
         argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
         state.gpus = ",".join(str(d.gpu.index) for d in devices)
-        log_fd, state.log = open_log(self.log_dir, state.job.number)
+        try:
+            log_fd, state.log = open_log(self.log_dir, state.job.number)
+        except GpuLaunchError:
+            got.reservation.release()
+            raise
         try:
             state.proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
@@ -230,6 +234,9 @@ def _make_log_dir(log_dir: str) -> str:
         os.makedirs(log_dir, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"log dir {log_dir}: cannot create it ({exc.strerror})", hint="pick another --log-dir") from None
+    if not os.access(log_dir, os.W_OK | os.X_OK):  # found now, not when the first job's GPUs are reserved
+        raise UsageError(f"log dir {log_dir}: cannot write in it (permission denied)",
+                         hint="pick a --log-dir you can write to")
     return log_dir
 
 

@@ -32,7 +32,7 @@ __all__ = [
     "process_user_and_command",
 ]
 
-_CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_CPULIST_RE = re.compile(r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$")  # ASCII digits only
 # NVML writes "00000000:07:00.0" (32-bit domain); sysfs names the device "0000:07:00.0".
 _BUS_ID_RE = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 
@@ -153,15 +153,39 @@ def possible_cpu_count(sysfs_root: str | os.PathLike[str] = "/sys") -> int:
     return os.cpu_count() or 1
 
 
+#: The largest CPU number accepted in a CPU list (Linux's NR_CPUS tops out at 8192): a list is expanded,
+#: so "0-99999999999" must be refused, not turned into a hundred billion integers.
+MAX_CPU = 65535
+
+
+def cpulist_ranges(text: str) -> list[tuple[int, int]]:
+    """``"0-2,8"`` → ``[(0, 2), (8, 8)]``, merged and sorted; ValueError on anything else or a CPU
+    number above :data:`MAX_CPU` (checked on the digits, before any conversion or expansion)."""
+    text = text.strip()
+    if not _CPULIST_RE.match(text):
+        raise ValueError(f"{text[:80]!r} is not a CPU list like '0-31,64-95'")
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        lo_text, _, hi_text = part.partition("-")
+        for number in (lo_text, hi_text):
+            if len(number.lstrip("0")) > len(str(MAX_CPU)) or (number and int(number) > MAX_CPU):
+                raise ValueError(f"CPU {number[:20]}{'…' if len(number) > 20 else ''} in the CPU list is above {MAX_CPU}")
+        lo, hi = int(lo_text), int(hi_text or lo_text)
+        if hi < lo:
+            raise ValueError(f"the range {part!r} in the CPU list runs backwards")
+        ranges.append((lo, hi))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
 def parse_cpulist(text: str) -> list[int]:
-    """``"0-2,8"`` → ``[0, 1, 2, 8]``. Raises ValueError on anything else."""
-    if not _CPULIST_RE.match(text.strip()):
-        raise ValueError(f"not a CPU list: {text!r}")
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return sorted(cpus)
+    """``"0-2,8"`` → ``[0, 1, 2, 8]``. Raises ValueError on anything else (see :func:`cpulist_ranges`)."""
+    return [cpu for lo, hi in cpulist_ranges(text) for cpu in range(lo, hi + 1)]
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:

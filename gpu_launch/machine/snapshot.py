@@ -13,6 +13,7 @@ import re
 
 from gpu_launch.errors import SnapshotError
 from gpu_launch.machine.files import read_utf8
+from gpu_launch.machine.host import cpulist_ranges
 from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -23,9 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "load", "loads", "dump", "to_dict", "example_names", "resolve"]
 
 SCHEMA_VERSION = 1
+_MAX_INT = 2 ** 53  # the largest integer field accepted: exact as a float, far beyond any real value
 MAX_BYTES = 64 * 1024 * 1024  # refuse absurd files up front instead of parsing for minutes
-_LINK_RE = re.compile(r"^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|PSB)$")
-_CPULIST_RE = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_LINK_RE = re.compile(r"^(X|NV[1-9][0-9]{0,3}|PIX|PXB|PHB|NODE|SYS|PSB)$")  # NV<k>: k bounded, ASCII
 _MIG_MODES = ("enabled", "disabled", "unknown")
 
 
@@ -68,19 +69,13 @@ def resolve(value: str) -> Machine:
 
 
 def load(path: str) -> Machine:
+    """Read the snapshot file at ``path`` (a regular file, or a pipe named /dev/stdin or /dev/fd/N)."""
     try:
-        size = os.path.getsize(path)
-        if os.path.isdir(path):
-            raise SnapshotError(f"snapshot {path}: is a directory, not a JSON file")
-        if size > MAX_BYTES:
-            raise SnapshotError(f"snapshot {path}: {size // (1024 * 1024)} MiB is too large (limit 64 MiB)")
-        text = read_utf8(path, "snapshot", SnapshotError)
+        text = read_utf8(path, "snapshot", SnapshotError, MAX_BYTES, pipes=True, what="JSON file")
     except FileNotFoundError:
         raise SnapshotError(
             f"snapshot {path}: no such file", hint="write one with `gpulaunch ls --json > FILE`"
         ) from None
-    except OSError as exc:
-        raise SnapshotError(f"snapshot {path}: cannot read it ({exc.strerror})") from None
     return loads(text, source=path)
 
 
@@ -89,8 +84,9 @@ def loads(text: str, source: str = "<snapshot>") -> Machine:
         raise SnapshotError(f"snapshot {source}: file is empty", hint="write one with `gpulaunch ls --json > FILE`")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as exc:  # ValueError: also an integer of more than 4300 digits
+        detail = (f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError)
+                  else "nested too deeply" if isinstance(exc, RecursionError) else "a number is too long")
         raise SnapshotError(f"snapshot {source}: not valid JSON ({detail})") from None
     return _Reader(source).machine(data)
 
@@ -120,8 +116,10 @@ class _Reader:
             raise self.fail(f"{where}.{key}", f"expected an integer, got {_kind(value)}")
         if lo is not None and value < lo:
             raise self.fail(f"{where}.{key}", f"{value} is below {lo}")
-        if hi is not None and value > hi:
-            raise self.fail(f"{where}.{key}", f"{value} is above {hi}")
+        limit = _MAX_INT if hi is None else hi
+        if value > limit:  # a 400-digit memory size would overflow every float computed from it
+            shown = str(value) if value < 10 ** 30 else f"a {len(str(value))}-digit number"
+            raise self.fail(f"{where}.{key}", f"{shown} is above {limit}")
         return value
 
     def str_(self, d: dict[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
@@ -144,7 +142,7 @@ class _Reader:
         d = self.obj(data, "top level")
         if "schema" not in d:
             raise self.fail("schema", "missing; is this a `gpulaunch ls --json` file?")
-        if d["schema"] != SCHEMA_VERSION:
+        if isinstance(d["schema"], bool) or d["schema"] != SCHEMA_VERSION:  # true == 1 in Python, not in the schema
             raise self.fail("schema", f"version {d['schema']!r} is not supported (this gpulaunch reads {SCHEMA_VERSION})")
         raw_gpus = d.get("gpus")
         if not isinstance(raw_gpus, list):
@@ -182,8 +180,11 @@ class _Reader:
         if not uuid.startswith("GPU-"):
             raise self.fail(f"{where}.uuid", f"{uuid!r} does not start with 'GPU-'")
         affinity = self.str_(d, "cpu_affinity", where)
-        if affinity is not None and not _CPULIST_RE.match(affinity):
-            raise self.fail(f"{where}.cpu_affinity", f"{affinity!r} is not a CPU list like '0-31,64-95'")
+        if affinity is not None:
+            try:
+                cpulist_ranges(affinity)  # bounded: "0-99999999999" is refused, never expanded
+            except ValueError as exc:
+                raise self.fail(f"{where}.cpu_affinity", str(exc)) from None
         # null: NVML could not list them (unknown, never "none"); absent: none, as files before it had.
         procs = d.get("processes", [])
         if procs is not None and not isinstance(procs, list):

@@ -96,6 +96,23 @@ def _slurm_time(text: str, option: str) -> str:
     return parse_time(text, option)
 
 
+def _file(text: str, option: str) -> str:
+    return _path(text, option, "file")
+
+
+def _dir(text: str, option: str) -> str:
+    return _path(text, option, "directory")
+
+
+def _path(text: str, option: str, kind: str) -> str:
+    """A path as given; refused up front when no file can have it (before any GPU is reserved)."""
+    if not text:
+        raise UsageError(f"{option}: empty {kind} name", hint=f"give a {kind}, or leave the option out")
+    if "\0" in text:
+        raise UsageError(f"{option}: {text!r} contains a NUL byte", hint=f"no {kind} name can hold one")
+    return text
+
+
 def _percent(text: str, option: str) -> int:
     try:
         value = int(text.strip().rstrip("%"))
@@ -153,12 +170,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
-           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR",
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _dir,
            commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
-           "DIR", commands=frozenset({"each", "config"}), group="Jobs"),
+           "DIR", _dir, frozenset({"each", "config"}), group="Jobs"),
     Option(("--slurm",), "slurm", "each: submit the jobs to Slurm as one job array instead of running them here; "
            "each task runs its line through `gpulaunch --auto K` inside its allocation", commands=frozenset({"each"}),
            group="Slurm"),
@@ -189,7 +206,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
-           "FILE", group="Input"),
+           "FILE", _file, group="Input"),
     Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
     Option(("--verbose", "-v"), "verbose", "more detail: NVML query timings", group="Output", counted=True),
     Option(("--help", "-h"), "help", "show this help and exit", group="Output"),

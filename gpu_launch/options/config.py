@@ -39,6 +39,8 @@ SCHEMA_VERSION = 1
 NOT_CONFIGURABLE = PER_LAUNCH | {"json", "help", "version"}
 #: A default that makes no sense next to a flag the user did give: skipped, not an error.
 _SKIP_WITH = {"exclude": "gpus", "mig": "gpus"}
+_MAX_BYTES = 1024 * 1024  # a config file is a few lines: refuse /dev/zero or a log file given by mistake
+_PATHS = ("DIR", "FILE")  # values that are paths: only a TOML string, never lock-dir = 5 read as ./5
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -104,20 +106,21 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
     if not opt.takes_value:
         if isinstance(raw, str) and from_env:
             word = raw.strip().lower()
-            if opt.counted and word.isdigit():
+            if opt.counted and word.isascii() and word.isdigit() and len(word) <= 3:  # not '²', not 5000 digits
                 return int(word), int(word)
             if word in _TRUE or word in _FALSE:
                 return word in _TRUE, word in _TRUE
         elif isinstance(raw, bool):
             return raw, raw
-        elif opt.counted and isinstance(raw, int) and raw >= 0:
+        elif opt.counted and isinstance(raw, int) and 0 <= raw <= 999:
             return raw, raw
         wanted = "true/false" + (" or a count" if opt.counted else "")
         example = "1" if from_env else "true"
-        raise UsageError(f"{label}: expected {wanted}, got {raw!r}", hint=f"e.g. {key} = {example}"
+        shown = repr(raw) if len(repr(raw)) <= 60 else repr(raw)[:57] + "…"
+        raise UsageError(f"{label}: expected {wanted}, got {shown}", hint=f"e.g. {key} = {example}"
                          if not from_env else f"e.g. {label}={example}")
-    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-        kind = "a table" if isinstance(raw, dict) else type(raw).__name__
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)) or (opt.metavar in _PATHS and not isinstance(raw, str)):
+        kind = {dict: "a table", list: "an array", int: "an integer", float: "a number"}.get(type(raw), type(raw).__name__)
         raise UsageError(f"{label}: expected a string like {opt.metavar}, got {kind}",
                          hint=f'e.g. {key} = "..." (see `gpulaunch --help` for {opt.names[0]})')
     text = str(raw)
@@ -137,7 +140,7 @@ def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     from gpu_launch.machine.files import read_utf8
 
     try:
-        text = read_utf8(path, "config", ConfigError)
+        text = read_utf8(path, "config", ConfigError, _MAX_BYTES, what="TOML file")
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"config {path}: no such file", hint="fix or unset GPULAUNCH_CONFIG") from None
@@ -150,6 +153,10 @@ def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {_syntax_where(path, text, str(exc))}: not valid TOML ({exc})",
+                          hint='write it like: min-free = "20GiB" (`gpulaunch help config` shows the format)') from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; arrays nested thousands deep
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "a number is too long"
+        raise ConfigError(f"config {path}: not valid TOML ({what})",
                           hint='write it like: min-free = "20GiB" (`gpulaunch help config` shows the format)') from None
     by_key = {key_of(o): o for o in OPTIONS}
     out: dict[str, Setting] = {}

@@ -64,10 +64,22 @@ class JobState:
         return f"exit {self.returncode}"
 
 
+#: A job list is a text file of commands: refuse /dev/zero, a log file given by mistake, or endless stdin.
+MAX_JOB_BYTES = 64 * 1024 * 1024
+
+
 def parse_jobs(text: str, source: str) -> list[Job]:
-    """The commands in ``text``, one a line; UsageError naming the line for a bad one."""
+    """The commands in ``text``, one a line; UsageError naming the line for a bad one.
+
+    Lines end at newlines only (CRLF too): a form feed or other separator that ``str.splitlines``
+    would split on stays inside its line, so it can never split a quoted argument in two.
+    """
     jobs: list[Job] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        line = line[:-1] if line.endswith("\r") else line
+        if "\0" in line:
+            raise UsageError(f"{source}, line {lineno}: the command contains a NUL byte",
+                             hint="no program or argument can hold one; is this a text file?")
         try:
             argv = shlex.split(line, comments=True)
         except ValueError as exc:
@@ -78,20 +90,33 @@ def parse_jobs(text: str, source: str) -> list[Job]:
     return jobs
 
 
-def read_jobs(path: str | None, stdin: IO[str]) -> tuple[list[Job], str]:
-    """Read the job file (``-`` or None: stdin); returns the jobs and the source's name."""
+def read_jobs(path: str | None, stdin: IO[str] | None) -> tuple[list[Job], str]:
+    """Read the job file (``-`` or None: stdin); returns the jobs and the source's name.
+
+    Read as bytes with a bound (machine/files.py) and decoded as UTF-8 whichever it is, so the
+    same bytes give the same outcome from a file and from stdin.
+    """
+    from gpu_launch.machine import files
+
     if path in (None, "-"):
+        if stdin is None:
+            raise UsageError("`each`: stdin is closed, so there are no commands to read",
+                             hint="give a job file: gpulaunch each jobs.txt")
         if path is None and stdin.isatty():
             raise UsageError("`each` needs a job file", hint="gpulaunch each jobs.txt, or pipe the commands in on stdin")
-        return parse_jobs(stdin.read(), "stdin"), "stdin"
+        try:
+            fd = stdin.fileno()
+        except (OSError, ValueError):
+            raise UsageError("`each`: stdin cannot be read", hint="give a job file: gpulaunch each jobs.txt") from None
+        raw = files.read_fd(fd, "stdin", UsageError, MAX_JOB_BYTES)
+        return parse_jobs(files.decode(raw, "stdin", UsageError), "stdin"), "stdin"
+    files.check_path(path, "job file", UsageError)
+    label = f"job file {path}"
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        raw = files.read_bytes(path, label, UsageError, MAX_JOB_BYTES, pipes=True)
     except FileNotFoundError:
-        raise UsageError(f"job file {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"job file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-    return parse_jobs(text, path), path
+        raise UsageError(f"{label}: no such file") from None
+    return parse_jobs(files.decode(raw, label, UsageError), path), path
 
 
 def default_log_dir(now: float | None = None) -> str:
@@ -107,4 +132,7 @@ def open_log(log_dir: str, number: int) -> tuple[int, str]:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644), path
         except FileExistsError:
             continue
+        except OSError as exc:
+            raise UsageError(f"log dir {log_dir}: cannot create {name} ({exc.strerror})",
+                             hint="pick a --log-dir you can write to") from None
     raise UsageError(f"log dir {log_dir}: too many existing logs for job {number}", hint="use a fresh --log-dir")

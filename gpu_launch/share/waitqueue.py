@@ -61,7 +61,14 @@ class _Entry:
 def _entries(directory: str) -> list[_Entry]:
     """The ticket files whose names parse, in queue order (others are ignored)."""
     found = []
-    for name in os.listdir(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError as exc:  # e.g. a 1733 directory: others may create files in it but not list it
+        from gpu_launch.errors import LockDirError
+
+        raise LockDirError(f"lock dir {directory}: cannot list it to queue for GPUs ({exc.strerror})",
+                           hint=f"its owner can run `chmod 1777 {directory}`, or use --lock-dir DIR") from None
+    for name in names:
         m = _TICKET.match(name)
         if m:
             found.append(_Entry(int(m.group(1)), name))
