@@ -56,3 +56,36 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
+
+
+def _early_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C while the program is still importing: one line and exit 130, never a traceback.
+
+    ``cli.main`` replaces this with Python's own handler as soon as it runs, and turns a
+    KeyboardInterrupt into the same line and code from then on.
+    """
+    import os
+
+    try:
+        os.write(2, b"gpulaunch: interrupted\n")
+    except OSError:
+        pass
+    os._exit(130)
+
+
+def _as_program() -> bool:
+    """Whether this process is gpulaunch itself (the console script or ``python -m gpu_launch``), not a
+    program that imports the package: only then may the package take over SIGINT at import."""
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 == "-m":  # `python -m gpu_launch` while the package is being imported
+        orig = getattr(sys, "orig_argv", [])
+        return "gpu_launch" in orig[orig.index("-m") + 1:orig.index("-m") + 2] if "-m" in orig else False
+    return argv0.rsplit("/", 1)[-1] == "gpulaunch"
+
+
+if _as_program():
+    import signal as _signal
+
+    _signal.signal(_signal.SIGINT, _early_interrupt)

@@ -25,19 +25,36 @@ __all__ = ["main", "run"]
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point. Exits with gpulaunch's code, or becomes the command."""
-    # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    from gpu_launch import streams
+
     try:
+        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
         code = run(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
     except GpuLaunchError as exc:
-        hint = f" (hint: {exc.hint})" if exc.hint else ""
-        print(f"gpulaunch: error: {exc.message}{hint}", file=sys.stderr)
-        code = int(exc.exit_code)
+        code = _fail(exc)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
-        print("gpulaunch: interrupted", file=sys.stderr)
+        sys.stderr.write("gpulaunch: interrupted\n")
         code = int(ExitCode.INTERRUPTED)
     sys.exit(code)
+
+
+def _fail(exc: GpuLaunchError) -> int:
+    """Print the one error line; returns the exit code."""
+    from gpu_launch import streams
+    from gpu_launch.errors import OutputFailed
+
+    if isinstance(exc, OutputFailed):
+        streams.settle()  # the interpreter's flush at exit must not fail a second time
+    hint = f" (hint: {exc.hint})" if exc.hint else ""
+    sys.stderr.write(f"gpulaunch: error: {exc.message}{hint}\n")
+    sys.stderr.flush()
+    return int(exc.exit_code)
 
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.

@@ -32,6 +32,7 @@ __all__ = [
     "CudaAlreadyInitialized",
     "Reserved",
     "NoDriver",
+    "OutputFailed",
 ]
 
 
@@ -47,6 +48,7 @@ class ExitCode(enum.IntEnum):
     BAD_FILE = 7  # snapshot or config file missing, unreadable or invalid; lock dir or lock file unsafe
     CHECK_FAILED = 8  # `gpulaunch check` found that CUDA sees something else than chosen
     JOBS_FAILED = 9  # `gpulaunch each`: at least one job exited non-zero or could not start
+    OUTPUT_FAILED = 10  # stdout cannot be written: closed (>&-), or the disk is full
     NOT_EXECUTABLE = 126  # the command exists but cannot be executed
     COMMAND_NOT_FOUND = 127  # the command is not on PATH
     INTERRUPTED = 130  # Ctrl-C before the command started
@@ -140,3 +142,9 @@ class CudaAlreadyInitialized(GpuLaunchError):
 #: The names the Python API documents (``except gpu_launch.Reserved``); the same classes.
 Reserved = ReservationConflict
 NoDriver = NvmlUnavailable
+
+
+class OutputFailed(GpuLaunchError):
+    """stdout could not be written (closed, disk full): ``ls``, ``env``, ``--help`` and the like failed."""
+
+    exit_code = ExitCode.OUTPUT_FAILED

@@ -11,7 +11,7 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
-from gpu_launch.errors import CommandNotFound, NotExecutable
+from gpu_launch.errors import CommandNotFound, NotExecutable, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -24,6 +24,11 @@ __all__ = ["resolve_command", "exec_command"]
 def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
     """The path ``argv[0]`` will run as; CommandNotFound (127) / NotExecutable (126) otherwise."""
     name = argv[0]
+    for i, arg in enumerate(argv):
+        if "\0" in arg:  # execve cannot pass it; os.access would raise ValueError
+            which = "the program name" if i == 0 else f"argument {i}"
+            raise UsageError(f"the command's {which} contains a NUL byte: {arg!r}",
+                             hint="no program or argument can hold one")
     if not name:
         raise CommandNotFound("the command is an empty string", hint="put the program to run after the options")
     shown = _shown(name)
@@ -63,9 +68,12 @@ def _which(name: str, path: str) -> str | None:
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     """Replace this process with ``argv``; raises only if the exec itself fails."""
+    from gpu_launch import streams
+
     path = resolve_command(argv, env)
     sys.stdout.flush()
     sys.stderr.flush()
+    streams.close_again()  # a descriptor the user closed (>&-) reaches the command closed
     try:
         os.execve(path, list(argv), dict(env))
     except OSError as exc:
