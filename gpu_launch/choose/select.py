@@ -76,6 +76,17 @@ def held_reason(who: str) -> str:
     return who if who.startswith(UNRESERVABLE) else f"reserved by {who}"
 
 
+def could_ever_hold(gpu: Gpu, min_free: Size | None) -> bool:
+    """Whether ``gpu`` could ever have ``min_free`` free, however long one waits: not when it asks for
+    more than the card's total, nor for 100% (NVML counts the driver's own reservation as used)."""
+    if min_free is None or gpu.memory_total_mib is None:
+        return True
+    if min_free.percent is not None:
+        return min_free.percent < 100
+    need = min_free.of(gpu.memory_total_mib)
+    return need is None or need <= gpu.memory_total_mib
+
+
 def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
     return _unusable(gpu, c) or constraint_failure(gpu, c)
@@ -149,6 +160,10 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
     if why:
         msg += f" ({why})"
     hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
+    could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
+    if could < n:
+        hint = (f"no wait can help: {could} of {total} GPUs could ever have --min-free {constraints.min_free} free; "
+                "lower --min-free")
     if total == 0:
         msg = f"need {n} GPU{'s' if n != 1 else ''}, but this machine shows no GPUs"
         hint = "`nvidia-smi` should list them; or try a bundled example: --snapshot dgx-h100"
@@ -196,10 +211,14 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
         if total > most:
             most, most_n = total, n
     sizes = ", ".join(str(n) for n in FIT_SIZES if n <= len(elig.eligible))
+    biggest = sum(sorted((g.memory_total_mib or 0 for g in machine.gpus if g.available and not g.mig_devices),
+                         reverse=True)[:max(FIT_SIZES)])
     raise NotEnoughGpus(
         f"--fit {need}: the best set of {sizes} eligible GPU(s) holds at most {fmt_mib(most)} free "
         f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible)",
-        hint="wait with --wait, or lower the size (quantise, shorter context)",
+        hint="wait with --wait, or lower the size (quantise, shorter context)" if biggest >= need.mib else
+        f"no wait can help: the {min(max(FIT_SIZES), len(machine.gpus))} largest GPUs here have {fmt_mib(biggest)} "
+        "in total; lower the size (quantise, shorter context)",
     )
 
 

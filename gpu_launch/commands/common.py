@@ -6,6 +6,7 @@ The work is done in :mod:`gpu_launch.share.pick`, one layer down, so that the Py
 
 from __future__ import annotations
 
-from gpu_launch.share.pick import choose, choose_within_parent, read_machine, snapshot_source, tell
+from gpu_launch.share.pick import (choose, choose_within_parent, read_machine, require_rereadable, snapshot_source,
+                                   tell)
 
-__all__ = ["snapshot_source", "read_machine", "choose_within_parent", "choose", "tell"]
+__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "choose", "tell"]

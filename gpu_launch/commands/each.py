@@ -200,6 +200,7 @@ def run(inv: Any) -> int:
     _refuse(inv, SLURM_ONLY, "is for `each --slurm`", "add --slurm to submit the jobs to Slurm")
     from gpu_launch.commands import common
 
+    common.require_rereadable(inv, "`each`")
     return schedule(inv, common.read_machine, common.choose_within_parent)
 
 

@@ -39,11 +39,46 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
             raise NotExecutable(f"{shown}: is a directory, not a program")
         if not os.access(name, os.X_OK):
             raise NotExecutable(f"{shown}: permission denied (not executable)", hint=f"chmod +x {shlex.quote(name)}")
+        _check_interpreter(name, shown)
         return name
     found = _which(name, env.get("PATH", os.defpath))
     if found is None:
         raise CommandNotFound(f"{shown}: command not found", hint="check the spelling, or activate the environment that has it")
+    _check_interpreter(found, shown)
     return found
+
+
+def _check_interpreter(path: str, shown: str) -> None:
+    """A script's ``#!`` interpreter must exist and be executable, or the exec fails only after the GPUs
+    were reserved and the mapping printed; say so now, naming it (127 missing, 126 not executable).
+    A ``#!`` line ending in a carriage return (a script saved with Windows line endings) names an
+    interpreter ``/bin/sh\r`` that never exists: that gets its own message."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # unreadable but executable: let the exec itself decide
+    try:
+        head = os.read(fd, 256) if os.path.isfile(path) else b""  # the kernel reads at most 256 bytes too
+    except OSError:
+        head = b""
+    finally:
+        os.close(fd)
+    if not head.startswith(b"#!"):
+        return
+    line = head[2:].split(b"\n", 1)[0].lstrip(b" \t")
+    interpreter = os.fsdecode(line.split(None, 1)[0] if line.split() else b"")
+    first = os.fsdecode(line.split(b" ", 1)[0].split(b"\t", 1)[0])  # the kernel splits at blanks only
+    if not interpreter:
+        raise NotExecutable(f"{shown}: its #! line names no interpreter", hint="write e.g. #!/bin/sh as its first line")
+    if line.endswith(b"\r"):  # Windows line endings: '/bin/sh\r' does not exist; 'python3\r' is not on PATH
+        error = CommandNotFound if first.endswith("\r") else NotExecutable
+        raise error(f"{shown}: its #! line ends in a carriage return (Windows line endings), so the kernel "
+                    f"would run {os.fsdecode(line)!r}", hint=f"convert it: dos2unix {shlex.quote(path)}")
+    if not os.path.exists(interpreter):
+        raise CommandNotFound(f"{shown}: its interpreter {interpreter} (from the #! line) does not exist",
+                              hint="install it, or fix the script's first line")
+    if os.path.isdir(interpreter) or not os.access(interpreter, os.X_OK):
+        raise NotExecutable(f"{shown}: its interpreter {interpreter} (from the #! line) cannot be executed")
 
 
 def _shown(name: str) -> str:

@@ -240,6 +240,9 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         if n > len(machine.gpus):
             return "the machine has too few GPUs"  # the error itself already says how many
         return f"only {len(usable)} of {len(machine.gpus)} GPUs could ever be eligible"
+    holding = [g for g in usable if gpu_select.could_ever_hold(g, request.min_free)]
+    if n > len(holding):  # --min-free above every card's total, or 100%
+        return f"only {len(holding)} of {len(machine.gpus)} GPUs could ever have --min-free {request.min_free} free"
     return None
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
 
-__all__ = ["snapshot_source", "read_machine", "choose_within_parent", "request_of", "choose", "tell"]
+__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of", "choose", "tell"]
 
 
 def snapshot_source(inv: Invocation) -> str | None:
@@ -34,6 +34,23 @@ def snapshot_source(inv: Invocation) -> str | None:
     if inv.get("snapshot") == "":
         raise UsageError("--snapshot: empty file name", hint="give a snapshot file or an example name like dgx-h100")
     return inv.get("snapshot") or os.environ.get("GPULAUNCH_SNAPSHOT") or None
+
+
+def require_rereadable(inv: Invocation, why: str) -> None:
+    """``--wait`` and ``each`` read the snapshot again and again: a pipe (``--snapshot /dev/stdin``,
+    ``<(...)``) can be read only once, so say so up front instead of failing on the second read."""
+    import stat
+
+    source = snapshot_source(inv)
+    if source is None or not source.startswith(("/dev/stdin", "/dev/fd/", "/proc/self/fd/")):
+        return
+    try:
+        mode = os.stat(source).st_mode
+    except (OSError, ValueError):
+        return  # the read itself reports it
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"--snapshot {source} is a pipe, which can be read only once, but {why} re-reads it",
+                         hint="save it to a file first: --snapshot machine.json")
 
 
 def read_machine(inv: Invocation, **needs: bool) -> Machine:
@@ -114,6 +131,9 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
     request = request_of(inv, inv.command == "env" if choose_only is None else choose_only, wait is not None)
     explicit = request.gpus is not None
+
+    if wait is not None:
+        require_rereadable(inv, "--wait")
 
     def read() -> Machine:
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
