@@ -363,3 +363,155 @@ def test_a_launch_with_stderr_on_a_full_disk_still_runs(tmp_path: Path) -> None:
     assert done.returncode == 0 and marker.exists()
     failed = _sh('"$@" 2>/dev/full', *S, "--gpus", "99", "--", "touch", str(marker))
     assert failed.returncode == ExitCode.USAGE, "an error still sets the code when it cannot be printed"
+
+
+# --- wrong outcomes -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("min_free", ["100GiB", "100%"])
+def test_a_request_no_wait_can_meet_fails_at_once(min_free: str) -> None:
+    started = time.monotonic()
+    done = run(*S, "--auto", "1", "--min-free", min_free, "--wait", "20s", "--", "true",
+               env={"GPULAUNCH_POLL_INTERVAL": "0.1"})
+    one_error(done, N, "waiting cannot help: only 0 of 8 GPUs could ever have --min-free")
+    assert time.monotonic() - started < 15, "it did not wait out the timeout"
+    without = run(*S, "--auto", "1", "--min-free", min_free, "--", "true")
+    line = one_error(without, N, "no wait can help")
+    assert "--wait" not in line
+
+
+def test_fit_larger_than_the_machine_does_not_suggest_waiting() -> None:
+    line = one_error(run(*S, "--fit", "700GiB", "--", "true"), N, "no wait can help: the 8 largest GPUs here have 637.2 GiB")
+    assert "--wait" not in line
+    one_error(run(*S, "--fit", "700GiB", "--wait", "20s", "--", "true"), N, "waiting cannot help")
+
+
+@pytest.mark.parametrize(("first_line", "code", "fragment"), [
+    (b"#!/nonexistent/python3\n", ExitCode.COMMAND_NOT_FOUND, "its interpreter /nonexistent/python3 (from the #! line) does not exist"),
+    (b"#!/bin/sh\r\n", ExitCode.COMMAND_NOT_FOUND, "its #! line ends in a carriage return (Windows line endings), so the kernel would run '/bin/sh\\r'"),
+    (b"#!/usr/bin/env python3\r\n", ExitCode.NOT_EXECUTABLE, "would run '/usr/bin/env python3\\r'"),
+    (b"#!/etc\n", ExitCode.NOT_EXECUTABLE, "its interpreter /etc (from the #! line) cannot be executed"),
+], ids=["missing", "crlf", "crlf-env", "directory"])
+def test_a_script_that_cannot_start_fails_before_anything_is_reserved(tmp_path: Path, first_line: bytes, code: int,
+                                                                      fragment: str) -> None:
+    script = tmp_path / "job.sh"
+    script.write_bytes(first_line + b"echo hi\n")
+    script.chmod(0o755)
+    done = run(*S, "--auto", "1", "--", str(script))
+    one_error(done, code, fragment)
+    assert "cuda:0" not in done.stderr, "nothing was chosen, shown or reserved"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text(f"true\n{script}\n")
+    one_error(run(*S, "each", str(jobs), "--log-dir", str(tmp_path / "logs")), code, f"{jobs}, line 2: ")
+    assert not (tmp_path / "logs").exists()
+
+
+def test_schema_true_is_not_version_1(tmp_path: Path) -> None:
+    one_error(run("--snapshot", snapshot_file(tmp_path, lambda d: d.update(schema=True)), "ls"), F,
+              "schema: version True is not supported")
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("lock-dir = 5", "lock-dir: expected a string like DIR, got an integer"),
+    ("log-dir = 5.5", "log-dir: expected a string like DIR, got a number"),
+    ("snapshot = 1", "snapshot: expected a string like FILE, got an integer"),
+    ('lock-dir = ""', "lock-dir: empty directory name"),
+])
+def test_path_settings_must_be_strings(tmp_path: Path, text: str, fragment: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text + "\n")
+    one_error(run(*S, "ls", env={"GPULAUNCH_CONFIG": str(config)}, cwd=tmp_path), F, fragment)
+    assert not (tmp_path / "5").exists()
+
+
+@pytest.mark.parametrize("option", ["--lock-dir", "--log-dir", "--snapshot"])
+def test_empty_paths_on_the_command_line(option: str) -> None:
+    args = ("each", "-", option, "") if option == "--log-dir" else (option, "", "ls")
+    one_error(run(*((*S,) if option == "--log-dir" else ()), *args, input=b"true\n"), U, f"{option}: empty")
+
+
+def test_a_form_feed_inside_quotes_does_not_split_a_job_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_bytes(b"sh -c 'printf \"%s\" \"a\x0cb\" > " + str(out).encode() + b"'\n")
+    done = run(*S, "each", str(jobs), "--log-dir", str(tmp_path / "logs"), "-q")
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == b"a\x0cb"
+
+
+def test_binary_stdin_to_each_gets_the_same_code_as_the_same_file(tmp_path: Path) -> None:
+    data = b"echo \xff\xfe\n"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_bytes(data)
+    from_file = run(*S, "each", str(jobs))
+    from_stdin = run(*S, "each", "-", input=data)
+    one_error(from_file, U, f"job file {jobs}: not UTF-8 text (byte 6 is 0xff)")
+    one_error(from_stdin, U, "stdin: not UTF-8 text (byte 6 is 0xff)")
+
+
+@pytest.mark.parametrize("args", [("--auto", "1", "--wait", "5s", "--", "true"), ("each", "/dev/null")],
+                         ids=["wait", "each"])
+def test_a_snapshot_on_a_pipe_cannot_be_reread(args: tuple[str, ...]) -> None:
+    done = run("--snapshot", "/dev/stdin", *args, input=json.dumps(example("dgx-h100")).encode())
+    one_error(done, U, "--snapshot /dev/stdin is a pipe, which can be read only once")
+
+
+# --- terminal safety ------------------------------------------------------------------------------
+
+EVIL = "\x1b]0;owned\x07\x1b[2J\x9b1m"  # set the window title, clear the screen, a C1 CSI
+RAW = ("\x1b]0;", "\x1b[2J", "\x07", "\x9b")  # none of these may reach the terminal
+
+
+def _evil_snapshot(tmp_path: Path) -> str:
+    def change(doc: dict[str, Any]) -> None:
+        doc["hostname"] = "box" + EVIL
+        doc["gpus"][0]["name"] = "H100 [red]x[/red]" + EVIL
+        doc["gpus"][0]["processes"] = [{"pid": 7, "used_memory_mib": 100, "user": "mallory" + EVIL,
+                                        "command": "python [red]x[/red]" + EVIL}]
+        doc["gpus"][1].update(available=False, error="lost" + EVIL)
+    return snapshot_file(tmp_path, change)
+
+
+def _assert_safe(text: str) -> None:
+    for raw in RAW:
+        assert raw not in text, repr(text)
+
+
+def test_foreign_text_in_a_snapshot_is_escaped_in_every_view(tmp_path: Path) -> None:
+    path = _evil_snapshot(tmp_path)
+    for args in (("ls",), ("ls", "--topo"), ("--gpus", "0", "--", "true"), ("--auto", "8", "--explain"),
+                 ("--gpus", "1", "--", "true")):
+        done = run("--snapshot", path, *args)
+        _assert_safe(done.stdout + done.stderr)
+    shown = run("--snapshot", path, "ls").stdout
+    assert "H100 [red]x[/red]\\x1b]0;owned\\x07" in shown and "mallory\\x1b" in shown
+
+
+def test_foreign_text_is_escaped_in_the_rich_table_on_a_terminal(tmp_path: Path) -> None:
+    from test_output import run_in_pty
+
+    env = clean_env({"TERM": "xterm-256color", "COLUMNS": "200"})
+    out = run_in_pty(["--snapshot", _evil_snapshot(tmp_path), "ls"], env).decode(errors="replace")
+    _assert_safe(out)
+    assert "[red]x[/red]" in out, "rich markup in foreign text is shown, not interpreted"
+
+
+def test_another_users_reserved_command_is_escaped(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    env = {"GPULAUNCH_LOCK_DIR": str(locks)}
+    holder = subprocess.Popen(gpulaunch_argv("--snapshot", "workstation-4x", "-q", "--gpus", "0", "--", "sh", "-c",
+                                             "read x", EVIL),
+                              stdin=subprocess.PIPE, env=clean_env(env), cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while "RESERVED BY" not in (listing := run("--snapshot", "workstation-4x", "ls", env=env)).stdout:
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never took its GPU"
+            time.sleep(0.05)
+        outputs = [listing.stdout,
+                   run("--snapshot", "workstation-4x", "--gpus", "0", "--", "true", env=env).stderr,
+                   run("--snapshot", "workstation-4x", "--auto", "4", "--explain", env=env).stdout,
+                   run("--snapshot", "workstation-4x", "--auto", "4", "--", "true", env=env).stderr]
+    finally:
+        holder.communicate(timeout=30)
+    for text in outputs:
+        _assert_safe(text)
+    assert "\\x1b]0;owned" in outputs[0]

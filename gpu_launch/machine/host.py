@@ -12,6 +12,8 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
+from gpu_launch.text import printable
+
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,7 +57,8 @@ def process_user_and_command(pid: int) -> tuple[str | None, str | None]:
     user = _call(proc.username, errors)
     cmdline = _call(proc.cmdline, errors)
     command = " ".join(cmdline) if cmdline else _call(proc.name, errors)
-    return user or None, command or None
+    # Another user's command line: escape sequences in it must never reach a terminal raw (gpu_launch/text.py).
+    return printable(user) if user else None, printable(command) if command else None
 
 
 def process_user(pid: int, proc_root: str = "/proc") -> str | None:

@@ -15,6 +15,7 @@ from gpu_launch.errors import SnapshotError
 from gpu_launch.machine.files import read_utf8
 from gpu_launch.machine.host import cpulist_ranges
 from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
+from gpu_launch.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -130,7 +131,7 @@ class _Reader:
             return None
         if not isinstance(value, str):
             raise self.fail(f"{where}.{key}", f"expected a string, got {_kind(value)}")
-        return value
+        return printable(value)  # foreign text: never a raw escape sequence on a terminal (gpu_launch/text.py)
 
     def bool_(self, d: dict[str, Any], key: str, where: str) -> bool:
         value = d.get(key, False)

@@ -311,12 +311,14 @@ class Holder:
             from gpu_launch.units import fmt_duration
 
             bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
+        from gpu_launch.text import printable  # another user's text: escaped, never raw on a terminal
+
         detail = ", ".join(bits)
         if self.command:
-            command = " ".join(self.command.split())  # one line: `python -c '<code>'` may hold newlines
+            command = printable(" ".join(self.command.split()))  # one line, and no raw escapes
             command = command if len(command) <= 40 else command[:39] + "…"
             detail += f": {command}"
-        return f"{self.user or '?'} ({detail})"
+        return f"{printable(self.user) if self.user else '?'} ({detail})"
 
 
 def _read_holder(fd: int) -> Holder:

@@ -187,7 +187,7 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
     from rich.table import Table
 
     console = Console(file=stream, highlight=False)
-    table = Table(title=_header(machine), title_justify="left", box=None, header_style="bold", pad_edge=False)
+    table = Table(title=escape(_header(machine)), title_justify="left", box=None, header_style="bold", pad_edge=False)
     extra = bool(reserved)
     for column in ("GPU", "Name", "Free", "Memory", "", "Util", "Temp", *(["Reserved by"] if extra else []), "Processes"):
         table.add_column(column, justify="right" if column in ("GPU", "Free", "Util", "Temp") else "left")
@@ -195,20 +195,21 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
         holder = (reserved or {}).get(g.uuid)
         held = [f"[magenta]{escape(holder)}[/]" if holder else "–"] if extra else []
         if not g.available:
-            table.add_row(str(g.index), g.name, "", "[red]unavailable[/]", "", "", "", *held, f"[red]{g.error or ''}[/]")
+            table.add_row(str(g.index), escape(g.name), "", "[red]unavailable[/]", "", "", "", *held,
+                          f"[red]{escape(g.error or '')}[/]")
             continue
         share = (g.memory_used_mib or 0) / g.memory_total_mib if g.memory_total_mib else 0
         colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
-        table.add_row(str(g.index), g.name, f"[bold]{_free(g.memory_free_mib)}[/]", mem_text(g),
+        table.add_row(str(g.index), escape(g.name), f"[bold]{_free(g.memory_free_mib)}[/]", mem_text(g),
                       f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
                       _util(g), _temp(g), *held, _last_column(g, styled=True))
         for m in g.mig_devices:
-            table.add_row("", f"└ MIG {m.profile or ''}", _free(m.memory_free_mib),
+            table.add_row("", escape(f"└ MIG {m.profile or ''}"), _free(m.memory_free_mib),
                           f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                          "", "", "", *([escape((reserved or {}).get(m.uuid) or "–")] if extra else []), m.uuid)
+                          "", "", "", *([escape((reserved or {}).get(m.uuid) or "–")] if extra else []), escape(m.uuid))
     console.print(table)
     for w in machine.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 def _topo_rows(machine: Machine) -> list[list[str]]:
