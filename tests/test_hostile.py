@@ -515,3 +515,26 @@ def test_another_users_reserved_command_is_escaped(tmp_path: Path) -> None:
     for text in outputs:
         _assert_safe(text)
     assert "\\x1b]0;owned" in outputs[0]
+
+
+# --- short options ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("flags", "cvd"), [(("-qn2",), "2,3"), (("-qn", "2"), "2,3"), (("-qg3,1",), "3,1"),
+                                            (("-vqn1",), "2"), (("-n1", "-q"), "2")])
+def test_short_options_cluster(flags: tuple[str, ...], cvd: str) -> None:
+    done = run(*S, *flags, "--", "printenv", "CUDA_VISIBLE_DEVICES")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == cvd + "\n"
+    assert done.stderr == "", "-q is in the group"
+
+
+def test_vv_counts() -> None:
+    done = run(*S, "-vv", "--auto", "1", "--", "true")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("gpulaunch: read dgx-h100 in ")
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [(("-qz",), "unknown option -z"), (("-qn",), "-n needs a value"),
+                                                 (("-nq",), "--auto: 'q' is not a whole number")])
+def test_bad_short_option_groups(flags: tuple[str, ...], fragment: str) -> None:
+    one_error(run(*S, *flags), U, fragment)

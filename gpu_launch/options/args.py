@@ -283,6 +283,8 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
     token = argv[i]
     name, has_eq, inline = token.partition("=")
     opt = _BY_NAME.get(name)
+    if opt is None and len(token) > 2 and token[1] != "-":
+        return _take_cluster(argv, i, options)
     if opt is None:
         raise _unknown(token)
     if not opt.takes_value:
@@ -315,6 +317,32 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
     options[opt.dest] = (*options.get(opt.dest, ()), converted) if opt.repeat else converted
     options.setdefault("_given", {})[opt.dest] = name
     return nxt
+
+
+def _take_cluster(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
+    """Short options written together, as POSIX utilities take them: ``-vv`` counts twice, ``-qn2`` is
+    ``-q -n 2``, ``-qn 2`` takes the value from the next word. The first short option that takes a
+    value ends the cluster: the rest of the word, or the next word, is its value."""
+    token = argv[i]
+    for pos in range(1, len(token)):
+        opt = _BY_NAME.get("-" + token[pos])
+        if opt is None:
+            raise _unknown("-" + token[pos]) if pos > 1 else _unknown(token)
+        if not opt.takes_value:
+            options[opt.dest] = options.get(opt.dest, 0) + 1 if opt.counted else True
+            continue
+        rest = token[pos + 1:]
+        if rest:
+            value, nxt = rest, i + 1
+        elif i + 1 < len(argv):
+            value, nxt = argv[i + 1], i + 2
+        else:
+            raise UsageError(f"-{token[pos]} needs a value", hint=f"e.g. -{token[pos]} {opt.metavar}")
+        converted = opt.convert(value, opt.names[0]) if opt.convert else value
+        options[opt.dest] = (*options.get(opt.dest, ()), converted) if opt.repeat else converted
+        options.setdefault("_given", {})[opt.dest] = "-" + token[pos]
+        return nxt
+    return i + 1
 
 
 def _finish(command: str, options: dict[str, Any], positionals: list[str], argv: tuple[str, ...],
