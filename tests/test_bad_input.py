@@ -219,7 +219,7 @@ CATALOGUE: tuple[Bad, ...] = (
         needs="--wait"),
     Bad("wait-negative", (*S, "--auto", "1", "--wait=-5m", "--", "true"), U, "is not a duration", needs="--wait"),
     Bad("wait-empty", (*S, "--auto", "1", "--wait=", "--", "true"), U, "is not a duration", needs="--wait"),
-    Bad("wait-times-out", (*S, "--auto", "1", "--idle", "--min-free", "80GiB", "--wait=0.2s", "--", "true"),
+    Bad("wait-times-out", (*S, "--auto", "6", "--idle", "--min-free", "70GiB", "--wait=0.2s", "--", "true"),
         ExitCode.WAIT_TIMEOUT, "the request still cannot be met", needs="--wait"),
     Bad("wait-cannot-help", (*S, "--auto", "9", "--wait", "--", "true"), N, "waiting cannot help", needs="--wait"),
     Bad("gpus-reserved", (*W, "--gpus", "2", "--", "true"), ExitCode.RESERVED, "--gpus: GPU 2 is reserved by", hold=2,
