@@ -17,8 +17,8 @@ _UNITS: dict[str, float] = {
     "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2,
     "kb": 1e3 / _MIB, "mb": 1e6 / _MIB, "gb": 1e9 / _MIB, "tb": 1e12 / _MIB,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z%]*)\s*$")
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z%]*)\s*$")  # ASCII digits only
+_DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

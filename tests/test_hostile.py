@@ -538,3 +538,15 @@ def test_vv_counts() -> None:
                                                  (("-nq",), "--auto: 'q' is not a whole number")])
 def test_bad_short_option_groups(flags: tuple[str, ...], fragment: str) -> None:
     one_error(run(*S, *flags), U, fragment)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--auto", "٣"), "--auto: '٣' is not a whole number"),
+    (("--auto", BIG), "is not a whole number"),
+    (("--gpus", "٣"), "--gpus: '٣' is not a GPU index"),
+    (("--max-util", "٣"), "--max-util: '٣' is not a percentage"),
+    (("--min-free", "٣GiB"), "--min-free: '٣GiB' is not a size"),
+], ids=["auto-arabic", "auto-5000", "gpus-arabic", "max-util-arabic", "min-free-arabic"])
+def test_options_read_ascii_digits_only(args: tuple[str, ...], fragment: str) -> None:
+    line = one_error(run(*S, *args, "--", "true"), U, fragment)
+    assert len(line) < 300

@@ -18,8 +18,8 @@ from gpu_launch.machine.model import Device, Machine
 
 __all__ = ["Item", "parse", "format_items", "resolve"]
 
-_INDEX_RE = re.compile(r"^\d+$")
-_RANGE_RE = re.compile(r"^(\d+)-(\d+)$")
+_INDEX_RE = re.compile(r"^[0-9]+$")  # ASCII digits only: "٣" is not GPU 3
+_RANGE_RE = re.compile(r"^([0-9]+)-([0-9]+)$")
 _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]*$")
 _MAX_INDEX = 4096  # no machine has more; keeps `0-99999999` from allocating a huge list
 

@@ -50,9 +50,12 @@ ANY = frozenset({RUN, *SUBCOMMANDS})
 
 def _count(text: str, option: str) -> int:
     try:
+        if not (text.strip().isascii() and len(text.strip()) <= 9):  # not '٣', not 5000 digits
+            raise ValueError(text)
         value = int(text)
     except ValueError:
-        raise UsageError(f"{option}: {text!r} is not a whole number", hint=f"e.g. {option} 2") from None
+        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
+        raise UsageError(f"{option}: {shown} is not a whole number", hint=f"e.g. {option} 2") from None
     if value < 1:
         raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
     return value
@@ -115,9 +118,13 @@ def _path(text: str, option: str, kind: str) -> str:
 
 def _percent(text: str, option: str) -> int:
     try:
-        value = int(text.strip().rstrip("%"))
+        digits = text.strip().rstrip("%")
+        if not (digits.isascii() and len(digits) <= 9):  # not '٣', not 5000 digits
+            raise ValueError(text)
+        value = int(digits)
     except ValueError:
-        raise UsageError(f"{option}: {text!r} is not a percentage", hint=f"e.g. {option} 20") from None
+        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
+        raise UsageError(f"{option}: {shown} is not a percentage", hint=f"e.g. {option} 20") from None
     if not 0 <= value <= 100:
         raise UsageError(f"{option}: {value} is not between 0 and 100")
     return value
