@@ -105,8 +105,10 @@ def install() -> None:
                 os.dup2(null, fd)
                 os.close(null)
             CLOSED.append(fd)
-    sys.stdout = _Stdout(None if 1 in CLOSED else sys.stdout)  # type: ignore[assignment]
-    sys.stderr = _Stderr(None if 2 in CLOSED else sys.stderr)  # type: ignore[assignment]
+    if not isinstance(sys.stdout, _Stdout):  # main() run twice in one process (tests): wrap once
+        sys.stdout = _Stdout(None if 1 in CLOSED else sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, _Stderr):
+        sys.stderr = _Stderr(None if 2 in CLOSED else sys.stderr)  # type: ignore[assignment]
 
 
 def close_again() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import LOCK_DIR
 from gpu_launch.machine.snapshot import example_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,8 @@ def test_installed_wheel_runs_an_example(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     proc = subprocess.run([sys.executable, "-S", "-m", "gpu_launch", "--snapshot", "dgx-h100", "--auto", "2",
                            "--dry-run", "--json"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                          env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin",
+                               "GPULAUNCH_LOCK_DIR": LOCK_DIR})  # never the machine's shared reservations
     assert proc.returncode == 0, proc.stderr
     assert '"CUDA_VISIBLE_DEVICES": "' in proc.stdout
 
