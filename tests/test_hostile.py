@@ -379,6 +379,14 @@ def test_a_request_no_wait_can_meet_fails_at_once(min_free: str) -> None:
     assert "--wait" not in line
 
 
+def test_named_gpus_that_could_never_have_min_free_fail_at_once() -> None:
+    started = time.monotonic()
+    done = run(*S, "--gpus", "2", "--min-free", "100GiB", "--wait", "20s", "--", "true",
+               env={"GPULAUNCH_POLL_INTERVAL": "0.1"})
+    one_error(done, N, "waiting cannot help: GPU 2 could never have --min-free 100.0 GiB free")
+    assert time.monotonic() - started < 15
+
+
 def test_fit_larger_than_the_machine_does_not_suggest_waiting() -> None:
     line = one_error(run(*S, "--fit", "700GiB", "--", "true"), N, "no wait can help: the 8 largest GPUs here have 637.2 GiB")
     assert "--wait" not in line

@@ -227,6 +227,8 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         for device in gpu_spec.resolve(request.gpus, machine):
             if not device.gpu.available:
                 return f"{device.gpu.label} is unavailable"
+            if device.mig is None and not gpu_select.could_ever_hold(device.gpu, request.min_free):
+                return f"{device.gpu.label} could never have --min-free {request.min_free} free"
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
