@@ -215,7 +215,7 @@ class _Reader:
             processes_known=procs is not None,
             mig_devices=tuple(self.mig(m, f"{where}.mig_devices[{j}]") for j, m in enumerate(migs)),
             mig_mode=mig_mode,
-            health=tuple(health),
+            health=tuple(printable(h) for h in health),  # foreign text, as every string field
             available=available,
             error=self.str_(d, "error", where),
         )
