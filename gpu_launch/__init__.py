@@ -85,7 +85,10 @@ def _as_program() -> bool:
     return argv0.rsplit("/", 1)[-1] == "gpulaunch"
 
 
-if _as_program():
+#: True in the gpulaunch process itself (not in a program or test that imports the package).
+PROGRAM = _as_program()
+
+if PROGRAM:
     import signal as _signal
 
     _signal.signal(_signal.SIGINT, _early_interrupt)

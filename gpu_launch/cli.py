@@ -41,6 +41,17 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
         sys.stderr.write("gpulaunch: interrupted\n")
         code = int(ExitCode.INTERRUPTED)
+        import gpu_launch
+
+        if gpu_launch.PROGRAM:
+            # Straight out with 130: an interrupted import can leave CPython flagging the KeyboardInterrupt
+            # as unhandled, and it then ends the process by SIGINT at exit, whatever sys.exit said.
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, GpuLaunchError):
+                    pass
+            os._exit(code)
     sys.exit(code)
 
 
