@@ -26,7 +26,11 @@ __all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed
 #: What every test process and child runs with (tests/conftest.py puts it in os.environ for the whole session):
 #: a private lock directory, no config file. So another gpulaunch job on this machine, holding GPUs in the
 #: default /tmp/gpulaunch-locks, or the tester's own ~/.config/gpulaunch, cannot change any test's outcome.
-HERMETIC = {"GPULAUNCH_LOCK_DIR": LOCK_DIR, "GPULAUNCH_CONFIG": "", "XDG_CONFIG_HOME": CONFIG_HOME}
+#: An admin's hardened /var/lib/gpulaunch/locks on the test machine is moved out of sight too, so a test
+#: that drops GPULAUNCH_LOCK_DIR to exercise the /tmp default gets that default.
+NO_HARDENED_DIR = LOCK_DIR + "-no-hardened-dir"
+HERMETIC = {"GPULAUNCH_LOCK_DIR": LOCK_DIR, "GPULAUNCH_HARDENED_LOCK_DIR": NO_HARDENED_DIR, "GPULAUNCH_CONFIG": "",
+            "XDG_CONFIG_HOME": CONFIG_HOME}
 
 
 def scrubbed(drop: tuple[str, ...] = ("GPULAUNCH_",), environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -36,6 +40,7 @@ def scrubbed(drop: tuple[str, ...] = ("GPULAUNCH_",), environ: Mapping[str, str]
     source = os.environ if environ is None else environ
     env = {k: v for k, v in source.items() if not k.startswith(drop)}
     env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
+    env["GPULAUNCH_HARDENED_LOCK_DIR"] = NO_HARDENED_DIR
     return env
 
 
