@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine  # noqa: E402
+from gpu_launch.hardware.model import Gpu, GpuProcess, Machine  # noqa: E402
 from gpu_launch.choose.ranking import EXACT_LIMIT  # noqa: E402
 from gpu_launch.choose.select import Constraints, choose_auto  # noqa: E402
 

@@ -13,14 +13,14 @@ __version__ = "0.1.0"
 
 #: name -> the module that defines it, imported on first access (PEP 562)
 _LAZY = {
-    **dict.fromkeys(("use", "select", "reserve", "release", "held", "cuda_started", "Device",
+    **dict.fromkeys(("use", "select", "reserve", "release", "held", "machine", "cuda_started", "Device",
                      "Reservation"), "gpu_launch.api"),
     **dict.fromkeys(("GpuLaunchError", "UsageError", "SnapshotError", "ConfigError", "LockDirError",
                      "NotEnoughGpus", "WaitTimeout", "ReservationConflict", "Reserved", "NvmlUnavailable",
                      "NoDriver", "CudaAlreadyInitialized", "Interrupted", "ExitCode"), "gpu_launch.errors"),
 }
 
-__all__ = ["__version__", "machine", *_LAZY]
+__all__ = ["__version__", *_LAZY]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically ("X as X": re-exported)
@@ -37,11 +37,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically ("X 
 
 def __getattr__(name: str) -> object:
     # Plain import statements, not importlib: `python -X importtime` and the layout test see them.
-    if name == "machine":
-        # The subpackage, which is callable: gpu_launch.machine() is the API's machine() (machine/__init__.py).
-        import gpu_launch.machine
-
-        return globals()["machine"]
     module = _LAZY.get(name)
     if module == "gpu_launch.api":
         from gpu_launch import api as module_object

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, TypeAlias
 
-    from gpu_launch.machine.model import Device as ModelDevice
-    from gpu_launch.machine.model import Machine
+    from gpu_launch.hardware.model import Device as ModelDevice
+    from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired
     from gpu_launch.share.reservations import Reservation as Locks
@@ -421,7 +421,7 @@ def machine(snapshot: PathSpec | None = None) -> Machine:
     """The machine model: every GPU with memory, load, processes, MIG devices and links.
 
     Read from NVML, or from ``snapshot`` (a file written by ``gpulaunch ls --json``, or a bundled
-    example like ``"dgx-h100"``; default ``GPULAUNCH_SNAPSHOT``). See :mod:`gpu_launch.machine.model`.
+    example like ``"dgx-h100"``; default ``GPULAUNCH_SNAPSHOT``). See :mod:`gpu_launch.hardware.model`.
     """
     from gpu_launch.share import pick
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import cli_run
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 
 #: A child that prints, as JSON, the GPU variables it received and the CPUs it may run on.
 REPORT = ("import json, os; print(json.dumps({**{k: os.environ.get(k) for k in "

@@ -8,8 +8,8 @@ import pytest
 
 from childproc import example, gpulaunch, launch_report, write
 from gpu_launch.run import affinity
-from gpu_launch.machine import snapshot
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware import snapshot
+from gpu_launch.hardware.model import Device
 
 ALLOWED = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs at least 2 usable CPUs to tell a binding apart")

@@ -263,8 +263,8 @@ def test_machine_is_the_model(py) -> None:
     child = py()
     assert child.value("len(gpu_launch.machine(snapshot=S).gpus)") == 8
     assert child.value("gpu_launch.machine(S).gpus[0].name") == "NVIDIA H100 80GB HBM3"
-    # The package gpu_launch.machine is the same callable, whichever was imported first.
-    assert child.value("__import__('gpu_launch.machine.model').machine(S).gpus[7].index") == 7
+    # Importing the hardware sub-package first changes nothing: gpu_launch.machine stays the function.
+    assert child.value("__import__('gpu_launch.hardware.model').machine(S).gpus[7].index") == 7
 
 
 # --- CUDA already initialised -------------------------------------------------------------------

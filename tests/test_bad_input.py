@@ -30,7 +30,7 @@ from gpu_launch.errors import ExitCode
 
 
 def _example(name: str = "workstation-4x") -> dict[str, Any]:
-    return json.loads(resources.files("gpu_launch.machine.examples").joinpath(f"{name}.json").read_text("utf-8"))
+    return json.loads(resources.files("gpu_launch.hardware.examples").joinpath(f"{name}.json").read_text("utf-8"))
 
 
 def _mutate(change: Callable[[dict[str, Any]], None], name: str = "workstation-4x") -> bytes:
@@ -396,7 +396,7 @@ def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
 def _holding(index: int) -> Iterator[None]:
     """Another gpulaunch job holds GPU ``index`` of workstation-4x (its command waits on stdin)."""
     from gpu_launch.share import reservations
-    from gpu_launch.machine import snapshot
+    from gpu_launch.hardware import snapshot
 
     uuid = snapshot.resolve("workstation-4x").gpus[index].uuid
     holder = subprocess.Popen(gpulaunch_argv("--snapshot", "workstation-4x", "-q", "--gpus", str(index), "--",
@@ -455,7 +455,7 @@ def test_bad_input(row: Bad, files_dir: Path) -> None:
 def test_nothing_is_left_reserved_or_queued() -> None:
     """After every row above (failures, Ctrl-C, timeouts, holders): no GPU reserved, no waiter queued."""
     from gpu_launch.share import reservations
-    from gpu_launch.machine import snapshot
+    from gpu_launch.hardware import snapshot
 
     uuids = [g.uuid for name in snapshot.example_names() for g in snapshot.resolve(name).gpus]
     assert reservations.holders(LOCK_DIR, uuids) == {}

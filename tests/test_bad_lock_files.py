@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.share import reservations
 from sharing_helpers import run
 from two_users import NOBODY, nobody_gpulaunch, shared_dir  # noqa: F401  (a fixture)

@@ -90,8 +90,8 @@ def test_import_breakdown_charges_gpu_launch_modules_their_own_time_and_the_rest
         "import time:      1000 |       3000 | site",
         "import time:       400 |        400 |       inspect",
         "import time:       500 |        900 |     dataclasses",
-        "import time:      2000 |       2900 |   gpu_launch.machine.model",
+        "import time:      2000 |       2900 |   gpu_launch.hardware.model",
         "import time:       300 |       3200 | gpu_launch.cli",
         "import time:      1500 |       1500 | json",
     ])
-    assert runner._attribute(stderr) == {"dataclasses": 0.9, "gpu_launch.machine.model": 2.0, "gpu_launch.cli": 0.3, "json": 1.5}
+    assert runner._attribute(stderr) == {"dataclasses": 0.9, "gpu_launch.hardware.model": 2.0, "gpu_launch.cli": 0.3, "json": 1.5}

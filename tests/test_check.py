@@ -15,8 +15,8 @@ import pytest
 
 from childproc import gpulaunch, uuids
 from gpu_launch.run import cuda_probe as check
-from gpu_launch.machine import snapshot
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware import snapshot
+from gpu_launch.hardware.model import Device
 
 PCIE = snapshot.resolve("pcie-8x")
 MIG = snapshot.resolve("mig-a100")

@@ -17,8 +17,8 @@ from conftest import run_cli
 from gpu_launch.choose import mig
 from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, choose_fit, eligibility
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.machine import snapshot
-from gpu_launch.machine.model import Device, Gpu, GpuProcess, Machine, MigDevice
+from gpu_launch.hardware import snapshot
+from gpu_launch.hardware.model import Device, Gpu, GpuProcess, Machine, MigDevice
 from gpu_launch.units import parse_size
 
 TOTAL = 81559

@@ -39,7 +39,7 @@ def test_order_is_kept_as_written():
 
 
 def test_uuid_option_writes_uuids():
-    from gpu_launch.machine import snapshot
+    from gpu_launch.hardware import snapshot
     machine = snapshot.resolve("dgx-h100")
     env, _ = child_env("--snapshot", "dgx-h100", "--gpus", "6,2", "--uuid")
     assert env["CUDA_VISIBLE_DEVICES"] == f"{machine.gpus[6].uuid},{machine.gpus[2].uuid}"
@@ -186,7 +186,7 @@ def test_ls_shows_free_memory_right_after_the_name():
 
 
 def test_ls_shows_unavailable_gpus(tmp_path):
-    from gpu_launch.machine import snapshot
+    from gpu_launch.hardware import snapshot
     doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))
     doc["gpus"][1].update(available=False, error="GPU is lost", memory_total_mib=None,
                           memory_used_mib=None, memory_free_mib=None)

@@ -10,7 +10,7 @@ import pytest
 
 from gpu_launch.share import reservations
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.commands.each import parse_jobs
 from gpu_launch.errors import UsageError
 from sharing_helpers import Lines, env, gl, run, start, wait_for

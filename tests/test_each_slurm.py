@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import slurm_cluster
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.share import slurm
 from sharing_helpers import env, gl
 

@@ -6,7 +6,7 @@ import json
 
 from conftest import run_cli
 from gpu_launch.choose import explain
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.choose.ranking import CRITERIA
 from gpu_launch.choose.select import Constraints, choose_auto
 

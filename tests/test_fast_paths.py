@@ -17,7 +17,7 @@ import pytest
 
 from cli_run import scrubbed
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.run.execute import _which
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.share import reservations
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, write_snapshot
 from two_users import as_nobody, nobody_gpulaunch, python_for_nobody, shared_dir  # noqa: F401  (a fixture)

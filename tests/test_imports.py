@@ -118,7 +118,7 @@ def test_no_snapshot_path_imports_pynvml(args: list[str], machine: str) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gpu_launch.cli" in modules
     assert "pynvml" not in top_level(modules)
-    assert not any(m.startswith("gpu_launch.machine.nvml") for m in modules)
+    assert not any(m.startswith("gpu_launch.hardware.nvml") for m in modules)
 
 
 def test_ls_into_a_pipe_is_plain_text_without_rich() -> None:
@@ -144,10 +144,10 @@ def test_imported_modules_ignores_start_up_and_keeps_nesting() -> None:
         "import time:        50 |         50 |   rich",  # imported by a .pth file during start-up
         "import time:       700 |        900 | site",
         "import time:       300 |        300 |     pynvml",
-        "import time:       120 |        420 |   gpu_launch.machine.nvml",
+        "import time:       120 |        420 |   gpu_launch.hardware.nvml",
         "gpulaunch: error: something",
     ])
-    assert imported_modules(stderr) == {"pynvml", "gpu_launch.machine.nvml"}
+    assert imported_modules(stderr) == {"pynvml", "gpu_launch.hardware.nvml"}
 
 
 # -- the NVML path, against tests/fake_pynvml.py standing in for pynvml -------------------------
@@ -179,7 +179,7 @@ def fake_pynvml_dir(tmp_path: Path) -> Path:
 def test_fake_nvml_stands_in_for_the_driver(fake_pynvml_dir: Path) -> None:
     proc, modules = run_importtime("-v", "ls", "--topo", pynvml_dir=fake_pynvml_dir)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "gpu_launch.machine.nvml" in modules and "pynvml" in modules
+    assert "gpu_launch.hardware.nvml" in modules and "pynvml" in modules
     assert "NV18" in proc.stdout  # the fake's NVSwitch fabric, so the machine came from it
     read = [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch: read nvml in ")]
     assert len(read) == 1 and "init " in read[0] and "topology " in read[0]

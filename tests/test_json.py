@@ -18,7 +18,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from gpu_launch.options import args
 
 from gpu_launch.views import schemas  # noqa: E402
-from gpu_launch.machine.snapshot import example_names  # noqa: E402
+from gpu_launch.hardware.snapshot import example_names  # noqa: E402
 
 EXAMPLES = example_names()
 

@@ -1,6 +1,6 @@
 """The package's layers import one way only: cli → commands (and the Python API, api) → share, options →
 views, run, choose →
-machine → units, errors (README, "Design notes"). Every import counts, also those inside functions
+hardware → units, errors (README, "Design notes"). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ LAYERS = {
     "commands": 1, "api": 1,
     "share": 2, "options": 2,
     "views": 3, "run": 3, "choose": 3,
-    "machine": 4,
+    "hardware": 4,
     "units": 5, "errors": 5, "streams": 5, "text": 5, "__init__": 5,
 }
 
 
 #: The public façade: ``gpu_launch.use()`` & co. are re-exported by the package (lazily, on first
-#: access), and the ``gpu_launch.machine`` package is callable as the API's ``machine()``. These are
-#: the only imports allowed to point up; nothing below uses them, so they make no cycle either.
-FACADE = {("gpu_launch", "gpu_launch.api"), ("gpu_launch", "gpu_launch.machine"), ("gpu_launch.machine", "gpu_launch.api")}
+#: access). It is the only import allowed to point up; nothing below uses it, so it makes no cycle.
+FACADE = {("gpu_launch", "gpu_launch.api")}
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -122,11 +121,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_the_check_catches_an_upward_import_even_inside_a_function(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
-        "__init__.py": "", "machine/__init__.py": "", "commands/__init__.py": "",
-        "commands/ls.py": "from gpu_launch.machine import model\n",
-        "machine/model.py": "def f():\n    from gpu_launch.commands import ls\n",
+        "__init__.py": "", "hardware/__init__.py": "", "commands/__init__.py": "",
+        "commands/ls.py": "from gpu_launch.hardware import model\n",
+        "hardware/model.py": "def f():\n    from gpu_launch.commands import ls\n",
     })
-    assert violations(root) == ["gpu_launch.machine.model -> gpu_launch.commands.ls"]
+    assert violations(root) == ["gpu_launch.hardware.model -> gpu_launch.commands.ls"]
 
 
 def test_the_check_catches_a_cycle(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.views import render
 from tests import fake_pynvml as fake
 from tests.fake_pynvml import FakeNvml, make_gpu
@@ -239,7 +239,7 @@ def test_topo_json_is_a_whole_snapshot_with_processes(gpulaunch: Run) -> None:
 
 def test_the_parents_narrowed_view_keeps_the_nvswitch_fabric() -> None:
     from gpu_launch.choose import visibility
-    from gpu_launch.machine.model import Device
+    from gpu_launch.hardware.model import Device
 
     dgx = snapshot.resolve("dgx-h100")
     narrowed = visibility.Visibility(tuple(Device(g) for g in dgx.gpus[2:5])).restrict(dgx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from childproc import gpulaunch, launch_report
 from gpu_launch.choose import mig
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.choose.select import Constraints
 from gpu_launch.units import parse_size
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from gpu_launch.machine import host
+from gpu_launch.hardware import host
 
-from gpu_launch.machine import snapshot
-from gpu_launch.machine.read import Needs
-from gpu_launch.machine.nvml import NvmlBackend
+from gpu_launch.hardware import snapshot
+from gpu_launch.hardware.read import Needs
+from gpu_launch.hardware.nvml import NvmlBackend
 from gpu_launch.errors import ExitCode, NvmlUnavailable
-from gpu_launch.machine.model import GpuProcess, Machine, MigDevice
+from gpu_launch.hardware.model import GpuProcess, Machine, MigDevice
 from tests import fake_pynvml as fake
 from tests.fake_pynvml import FakeMig, FakeNvml, FakeProcess, make_gpu
 
@@ -214,7 +214,7 @@ def test_a_failing_device_count_raises_and_still_shuts_down(sysfs: Path) -> None
 def test_missing_pynvml_module_raises_nvml_unavailable(tmp_path: Path) -> None:
     """A real ModuleNotFoundError: the child runs without site-packages (-S), then reads NVML."""
     child = (
-        "from gpu_launch.machine.nvml import NvmlBackend\n"
+        "from gpu_launch.hardware.nvml import NvmlBackend\n"
         "from gpu_launch.errors import NvmlUnavailable\n"
         "try:\n    NvmlBackend().read_machine()\n"
         "except NvmlUnavailable as e:\n    print(int(e.exit_code), e.message, '|', e.hint)\n"

@@ -1,6 +1,6 @@
 """NVML faults, end to end: the whole CLI, in process, reading a fake pynvml that fails on purpose.
 
-The hook: the :func:`gpulaunch` fixture replaces ``gpu_launch.machine.nvml.NvmlBackend`` (which
+The hook: the :func:`gpulaunch` fixture replaces ``gpu_launch.hardware.nvml.NvmlBackend`` (which
 ``backends.read_machine`` imports at call time) with a subclass that passes the fake in through the
 constructor's documented ``nvml=`` argument, so nothing else is patched and the rest of the path
 (selection, visibility, rendering, exit codes) is the real one. Launches use ``--dry-run`` so
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-import gpu_launch.machine.nvml as nvml_module
+import gpu_launch.hardware.nvml as nvml_module
 from gpu_launch import cli
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.errors import ExitCode
 from tests import fake_pynvml as fake
 from tests.fake_pynvml import FakeNvml, make_gpu

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import LOCK_DIR
-from gpu_launch.machine.snapshot import example_names
+from gpu_launch.hardware.snapshot import example_names
 
 ROOT = Path(__file__).resolve().parent.parent
 OFFLINE = ("Could not find a version that satisfies", "No matching distribution", "Failed to establish a new connection")
@@ -31,7 +31,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_contains_the_examples_and_the_entry_point(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for example in example_names():
-        assert f"gpu_launch/machine/examples/{example}.json" in names
+        assert f"gpu_launch/hardware/examples/{example}.json" in names
     # every module of every sub-package ships (a package missing from pyproject.toml would not)
     package = Path(__file__).resolve().parent.parent / "gpu_launch"
     sources = {f"gpu_launch/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")}

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from cli_run import LOCK_DIR, scrubbed
 from gpu_launch.options import args
 from gpu_launch.choose import select
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.choose import spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, SnapshotError, UsageError
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine
+from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
 from gpu_launch.units import Size
 
 PROFILE = settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -120,7 +120,7 @@ def test_args_command_after_double_dash_passes_untouched(before: list[str], comm
 # --- snapshot files -------------------------------------------------------------------------
 
 def _examples() -> list[dict[str, Any]]:
-    files = resources.files("gpu_launch.machine.examples")
+    files = resources.files("gpu_launch.hardware.examples")
     return [json.loads(files.joinpath(f"{n}.json").read_text("utf-8")) for n in snapshot.example_names()]
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import PRINT_CVD, run_cli
 from gpu_launch.choose import ranking
-from gpu_launch.machine import snapshot
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine
+from gpu_launch.hardware import snapshot
+from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
 from gpu_launch.choose.select import Constraints, choose_auto
 
 TOTAL = 81920

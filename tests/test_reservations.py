@@ -14,7 +14,7 @@ from gpu_launch.share import acquire
 
 from gpu_launch.share import reservations
 from gpu_launch.choose import select as gpu_select
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
 
 #: A child for the stress test: notes when it started on which GPU, waits for the release file,

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from conftest import PRINT_CVD, run_cli
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.errors import ExitCode, NotEnoughGpus, UsageError
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine
+from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
 from gpu_launch.choose.select import (Availability, Constraints, availability, check_explicit, choose_auto, choose_fit,
                                eligibility)
 from gpu_launch.choose.spec import parse, resolve

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.errors import ExitCode, SnapshotError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError

@@ -62,7 +62,7 @@ def test_every_helper_launches_on_gpus_held_in_the_default_directory() -> None:
 
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from gpu_launch.machine import snapshot
+    from gpu_launch.hardware import snapshot
     from gpu_launch.share import reservations
     lock_dir, held, namespace, pytest_args = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1", sys.argv[4:]
     if namespace:  # a fresh tmpfs at the default path, seen by this process and its children only

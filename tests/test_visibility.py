@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from childproc import example, gpulaunch, launch_report, uuids, write
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.choose import visibility
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware.model import Device
 
 PCIE = snapshot.resolve("pcie-8x")
 MIG = snapshot.resolve("mig-a100")

@@ -13,7 +13,7 @@ from gpu_launch.options import args
 
 from gpu_launch.share import reservations
 
-from gpu_launch.machine import snapshot
+from gpu_launch.hardware import snapshot
 from gpu_launch.errors import UsageError
 from sharing_helpers import HOLD, Lines, example, first_gpus, run, set_free, start, write_snapshot
 

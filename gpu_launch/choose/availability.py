@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import enum
 
-from gpu_launch.machine.model import Gpu
+from gpu_launch.hardware.model import Gpu
 
 __all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FULL_MIN_USED"]
 
 # Availability thresholds (README, "How --auto ranks"). Memory "used" is what the NVML adapter
-# made coherent (machine/nvml.py): NVML's v1 "used" counts the driver's reserved memory, v2's does
+# made coherent (hardware/nvml.py): NVML's v1 "used" counts the driver's reserved memory, v2's does
 # not, so an untouched card may show a few hundred MiB used or almost none: both are idle here.
 IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used
 BUSY_MIN_UTIL = 50  # busy: utilisation at or above 50 % ...

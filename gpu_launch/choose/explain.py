@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_launch.machine.model import Gpu, Machine
+from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.choose.ranking import AT, CRITERIA, Candidate, Ranked, link_rank
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, FULL_MIN_USED, IDLE_MAX_USED, Availability, availability
 from gpu_launch.choose.select import Selection

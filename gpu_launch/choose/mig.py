@@ -14,7 +14,7 @@ that holds SIZE, leaving the large slices to jobs that need them.
 from __future__ import annotations
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.machine.model import Device, Machine
+from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, held_reason, min_free_failure
 from gpu_launch.units import Size, fmt_mib
 

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from gpu_launch.machine.model import Gpu, Machine
+from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.choose.availability import Availability, availability
 
 __all__ = ["AT", "CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Availability, availability
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.machine.model import Device, Gpu, Machine
+from gpu_launch.hardware.model import Device, Gpu, Machine
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = [

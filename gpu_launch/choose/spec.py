@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from gpu_launch.errors import UsageError
-from gpu_launch.machine.model import Device, Machine
+from gpu_launch.hardware.model import Device, Machine
 
 __all__ = ["Item", "parse", "format_items", "resolve"]
 

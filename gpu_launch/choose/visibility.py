@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.machine.model import Device, Gpu, Machine, MigDevice
+from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
 
 __all__ = ["CvdReading", "Visibility", "read_cvd", "read_nvd", "resolve", "describe_devices"]
 

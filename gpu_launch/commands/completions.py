@@ -27,7 +27,7 @@ from gpu_launch.errors import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpu_launch.machine.model import Machine
+    from gpu_launch.hardware.model import Machine
 
 __all__ = ["SHELLS", "HELPER_TIMEOUT_S", "DURATION_ERE", "script", "command", "helper", "gpu_words"]
 
@@ -78,7 +78,7 @@ def _value_kind(opt: Option) -> str:
 
 
 def _examples() -> list[str]:
-    from gpu_launch.machine.snapshot import example_names
+    from gpu_launch.hardware.snapshot import example_names
 
     return example_names()
 
@@ -548,7 +548,7 @@ def gpu_words(words: Sequence[str], environ: Mapping[str, str], taken: str | Non
     ``taken`` is the list typed so far (``3,1-2`` while completing ``3,1-2,``): its GPUs are left
     out, and so is ``all``, which cannot follow a comma.
     """
-    from gpu_launch.machine.read import Needs, read_machine
+    from gpu_launch.hardware.read import Needs, read_machine
 
     snap = _snapshot_on_line(words, environ)
     if snap is None:

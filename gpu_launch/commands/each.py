@@ -39,7 +39,7 @@ from gpu_launch.share import acquire
 from gpu_launch.share.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
 from gpu_launch.errors import (GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, ReservationConflict,
                                UsageError)
-from gpu_launch.machine.model import Machine
+from gpu_launch.hardware.model import Machine
 
 __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "default_log_dir", "open_log"]
 

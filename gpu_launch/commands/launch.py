@@ -13,7 +13,7 @@ from gpu_launch.errors import UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.choose.select import Selection
-    from gpu_launch.machine.model import Machine
+    from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
 
 

@@ -11,7 +11,7 @@ from gpu_launch.errors import GpuLaunchError, UsageError
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpu_launch.machine.model import Machine
+    from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
 
 
@@ -30,7 +30,7 @@ def run(inv: Invocation) -> int:
                                   topology=topo or bool(inv.get("json")))
     out = sys.stdout
     if inv.get("json"):
-        from gpu_launch.machine import snapshot
+        from gpu_launch.hardware import snapshot
 
         out.write(snapshot.dump(machine))
         if not inv.get("quiet"):
@@ -77,7 +77,7 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)
         return {}
-    from gpu_launch.machine.model import Device
+    from gpu_launch.hardware.model import Device
 
     labels = {u: Device(g, m).label for g in machine.gpus for u, m in ((g.uuid, None), *((m.uuid, m) for m in g.mig_devices))}
     for uuid, bad in unusable.items():

@@ -1,7 +1,7 @@
 """The NVML adapter: the only module in gpulaunch that imports ``pynvml`` (package nvidia-ml-py).
 
 :class:`NvmlBackend` reads the machine in one pass (init, query, shutdown) and returns a frozen
-:class:`~gpu_launch.machine.model.Machine`; nothing above it sees a handle or an NVML exception.
+:class:`~gpu_launch.hardware.model.Machine`; nothing above it sees a handle or an NVML exception.
 Failures come in three sizes (STYLE.md §5 rule 4):
 
 - a field NVML cannot give (NotSupported, FunctionNotFound, NoPermission, Unknown, ...) is ``None``;
@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpu_launch.machine import host
-from gpu_launch.machine import nvml_topology
+from gpu_launch.hardware import host
+from gpu_launch.hardware import nvml_topology
 from gpu_launch.errors import NvmlUnavailable
-from gpu_launch.machine.model import Needs, Gpu, GpuProcess, Machine, MigDevice, coherent_used
+from gpu_launch.hardware.model import Needs, Gpu, GpuProcess, Machine, MigDevice, coherent_used
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False

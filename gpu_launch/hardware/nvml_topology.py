@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpu_launch.machine.host import parse_bus_id
-from gpu_launch.machine.model import Gpu
+from gpu_launch.hardware.host import parse_bus_id
+from gpu_launch.hardware.model import Gpu
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_launch.machine.model import Machine, Needs
+from gpu_launch.hardware.model import Machine, Needs
 
 __all__ = ["Needs", "read_machine"]
 
@@ -13,9 +13,9 @@ def read_machine(snapshot: str | None, needs: Needs = Needs(), timings: dict[str
     ``timings``, when given, receives seconds spent per NVML query kind (shown by ``-v``).
     """
     if snapshot is not None:
-        from gpu_launch.machine import snapshot as snapshot_file
+        from gpu_launch.hardware import snapshot as snapshot_file
 
         return snapshot_file.resolve(snapshot)
-    from gpu_launch.machine.nvml import NvmlBackend
+    from gpu_launch.hardware.nvml import NvmlBackend
 
     return NvmlBackend(needs=needs, timings=timings).read_machine()

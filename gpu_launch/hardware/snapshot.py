@@ -12,9 +12,9 @@ import os
 import re
 
 from gpu_launch.errors import SnapshotError
-from gpu_launch.machine.files import read_utf8
-from gpu_launch.machine.host import cpulist_ranges
-from gpu_launch.machine.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
+from gpu_launch.hardware.files import read_utf8
+from gpu_launch.hardware.host import cpulist_ranges
+from gpu_launch.hardware.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
 from gpu_launch.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -43,7 +43,7 @@ def example_names() -> list[str]:
     except OSError:
         from importlib import resources
 
-        names = [p.name for p in resources.files("gpu_launch.machine.examples").iterdir()]
+        names = [p.name for p in resources.files("gpu_launch.hardware.examples").iterdir()]
     return sorted(name[:-5] for name in names if name.endswith(".json"))
 
 
@@ -54,7 +54,7 @@ def _example_text(name: str) -> str:
     except OSError:
         from importlib import resources
 
-        return resources.files("gpu_launch.machine.examples").joinpath(f"{name}.json").read_text("utf-8")
+        return resources.files("gpu_launch.hardware.examples").joinpath(f"{name}.json").read_text("utf-8")
 
 
 def resolve(value: str) -> Machine:

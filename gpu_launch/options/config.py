@@ -137,7 +137,7 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
-    from gpu_launch.machine.files import read_utf8
+    from gpu_launch.hardware.files import read_utf8
 
     try:
         text = read_utf8(path, "config", ConfigError, _MAX_BYTES, what="TOML file")

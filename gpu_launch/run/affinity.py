@@ -19,8 +19,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import UsageError
-from gpu_launch.machine.host import format_cpulist, parse_cpulist
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware.host import format_cpulist, parse_cpulist
+from gpu_launch.hardware.model import Device
 
 __all__ = ["MODES", "Binding", "parse_mode", "plan", "apply", "current_cpus"]
 

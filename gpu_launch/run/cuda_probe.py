@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import CheckFailed, ExitCode, NvmlUnavailable
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware.model import Device
 
 __all__ = ["PROBE", "ProbeResult", "probe", "compare", "uuid_body"]
 

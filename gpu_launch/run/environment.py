@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware.model import Device
 
 __all__ = ["SET_VARIABLES", "visible_devices", "build"]
 

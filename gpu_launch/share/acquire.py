@@ -19,7 +19,7 @@ from gpu_launch.share import reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
-from gpu_launch.machine.model import Machine
+from gpu_launch.hardware.model import Machine
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
-    from gpu_launch.machine.model import Device
+    from gpu_launch.hardware.model import Device
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
            "hopeless", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]

@@ -93,10 +93,10 @@ def parse_jobs(text: str, source: str) -> list[Job]:
 def read_jobs(path: str | None, stdin: IO[str] | None) -> tuple[list[Job], str]:
     """Read the job file (``-`` or None: stdin); returns the jobs and the source's name.
 
-    Read as bytes with a bound (machine/files.py) and decoded as UTF-8 whichever it is, so the
+    Read as bytes with a bound (hardware/files.py) and decoded as UTF-8 whichever it is, so the
     same bytes give the same outcome from a file and from stdin.
     """
-    from gpu_launch.machine import files
+    from gpu_launch.hardware import files
 
     if path in (None, "-"):
         if stdin is None:

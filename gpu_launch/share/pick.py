@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from gpu_launch.choose.select import Constraints, Selection
     from gpu_launch.choose.visibility import Visibility
-    from gpu_launch.machine.model import Machine
+    from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
@@ -55,7 +55,7 @@ def require_rereadable(inv: Invocation, why: str) -> None:
 
 def read_machine(inv: Invocation, **needs: bool) -> Machine:
     """The machine, from the snapshot or NVML, querying only ``needs``; ``-v`` prints how long it took."""
-    from gpu_launch.machine.read import Needs, read_machine
+    from gpu_launch.hardware.read import Needs, read_machine
 
     timings: dict[str, float] = {}
     start = time.perf_counter()

@@ -11,7 +11,7 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 
-from gpu_launch.machine.model import Device, Gpu, Machine
+from gpu_launch.hardware.model import Device, Gpu, Machine
 from gpu_launch.units import fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_launch.errors import UsageError
-from gpu_launch.machine.model import Device
+from gpu_launch.hardware.model import Device
 from gpu_launch.views.render import devices_json
 
 __all__ = ["SHELLS", "parse_shell", "posix", "fish", "as_json", "render"]

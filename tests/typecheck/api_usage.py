@@ -11,7 +11,7 @@ import subprocess
 from datetime import timedelta
 
 import gpu_launch
-from gpu_launch.machine.model import Machine
+from gpu_launch.hardware.model import Machine
 
 gpus: tuple[gpu_launch.Device, ...] = gpu_launch.use(2, min_free="20GiB")
 first: str = gpus[0].cuda
