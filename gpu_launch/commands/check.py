@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.commands import common
+from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -23,7 +23,7 @@ def run(inv: Invocation) -> int:
 
     if inv.positionals:
         raise UsageError(f"`check` takes no arguments, got {inv.positionals[0]!r}")
-    _machine, vis, got, env = common.choose(inv)  # reservations do not matter: nothing runs on the GPUs
+    _machine, vis, got, env = pick.choose(inv)  # reservations do not matter: nothing runs on the GPUs
     assert vis is not None
     selection = got.selection
     out = sys.stdout

@@ -194,14 +194,14 @@ LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir")
 
 
 def run(inv: Any) -> int:
-    """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.commands.common`)."""
+    """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.share.pick`)."""
     if inv.get("slurm"):
         return submit_to_slurm(inv)
     _refuse(inv, SLURM_ONLY, "is for `each --slurm`", "add --slurm to submit the jobs to Slurm")
-    from gpu_launch.commands import common
+    from gpu_launch.share import pick
 
-    common.require_rereadable(inv, "`each`")
-    return schedule(inv, common.read_machine, common.choose_within_parent)
+    pick.require_rereadable(inv, "`each`")
+    return schedule(inv, pick.read_machine, pick.choose_within_parent)
 
 
 def _refuse(inv: Any, dests: Sequence[str], why: str, hint: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.commands import common
+from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -27,9 +27,9 @@ def run(inv: Invocation) -> int:
                          hint='use it as eval "$(gpulaunch env --auto 2)", or launch with gpulaunch --auto 2 -- CMD')
     # No command runs to hold a reservation, so none is taken; but --auto/--fit avoid reserved GPUs
     # and --gpus on one gets a warning naming its holder.
-    _machine, vis, got, env = common.choose(inv, acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False))
+    _machine, vis, got, env = pick.choose(inv, acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False))
     assert vis is not None
-    common.tell(inv, vis, got.selection, env)
+    pick.tell(inv, vis, got.selection, env)
     sys.stdout.write(shellenv.render(got.selection.devices, env, environment.SET_VARIABLES, inv.get("shell"),
                                      bool(inv.get("json"))))
     return 0

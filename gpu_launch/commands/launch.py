@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from gpu_launch.commands import common
+from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -34,7 +34,7 @@ def run(inv: Invocation) -> int:
         _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
-    machine, vis, got, env = common.choose(inv, locking, wait=None if informing else inv.get("wait"),
+    machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
                                            fallback=inv.get("fallback"))
     selection = got.selection
     argv = placeholders.substitute(inv.argv, len(selection.devices))
@@ -48,7 +48,7 @@ def run(inv: Invocation) -> int:
         _warn_near_misses(inv.argv)
         _warn_launcher_overrides(argv)
     if vis is not None:
-        common.tell(inv, vis, selection, env)
+        pick.tell(inv, vis, selection, env)
     if inv.get("dry_run"):
         return _dry_run(inv, selection, env, argv)
     from gpu_launch.run.execute import exec_command

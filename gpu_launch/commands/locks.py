@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.commands import common
+from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -31,7 +31,7 @@ def run(inv: Invocation) -> int:
         raise UsageError("locks init: empty directory name")
     if os.geteuid() != 0:  # before reading the machine: the answer does not depend on it
         hardening.init_dir(path, ())
-    machine = common.read_machine(inv, processes=False)
+    machine = pick.read_machine(inv, processes=False)
     uuids = [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))]
     report = hardening.init_dir(path, uuids)
     if not inv.get("quiet"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.commands import common
+from gpu_launch.share import pick
 from gpu_launch.errors import GpuLaunchError, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -26,7 +26,7 @@ def run(inv: Invocation) -> int:
                          hint="to run a program of that name, put it after --")
     topo = inv.command == "topo" or bool(inv.get("topo"))
     # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
-    machine = common.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
+    machine = pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
                                   topology=topo or bool(inv.get("json")))
     out = sys.stdout
     if inv.get("json"):

@@ -1,6 +1,6 @@
 """One way to pick GPUs: read the machine, choose within the parent's view, reserve, build the env, tell.
 
-A launch, ``env``, ``check`` (through :mod:`gpu_launch.commands.common`) and the Python API
+A launch, ``env``, ``check``, ``each`` and the Python API
 (:mod:`gpu_launch.api`) all call these functions with an :class:`~gpu_launch.options.args.Invocation`
 (the API builds one from its keyword arguments with the same converters), so a request means the
 same thing wherever it comes from.
