@@ -302,9 +302,15 @@ def test_ctrl_c_during_start_up_exits_130_with_one_line() -> None:
         text = (seen + err).decode()
         lines = [line for line in text.splitlines() if not line.startswith("import time:")]
         outcomes.append((delay_ms, proc.returncode, lines))
+    # On a fast machine the later signals land after the mapping was printed (still before exec: 130
+    # and the one line after it) or even in `sleep` itself (it dies of SIGINT): both are fine. What
+    # must never happen is a traceback, a second line about the interrupt, or another exit status.
     for delay_ms, code, lines in outcomes:
-        assert code == ExitCode.INTERRUPTED, (delay_ms, code, lines[-20:])
-        assert lines == ["gpulaunch: interrupted"], (delay_ms, lines[-20:])
+        assert code in (ExitCode.INTERRUPTED, -signal.SIGINT), (delay_ms, code, lines[-20:])
+        normal = [line for line in lines if line.startswith(("gpulaunch: CUDA_VISIBLE_DEVICES=", "  cuda:"))]
+        ending = ["gpulaunch: interrupted"] if code == ExitCode.INTERRUPTED else []
+        assert lines == normal + ending, (delay_ms, lines[-20:])
+    assert any(lines == ["gpulaunch: interrupted"] for _, _, lines in outcomes)  # some landed in start-up
 
 
 # --- closed and full streams ----------------------------------------------------------------------
