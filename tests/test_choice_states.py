@@ -288,3 +288,24 @@ def test_gpus_with_wait_does_not_wait_for_an_unhealthy_gpu_to_heal():
     assert got.selection.warnings == ("GPU 1: unhealthy (row remapping failed)",)
     with pytest.raises(NotEnoughGpus, match="GPU 1: 79.2 GiB free < 100.0 GiB asked by --min-free"):
         acquire.attempt(replace(request, min_free=parse_size("100GiB")), m, None)
+
+
+def test_not_enough_whole_gpus_does_not_hint_wait_when_no_wait_can_help(tmp_path) -> None:
+    """GPUs in MIG mode or excluded stay so however long one waits: the hint says so instead of --wait."""
+    from gpu_launch.choose.select import Constraints, choose_auto
+    from gpu_launch.errors import NotEnoughGpus
+    from gpu_launch.hardware.model import Gpu, Machine
+
+    gpus = tuple(Gpu(index=i, uuid=f"GPU-{i}", name="A100", memory_total_mib=40960, memory_used_mib=0,
+                     memory_free_mib=40960, utilization_gpu=0, mig_mode="enabled" if i == 3 else "disabled")
+                 for i in range(4))
+    machine = Machine(gpus=gpus)
+    with pytest.raises(NotEnoughGpus) as caught:
+        choose_auto(machine, 4, Constraints())
+    assert "no wait can help: only 3 of 4 GPUs can be given whole" in caught.value.hint
+    assert "--wait" not in caught.value.hint and "--mig" not in caught.value.hint  # GPU 3 has no MIG devices
+    busy = Machine(gpus=tuple(Gpu(index=i, uuid=f"GPU-{i}", name="A100", memory_total_mib=40960,
+                                  memory_used_mib=30000, memory_free_mib=10960, utilization_gpu=90) for i in range(4)))
+    with pytest.raises(NotEnoughGpus) as caught:
+        choose_auto(busy, 4, Constraints(idle=True))
+    assert "--wait" in caught.value.hint  # busy GPUs may free up: waiting can help

@@ -161,9 +161,16 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
         msg += f" ({why})"
     hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
     could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
+    # What no wait changes: a GPU in MIG mode, an unhealthy or unreadable one, one the user excluded.
+    lasting = [g for g in machine.gpus
+               if g.available and not g.in_mig_mode and not g.health and g.uuid not in constraints.exclude]
     if could < n:
         hint = (f"no wait can help: {could} of {total} GPUs could ever have --min-free {constraints.min_free} free; "
                 "lower --min-free")
+    elif len(lasting) < n:
+        mig = any(g.mig_devices for g in machine.gpus)  # --mig can use those
+        hint = (f"no wait can help: only {len(lasting)} of {total} GPUs can be given whole (the others are in MIG "
+                f"mode, unhealthy, unreadable or excluded); ask for fewer" + (", or use --mig" if mig else ""))
     if total == 0:
         msg = f"need {n} GPU{'s' if n != 1 else ''}, but this machine shows no GPUs"
         hint = "`nvidia-smi` should list them; or try a bundled example: --snapshot dgx-h100"
