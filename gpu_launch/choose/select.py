@@ -17,6 +17,7 @@ from gpu_launch.units import Size, fmt_mib
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
     "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "constraint_failure",
+    "could_ever_be_chosen", "largest_total_mib", "could_ever_hold",
     "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES",
 ]
 
@@ -74,6 +75,17 @@ UNRESERVABLE = "unavailable for reservation"
 def held_reason(who: str) -> str:
     """``reserved by alice (pid 4242, …)``, or the lock file's problem for an unreservable GPU."""
     return who if who.startswith(UNRESERVABLE) else f"reserved by {who}"
+
+
+def could_ever_be_chosen(gpu: Gpu, exclude: frozenset[str] = frozenset()) -> bool:
+    """Whether waiting could ever make ``gpu`` eligible for ``--auto``/``--fit``: not when NVML cannot
+    read it, it is in MIG mode, unhealthy or excluded (load and reservations change; these do not)."""
+    return gpu.available and not gpu.in_mig_mode and not gpu.health and gpu.uuid not in exclude
+
+
+def largest_total_mib(gpus: list[Gpu]) -> int:
+    """The total memory of the largest set ``--fit`` may take among ``gpus`` (its biggest size)."""
+    return sum(sorted((g.memory_total_mib or 0 for g in gpus), reverse=True)[:max(FIT_SIZES)])
 
 
 def could_ever_hold(gpu: Gpu, min_free: Size | None) -> bool:
@@ -161,9 +173,7 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
         msg += f" ({why})"
     hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
     could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
-    # What no wait changes: a GPU in MIG mode, an unhealthy or unreadable one, one the user excluded.
-    lasting = [g for g in machine.gpus
-               if g.available and not g.in_mig_mode and not g.health and g.uuid not in constraints.exclude]
+    lasting = [g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude)]
     if could < n:
         hint = (f"no wait can help: {could} of {total} GPUs could ever have --min-free {constraints.min_free} free; "
                 "lower --min-free")
@@ -218,8 +228,7 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
         if total > most:
             most, most_n = total, n
     sizes = ", ".join(str(n) for n in FIT_SIZES if n <= len(elig.eligible))
-    biggest = sum(sorted((g.memory_total_mib or 0 for g in machine.gpus if g.available and not g.mig_devices),
-                         reverse=True)[:max(FIT_SIZES)])
+    biggest = largest_total_mib([g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude)])
     raise NotEnoughGpus(
         f"--fit {need}: the best set of {sizes} eligible GPU(s) holds at most {fmt_mib(most)} free "
         f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible)",

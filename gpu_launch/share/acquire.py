@@ -147,8 +147,8 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             if bad is not None and not request.share:
                 raise LockDirError(f"--gpus: {device.label} is {bad.describe()}", hint=bad.hint)
         taken = [d for d in devices if d.uuid in reserved]
+        who = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
         if taken and not request.share:
-            who = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
             raise ReservationConflict(f"--gpus: {who}",
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
         selection = chooser(request, machine, constraints)
@@ -157,8 +157,7 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             raise NotEnoughGpus(f"--gpus: {'; '.join(unmet)}",
                                 hint="wait longer, relax --min-free/--max-util/--idle, or name other GPUs")
         if taken:
-            shared = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
-            selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"{shared}: using it anyway"),
+            selection = gpu_select.Selection(selection.devices, (*selection.warnings, f"{who}: using it anyway"),
                                              selection.eligibility, selection.ranking)
         return selection
     return chooser(request, machine, constraints)
@@ -219,10 +218,9 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
 
 def hopeless(request: Request, machine: Machine) -> str | None:
     """Why the request can never be met on this machine, however long one waits; None if it can."""
-    usable = [g for g in machine.gpus if g.available and not g.in_mig_mode and not g.health]
-    if request.exclude:
-        excluded = {d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")}
-        usable = [g for g in usable if g.uuid not in excluded]
+    excluded = frozenset(d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")) \
+        if request.exclude else frozenset()
+    usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded)]
     if request.gpus is not None:
         for device in gpu_spec.resolve(request.gpus, machine):
             if not device.gpu.available:
@@ -233,9 +231,9 @@ def hopeless(request: Request, machine: Machine) -> str | None:
     if request.mig:
         return None  # the MIG chooser says what is impossible
     if request.fit is not None:
-        totals = sorted((g.memory_total_mib or 0 for g in usable), reverse=True)[:8]
-        if request.fit.mib is not None and sum(totals) < request.fit.mib:
-            return f"--fit {request.fit}: all usable GPUs together have {fmt_mib(sum(totals))}"
+        biggest = gpu_select.largest_total_mib(usable)
+        if request.fit.mib is not None and biggest < request.fit.mib:
+            return f"--fit {request.fit}: all usable GPUs together have {fmt_mib(biggest)}"
         return None
     n = request.auto or 1
     if n > len(usable):
