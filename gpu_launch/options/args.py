@@ -48,14 +48,19 @@ EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
-def _count(text: str, option: str) -> int:
+def _whole(text: str, option: str, example: str) -> int:
+    """A whole number in ASCII digits (not '٣', not 5000 digits), or one usage error line."""
     try:
-        if not (text.strip().isascii() and len(text.strip()) <= 9):  # not '٣', not 5000 digits
+        if not (text.strip().isascii() and len(text.strip()) <= 9):
             raise ValueError(text)
-        value = int(text)
+        return int(text)
     except ValueError:
         shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
-        raise UsageError(f"{option}: {shown} is not a whole number", hint=f"e.g. {option} 2") from None
+        raise UsageError(f"{option}: {shown} is not a whole number", hint=f"e.g. {option} {example}") from None
+
+
+def _count(text: str, option: str) -> int:
+    value = _whole(text, option, "2")
     if value < 1:
         raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
     return value
@@ -84,10 +89,7 @@ def _fallback(text: str, option: str) -> str:
 
 
 def _positive(text: str, option: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"{option}: {text!r} is not a whole number", hint=f"e.g. {option} 4") from None
+    value = _whole(text, option, "4")
     if value < 1:
         raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 4")
     return value
