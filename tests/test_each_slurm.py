@@ -170,10 +170,11 @@ def test_without_follow_it_prints_the_job_id_and_how_to_follow(cluster: slurm_cl
     assert "RTX A6000" in log and "cuda:0 → GPU" in log, log
 
 
-def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
-    jobs = _sweep(tmp_path, ["PROBE 60 {n}", "PROBE 60 {n}", "PROBE 60 {n}"])
-    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", "--max-running", "1", "--follow",
-                                   "--cancel-on-interrupt", "--log-dir", str(tmp_path / "logs")),
+def _follow_then_ctrl_c(cluster: slurm_cluster.Cluster, tmp_path: Path, lines: list[str],
+                        *options: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Submit ``lines`` and follow them (no terminal); Ctrl-C once the first job has started."""
+    jobs = _sweep(tmp_path, lines)
+    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", *options, "--follow", "--log-dir", str(tmp_path / "logs")),
                                 env=_env(cluster, tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     deadline = time.monotonic() + 60
@@ -181,6 +182,12 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluste
         time.sleep(0.1)
     follower.send_signal(signal.SIGINT)
     out, err = follower.communicate(timeout=120)
+    return follower, out, err
+
+
+def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    follower, out, err = _follow_then_ctrl_c(cluster, tmp_path, ["PROBE 60 {n}", "PROBE 60 {n}", "PROBE 60 {n}"],
+                                             "--max-running", "1", "--cancel-on-interrupt")
     assert follower.returncode == 130, err
     job_id = re.search(r"as Slurm job array (\d+)", err).group(1)  # type: ignore[union-attr]
     assert f"gpulaunch: error: interrupted: cancelled Slurm job array {job_id}: 2 jobs not started" in err
@@ -191,15 +198,7 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels_the_array(cluster: slurm_cluste
 
 def test_ctrl_c_without_a_terminal_stops_following_and_leaves_the_jobs(cluster: slurm_cluster.Cluster,
                                                                         tmp_path: Path) -> None:
-    jobs = _sweep(tmp_path, ["PROBE 60 {n}"])
-    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", "--follow", "--log-dir", str(tmp_path / "logs")),
-                                env=_env(cluster, tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "logs" / "job-1.log").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    follower.send_signal(signal.SIGINT)
-    out, err = follower.communicate(timeout=60)
+    follower, out, err = _follow_then_ctrl_c(cluster, tmp_path, ["PROBE 60 {n}"])
     job_id = re.search(r"as Slurm job array (\d+)", err).group(1)  # type: ignore[union-attr]
     try:
         assert follower.returncode == 130, err

@@ -301,13 +301,9 @@ def submit_to_slurm(inv: Any) -> int:
         raise Interrupted(f"stopped following; Slurm job array {job_id} goes on (squeue -j {job_id})",
                           hint=f"logs in {log_dir}; scancel {job_id} stops it")
     if outcome == "cancelled":
-        not_started = sum(1 for s in follower.states if s.status == "not started")
-        raise Interrupted(f"interrupted: cancelled Slurm job array {job_id}: {not_started} job"
-                          f"{'s' if not_started != 1 else ''} not started, {len(failed)} failed (logs in {log_dir})")
+        raise Interrupted(f"interrupted: cancelled Slurm job array {job_id}: {_tally(follower.states, log_dir)}")
     if failed:
-        numbers = ", ".join(str(s.job.number) for s in failed)
-        raise JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}",
-                         hint=f"their logs are in {log_dir}; Slurm job array {job_id}")
+        raise _jobs_failed(failed, jobs, f"their logs are in {log_dir}; Slurm job array {job_id}")
     return 0
 
 
@@ -339,11 +335,19 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     view.summary(scheduler)
     failed = [s for s in scheduler.states if s.status == "failed"]
     if scheduler.stopping:
-        not_started = sum(1 for s in scheduler.states if s.status == "not started")
-        raise Interrupted(f"interrupted: {not_started} job{'s' if not_started != 1 else ''} not started, "
-                          f"{len(failed)} failed (logs in {log_dir})")
+        raise Interrupted(f"interrupted: {_tally(scheduler.states, log_dir)}")
     if failed:
-        numbers = ", ".join(str(s.job.number) for s in failed)
-        raise JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}",
-                         hint=f"their logs are in {log_dir}")
+        raise _jobs_failed(failed, jobs, f"their logs are in {log_dir}")
     return 0
+
+
+def _tally(states: Sequence[JobState], log_dir: str) -> str:
+    """``2 jobs not started, 1 failed (logs in DIR)``: what an interrupted sweep left."""
+    not_started = sum(1 for s in states if s.status == "not started")
+    failed = sum(1 for s in states if s.status == "failed")
+    return f"{not_started} job{'s' if not_started != 1 else ''} not started, {failed} failed (logs in {log_dir})"
+
+
+def _jobs_failed(failed: Sequence[JobState], jobs: Sequence[Job], hint: str) -> JobsFailed:
+    numbers = ", ".join(str(s.job.number) for s in failed)
+    return JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}", hint=hint)
