@@ -84,13 +84,18 @@ def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
     return DEFAULT_LOCK_DIR
 
 
+def _root_only(st: os.stat_result) -> bool:
+    """Owned by root and writable by no one else: no other user can add, remove or rename its files."""
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
 def is_hardened(path: str) -> bool:
     """A directory only root can write to (``gpulaunch locks init``): its files cannot be removed or renamed."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+    return stat.S_ISDIR(st.st_mode) and _root_only(st)
 
 
 def describe_dir(path: str) -> str:
@@ -172,7 +177,7 @@ def prepare_dir(path: str, create: bool = True) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise LockDirError(f"lock dir {path} exists but is not a directory",
                            hint=f"remove it, or point --lock-dir / {ENV_LOCK_DIR} elsewhere")
-    if st.st_uid == 0 and not st.st_mode & 0o022:
+    if _root_only(st):
         return True  # hardened (`gpulaunch locks init`): only root can add, remove or rename files
     if st.st_uid != os.getuid() and (st.st_mode & 0o1002) != 0o1002:
         raise LockDirError(
