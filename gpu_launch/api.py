@@ -34,6 +34,8 @@ import sys
 from dataclasses import dataclass
 
 from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+# The variables use() sets in os.environ are those a launch sets for its command.
+from gpu_launch.run.environment import SET_VARIABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,8 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started"]
 
-#: The variables ``use()`` sets in ``os.environ`` (the ones a launch sets for its command).
-VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
 _MIB = 1024 * 1024
 
 
@@ -246,7 +246,6 @@ def _invocation(command: str, given: dict[str, object]) -> Invocation:
 def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acquired, dict[str, str]]:
     """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
     acquired and the variables to set."""
-    from gpu_launch.run.environment import SET_VARIABLES
     from gpu_launch.share import acquire, pick
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"))
@@ -313,7 +312,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     release()  # the first choice goes, and the parent's variables come back, before choosing again
-    saved = {name: os.environ.get(name) for name in VARIABLES}
+    saved = {name: os.environ.get(name) for name in SET_VARIABLES}
     got, variables = _choose(inv, take=True)
     _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, _devices(got.selection.devices), saved
     os.environ.update(variables)
