@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
-from gpu_launch.share.jobfile import Job, JobState, open_log, parse_jobs
+from gpu_launch.share.jobfile import Job, JobState, open_log, read_jobs
 from gpu_launch.units import parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
@@ -301,8 +301,7 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     task_text = environ.get("SLURM_ARRAY_TASK_ID", "")
     if not task_text.isdigit():
         raise UsageError("__slurm-task runs inside a Slurm job array task (no SLURM_ARRAY_TASK_ID)")
-    with open(job_file, encoding="utf-8") as fh:
-        jobs = parse_jobs(fh.read(), job_file)
+    jobs, _ = read_jobs(job_file, None)  # the copy written at submission, read like any job file
     number = int(task_text)
     if not 1 <= number <= len(jobs):
         raise UsageError(f"{job_file}: no job {number} (it has {len(jobs)})")
