@@ -517,7 +517,8 @@ def test_another_users_reserved_command_is_escaped(tmp_path: Path) -> None:
                               stdin=subprocess.PIPE, env=clean_env(env), cwd=ROOT)
     try:
         deadline = time.monotonic() + 30
-        while "RESERVED BY" not in (listing := run("--snapshot", "workstation-4x", "ls", env=env)).stdout:
+        # The lock is taken first and the holder's line written just after: wait for the line itself.
+        while ": sh -c 'read x'" not in (listing := run("--snapshot", "workstation-4x", "ls", env=env)).stdout:
             assert holder.poll() is None and time.monotonic() < deadline, "the holder never took its GPU"
             time.sleep(0.05)
         outputs = [listing.stdout,
