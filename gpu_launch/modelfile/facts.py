@@ -1,0 +1,92 @@
+"""A model as plain data: what its files' headers say, never its weights.
+
+This is the contract between the readers (``modelfile/``: GGUF, safetensors + config.json, MLC-LLM,
+the Hugging Face cache) and the sizing rules (``fit/``: KV cache per family, layout per engine). The
+readers fill it from headers only; the rules never look at a file. Byte counts of weights are exact
+(tensor type sizes, safetensors data offsets); the hyperparameters are the ones the engines size
+their caches with (the real ``head_dim``, per-layer KV head counts, sliding layers, MLA ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Hyper", "Weights", "ModelFacts"]
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """What sizes the KV cache and constrains the split, per layer where models differ by layer.
+
+    ``kv_heads[i] == 0`` marks a layer with no per-token KV cache (a recurrent/SSM layer in Mamba,
+    Jamba, Qwen3-Next, LFM2...); ``recurrent[i]`` marks a layer that holds a per-sequence state instead.
+    ``sliding[i]`` marks a sliding-window layer (Gemma 2/3, gpt-oss, Cohere2); empty means none.
+    ``key_length``/``value_length`` are per head, as the file states them (GGUF
+    ``attention.key_length``, config.json ``head_dim``), else hidden / heads.
+    ``ssm`` holds the recurrent block's numbers under GGUF's names without the architecture prefix
+    (``conv_kernel``, ``inner_size``, ``state_size``, ``group_count``, ``time_step_rank``) or, for
+    other recurrent kinds, the file's own names; the rules in ``fit/`` say which they read.
+    """
+
+    n_layers: int
+    n_heads: int
+    kv_heads: tuple[int, ...]
+    key_length: int
+    value_length: int
+    hidden_size: int | None = None
+    context_length: int | None = None  # the trained maximum (GGUF context_length, max_position_embeddings)
+    vocab_size: int | None = None
+    sliding_window: int | None = None
+    sliding: tuple[bool, ...] = ()
+    kv_lora_rank: int | None = None  # MLA (DeepSeek V2/V3): the compressed KV row is kv_lora_rank + rope_head_dim
+    rope_head_dim: int | None = None
+    recurrent: tuple[bool, ...] = ()
+    ssm: dict[str, int] = field(default_factory=dict)
+    expert_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Exact bytes of the weights, grouped the way engines place them.
+
+    ``layers[i]``: every tensor of block i (GGUF ``blk.i.*``, Transformers ``model.layers.i.*``).
+    ``token_embedding``: the input embedding (llama.cpp keeps it on the host).
+    ``output``: the output norm and the output (lm_head) weight; when the embedding is tied the output
+    weight is absent from the file and ``tied_embeddings`` is True (llama.cpp then duplicates the
+    embedding onto the device holding the output unit: the rules in ``fit/`` add it there).
+    ``other``: everything else (vision towers, MTP layers, rope tables...), counted, placed with the output.
+    ``by_type``: bytes per tensor type as the file names it ("Q4_K", "F16", "BF16", "F8_E4M3"...).
+    """
+
+    layers: tuple[int, ...]
+    token_embedding: int
+    output: int
+    other: int = 0
+    tied_embeddings: bool = False
+    by_type: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.layers) + self.token_embedding + self.output + self.other
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """One model as its headers describe it.
+
+    ``source`` is what the user named (a path or a Hugging Face id); ``files`` the files read.
+    ``format`` is "gguf", "safetensors" or "mlc". ``architecture`` is GGUF's ``general.architecture``
+    spelling ("llama", "gemma3", "deepseek2", "qwen3next", "mamba", "gpt-oss"...), config.json's
+    ``model_type`` mapped onto it where the two differ. ``header_bytes`` is how many bytes were read
+    from disk in all (a test holds it to the headers' size).
+    """
+
+    source: str
+    files: tuple[str, ...]
+    format: str
+    architecture: str
+    hyper: Hyper
+    weights: Weights
+    header_bytes: int
+    name: str | None = None
+    dtype: str | None = None  # the weights' main type ("Q4_K_M" file type, "bfloat16"...)
