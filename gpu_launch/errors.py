@@ -17,6 +17,7 @@ __all__ = [
     "GpuLaunchError",
     "UsageError",
     "SnapshotError",
+    "ModelFileError",
     "NvmlUnavailable",
     "SlurmUnavailable",
     "NotEnoughGpus",
@@ -45,7 +46,7 @@ class ExitCode(enum.IntEnum):
     NOT_ENOUGH_GPUS = 4  # the request cannot be met by the GPUs that exist / are eligible
     WAIT_TIMEOUT = 5  # --wait ran out before the request could be met
     RESERVED = 6  # a GPU asked for by --gpus is reserved by another gpulaunch job
-    BAD_FILE = 7  # snapshot or config file missing, unreadable or invalid; lock dir or lock file unsafe
+    BAD_FILE = 7  # snapshot, config or model file missing, unreadable or invalid; lock dir or lock file unsafe
     CHECK_FAILED = 8  # `gpulaunch check` found that CUDA sees something else than chosen
     JOBS_FAILED = 9  # `gpulaunch each`: at least one job exited non-zero or could not start
     OUTPUT_FAILED = 10  # stdout cannot be written: closed (>&-), or the disk is full
@@ -99,6 +100,13 @@ class ReservationConflict(GpuLaunchError):
 
 class LockDirError(GpuLaunchError):
     """The reservation lock directory or a lock file in it is missing, unsafe or unusable."""
+
+    exit_code = ExitCode.BAD_FILE
+
+
+class ModelFileError(GpuLaunchError):
+    """A model file, folder or cached Hugging Face id that cannot be read as a model: missing,
+    truncated, garbage or crafted headers, an unknown layout."""
 
     exit_code = ExitCode.BAD_FILE
 
