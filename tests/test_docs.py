@@ -17,7 +17,8 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
   code every command of the block must give; 0 otherwise), ``snapshot=NAME`` (another bundled
   machine), ``env=NAME=VALUE`` (repeatable). ``<!-- not run: REASON -->`` skips the block and is
   listed in the test's output with its reason.
-- Python blocks must compile; ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
+- Python blocks must compile, and those not marked ``not run`` run (in the same environment, exit 0
+  or the ``exit=`` given); ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
   reader is available.
 """
 
@@ -231,8 +232,23 @@ def test_python_examples_compile(block: Block) -> None:
     compile(block.text, block.where, "exec")
 
 
+PY_RUN = [b for b in PY_BLOCKS if not (b.directive and b.directive[0] == "not run")]
+
+
+@pytest.mark.parametrize("block", PY_RUN, ids=[b.where for b in PY_RUN])
+def test_python_examples_run(block: Block, sandbox: Path, tmp_path: Path) -> None:
+    s = settings(block)
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    env = _environment(sandbox, home, s)
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", block.text], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, errors="backslashreplace", timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == s.exit, f"{block.where}: exited {done.returncode}\n{done.stderr[-3000:]}"
+
+
 def test_there_are_python_examples() -> None:
-    assert any(b.page.name == "python-api.md" for b in PY_BLOCKS)
+    assert any(b.page.name == "python-api.md" for b in PY_RUN)
 
 
 @pytest.mark.parametrize("block", [b for b in ALL_BLOCKS if b.tag == "json"],
