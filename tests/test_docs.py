@@ -15,7 +15,8 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
   ``torchrun``/``vllm`` examples need not be installed; everything else runs for real.
 - An HTML comment right before a block changes how it runs: ``<!-- docs-test: exit=4 -->`` (the exit
   code every command of the block must give; 0 otherwise), ``snapshot=NAME`` (another bundled
-  machine), ``env=NAME=VALUE`` (repeatable). ``<!-- not run: REASON -->`` skips the block and is
+  machine), ``env=NAME=VALUE`` (repeatable), ``real`` (no ``--dry-run`` added: the launch really
+  execs, for examples about a missing command). ``<!-- not run: REASON -->`` skips the block and is
   listed in the test's output with its reason.
 - Python blocks must compile, and those not marked ``not run`` run (in the same environment, exit 0
   or the ``exit=`` given); ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
@@ -67,6 +68,7 @@ class Settings:
     exit: int = 0
     snapshot: str = "dgx-h100"
     env: dict[str, str] = field(default_factory=dict)
+    real: bool = False  # launch for real: no --dry-run added
 
 
 def blocks(page: Path) -> list[Block]:
@@ -117,6 +119,8 @@ def settings(block: Block) -> Settings:
                 s.exit = int(value)
             elif key == "snapshot":
                 s.snapshot = value
+            elif key == "real":
+                s.real = True
             elif key == "env":
                 name, _, val = value.partition("=")
                 s.env[name] = val
@@ -137,6 +141,8 @@ _WRAPPER = textwrap.dedent(f"""\
     sys.path.insert(0, {str(ROOT)!r})
     argv = sys.argv[1:]
     try:
+        if os.environ.pop("DOCS_TEST_REAL_LAUNCH", ""):
+            raise LookupError("the block asks for a real launch")
         from gpu_launch.options.args import parse
         inv = parse(argv)
         if inv.command == "run" and not inv.options.get("dry_run") and not inv.options.get("explain"):
@@ -179,6 +185,8 @@ def _environment(base: Path, home: Path, s: Settings) -> dict[str, str]:
         "GPULAUNCH_SNAPSHOT": s.snapshot,
     })
     env.update(s.env)
+    if s.real:
+        env["DOCS_TEST_REAL_LAUNCH"] = "1"
     return env
 
 
