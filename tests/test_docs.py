@@ -141,7 +141,7 @@ _WRAPPER = textwrap.dedent(f"""\
     sys.path.insert(0, {str(ROOT)!r})
     argv = sys.argv[1:]
     try:
-        if os.environ.pop("DOCS_TEST_REAL_LAUNCH", ""):
+        if os.environ.pop("DOCS_TEST_REAL_LAUNCH", "") or os.environ.get("DOCS_TEST_REAL_LAUNCH_ALL"):
             raise LookupError("the block asks for a real launch")
         from gpu_launch.options.args import parse
         inv = parse(argv)
@@ -373,3 +373,41 @@ def test_user_docs_carry_no_development_history() -> None:
                         r"was fixed in"):
             m = re.search(pattern, text, re.IGNORECASE)
             assert not m, f"{page.relative_to(ROOT)}: {m.group(0)!r}"
+
+
+# --- the developer's set-up ------------------------------------------------------------------------
+
+def _setup_line() -> str:
+    lines = [x for x in (ROOT / "README.md").read_text("utf-8").splitlines() if x.startswith("python3 -m venv .venv")]
+    assert len(lines) == 1, "README.md should have exactly one set-up line starting `python3 -m venv .venv`"
+    return lines[0]
+
+
+def test_readme_setup_is_two_commands_and_ci_runs_the_test_command() -> None:
+    """The set-up line installs and runs the main job; `python -m pytest -q` runs the tests; .ci/run
+    runs that same test command (so the README's promise is what CI checks)."""
+    line = _setup_line()
+    assert "pip install -e '.[test]'" in line and "gpulaunch" in line
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "\n```\npython -m pytest -q\n```\n" in readme
+    ci = (ROOT / ".ci" / "run").read_text("utf-8")
+    assert "\npython -m pytest -q\n" in ci and "pip install -q -e '.[test]'" in ci
+
+
+def test_readme_setup_demo_runs(sandbox: Path, tmp_path: Path) -> None:
+    """The gpulaunch part of the set-up line (after the venv and pip steps) runs here, with no
+    snapshot set, so `gpulaunch ls` meets this machine's NVML or its absence, as on a fresh clone."""
+    parts = _setup_line().split(" && ")
+    demo = " && ".join(p for p in parts if not p.startswith(("python3 -m venv", ". .venv", "pip install")))
+    assert "gpulaunch" in demo
+    home = tmp_path / "home"
+    (home / ".config").mkdir(parents=True)
+    env = _environment(sandbox, home, Settings(real=True))
+    del env["GPULAUNCH_SNAPSHOT"]
+    env.pop("DOCS_TEST_REAL_LAUNCH")  # the wrapper reads it once; the demo's launch must not be a dry run
+    env["DOCS_TEST_REAL_LAUNCH_ALL"] = "1"
+    done = subprocess.run(["bash", "-c", demo], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          errors="backslashreplace", timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "CUDA_VISIBLE_DEVICES = " in done.stdout
+    assert "Traceback" not in done.stderr
