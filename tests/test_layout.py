@@ -1,6 +1,6 @@
 """The package's layers import one way only: cli → commands (and the Python API, api) → share, options →
 views, run, choose →
-hardware → units, errors (README, "Design notes"). Every import counts, also those inside functions
+hardware → units, errors (docs/design.md). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
 from __future__ import annotations
