@@ -43,6 +43,9 @@ class Gguf:
     merges: int = 0
 
 
+HEADER_END: dict[Path, int] = {}
+
+
 def _add(writer: Any, key: str, value: Any) -> None:
     if isinstance(value, bool):
         writer.add_bool(key, value)
@@ -59,7 +62,11 @@ def _add(writer: Any, key: str, value: Any) -> None:
 
 
 def write_gguf(path: Path, model: Gguf, *, split_max_tensors: int = 0) -> list[Path]:
-    """Write ``model``'s header with GGUFWriter, truncated up to the full size; returns the files."""
+    """Write ``model``'s header with GGUFWriter, truncated up to the full size; returns the files.
+
+    ``HEADER_END[file]`` records where each file's header ends (the writer's position after the
+    tensor infos), measured independently of the reader under test.
+    """
     writer = gguf.GGUFWriter(path, model.arch, split_max_tensors=split_max_tensors)
     for key, value in model.kv.items():
         _add(writer, key, value)
@@ -76,6 +83,7 @@ def write_gguf(path: Path, model: Gguf, *, split_max_tensors: int = 0) -> list[P
     files = [Path(f.name) for f in writer.fout]
     for f, tensors in zip(writer.fout, writer.tensors):
         header = f.tell()
+        HEADER_END[Path(f.name)] = header
         align = writer.data_alignment
         data = sum(writer.ggml_pad(ti.nbytes, align) for ti in tensors.values())
         f.truncate(writer.ggml_pad(header, align) + data)
