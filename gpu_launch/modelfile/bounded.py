@@ -87,6 +87,8 @@ class Cursor:
         self.base = 0  # file offset of buf[0]
         self.pos = 0  # file offset of the next byte to parse
         self.bytes_read = 0
+        #: bytes to read beyond what is needed; 0 where the caller knows the header's exact length
+        self.read_ahead = READ_AHEAD
 
     # -- window management -------------------------------------------------------------------
     @property
@@ -109,7 +111,7 @@ class Cursor:
             return off
         keep = self.buf[off:] if 0 <= off < len(self.buf) else b""
         start = self.pos + len(keep)
-        want = min(max(n - len(keep), READ_AHEAD), self.size - start)
+        want = min(max(n - len(keep), self.read_ahead), self.size - start)
         chunks = [keep]
         got = 0
         while got < want:

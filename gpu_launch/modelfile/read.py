@@ -42,8 +42,9 @@ def read_model(source: str, *, environ: Mapping[str, str] | None = None) -> Mode
 
 def _looks_like_path(source: str) -> bool:
     """A name that can only be a path: a Hugging Face id is ``org/name`` with no extension of a model file."""
-    return (source.startswith(("/", ".", "~")) or source.count("/") != 1
-            or source.lower().endswith((".gguf", ".safetensors", ".json")))
+    base = source.split("@", 1)[0]
+    return (source.startswith(("/", ".", "~")) or base.count("/") != 1
+            or base.lower().endswith((".gguf", ".safetensors", ".json")))
 
 
 def _read_file(source: str, path: str) -> ModelFacts:
