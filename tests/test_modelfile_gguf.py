@@ -113,12 +113,16 @@ def test_split_gguf_set_reads_every_part(tmp_path: Path) -> None:
     assert err.value.exit_code == ExitCode.BAD_FILE
 
 
-def _hyper(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
+def _facts(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
     tensors = [T(f"blk.{i}.attn_norm.weight", (64,), Q.F32) for i in range(layers)]
     model = Gguf(arch, {f"{arch}.block_count": layers, f"{arch}.embedding_length": 64,
                         **{f"{arch}.{k}": v for k, v in kv.items()}}, tensors, **extra)  # type: ignore[arg-type]
     [path] = write_gguf(tmp_path / f"{arch}.gguf", model)
-    return read_model(str(path)).hyper
+    return read_model(str(path))
+
+
+def _hyper(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
+    return _facts(tmp_path, arch, kv, layers, **extra).hyper
 
 
 def test_gemma3_every_sixth_layer_is_global(tmp_path: Path) -> None:
@@ -157,6 +161,14 @@ def test_deepseek_mla_ranks(tmp_path: Path) -> None:
                                        "expert_count": 256}, 61)
     assert (h.kv_lora_rank, h.rope_head_dim, h.n_heads, h.key_length) == (512, 64, 128, 192)
     assert h.kv_lora_rank + h.rope_head_dim == 576
+
+
+def test_multi_token_prediction_blocks_are_not_trunk_layers(tmp_path: Path) -> None:
+    """DeepSeek V3's GGUF counts its MTP block in block_count (62 = 61 + 1); it is no layer of the trunk."""
+    facts = _facts(tmp_path, "deepseek2", {"attention.head_count": 128, "attention.kv_lora_rank": 512,
+                                           "rope.dimension_count": 64, "nextn_predict_layers": 1}, 62)
+    assert facts.hyper.n_layers == 61 and facts.hyper.nextn_layers == 1 and len(facts.hyper.kv_heads) == 61
+    assert len(facts.weights.layers) == 61 and facts.weights.other == 64 * 4  # blk.61's tensor
 
 
 def test_mamba_every_layer_recurrent_with_its_ssm_numbers(tmp_path: Path) -> None:

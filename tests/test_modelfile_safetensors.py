@@ -195,7 +195,8 @@ def test_deepseek_v3_mla_from_config(tmp_path: Path) -> None:
     h = _hyper(tmp_path, {"model_type": "deepseek_v3", "num_hidden_layers": 3, "num_attention_heads": 128,
                           "num_key_value_heads": 128, "hidden_size": 7168, "kv_lora_rank": 512,
                           "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-                          "n_routed_experts": 256})
+                          "n_routed_experts": 256, "num_nextn_predict_layers": 1})
+    assert h.nextn_layers == 1 and h.n_layers == 3
     assert (h.kv_lora_rank, h.rope_head_dim, h.key_length, h.value_length) == (512, 64, 192, 128)
     assert h.expert_count == 256
 

@@ -166,6 +166,7 @@ def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
         sliding_window=window if isinstance(window, int) else None, sliding=sliding,
         kv_lora_rank=kv_lora, rope_head_dim=rope_dim, recurrent=recurrent, ssm=_ssm(config, hidden, label),
         expert_count=_first(config, label, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+        nextn_layers=_first(config, label, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
     )
 
 

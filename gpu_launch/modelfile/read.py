@@ -9,6 +9,7 @@ Nothing is downloaded, ever; only headers are read.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.text import printable
 
 __all__ = ["read_model"]
+
+_LATER_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
 def read_model(source: str, *, environ: Mapping[str, str] | None = None) -> ModelFacts:
@@ -114,7 +117,5 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
 
 
 def _is_later_split(name: str) -> bool:
-    import re
-
-    m = re.search(r"-(\d{5})-of-\d{5}\.gguf$", name, re.IGNORECASE)
-    return bool(m) and int(m.group(1)) != 1
+    m = _LATER_PART.search(name)
+    return m is not None and int(m.group(1)) != 1
