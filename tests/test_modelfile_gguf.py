@@ -186,6 +186,13 @@ def test_jamba_per_layer_kv_heads_mark_the_recurrent_layers(tmp_path: Path) -> N
     assert sum(1 for r in h.recurrent if not r) == 4
 
 
+def test_nemotron_h_mlp_only_layers_are_not_recurrent(tmp_path: Path) -> None:
+    """Nemotron-H: kv 0 and ffn 0 is an SSM layer; kv 0 with an ffn is an MLP-only layer, with no state."""
+    h = _hyper(tmp_path, "nemotron_h", {"attention.head_count": 32, "attention.head_count_kv": [0, 0, 8, 0],
+                                        "feed_forward_length": [0, 21504, 0, 0], "ssm.state_size": 128}, 4)
+    assert h.recurrent == (True, False, False, True) and h.kv_heads == (0, 0, 8, 0)
+
+
 def test_qwen3_next_one_full_attention_layer_in_four(tmp_path: Path) -> None:
     h = _hyper(tmp_path, "qwen3next", {"attention.head_count": 16, "attention.head_count_kv": 2,
                                        "attention.key_length": 256, "full_attention_interval": 4,

@@ -205,6 +205,10 @@ def test_not_regular_files_are_refused_without_hanging(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError) as err:
         read_model(str(empty))
     _check(err.value, "no .safetensors weights")
+    (empty / "config.json").rename(empty / "model.safetensors")
+    with pytest.raises(ModelFileError) as err:
+        read_model(str(empty))
+    _check(err.value, "but no config.json")
 
 
 def test_missing_and_unknown_names(tmp_path: Path) -> None:

@@ -191,6 +191,14 @@ def test_gpt_oss_and_mistral_sliding(tmp_path: Path) -> None:
     assert q.sliding == ()
 
 
+def test_fp8_checkpoint_names_its_weights_type_and_counts_may_be_floats(tmp_path: Path) -> None:
+    tensors = {k: ("float8_e4m3fn", v[1]) if "proj" in k else v for k, v in llama_layout(2).items()}
+    config = {**LLAMA, "num_hidden_layers": 2.0, "quantization_config": {"quant_method": "fp8"}}
+    facts = read_model(str(write_model(tmp_path / "fp8", config, tensors)))
+    assert facts.dtype == "float8_e4m3fn" and facts.hyper.n_layers == 2
+    assert facts.weights.by_type["F8_E4M3"] == sum(nbytes(v) for k, v in tensors.items() if "proj" in k)
+
+
 def test_deepseek_v3_mla_from_config(tmp_path: Path) -> None:
     h = _hyper(tmp_path, {"model_type": "deepseek_v3", "num_hidden_layers": 3, "num_attention_heads": 128,
                           "num_key_value_heads": 128, "hidden_size": 7168, "kv_lora_rank": 512,

@@ -304,6 +304,9 @@ RECURRENT = {"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"}
 #: Hybrids whose layers are all recurrent except every ``full_attention_interval``-th (default 4),
 #: the trailing NextN/MTP layers excepted (llama.cpp, load_hparams for LLM_ARCH_QWEN3NEXT / QWEN35).
 INTERVAL_HYBRIDS = {"qwen3next", "qwen35", "qwen35moe"}
+#: Hybrids with three kinds of layer: attention (kv > 0), MLP only (kv = 0, ffn > 0) and SSM (both 0):
+#: llama.cpp marks a layer recurrent iff n_head_kv(i) == 0 && n_ff(i) == 0 (its Nemotron-H loader).
+KV_AND_FFN_HYBRIDS = {"nemotron_h", "nemotron_h_moe"}
 #: Hybrids whose every layer runs attention and an SSM side by side (llama.cpp src/models/falcon-h1.cpp).
 PARALLEL_HYBRIDS = {"falcon-h1"}
 
@@ -373,6 +376,9 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         kv_heads = tuple(0 if r else k for r, k in zip(recurrent, kv_heads))
     elif arch in PARALLEL_HYBRIDS:
         recurrent = (True,) * n
+    elif arch in KV_AND_FFN_HYBRIDS:
+        ffn = _per_layer(kv.get(p + "feed_forward_length"), n_all, p + "feed_forward_length", label) or (1,) * n
+        recurrent = tuple(k == 0 and f == 0 for k, f in zip(kv_heads, ffn[:n]))
     elif 0 in kv_heads and any(kv_heads):
         recurrent = tuple(k == 0 for k in kv_heads)
     sliding, window = _sliding(arch, kv, n_all, label)

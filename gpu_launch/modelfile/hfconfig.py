@@ -64,8 +64,10 @@ def _first(config: Mapping[str, Any], label: str, *keys: str) -> int | None:
         value = config.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 2**40:
-            raise ModelFileError(f"{label}: {key} is {value!r}, not a count")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 8.0: some converters write counts as floats
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 2**53:
+            raise ModelFileError(f"{label}: {key} is {str(value)[:40]!r}, not a count")
         return value
     return None
 

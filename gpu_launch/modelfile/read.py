@@ -109,6 +109,9 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
     if len(firsts) > 1:
         raise ModelFileError(f"{label}: holds {len(firsts)} GGUF models ({', '.join(printable(n) for n in sorted(firsts)[:3])}...)",
                              hint="name the .gguf file itself")
+    if any(n.endswith(".safetensors") for n in names):
+        raise ModelFileError(f"{label}: .safetensors weights but no config.json",
+                             hint="the layer and head counts come from it: download the model's config.json too")
     if "config.json" in names:
         raise ModelFileError(f"{label}: config.json but no .safetensors weights",
                              hint="download the weights too (only safetensors are read, not .bin/.pt)")

@@ -127,6 +127,8 @@ def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
         read += n
     weights = group(((t.name, t.dtype, t.nbytes) for t in tensors), hyper.n_layers)
     dtype = text.get("torch_dtype") or text.get("dtype")
+    if isinstance(text.get("quantization_config"), dict):
+        dtype = None  # torch_dtype names the unquantised parts; the weights' own types say more
     if not isinstance(dtype, str) and weights.by_type:
         top = max(weights.by_type, key=lambda k: weights.by_type[k])
         dtype = _TORCH_NAMES.get(top, top)
