@@ -227,6 +227,14 @@ def test_missing_and_unknown_names(tmp_path: Path) -> None:
     _check(err.value, "neither a GGUF nor a safetensors file")
 
 
+def test_an_odd_byte_in_a_value_is_no_error(tmp_path: Path) -> None:
+    """llama.cpp does not check values' UTF-8 either: a description with a stray byte still loads."""
+    path = tmp_path / "m.gguf"
+    odd = s("general.name") + struct.pack("<I", 8) + s(b"caf\xe9")  # Latin-1, not UTF-8
+    path.write_bytes(gguf([tensor("blk.0.w", [32])], kvs=[*BASE_KV, odd]))
+    assert read_model(str(path)).name == "caf\ufffd"
+
+
 def test_a_huge_sparse_garbage_file_costs_no_memory(tmp_path: Path) -> None:
     """A 1 TB hole that claims to be GGUF: refused from its first bytes, nothing read beyond them."""
     path = tmp_path / "huge.gguf"

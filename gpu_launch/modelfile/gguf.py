@@ -107,7 +107,12 @@ def is_gguf(path: str) -> bool:
 # -- the header ------------------------------------------------------------------------------
 
 
-def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
+def _string(cur: Cursor, what: str, keep: bool = True, strict: bool = False) -> str | None:
+    """A length-prefixed string, or None when skipped (``keep`` false, or longer than MAX_KEPT_STRING).
+
+    ``strict``: a name (key, tensor) must be UTF-8; a value is decoded leniently, as llama.cpp
+    does not check it either (an odd byte in a description must not make a model unreadable).
+    """
     n = cur.u64(what)
     if n > cur.remaining:
         raise cur.fail(f"corrupt header: {what} claims {n} bytes, more than the file holds",
@@ -116,6 +121,8 @@ def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
         cur.skip(n, what)
         return None
     raw = cur.take(n, what)
+    if not strict:
+        return raw.decode("utf-8", "replace")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -125,7 +132,7 @@ def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
 
 def _name(cur: Cursor, what: str) -> str:
     n_at = cur.pos
-    name = _string(cur, what)
+    name = _string(cur, what, strict=True)
     if name is None:
         cur.pos = n_at
         raise cur.fail(f"corrupt header: {what} at byte {n_at} is longer than {MAX_KEPT_STRING} bytes")
