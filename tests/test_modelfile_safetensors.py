@@ -270,7 +270,10 @@ def _cache_model(hub: Path, model_id: str, commit: str = "a" * 40, branch: str =
 def test_hugging_face_cache_locations(tmp_path: Path) -> None:
     for env, hub in ({"HF_HUB_CACHE": str(tmp_path / "c1")}, tmp_path / "c1"), \
                     ({"HF_HOME": str(tmp_path / "h")}, tmp_path / "h" / "hub"), \
-                    ({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".cache" / "huggingface" / "hub"):
+                    ({"HOME": str(tmp_path / "home")}, tmp_path / "home" / ".cache" / "huggingface" / "hub"), \
+                    ({"HUGGINGFACE_HUB_CACHE": str(tmp_path / "old")}, tmp_path / "old"), \
+                    ({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": "/nonexistent"},
+                     tmp_path / "xdg" / "huggingface" / "hub"):
         snap = _cache_model(hub, "meta-llama/Llama-3.1-8B")
         facts = read_model("meta-llama/Llama-3.1-8B", environ=env)
         assert facts.source == "meta-llama/Llama-3.1-8B" and facts.files[0] == str(snap / "config.json")

@@ -1,7 +1,7 @@
 """Hugging Face ids resolved in the local cache only: no network, ever.
 
 The cache is ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub`` (as
-``huggingface_hub`` resolves it). A model ``org/name`` lives in ``models--org--name/``: its
+``huggingface_hub`` resolves it, ``XDG_CACHE_HOME`` included). A model ``org/name`` lives in ``models--org--name/``: its
 ``refs/<branch>`` files hold a commit hash, ``snapshots/<hash>/`` holds the files (symlinks into
 ``blobs/``). ``org/name@rev`` names a branch, a tag or a commit (a full hash or a unique prefix).
 """
@@ -25,8 +25,11 @@ _HASH_RE = re.compile(r"^[0-9a-f]{4,64}$")
 
 
 def cache_dir(environ: Mapping[str, str]) -> Path:
-    if environ.get("HF_HUB_CACHE"):
-        return Path(environ["HF_HUB_CACHE"]).expanduser()
+    """Where huggingface_hub keeps models: HF_HUB_CACHE (or its old name HUGGINGFACE_HUB_CACHE), else
+    HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if environ.get(name):
+            return Path(environ[name]).expanduser()
     if environ.get("HF_HOME"):
         return Path(environ["HF_HOME"]).expanduser() / "hub"
     home = environ.get("HOME") or os.path.expanduser("~")
