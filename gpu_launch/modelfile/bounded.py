@@ -29,8 +29,6 @@ MIB = 1024 * KIB
 #: 150k-entry tokenizer array costs a few dozen reads.
 READ_AHEAD = 64 * KIB
 
-_U8 = struct.Struct("<B")
-_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -140,16 +138,6 @@ class Cursor:
         if n < 0 or n > self.size - self.pos:
             raise self.truncated(what)
         self.pos += n
-
-    def u8(self) -> int:
-        off = self.need(1)
-        self.pos += 1
-        return int(_U8.unpack_from(self.buf, off)[0])
-
-    def u16(self) -> int:
-        off = self.need(2)
-        self.pos += 2
-        return int(_U16.unpack_from(self.buf, off)[0])
 
     def u32(self, what: str = "a field") -> int:
         off = self.need(4, what)
