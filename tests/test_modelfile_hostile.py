@@ -79,6 +79,8 @@ GGUF_CASES: dict[str, tuple[bytes, str]] = {
     "arrays nested 100 deep": (gguf([], kvs=[s("x") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 100]),
                                "nested more than"),
     "an unknown value type": (gguf([], kvs=[s("x") + struct.pack("<I", 99)]), "unknown value type 99"),
+    "an escape sequence in a key": (gguf([], kvs=[s("\x1b]0;owned\x07\x1b[2J") + struct.pack("<I", 99)]),
+                                    "\\x1b]0;owned\\x07\\x1b[2J has unknown value type"),
     "a non-UTF-8 key": (gguf([], kvs=[s(b"\xff\xfe") + struct.pack("<II", 4, 1)]), "not UTF-8"),
     "a non-UTF-8 tensor name": (gguf([tensor(b"blk.0.\xff", [32])]), "not UTF-8"),
     "a negative dimension": (gguf([tensor("blk.0.w", [32, 2**64 - 5])]), "negative or huge dimension"),
@@ -127,6 +129,7 @@ SAFETENSORS_CASES: dict[str, tuple[bytes, str]] = {
 def _check(err: ModelFileError, expected: str) -> None:
     line = f"gpulaunch: error: {err.message}" + (f" (hint: {err.hint})" if err.hint else "")
     assert "\n" not in line and len(line) < 600, line
+    assert line.isprintable(), line  # the file's own names are escaped, never sent raw to a terminal
     assert err.exit_code == ExitCode.BAD_FILE
     assert expected in err.message, err.message
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
+from gpu_launch.text import printable
 
 __all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "KIB", "MIB"]
 
@@ -94,7 +95,8 @@ class Cursor:
         return self.size - self.pos
 
     def fail(self, what: str, hint: str | None = None) -> ModelFileError:
-        return ModelFileError(f"{self.label}: {what}", hint=hint)
+        """The error for this file; ``what`` may quote the file's own names, so it is made printable."""
+        return ModelFileError(printable(f"{self.label}: {what}"), hint=hint)
 
     def truncated(self, what: str) -> ModelFileError:
         return self.fail(f"truncated or corrupt header ({what} runs past the end of the file at byte {self.size})",
