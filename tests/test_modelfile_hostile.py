@@ -168,7 +168,7 @@ def test_hostile_safetensors(tmp_path: Path, case: str) -> None:
     (b'{"num_hidden_layers": -3}', "not a count"),
     (b'{"num_hidden_layers": "12"}', "not a count"),
     (b"\xff\xfe{}", "not UTF-8"),
-    (b'{"model_type": "llama"}', "no num_hidden_layers"),
+    (b'{"model_type": "someformer"}', "no num_hidden_layers"),
     (b'{"num_hidden_layers": 4, "layer_types": ["full_attention"]}', "1 entries for 4 layers"),
 ])
 def test_hostile_config_json(tmp_path: Path, config: bytes, expected: str) -> None:

@@ -174,7 +174,21 @@ def test_gemma3_vlm_text_config_head_dim_and_layer_types(tmp_path: Path) -> None
     old = _hyper(tmp_path, {"model_type": "gemma3_text", "num_hidden_layers": 12, "num_attention_heads": 8,
                             "head_dim": 256, "hidden_size": 2560, "sliding_window": 1024,
                             "sliding_window_pattern": 6})
-    assert old.sliding == h.sliding and old.kv_heads == (8,) * 12  # no num_key_value_heads: MHA
+    assert old.sliding == h.sliding and old.kv_heads == (4,) * 12  # Gemma3TextConfig's default, as Transformers loads it
+    mha = _hyper(tmp_path, {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 16,
+                            "hidden_size": 2048})
+    assert mha.kv_heads == (16, 16) and mha.key_length == 128  # no num_key_value_heads: MHA
+
+
+def test_values_a_saved_text_config_leaves_out_are_transformers_defaults(tmp_path: Path) -> None:
+    """Gemma 3 4B's config.json states neither heads, KV heads nor head_dim in its text_config
+    (they equal Gemma3TextConfig's defaults); a llava text_config may not even name its model_type."""
+    h = _hyper(tmp_path, {"model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024}})
+    assert (h.n_heads, h.kv_heads[0], h.key_length, h.sliding_window) == (8, 4, 256, 1024)
+    assert [i for i, sl in enumerate(h.sliding) if not sl] == [5, 11, 17, 23, 29]
+    llava = _hyper(tmp_path, {"model_type": "llava", "text_config": {"num_hidden_layers": 2, "vocab_size": 32064}})
+    assert (llava.n_heads, llava.kv_heads, llava.key_length, llava.vocab_size) == (32, (32, 32), 128, 32064)
 
 
 def test_gpt_oss_and_mistral_sliding(tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ ARCHITECTURES = {
     "qwen3_next": "qwen3next", "gemma3_text": "gemma3", "gemma3n_text": "gemma3n", "gpt_oss": "gpt-oss",
     "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "cohere": "command-r", "falcon_h1": "falcon-h1",
     "granitemoehybrid": "granitehybrid", "gpt_neox": "gptneox", "glm4_moe": "glm4moe", "phimoe": "phimoe",
-    "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl", "llava": "llama", "mllama": "mllama",
+    "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl", "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl",
+    "qwen3_vl": "qwen3vl", "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe": "qwen3vlmoe", "qwen3_vl_moe_text": "qwen3vlmoe",
+    "llama4_text": "llama4", "llava": "llama", "mllama": "mllama",
 }
 #: Whole-model recurrent families (no attention layer at all).
 _RECURRENT_TYPES = {"mamba", "mamba2", "rwkv", "rwkv6", "rwkv7"}
@@ -35,6 +37,26 @@ _ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}
 #: defaults: Gemma 2 alternates, Gemma 3 and Cohere 2 state ``sliding_window_pattern``).
 _DEFAULT_PERIOD = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
 
+#: Transformers' class defaults for the numbers a config.json may leave out: a saved config omits a
+#: nested ``text_config``'s values that equal its class's defaults (Gemma 3 4B's text_config states
+#: neither heads nor head_dim), and Transformers fills them back in when it loads. From the
+#: ``__init__`` defaults of Gemma3TextConfig, Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_size": 2304, "vocab_size": 262208, "max_position_embeddings": 131072,
+                    "sliding_window": 4096},
+    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
+    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
+              "max_position_embeddings": 2048},
+    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+                "vocab_size": 32000, "max_position_embeddings": 131072, "sliding_window": 4096},
+    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_size": 4096,
+              "vocab_size": 151936, "max_position_embeddings": 32768, "use_sliding_window": False},
+}
+#: Multimodal wrappers whose text_config, when it names no model_type, is that family's default.
+_WRAPPED = {"llava": "llama", "llava_next": "llama", "gemma3": "gemma3_text"}
+
 _ATTENTION = {"full_attention", "attention", "sliding_attention", "chunked_attention", "global", "local", "*"}
 _SLIDING = {"sliding_attention", "local"}
 _RECURRENT = {"mamba", "linear_attention", "conv", "ssm", "recurrent", "M", "mamba2", "gated_deltanet",
@@ -42,13 +64,19 @@ _RECURRENT = {"mamba", "linear_attention", "conv", "ssm", "recurrent", "M", "mam
 
 
 def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The language model's own settings: ``text_config`` (VLMs) or ``llm_config``, else the whole."""
+    """The language model's own settings: ``text_config`` (VLMs) or ``llm_config``, else the whole;
+    the values Transformers would fill in from its class defaults filled in too."""
+    merged: Mapping[str, Any] = config
     for key in ("text_config", "llm_config", "language_config"):
         nested = config.get(key)
-        if isinstance(nested, Mapping) and nested:
-            return {**{k: v for k, v in config.items() if k not in ("text_config", "llm_config", "language_config")},
-                    **nested}
-    return config
+        if isinstance(nested, Mapping):
+            outer = str(config.get("model_type") or "")
+            inner = nested.get("model_type") or _WRAPPED.get(outer, outer)
+            merged = {**{k: v for k, v in config.items() if k not in ("text_config", "llm_config", "language_config")},
+                      **nested, "model_type": inner}
+            break
+    defaults = _DEFAULTS.get(str(merged.get("model_type") or ""))
+    return {**defaults, **merged} if defaults else merged
 
 
 def architecture(config: Mapping[str, Any]) -> str:

@@ -81,6 +81,9 @@ def read_mlc(source: str, folder: Path) -> ModelFacts:
     merged: dict[str, Any] = {**{k: v for k, v in config.items() if k != "model_config"}, **model_config}
     merged.setdefault("model_type", config.get("model_type"))
     text = text_config(merged)
+    window = _int(text.get("context_window_size"))
+    if window:  # the compiled model's own limit: MLC-LLM cannot run past it, whatever the model was trained for
+        text = {**text, "max_position_embeddings": window}
     if (_int(config.get("sliding_window_size")) or 0) > 0 and not text.get("sliding_window"):
         text = {**text, "sliding_window": config["sliding_window_size"]}
     hyper = hyper_from_config(text, label)
