@@ -175,6 +175,9 @@ def test_gemma3_vlm_text_config_head_dim_and_layer_types(tmp_path: Path) -> None
                             "head_dim": 256, "hidden_size": 2560, "sliding_window": 1024,
                             "sliding_window_pattern": 6})
     assert old.sliding == h.sliding and old.kv_heads == (4,) * 12  # Gemma3TextConfig's default, as Transformers loads it
+    newer = _hyper(tmp_path, {"model_type": "gemma3_text", "num_hidden_layers": 12, "sliding_window": 512,
+                              "_sliding_window_pattern": 6})
+    assert newer.sliding == h.sliding and newer.sliding_window == 512
     mha = _hyper(tmp_path, {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 16,
                             "hidden_size": 2048})
     assert mha.kv_heads == (16, 16) and mha.key_length == 128  # no num_key_value_heads: MHA

@@ -143,7 +143,7 @@ def _sliding(config: Mapping[str, Any], n: int, model_type: str, label: str) -> 
         return ()
     if config.get("use_sliding_window") is False:
         return ()
-    pattern = _first(config, label, "sliding_window_pattern")
+    pattern = _first(config, label, "sliding_window_pattern", "_sliding_window_pattern")
     if pattern is None:
         pattern = _DEFAULT_PERIOD.get(model_type)
     if pattern:  # every pattern-th layer is global (Transformers: (i + 1) % pattern == 0)
