@@ -54,7 +54,7 @@ def _looks_like_path(source: str) -> bool:
 def _read_file(source: str, path: str) -> ModelFacts:
     lower = path.lower()
     if lower.endswith(".gguf"):
-        from gpu_launch.modelfile.gguf import read_gguf
+        from gpu_launch.modelfile.gguf_facts import read_gguf
 
         return read_gguf(source, path)
     if lower.endswith(".safetensors"):
@@ -76,7 +76,7 @@ def _sniff(source: str, path: str) -> ModelFacts:
     with open_cursor(path, label) as cur:
         head = cur.take(min(cur.size, 9), "the first bytes")
     if head[:4] == b"GGUF":
-        from gpu_launch.modelfile.gguf import read_gguf
+        from gpu_launch.modelfile.gguf_facts import read_gguf
 
         return read_gguf(source, path)
     if len(head) == 9 and head[8:9] == b"{":
@@ -104,7 +104,7 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
     ggufs = [n for n in names if n.lower().endswith(".gguf") and "mmproj" not in n.lower()]
     firsts = {n for n in ggufs if not _is_later_split(n)}
     if len(firsts) == 1:
-        from gpu_launch.modelfile.gguf import read_gguf
+        from gpu_launch.modelfile.gguf_facts import read_gguf
 
         return read_gguf(source, str(folder / firsts.pop()))
     if len(firsts) > 1:
