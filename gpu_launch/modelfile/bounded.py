@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
+from gpu_launch.hardware.files import file_kind
 from gpu_launch.text import printable
 
 __all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "KIB", "MIB"]
@@ -32,15 +33,6 @@ READ_AHEAD = 64 * KIB
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _open_regular(path: str, label: str) -> tuple[int, int]:
@@ -60,7 +52,7 @@ def _open_regular(path: str, label: str) -> tuple[int, int]:
         raise ModelFileError(f"{label}: cannot read it ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise ModelFileError(f"{label}: is {_kind(st.st_mode)}, not a model file", hint="name a regular file")
+        raise ModelFileError(f"{label}: is {file_kind(st.st_mode)}, not a model file", hint="name a regular file")
     return fd, st.st_size
 
 
