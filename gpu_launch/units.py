@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from gpu_launch.records import dataclass
 
 from gpu_launch.errors import UsageError
 

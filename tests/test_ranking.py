@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import replace
+from gpu_launch.records import replace
 
 import pytest
 

@@ -46,7 +46,7 @@ The pool's numbers and the key's parts are in :mod:`~gpu_launch.choose.pool`, th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from gpu_launch.records import dataclass
 from itertools import combinations
 
 from gpu_launch.hardware.model import Gpu, Machine

@@ -1,14 +1,15 @@
 """The machine as plain data: one immutable snapshot per invocation.
 
 Everything above the NVML adapter (selection, environment, rendering) works on these frozen
-dataclasses, so it can be tested against snapshot files with no GPU present. A value NVML could
+records (:mod:`gpu_launch.records`, dataclasses without their start-up cost), so it can be tested against snapshot files with no GPU present. A value NVML could
 not give is ``None``; a GPU NVML could not read at all has ``available=False`` and an ``error``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
+
+from gpu_launch.records import dataclass, field
 
 __all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES", "Needs", "coherent_used"]
 

@@ -11,7 +11,7 @@ path's start-up near the interpreter's floor and gives exactly these pass-throug
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from gpu_launch.records import dataclass, field
 
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
