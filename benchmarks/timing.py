@@ -30,6 +30,8 @@ class Bench:
     cpu: list[float] = field(default_factory=list)  # the child's user+system CPU seconds
     error: str | None = None
     skipped: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # variables set for this command only
+    cwd: str | None = None  # where it runs (default: the checkout; `python -m` imports from there first)
 
     @property
     def ok(self) -> bool:
@@ -54,9 +56,21 @@ class Bench:
         return out
 
 
-
 def by_key(benches: Sequence[Bench]) -> dict[str, Bench]:
     return {b.key: b for b in benches}
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, 25th and 75th percentile of ``values``."""
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "p25": q[0], "p75": q[2]}
+
+
+def paired_ratio(a: Bench, b: Bench) -> dict[str, dict[str, float]]:
+    """``a`` over ``b`` round by round (both timed in the same rounds by :func:`measure`), wall and CPU:
+    load that falls on one round falls on both of its runs, so the ratio's spread is the honest one."""
+    return {"wall": spread([x / y for x, y in zip(a.samples, b.samples)]),
+            "cpu": spread([x / y for x, y in zip(a.cpu, b.cpu) if y > 0])}
 
 
 def child_env() -> dict[str, str]:
@@ -84,6 +98,8 @@ def _children_cpu() -> float:
 
 def run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[float, int, str, float]:
     """Run ``bench`` once: (wall seconds, exit code, stderr if ``capture``, the child's CPU seconds)."""
+    if bench.env:
+        env = {**env, **bench.env}
     cpu_before = _children_cpu()
     if bench.tty:
         master, slave = os.openpty()
@@ -92,7 +108,7 @@ def run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[
         try:
             start = time.perf_counter()
             proc = subprocess.run(bench.argv, stdin=subprocess.DEVNULL, stdout=slave,
-                                  stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=REPO)
+                                  stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=bench.cwd or REPO)
             elapsed = time.perf_counter() - start
         finally:
             os.close(slave)
@@ -101,7 +117,7 @@ def run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[
     else:
         start = time.perf_counter()
         proc = subprocess.run(bench.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=REPO)
+                              stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=bench.cwd or REPO)
         elapsed = time.perf_counter() - start
     err = proc.stderr.decode("utf-8", "replace") if capture and proc.stderr else ""
     return elapsed, proc.returncode, err, _children_cpu() - cpu_before
