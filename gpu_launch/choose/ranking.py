@@ -46,13 +46,11 @@ The pool's numbers and the key's parts are in :mod:`~gpu_launch.choose.pool`, th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from gpu_launch.records import dataclass
 from itertools import combinations
 
+from gpu_launch.records import dataclass
 from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.choose.availability import availability
-from gpu_launch.choose.branch_and_bound import search_exactly
-from gpu_launch.choose.heuristic import heuristic
 from gpu_launch.choose.pool import Pool, link_rank, nvlinks
 
 __all__ = ["AT", "CRITERIA", "EXACT_LIMIT", "KEEP", "Candidate", "Ranked", "best_sets", "link_rank", "nvlinks"]
@@ -131,6 +129,10 @@ def best_sets(machine: Machine, eligible: Sequence[Gpu], n: int, keep: int = 1) 
             singles: list[tuple[tuple, tuple[int, ...]]] = [(p.subkey([i]), (i,)) for i in range(p.size)]
             results = sorted(singles)[:keep]
         else:
+            # Imported here: `--auto 1`, the common launch, needs neither search.
+            from gpu_launch.choose.branch_and_bound import search_exactly
+            from gpu_launch.choose.heuristic import heuristic
+
             budget = None if p.size <= EXACT_LIMIT else EXACT_BUDGET
             results, proven = search_exactly(p, n, keep, heuristic(p, n, keep), budget)
             exact = exact and proven

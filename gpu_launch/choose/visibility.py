@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from gpu_launch.records import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from gpu_launch.records import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.hardware import host
 from gpu_launch.hardware import nvml_topology

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from gpu_launch.records import dataclass, replace
 
+from gpu_launch.records import dataclass, replace
 from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
