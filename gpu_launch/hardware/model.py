@@ -182,3 +182,10 @@ class Needs:
     mig: bool = True
     process_details: bool = True  # user and command of each pid (psutil)
     process_users: bool = False  # the user alone (from /proc, no psutil), when process_details is off
+    #: What only `ls` and snapshots show, never a choice: temperature, compute capability, the
+    #: driver's and CUDA's versions. A launch does not ask for them.
+    display: bool = True
+    #: NVML indices of the GPUs whose state is read (memory, utilization, processes, health, MIG,
+    #: CPU affinity); the others are read for their identity alone (index, UUID, name, bus id).
+    #: None: every GPU's. ``--gpus 2`` needs GPU 2's state only.
+    state_of: frozenset[int] | None = None

@@ -55,6 +55,12 @@ class _Identity:
     name: str | None = None
     pci_bus_id: str | None = None
 
+    def identified(self) -> Gpu:
+        """The GPU as far as its identity: its state was not asked for, so processes are unknown."""
+        assert self.uuid is not None
+        return Gpu(index=self.index, uuid=self.uuid, name=self.name or "unknown GPU", pci_bus_id=self.pci_bus_id,
+                   processes_known=False)
+
     def unavailable(self, error: str) -> Gpu:
         return Gpu(index=self.index, uuid=self.uuid or f"GPU-unavailable-{self.index}",
                    name=self.name or "unknown GPU", pci_bus_id=self.pci_bus_id, available=False, error=error)
@@ -112,9 +118,11 @@ class NvmlBackend(NvmlCalls):
     # -- the machine -------------------------------------------------------------------------
 
     def _read(self, nvml: Any) -> Machine:
+        driver = cuda = None
         with self._timed("devices"):
-            driver = as_text(self._try_quiet("nvmlSystemGetDriverVersion")[0])
-            cuda = self._cuda_driver_version()
+            if self.needs.display:
+                driver = as_text(self._try_quiet("nvmlSystemGetDriverVersion")[0])
+                cuda = self._cuda_driver_version()
             count = self._device_count(nvml)
         pids: dict[int, tuple[str | None, str | None]] = {}
         rows = [self._read_gpu(index, pids) for index in range(count)]
@@ -159,6 +167,8 @@ class NvmlBackend(NvmlCalls):
                 ident.uuid = uuid
                 ident.pci_bus_id = self._bus_id(handle)
                 ident.name = as_text(self._query("nvmlDeviceGetName", handle))
+            if self.needs.state_of is not None and index not in self.needs.state_of:
+                return ident.identified(), handle  # not asked about: who it is is enough
             return self._read_details(handle, ident, pids), handle
         except GpuFailed as exc:
             debug("GPU %d unavailable: %s", index, exc)
@@ -166,9 +176,12 @@ class NvmlBackend(NvmlCalls):
 
     def _read_details(self, handle: Any, ident: _Identity, pids: dict[int, tuple[str | None, str | None]]) -> Gpu:
         nvml = self._nvml
-        with self._timed("devices"):
-            capability = self._query("nvmlDeviceGetCudaComputeCapability", handle)
-            temperature = self._query("nvmlDeviceGetTemperature", handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        capability = temperature = None
+        if self.needs.display:
+            with self._timed("devices"):
+                capability = self._query("nvmlDeviceGetCudaComputeCapability", handle)
+                temperature = self._query("nvmlDeviceGetTemperature", handle,
+                                          getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         with self._timed("memory"):
             total, used, free, reserved = self._memory(handle)
         with self._timed("utilization"):
