@@ -286,3 +286,17 @@ def test_the_python_api_on_a_snapshot_imports_no_rich_pynvml_psutil(quiet: bool,
     assert "gpu_launch.api" in modules and "gpu_launch.share.pick" in modules  # the listing saw the API run
     assert ("gpu_launch.views.render" in modules) is not quiet  # the mapping table, only when not quiet
     assert top_level(modules) & set(HEAVY) == set()
+
+
+def test_pynvml_is_imported_without_ctypes_util_which_it_never_calls(tmp_path: Path) -> None:
+    # ctypes.util (subprocess, shutil, tempfile: ~7 ms) is imported by pynvml for a find_library it
+    # does not call on Linux; the backend lends it a stand-in that still works if it ever is called.
+    code = ("import sys; from gpu_launch.hardware import nvml_calls; before = set(sys.modules); "
+            "pynvml = nvml_calls._import_pynvml(); new = set(sys.modules) - before; "
+            "print(sorted(m for m in ('ctypes.util', 'subprocess', 'tempfile', 'shutil') if m in new)); "
+            "print(bool(pynvml.find_library('c'))); import ctypes.util; print(ctypes.util.find_library is not None "
+            "and ctypes.util.__file__.endswith('util.py'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["[]", "True", "True"]

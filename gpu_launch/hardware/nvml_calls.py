@@ -10,6 +10,7 @@ becomes unavailable); NVML itself failing raises :class:`~gpu_launch.errors.Nvml
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 
@@ -41,7 +42,7 @@ class NvmlCalls:
     def _load(self) -> Any:
         if self._nvml is None:
             try:
-                import pynvml
+                pynvml = _import_pynvml()
             except ImportError as exc:
                 raise NvmlUnavailable(f"NVML unavailable: cannot import pynvml ({exc})",
                                       hint="pip install nvidia-ml-py; " + EXAMPLES_HINT) from exc
@@ -153,3 +154,34 @@ class NvmlCalls:
             if name == "nvmlDeviceGetHandleByIndex" and error_code(exc) == INVALID_ARGUMENT:
                 raise GpuFailed(f"GPU disappeared after it was counted ({exc})") from exc
             raise GpuFailed(str(exc)) from exc
+
+
+def _import_pynvml() -> Any:
+    """``import pynvml``, without the third of its import that it never uses: ``ctypes.util``.
+
+    pynvml imports ``find_library`` from ``ctypes.util`` at the top but opens the library by its
+    name (libnvidia-ml.so.1, nvml.dll); ``ctypes.util`` itself imports subprocess, shutil and
+    tempfile (~7 ms of pynvml's ~20). For the import, a stand-in module lends pynvml a
+    ``find_library`` that imports the real one if it is ever called; the stand-in leaves
+    ``sys.modules`` as soon as pynvml is imported, so any other ``import ctypes.util`` gets the real one.
+    """
+    if "pynvml" in sys.modules or "ctypes.util" in sys.modules:
+        import pynvml  # already paid for (or the real ctypes.util is there anyway)
+
+        return pynvml
+    import types
+
+    def find_library(name: str) -> str | None:
+        from ctypes import util
+
+        return util.find_library(name)
+
+    stand_in = types.ModuleType("ctypes.util", "stands in for ctypes.util while pynvml is imported")
+    stand_in.find_library = find_library  # type: ignore[attr-defined]
+    sys.modules["ctypes.util"] = stand_in
+    try:
+        import pynvml
+    finally:
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+    return pynvml
