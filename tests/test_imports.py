@@ -230,6 +230,8 @@ def test_quiet_launch_on_nvml_imports_neither_rich_nor_psutil(selection: list[st
     assert "pynvml" in modules
     assert "rich" not in top_level(modules) and "psutil" not in top_level(modules)
     assert not {"logging", "socket"} & modules  # the NVML backend's start-up savings
+    # (the stand-in pynvml itself imports typing and dataclasses: only gpu_launch's own are checked here)
+    assert _within(modules, ("gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.views")) == set()
 
 
 def test_process_details_import_psutil_only_where_they_are_shown(fake_pynvml_dir: Path,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 
 from gpu_launch.records import dataclass
 from gpu_launch.errors import NvmlUnavailable
@@ -43,7 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["NvmlBackend"]
 
 _MIN_CPU_WORDS = 1024 // 64  # CPU affinity words asked of NVML: CPUs 0-1023 at least
-_PROFILE_RE = re.compile(r"\b((?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z0-9]+)*)", re.IGNORECASE)
+#: A MIG device's profile in its name ("... MIG 1g.10gb", "MIG 1c.2g.20gb", "MIG 1g.10gb+me"); compiled
+#: on first use, so that a machine without MIG devices never imports ``re``.
+_PROFILE_PATTERN = r"\b((?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z0-9]+)*)"
 
 
 @dataclass
@@ -362,7 +363,9 @@ class NvmlBackend(NvmlCalls):
         if not uuid or not uuid.startswith("MIG-"):
             return None
         # NVML names a MIG device after its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
-        match = _PROFILE_RE.search(as_text(self._query("nvmlDeviceGetName", mig)) or "")
+        import re
+
+        match = re.search(_PROFILE_PATTERN, as_text(self._query("nvmlDeviceGetName", mig)) or "", re.IGNORECASE)
         total, used, free, _ = self._memory(mig)
         return MigDevice(
             uuid=uuid, profile=match.group(1).lower() if match else None,
