@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
 
-from timing import Bench, measure, paired_ratio, spread  # noqa: E402
+from timing import Bench, measure, paired_ratio, ratio_line, row_line  # noqa: E402
 
 MINIMAL = Path(__file__).resolve().parent / "minimal_nvml.py"
 LAUNCHES = {"--auto 1": ["--auto", "1"], "--auto 2": ["--auto", "2"], "--gpus 1": ["--gpus", "1"]}
@@ -72,14 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"rounds": args.rounds, "python": sys.version.split()[0], "rows": [b.as_json() for b in benches],
            "ratios": {}}
     for b in benches:
-        wall, cpu = spread([s * 1000 for s in b.samples]), spread([s * 1000 for s in b.cpu])
-        print(f"{b.label:<60} wall {wall['median']:6.1f} ms [{wall['p25']:6.1f} – {wall['p75']:6.1f}]"
-              f"  cpu {cpu['median']:6.1f} ms [{cpu['p25']:6.1f} – {cpu['p75']:6.1f}]")
+        print(row_line(b))
     for b in launches:
-        r = paired_ratio(b, minimal)
-        doc["ratios"][b.label] = r
-        print(f"{b.label} / minimal: wall {r['wall']['median']:.3f}× [{r['wall']['p25']:.3f} – "
-              f"{r['wall']['p75']:.3f}], cpu {r['cpu']['median']:.3f}× [{r['cpu']['p25']:.3f} – {r['cpu']['p75']:.3f}]")
+        doc["ratios"][b.label] = r = paired_ratio(b, minimal)
+        print(ratio_line(f"{b.label} / minimal", r))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -66,6 +66,19 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "p25": q[0], "p75": q[2]}
 
 
+def row_line(b: Bench) -> str:
+    """One timed row: median wall and CPU ms, each with its 25th-75th percentiles."""
+    wall, cpu = spread([s * 1000 for s in b.samples]), spread([s * 1000 for s in b.cpu])
+    return (f"{b.label:<60} wall {wall['median']:6.1f} ms [{wall['p25']:6.1f} – {wall['p75']:6.1f}]"
+            f"  cpu {cpu['median']:6.1f} ms [{cpu['p25']:6.1f} – {cpu['p75']:6.1f}]")
+
+
+def ratio_line(label: str, r: dict[str, dict[str, float]]) -> str:
+    """A :func:`paired_ratio`'s medians and spreads, wall and CPU."""
+    return "  ".join(f"{kind} {r[kind]['median']:.3f}× [{r[kind]['p25']:.3f} – {r[kind]['p75']:.3f}]"
+                     for kind in ("wall", "cpu")).join((f"{label}: ", ""))
+
+
 def paired_ratio(a: Bench, b: Bench) -> dict[str, dict[str, float]]:
     """``a`` over ``b`` round by round (both timed in the same rounds by :func:`measure`), wall and CPU:
     load that falls on one round falls on both of its runs, so the ratio's spread is the honest one."""
@@ -108,7 +121,8 @@ def run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[
         try:
             start = time.perf_counter()
             proc = subprocess.run(bench.argv, stdin=subprocess.DEVNULL, stdout=slave,
-                                  stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=bench.cwd or REPO)
+                                  stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env,
+                                  cwd=bench.cwd or REPO)
             elapsed = time.perf_counter() - start
         finally:
             os.close(slave)

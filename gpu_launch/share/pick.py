@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
 
-__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of", "named_indices",
-           "choose", "tell"]
+__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
+           "named_indices", "choose", "tell"]
 
 
 def snapshot_source(inv: Invocation) -> str | None:
