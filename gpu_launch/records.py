@@ -14,9 +14,10 @@ instance is built from positional or keyword arguments; ``frozen=True`` refuses 
 hashing use the fields with ``compare=True`` and only between instances of the same class; the
 repr shows the fields with ``repr=True``; :func:`replace` copies with changes. A record class may
 subclass another (its fields come first). Not supported, because nothing here needs it: ``order``,
-``slots``, ``kw_only``, ``InitVar``/``ClassVar``, ``__post_init__``, ``fields()``/``asdict()``.
-The module that needs those (or a public class users may hand to :mod:`dataclasses`) uses the real
-one.
+``slots``, ``kw_only``, ``InitVar``/``ClassVar``, ``__post_init__``. A program that imports
+:mod:`dataclasses` itself can still hand a record to ``dataclasses.replace``, ``fields``,
+``asdict`` and ``is_dataclass`` (a user of ``gpu_launch.machine()``, a test): the first time it
+asks, the class builds the ``__dataclass_fields__`` those functions read.
 """
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ else:
         values.update(changes)
         return type(obj)(**values)
 
+    class _DataclassFields:
+        """``cls.__dataclass_fields__``, built on first use from the record's fields, so that the real
+        :mod:`dataclasses` functions work on records. Only a program that imported dataclasses asks."""
+
+        def __get__(self, obj, cls):
+            import dataclasses
+
+            fields = {}
+            for name, spec in cls.__record_specs__.items():
+                real = dataclasses.field(default=spec.default if spec.default is not _MISSING else dataclasses.MISSING,
+                                         default_factory=spec.default_factory
+                                         if spec.default_factory is not _MISSING else dataclasses.MISSING,
+                                         compare=spec.compare, repr=spec.repr)
+                real.name = name
+                real.type = cls.__annotations__.get(name) if name in cls.__dict__.get("__annotations__", {}) else None
+                real._field_type = dataclasses._FIELD  # what dataclasses.fields() keeps
+                fields[name] = real
+            return fields
+
     def _values(obj, names):
         return tuple(getattr(obj, name) for name in names)
 
@@ -96,6 +116,7 @@ else:
         shown = tuple(name for name, spec in specs.items() if spec.repr)
         cls.__record_specs__ = specs
         cls.__record_fields__ = names
+        cls.__dataclass_fields__ = _DataclassFields()
         cls.__match_args__ = names
 
         def __init__(self, *args, **kwargs):

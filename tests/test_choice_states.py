@@ -8,7 +8,7 @@ model objects; what a user sees through the whole CLI is tested on snapshot file
 from __future__ import annotations
 
 import json
-from gpu_launch.records import replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest

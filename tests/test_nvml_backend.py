@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import socket
@@ -12,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from gpu_launch import records
 from gpu_launch.hardware import host
 
 from gpu_launch.hardware import snapshot
@@ -653,7 +653,7 @@ def test_a_machine_read_from_nvml_round_trips_through_a_snapshot(sysfs: Path, bu
     machine = read(nvml, sysfs)
     assert not machine.gpus[1].available
     loaded = snapshot.loads(snapshot.dump(machine))
-    assert records.replace(loaded, source="nvml") == machine
+    assert dataclasses.replace(loaded, source="nvml") == machine
 
 
 # -- host helpers -----------------------------------------------------------------------------

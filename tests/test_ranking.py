@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from gpu_launch.records import replace
+from dataclasses import replace
 
 import pytest
 

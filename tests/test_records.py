@@ -123,3 +123,17 @@ def test_records_pickle_round_trip() -> None:
 
     machine = snapshot.resolve("dgx-h100")
     assert pickle.loads(pickle.dumps(machine)) == machine
+
+
+def test_the_real_dataclasses_functions_work_on_records() -> None:
+    # Users of gpu_launch.machine() (and tests) may hand the model to dataclasses.
+    from gpu_launch.hardware import snapshot
+
+    gpu = snapshot.resolve("dgx-h100").gpus[0]
+    assert dataclasses.is_dataclass(gpu)
+    assert [f.name for f in dataclasses.fields(gpu)][:3] == ["index", "uuid", "name"]
+    assert dataclasses.replace(gpu, index=9).index == 9 and dataclasses.replace(gpu, index=9).uuid == gpu.uuid
+    assert dataclasses.asdict(gpu)["uuid"] == gpu.uuid
+    p = OURS(1, extra={"k": 1})
+    assert dataclasses.replace(p, y=3) == OURS(1, 3, extra={"k": 1})
+    assert dataclasses.asdict(p) == dataclasses.asdict(REAL(1, extra={"k": 1}))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from conftest import PRINT_CVD, run_cli
-from gpu_launch import records
 from gpu_launch.hardware import snapshot
 from gpu_launch.errors import ExitCode, NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
@@ -57,7 +58,7 @@ def test_max_util_reason():
 
 
 def test_max_util_with_unknown_utilisation_excludes():
-    why = reasons(box(records.replace(gpu(0), utilization_gpu=None)), max_util=50)
+    why = reasons(box(dataclasses.replace(gpu(0), utilization_gpu=None)), max_util=50)
     assert "utilisation unknown" in why[0]
 
 
@@ -74,12 +75,12 @@ def test_exclude_reason():
 
 
 def test_unavailable_gpu_reason():
-    lost = records.replace(gpu(1), available=False, error="GPU is lost")
+    lost = dataclasses.replace(gpu(1), available=False, error="GPU is lost")
     assert reasons(box(gpu(0), lost)) == {1: "unavailable (GPU is lost)"}
 
 
 def test_not_enough_says_how_many_exist_and_why():
-    m = box(gpu(0), gpu(1, util=90), records.replace(gpu(2), available=False, error="GPU is lost"), gpu(3))
+    m = box(gpu(0), gpu(1, util=90), dataclasses.replace(gpu(2), available=False, error="GPU is lost"), gpu(3))
     with pytest.raises(NotEnoughGpus) as err:
         choose_auto(m, 3, Constraints(max_util=50))
     message = err.value.message
@@ -149,9 +150,9 @@ def test_cli_fit_reaches_the_child():
 
 def test_cli_unavailable_gpu_is_never_chosen(tmp_path):
     m = snapshot.resolve("workstation-4x")
-    broken = records.replace(m.gpus[0], available=False, error="GPU is lost")
+    broken = dataclasses.replace(m.gpus[0], available=False, error="GPU is lost")
     path = tmp_path / "lost.json"
-    path.write_text(snapshot.dump(records.replace(m, gpus=(broken, *m.gpus[1:]))))
+    path.write_text(snapshot.dump(dataclasses.replace(m, gpus=(broken, *m.gpus[1:]))))
     result = run_cli("--snapshot", str(path), "--auto", "2", "-q", "--", "python", "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     # Not the other bridged pair 1,3: GPU 3 is partly used, and idle GPUs come first.
