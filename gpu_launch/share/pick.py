@@ -18,7 +18,7 @@ from gpu_launch.errors import UsageError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import IO
+    from typing import IO, Any
 
     from gpu_launch.choose.select import Constraints, Selection
     from gpu_launch.choose.visibility import Visibility
@@ -55,7 +55,7 @@ def require_rereadable(inv: Invocation, why: str) -> None:
                          hint="save it to a file first: --snapshot machine.json")
 
 
-def read_machine(inv: Invocation, **needs: bool) -> Machine:
+def read_machine(inv: Invocation, **needs: Any) -> Machine:
     """The machine, from the snapshot or NVML, querying only ``needs``; ``-v`` prints how long it took."""
     from gpu_launch.hardware.read import Needs, read_machine
 
