@@ -6,6 +6,8 @@ compute capabilities or versions (only `ls` shows them), and ``--auto 1`` reads 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests import fake_pynvml as fake
@@ -75,3 +77,34 @@ def test_ls_still_shows_temperatures_and_versions(gpulaunch: Run) -> None:
     assert result.code == 0, result.err
     assert _asked(nvml, ("nvmlDeviceGetTemperature",)) == set(range(8))
     assert "°C" in result.out and "driver 550.54.15" in result.out
+
+
+def _busy_gpu0() -> FakeNvml:
+    nvml = fake.dgx_h100()
+    nvml.gpus[0].processes = [FakeProcess(pid=4_194_313)]
+    nvml.gpus[0].utilization_gpu = 95
+    return nvml
+
+
+def test_auto_reads_no_links_of_a_gpu_it_could_not_choose(gpulaunch: Run) -> None:
+    nvml = _busy_gpu0()
+    result = gpulaunch(nvml, "--dry-run", "--json", "-q", "--auto", "2", "--idle", "--", "x")
+    assert result.code == 0, result.err
+    assert result.chosen() == [1, 2]
+    assert _asked(nvml, ("nvmlDeviceGetNvLinkState",)) == set(range(1, 8))  # GPU 0 is busy: --idle rules it out
+
+
+def test_auto_reads_the_links_of_every_gpu_it_could_choose(gpulaunch: Run) -> None:
+    nvml = _busy_gpu0()  # busy, but without --idle still a candidate
+    result = gpulaunch(nvml, "--dry-run", "--json", "-q", "--auto", "2", "--", "x")
+    assert result.code == 0, result.err
+    assert _asked(nvml, ("nvmlDeviceGetNvLinkState",)) == set(range(8))
+
+
+
+def test_explain_reads_every_gpus_links_and_chooses_as_the_launch_does(gpulaunch: Run) -> None:
+    nvml = _busy_gpu0()
+    explained = gpulaunch(nvml, "--json", "--auto", "2", "--idle", "--explain")
+    assert explained.code == 0, explained.err
+    assert json.loads(explained.out)["chosen"] == [1, 2]
+    assert _asked(nvml, ("nvmlDeviceGetNvLinkState",)) == set(range(8))

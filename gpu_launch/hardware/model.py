@@ -11,6 +11,11 @@ from functools import cached_property
 
 from gpu_launch.records import dataclass, field
 
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES", "Needs", "coherent_used"]
 
 #: The codes of `nvidia-smi topo -m`, best first after ``X`` (self). ``NV<k>`` is k bonded NVLinks.
@@ -115,7 +120,9 @@ class Machine:
     """A snapshot of the machine's GPUs and the links between them.
 
     ``links[i][j]`` is the `nvidia-smi topo -m` code between ``gpus[i]`` and ``gpus[j]``
-    (positions in ``gpus``, not NVML indices), or None when the topology was not read.
+    (positions in ``gpus``, not NVML indices), or None when the topology was not read. A GPU whose
+    links were not read is SYS to every other: one NVML could not read, or one a launch could not
+    choose (``Needs.links_among``), whose pairs nothing compares.
     """
 
     gpus: tuple[Gpu, ...]
@@ -189,3 +196,7 @@ class Needs:
     #: CPU affinity); the others are read for their identity alone (index, UUID, name, bus id).
     #: None: every GPU's. ``--gpus 2`` needs GPU 2's state only.
     state_of: frozenset[int] | None = None
+    #: With ``topology``: the GPUs whose links are read, once their state is known (a launch: those
+    #: it could choose); the others are SYS to every GPU in ``Machine.links``, as a GPU NVML could
+    #: not read is: no choice compares their pairs. None: every GPU's links.
+    links_among: Callable[[Gpu], bool] | None = None

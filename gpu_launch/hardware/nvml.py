@@ -131,12 +131,13 @@ class NvmlBackend(NvmlCalls):
         links, nvswitch = None, False
         if self.needs.topology:
             suspects: set[int] = set()
+            among = self.needs.links_among
+            handles = [h if among is None or among(gpu) else None for gpu, h in rows]
             with self._timed("topology"):
-                found = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows],
-                                                  self._pair_call([h for _, h in rows], suspects))
-            links, nvswitch = found.matrix, found.nvswitch
+                found = nvml_topology.link_matrix(nvml, gpus, handles, self._pair_call(handles, suspects))
+            links, nvswitch = found.matrix, found.nvswitch  # a skipped GPU is SYS to all: never compared
             self._warnings.extend(found.warnings)
-            gpus = self._recheck(gpus, [h for _, h in rows], suspects)
+            gpus = self._recheck(gpus, handles, suspects)
         return Machine(gpus=gpus, links=links, driver_version=driver, cuda_driver_version=cuda,
                        hostname=os.uname().nodename, source="nvml", nvswitch=nvswitch,
                        warnings=tuple(self._warnings))

@@ -17,12 +17,12 @@ from gpu_launch.errors import UsageError
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import IO, Any
 
     from gpu_launch.choose.select import Constraints, Selection
     from gpu_launch.choose.visibility import Visibility
-    from gpu_launch.hardware.model import Machine
+    from gpu_launch.hardware.model import Gpu, Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
@@ -134,6 +134,15 @@ def named_indices(request: Request, environ: Mapping[str, str]) -> frozenset[int
     return frozenset(named)
 
 
+def _could_be_chosen(request: Request) -> Callable[[Gpu], bool]:
+    """Whether ``--auto``/``--fit`` could choose a GPU as read now (reservations aside): the GPUs whose
+    links are worth reading. Never narrower than the choice's own eligibility, which it mirrors."""
+    from gpu_launch.choose import select
+
+    plain = select.Constraints(request.min_free, request.max_util, request.idle)
+    return lambda gpu: select.could_ever_be_chosen(gpu) and select.constraint_failure(gpu, plain) is None
+
+
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
            fallback: str | None = None, choose_only: bool | None = None,
            ) -> tuple[Machine | None, Visibility | None, Acquired, dict[str, str]]:
@@ -161,7 +170,8 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
         return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
                             topology=not explicit and (request.fit is not None or (request.auto or 1) > 1
                                                        or bool(inv.get("explain"))),
-                            display=False, state_of=named_indices(request, os.environ))
+                            display=False, state_of=named_indices(request, os.environ),
+                            links_among=None if inv.get("explain") else _could_be_chosen(request))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
                           chooser=choose_within_parent)
