@@ -137,6 +137,8 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
+    if not explicit and not os.path.lexists(path):
+        return {}  # the usual case on a launch: no file, and no reader to import for it
     from gpu_launch.hardware.files import read_utf8
 
     try:
