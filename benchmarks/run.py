@@ -20,6 +20,12 @@ Groups:
   queue      24 concurrent `--auto 1 --wait` launches of 1 s jobs on 8 GPUs: wall time and GPU
              occupancy, started cold and all queued first (benchmarks/queue_burst.py; target ≥ 80 %)
 
+Beside it, paired round by round (the ratios of issue 21, with medians and spreads):
+  launch_vs_nvitop.py  the quiet launch against `python -c "import nvitop"` (target ≤ 0.5×)
+  nvml_path.py         quiet launches on NVML against minimal_nvml.py (import pynvml, init, each
+                       GPU's memory; target ≤ 1.3×), e.g. on NVIDIA's mock NVML (LD_LIBRARY_PATH,
+                       MOCK_NVML_CONFIG); it skips where no libnvidia-ml.so.1 loads
+
 The JSON (``--json FILE``) holds the commit, Python version, machine and load average, every
 row's samples and the targets, so two runs can be compared (``--compare OLD.json``). Standard
 library only; it measures the gpulaunch installed beside the running interpreter (the console
