@@ -250,7 +250,7 @@ def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acq
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"))
     if _HELD.locks is not None:  # what use() holds is this process's own: choose within it, as a job inside a job
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         locking = replace(locking, own=frozenset(_HELD.locks.uuids))
     _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
@@ -355,7 +355,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
                               "lock_dir": lock_dir, "quiet": quiet})
     seconds = _wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
     got, _variables = _choose(inv, take=False, choose_only=True)

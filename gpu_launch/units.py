@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import UsageError
 
 __all__ = ["Size", "parse_size", "parse_duration", "fmt_mib", "fmt_duration"]

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
 
@@ -285,13 +285,13 @@ class Visibility:
         links = None
         if machine.links is not None:
             links = tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         return replace(machine, gpus=tuple(gpus), links=links)  # the rest (nvswitch, warnings, ...) kept
 
 
 def _with_migs(gpu: Gpu, migs: tuple[MigDevice, ...]) -> Gpu:
-    from dataclasses import replace
+    from gpu_launch.records import replace
 
     return replace(gpu, mig_devices=migs)
 

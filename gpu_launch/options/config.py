@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
+from gpu_launch.records import dataclass, replace
 from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
@@ -49,8 +49,8 @@ _FALSE = {"0", "false", "no", "off"}
 class Setting:
     """One option's effective value and where it came from.
 
-    This module is on every launch's path: a frozen dataclass costs ~0.4 ms to create at import
-    (dataclasses is imported anyway), a class-syntax NamedTuple would import typing (~3 ms).
+    This module is on every launch's path: a frozen record (:mod:`gpu_launch.records`) costs next to
+    nothing to create at import, a class-syntax NamedTuple would import typing (~3 ms).
     """
 
     option: str  # "--min-free"
@@ -137,6 +137,8 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
+    if not explicit and not os.path.lexists(path):
+        return {}  # the usual case on a launch: no file, and no reader to import for it
     from gpu_launch.hardware.files import read_utf8
 
     try:

@@ -41,8 +41,8 @@ import re
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import LockDirError
 
 __all__ = [
