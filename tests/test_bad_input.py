@@ -210,7 +210,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("min-free-no-unit", (*S, "--min-free", "20", "--", "true"), U, "'20' has no unit"),
     Bad("min-free-negative", (*S, "--min-free", "-5GiB", "--", "true"), U, "'-5GiB' is not a size"),
     Bad("min-free-over-100pct", (*S, "--min-free", "150%", "--", "true"), U, "'150%' is over 100%"),
-    Bad("min-free-huge", (*S, "--min-free", f"{BIG}GiB", "--", "true"), N, "but only 0 of 8 are eligible"),
+    Bad("min-free-huge", (*S, "--min-free", f"{BIG}GiB", "--", "true"), U, "is out of range (at most 1 PiB)"),
     Bad("max-util-150", (*S, "--max-util", "150", "--", "true"), U, "--max-util: 150 is not between 0 and 100"),
     Bad("max-util-word", (*S, "--max-util", "low", "--", "true"), U, "'low' is not a percentage"),
     Bad("exclude-absent", (*S, "--exclude", "99", "--", "true"), U, "--exclude: there is no GPU 99"),

@@ -26,7 +26,6 @@ line through ``gpulaunch --auto K`` inside its allocation; ``--follow`` shows it
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -252,9 +251,7 @@ def submit_to_slurm(inv: Any) -> int:
             "ask Slurm through --sbatch-arg (e.g. --sbatch-arg=--constraint=a100)")
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
-    extra = inv.get("sbatch_arg") or ()
-    if isinstance(extra, str):  # a default from the config file or GPULAUNCH_SBATCH_ARG: split like a shell
-        extra = tuple(shlex.split(extra))
+    extra = inv.get("sbatch_arg") or ()  # (a default from the config file or GPULAUNCH_SBATCH_ARG: split there)
     slurm.require("sbatch", os.environ)  # before anything is written
     log_dir = os.path.abspath(inv.get("log_dir") or default_log_dir())
     existed = os.path.isdir(log_dir)

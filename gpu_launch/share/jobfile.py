@@ -1,7 +1,9 @@
 """The job file and the log files of ``gpulaunch each``, local or on Slurm.
 
-The job file has one command a line, split like a shell would split it (``shlex``) but never run
-through a shell; blank lines and ``#`` comments are skipped. Each job's output goes to
+The job file has one command a line, split like a shell would split it (``shlex``'s rules, in linear
+time: :func:`gpu_launch.text.split_words`) but never run through a shell; blank lines and ``#``
+comments are skipped, and a UTF-8 byte order mark at the start (Windows editors write one) is not
+part of the first command. Each job's output goes to
 ``DIR/job-N.log`` (N: the job's number, 1-based, in file order), never overwriting a file.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
+from gpu_launch.text import split_words
 
 __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
 
@@ -75,13 +78,14 @@ def parse_jobs(text: str, source: str) -> list[Job]:
     would split on stays inside its line, so it can never split a quoted argument in two.
     """
     jobs: list[Job] = []
+    text = text[1:] if text.startswith("\ufeff") else text
     for lineno, line in enumerate(text.split("\n"), start=1):
         line = line[:-1] if line.endswith("\r") else line
         if "\0" in line:
             raise UsageError(f"{source}, line {lineno}: the command contains a NUL byte",
                              hint="no program or argument can hold one; is this a text file?")
         try:
-            argv = shlex.split(line, comments=True)
+            argv = split_words(line, comments=True)
         except ValueError as exc:
             raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
                              hint="check the quotes on that line") from None

@@ -32,14 +32,17 @@ from typing import Any
 
 from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
 from gpu_launch.share.jobfile import Job, JobState, open_log, read_jobs
-from gpu_launch.units import parse_duration
+from gpu_launch.units import MAX_SECONDS, parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
            "require", "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
 
 RECORDS = ".slurm"  # the tasks' records, inside the log directory
 _RECORD_GRACE = 10.0  # seconds a running task may take to write its record before it is shown without one
-_SLURM_TIME = re.compile(r"^(\d+-\d+(:\d+){0,2}|\d+:\d+(:\d+)?)$")
+#: Slurm's own forms: days-hours[:minutes[:seconds]], or [hours:]minutes:seconds (ASCII digits: not '٣')
+_SLURM_TIME = re.compile(r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+                         r"|(?P<a>[0-9]+):(?P<b>[0-9]+)(?::(?P<c>[0-9]+))?)$")
+MAX_MINUTES = int(MAX_SECONDS // 60)  # the longest --time: a year, as for every duration
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
 _WHY = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "node failed",
@@ -57,18 +60,57 @@ _NO_SLURM_HINT = ("run it on a Slurm login node (or `module load slurm`); withou
 
 
 def parse_time(text: str, option: str = "--time") -> str:
-    """A Slurm time limit from ``30m``/``2h``/``1d`` (rounded up to whole minutes) or Slurm's own ``H:MM:SS``, ``D-HH``."""
+    """A Slurm time limit from ``30m``/``2h``/``1d`` (rounded up to whole minutes) or Slurm's own ``H:MM:SS``, ``D-HH``.
+
+    At most :data:`MAX_MINUTES`, a year, as every duration gpulaunch takes: Slurm itself takes far more
+    and then wraps silently (its limit is minutes in 32 bits, the top two values meaning "unlimited"
+    and "not set": ``--time=3000000-00:00:00`` became ``17383-19:44:00`` on Slurm 22.05).
+    """
     compact = text.strip()
-    if _SLURM_TIME.match(compact):
+    slurm_form = _SLURM_TIME.match(compact)
+    if slurm_form:
+        minutes = _slurm_minutes(slurm_form)
+        if minutes is None or minutes > MAX_MINUTES:
+            _too_long(text, option)
         return compact
     if compact.isdigit():
         raise UsageError(f"{option}: {text!r} is ambiguous (Slurm reads minutes, gpulaunch seconds)",
                          hint=f"write {compact}m, or {option} 1:30:00")
-    seconds = parse_duration(compact, option)
+    try:
+        seconds = parse_duration(compact, option)
+    except UsageError as exc:
+        if "out of range" in exc.message:
+            _too_long(text, option)
+        raise
     minutes = max(1, -(-int(seconds) // 60))
     days, minutes = divmod(minutes, 24 * 60)
     hours, minutes = divmod(minutes, 60)
     return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+
+
+def _slurm_minutes(form: re.Match[str]) -> int | None:
+    """Minutes in a ``D-H[:M[:S]]`` or ``[H:]M:S`` limit, seconds rounded up as Slurm does; None when a
+    field is too long to be a time (int() of 5000 digits would raise)."""
+    fields = form.groupdict()
+    if any(f is not None and len(f) > 12 for f in fields.values()):
+        return None
+
+    def number(name: str) -> int:
+        return int(fields[name] or 0)
+
+    if fields["d"] is not None:
+        days, hours, minutes, seconds = number("d"), number("dh"), number("dm"), number("ds")
+    elif fields["c"] is not None:  # H:M:S
+        days, hours, minutes, seconds = 0, number("a"), number("b"), number("c")
+    else:  # M:S
+        days, hours, minutes, seconds = 0, 0, number("a"), number("b")
+    return (days * 24 + hours) * 60 + minutes + -(-seconds // 60)
+
+
+def _too_long(text: str, option: str) -> None:
+    shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
+    raise UsageError(f"{option}: {shown} is out of range (at most {MAX_MINUTES // 1440} days)",
+                     hint=f"write the job's real limit, e.g. {option} 2d")
 
 
 @dataclass(frozen=True)
@@ -287,6 +329,11 @@ def read_record(log_dir: str, job_id: str, task: int) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _small_number(text: str) -> int | None:
+    """``text`` as a number when it is ASCII digits of a sane length ('²'.isdigit() is True, int('²') fails)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
 def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """``python -m gpu_launch __slurm-task COPY LOGDIR N``, the batch script of each array task.
 
@@ -295,14 +342,16 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     the child chooses within the allocation (the CUDA_VISIBLE_DEVICES slurmd set), reserves, tells the
     mapping (into the log) and execs the command. The child's status becomes this task's.
     """
-    if len(argv) != 3 or not argv[2].isdigit():
+    if len(argv) != 3 or _small_number(argv[2]) is None:
         raise UsageError("__slurm-task needs JOBFILE LOGDIR GPUS", hint="it is run by `gpulaunch each --slurm`")
     job_file, log_dir, gpus = argv
     task_text = environ.get("SLURM_ARRAY_TASK_ID", "")
-    if not task_text.isdigit():
-        raise UsageError("__slurm-task runs inside a Slurm job array task (no SLURM_ARRAY_TASK_ID)")
+    number = _small_number(task_text)
+    if number is None:
+        shown = repr(task_text[:40]) if task_text else "none"
+        raise UsageError(f"__slurm-task runs inside a Slurm job array task (SLURM_ARRAY_TASK_ID: {shown})",
+                         hint="it is run by `gpulaunch each --slurm`")
     jobs, _ = read_jobs(job_file, None)  # the copy written at submission, read like any job file
-    number = int(task_text)
     if not 1 <= number <= len(jobs):
         raise UsageError(f"{job_file}: no job {number} (it has {len(jobs)})")
     job = jobs[number - 1]
