@@ -10,6 +10,7 @@ part of the first command. Each job's output goes to
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import time
@@ -17,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
-from gpu_launch.text import split_words
+from gpu_launch.text import printable, split_words
 
-__all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
+__all__ = ["Job", "JobState", "command_text", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,14 @@ class Job:
 
     @property
     def text(self) -> str:
-        return shlex.join(self.argv)
+        """The line as a shell would read it back to ``argv`` (the Slurm copy holds these lines)."""
+        return command_text(self.argv)
+
+
+def command_text(argv: tuple[str, ...]) -> str:
+    """``shlex.join(argv)``, except that a whole-argument placeholder stays as written: ``--tp {n}``, not
+    ``--tp '{n}'`` (braces mean nothing to a shell's or :func:`split_words`'s word splitting)."""
+    return " ".join(arg if _PLACEHOLDER.fullmatch(arg) else shlex.quote(arg) for arg in argv)
 
 
 @dataclass
@@ -46,7 +54,13 @@ class JobState:
     returncode: int | None = None
     note: str = ""
     node: str = ""  # each --slurm: the node it ran on
+    argv: tuple[str, ...] | None = None  # what it ran: {n} and {gpus} replaced (None: not started)
     proc: Any = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The command for the views: as it ran once started, as written before; escaped for a terminal."""
+        return printable(command_text(self.argv if self.argv is not None else self.job.argv))
 
     @property
     def seconds(self) -> float | None:
@@ -66,6 +80,8 @@ class JobState:
                 return f"killed by signal {-self.returncode}"
         return f"exit {self.returncode}"
 
+
+_PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no placeholder
 
 #: A job list is a text file of commands: refuse /dev/zero, a log file given by mistake, or endless stdin.
 MAX_JOB_BYTES = 64 * 1024 * 1024

@@ -1,7 +1,7 @@
 """Slurm as the engine of ``gpulaunch each --slurm``: one job array, gpulaunch's placement inside each task.
 
-Submitting: the validated jobs are written, one normalised line each (``shlex.join``, which
-``shlex.split`` reads back to the same argv), to a copy of the job file in the log directory, and
+Submitting: the validated jobs are written, one normalised line each (``shlex.join``, placeholders
+as written, which the job file's splitting reads back to the same argv), to a copy of the job file in the log directory, and
 ``sbatch --array=1-M%K --gres=gpu:N`` gets a fixed batch script on stdin. The script holds no job
 line: it execs ``python -m gpu_launch __slurm-task COPY LOGDIR N``, and that task (:func:`task_main`)
 reads line ``$SLURM_ARRAY_TASK_ID`` of the copy itself, opens ``LOGDIR/job-N.log`` (never
@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
-from gpu_launch.share.jobfile import Job, JobState, open_log, read_jobs
+from gpu_launch.run import placeholders
+from gpu_launch.share.jobfile import Job, JobState, command_text, open_log, read_jobs
+from gpu_launch.text import printable
 from gpu_launch.units import MAX_SECONDS, parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
-           "require", "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
+           "require", "check_extra", "submit", "query", "cancel", "task_main", "Follower", "RECORDS"]
 
 RECORDS = ".slurm"  # the tasks' records, inside the log directory
 _RECORD_GRACE = 10.0  # seconds a running task may take to write its record before it is shown without one
@@ -136,7 +138,7 @@ class Submitted:
 
 def write_job_copy(log_dir: str, jobs: Sequence[Job]) -> str:
     """``LOGDIR/jobs.txt`` (jobs.1.txt, ... if taken): job N on line N, each line read back to the same argv."""
-    text = "".join(shlex.join(job.argv) + "\n" for job in jobs)
+    text = "".join(job.text + "\n" for job in jobs)  # ({n} as written: the task's launch replaces it)
     for attempt in range(1000):
         path = os.path.join(log_dir, "jobs.txt" if attempt == 0 else f"jobs.{attempt}.txt")
         try:
@@ -169,6 +171,41 @@ def batch_script(req: ArrayRequest, python: str = sys.executable) -> str:
             f"exec {shlex.join(argv)}\n")
 
 
+#: sbatch options that would make the array something else than gpulaunch's tasks, or submit nothing, so
+#: that "done, exit 0" would be reported for work that never ran: the long names (sbatch, like getopt_long,
+#: takes any unambiguous prefix: --wra=, --arr=) and the short letters.
+_NOT_PASSED_ON = {"--wrap": "it replaces the batch script that runs each job line",
+                  "--array": "gpulaunch sets the array: one task a job line (--max-running throttles it)",
+                  "--test-only": "it submits nothing",
+                  "--wait": "sbatch would wait for the whole array (use --follow)",
+                  "--help": "it submits nothing", "--usage": "it submits nothing", "--version": "it submits nothing"}
+_SHORT_NOT_PASSED_ON = {"a": "--array", "W": "--wait", "h": "--help", "u": "--usage", "V": "--version"}
+_SHORT_FLAGS = set("hHIOQsuvVW")  # sbatch's short options that take no value (the rest take the word's rest)
+
+
+def check_extra(extra: Sequence[str], option: str = "--sbatch-arg") -> None:
+    """Refuse sbatch arguments that would replace the batch script or the array, or submit nothing."""
+    for arg in extra:
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            hit = next((full for full in _NOT_PASSED_ON if len(name) > 2 and full.startswith(name)), None)
+        elif arg.startswith("-") and len(arg) > 1:
+            hit = None
+            for letter in arg[1:]:
+                if letter in _SHORT_NOT_PASSED_ON:
+                    hit = _SHORT_NOT_PASSED_ON[letter]
+                    break
+                if letter not in _SHORT_FLAGS:  # an option with a value: the rest of the word is it
+                    break
+        else:
+            hit = None
+        if hit is not None:
+            shown = repr(arg) if len(arg) <= 40 else repr(arg[:37]) + "…"
+            raise UsageError(f"{option} {printable(shown)}: gpulaunch cannot pass {hit} on to sbatch: "
+                             f"{_NOT_PASSED_ON[hit]}", hint="leave it out; `gpulaunch help each` lists what each "
+                             "--slurm sets itself")
+
+
 def require(name: str, environ: Mapping[str, str]) -> str:
     """The path of Slurm's command ``name``; SlurmUnavailable (exit 3) when it is not on PATH."""
     path = shutil.which(name, path=environ.get("PATH", os.defpath))
@@ -191,8 +228,9 @@ def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
     try:
         proc = subprocess.run(argv, input=batch_script(req), capture_output=True, text=True, timeout=120,
                               env=dict(environ))
-    except subprocess.TimeoutExpired:
-        raise SlurmUnavailable("sbatch did not answer within 2 minutes", hint="is slurmctld up? try `sinfo`") from None
+    except subprocess.TimeoutExpired:  # (it may have submitted the array all the same: say so)
+        raise SlurmUnavailable("sbatch did not answer within 2 minutes; the job array may have been submitted",
+                               hint=f"look with `squeue --me -n {req.name}`; is slurmctld up? try `sinfo`") from None
     if proc.returncode != 0:
         message = _one_line(proc.stderr or proc.stdout)
         if any(sign in message.lower() for sign in _UNREACHABLE):
@@ -201,9 +239,12 @@ def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
         raise UsageError(f"sbatch refused the job array: {message}",
                          hint="check --partition, --time, --gpus-per-job and --sbatch-arg against `sinfo`")
     job_id = proc.stdout.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise GpuLaunchError(f"sbatch answered {proc.stdout.strip()!r}, not a job id",
-                             hint="submit by hand with sbatch to see what it says")
+    if not (job_id.isascii() and job_id.isdigit()):
+        said = printable(repr(proc.stdout.strip()[:60])) if proc.stdout.strip() else \
+            f"nothing on stdout ({printable(_one_line(proc.stderr))})"
+        raise GpuLaunchError(f"sbatch answered {said}, not a job id: nothing to follow",
+                             hint=f"look with `squeue --me -n {req.name}`; submit by hand with sbatch to see what "
+                                  "it says")
     return Submitted(job_id, req)
 
 
@@ -292,15 +333,19 @@ def query(job_id: str, environ: Mapping[str, str], missing: Sequence[int] = ()) 
     try:
         proc = subprocess.run([require("scontrol", environ), "show", "job", "-o", job_id], capture_output=True,
                               text=True, timeout=60, env=env)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, OSError):  # (OSError: it went away since `which` found it)
         return None
     if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
         return None
     found = parse_scontrol(proc.stdout) if proc.returncode == 0 else {}
     lost = [t for t in missing if t not in found]
     if lost and shutil.which("sacct", path=environ.get("PATH", os.defpath)):
-        acct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList,Start,End"],
-                              capture_output=True, text=True, timeout=60, env=env)
+        try:
+            acct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o",
+                                   "JobID,State,ExitCode,NodeList,Start,End"], capture_output=True, text=True,
+                                  timeout=60, env=env)
+        except (subprocess.TimeoutExpired, OSError):
+            return found
         if acct.returncode == 0:
             for task, status in parse_sacct(acct.stdout, job_id).items():
                 found.setdefault(task, status)
@@ -369,8 +414,10 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                               "gpus": allocation, "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
                               "started": time.time()}
     _write_record(where, record)
-    print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {job_id}_{number} on {record['node']}, "
-          f"allocation GPUs {allocation or '(none)'}: {job.text}", file=sys.stderr, flush=True)
+    ran = command_text(placeholders.substitute(job.argv, int(gpus)))  # as the child's launch replaces them
+    print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {printable(job_id)}_{number} on "
+          f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {printable(ran)}",
+          file=sys.stderr, flush=True)
     child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *job.argv]
     def forward(signum: int, frame: object) -> None:
         """``scancel --batch --signal=USR1``, sbatch's ``--signal=B:...``: only this shell's stand-in gets them."""
@@ -453,6 +500,7 @@ class Follower:
             if not record and status.start is not None and now_wall - status.start < _RECORD_GRACE:
                 return  # the task is starting up: announce it with its log and GPUs, from its record
             if state.status != "running":
+                state.argv = self._ran(state)
                 state.status = "running"
                 self.running.append(state)
                 self.view.started(self, state)
@@ -463,6 +511,7 @@ class Follower:
             state.started = None
             self.view.finished(self, state)
             return
+        state.argv = self._ran(state)
         if state.status == "queued" and state.started is not None:
             state.status = "running"
             self.running.append(state)
@@ -484,6 +533,11 @@ class Follower:
         if state in self.running:
             self.running.remove(state)
         self.view.finished(self, state)
+
+
+    def _ran(self, state: JobState) -> tuple[str, ...]:
+        """The command the task ran: its ``gpulaunch --auto K`` replaced ``{n}`` and ``{gpus}`` for K GPUs."""
+        return placeholders.substitute(state.job.argv, self.submitted.request.gpus_per_job)
 
 
 def follow(follower: Follower, timeout: float | None, cancel_on_interrupt: bool, can_ask: bool) -> str:
