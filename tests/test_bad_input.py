@@ -125,6 +125,7 @@ FILES: dict[str, bytes | Callable[[], bytes]] = {
     "available-str.json": lambda: _mutate(_set("gpus.1.available", "no")),
     "bad-cpulist.json": lambda: _mutate(_set("gpus.1.cpu_affinity", "all")),
     "padded-10mb.json": lambda: _padded(10),
+    "jobs-10mb-word.txt": lambda: b"true " + b"x" * (10 * 1024 * 1024) + b"\n",  # shlex: never finished
     "processes-10mb.json": lambda: _many_processes(65_000),
     "gpus-1000.json": lambda: _many_gpus(1000, links=False),
     "gpus-1000-links.json": lambda: _many_gpus(1000, links=True),
@@ -354,6 +355,8 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("no-gpus-index", ("--snapshot", "{dir}/no-gpus.json", "--gpus", "0", "--", "true"), U, "this machine shows no GPUs"),
     # huge inputs: handled (exit 0) or refused clearly; timings are in benchmarks/huge_inputs.py
     Bad("huge-10mb-ls", ("--snapshot", "{dir}/padded-10mb.json", "ls"), 0),
+    Bad("huge-jobline-10mb-word", ("--snapshot", "dgx-h100", "each", "{dir}/jobs-10mb-word.txt", "-q", "--log-dir",
+                                   "{dir}/logs"), 9, "1 of 1 job failed: 1"),  # exec refuses a 10 MB argument
     Bad("huge-10mb-auto", ("--snapshot", "{dir}/padded-10mb.json", "--auto", "2", *RUN, "--", "true"), 0),
     Bad("huge-10mb-processes-ls", ("--snapshot", "{dir}/processes-10mb.json", "ls"), 0),
     Bad("huge-1000-gpus-ls", ("--snapshot", "{dir}/gpus-1000.json", "ls"), 0),
