@@ -185,3 +185,27 @@ def test_inherited_variables_reach_the_terminal_escaped(variables: dict[str, str
     shown = proc.stderr + proc.stdout
     assert "\x1b" not in shown and "\\x1b[31mRED\\nfake line" in shown, shown
     assert not any(line.startswith("fake line") for line in shown.splitlines()), shown
+
+
+def test_a_holder_line_with_a_400_digit_time_or_pid_is_no_traceback(tmp_path: Path) -> None:
+    """The holder line in a lock file is someone else's text: its numbers are bounded too (float() overflowed)."""
+    import fcntl
+    import os
+
+    from gpu_launch.hardware import snapshot
+
+    locks = tmp_path / "locks"
+    assert _cli("--snapshot", "dgx-h100", "-q", "--gpus", "0", "--", "true", GPULAUNCH_LOCK_DIR=str(locks)).returncode == 0
+    lock = locks / f"{snapshot.resolve('dgx-h100').gpus[0].uuid}.lock"
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f'{{"pid": {NINES}, "user": "mallory", "started": {NINES}}}\n'.encode())
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        listing = _cli("--snapshot", "dgx-h100", "ls", GPULAUNCH_LOCK_DIR=str(locks))
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+        assert "mallory" in listing.stdout and NINES[:20] not in listing.stdout
+        launch = _cli("--snapshot", "dgx-h100", "--gpus", "0", "--", "true", GPULAUNCH_LOCK_DIR=str(locks))
+        _one_error_line(launch, 6, "mallory")
+    finally:
+        os.close(fd)
