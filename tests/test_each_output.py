@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -76,9 +77,9 @@ def test_the_json_schema_is_listed_with_the_others() -> None:
 def _bin(tmp_path: Path, **scripts: str) -> str:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    for tool in ("sh", "cat", "true"):
+    for tool in ("sh", "cat", "true", "dirname"):
         if not (bindir / tool).exists():
-            os.symlink(f"/bin/{tool}", bindir / tool)
+            os.symlink(shutil.which(tool) or f"/bin/{tool}", bindir / tool)
     for name, body in scripts.items():
         (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bindir / name).chmod(0o755)
@@ -157,3 +158,14 @@ def test_json_without_follow_is_every_job_queued_and_the_array_id(tmp_path: Path
     assert doc["jobs"][0]["argv"] == ["true", "--tp", "{n}"]  # not run yet: as written
     # The copy the tasks read holds the lines as written, placeholders unquoted.
     assert (tmp_path / "logs" / "jobs.txt").read_text() == "true --tp {n}\ntrue {gpus}\n"
+
+
+def test_sbatch_wait_in_the_environment_does_not_reach_sbatch(tmp_path: Path) -> None:
+    """SBATCH_WAIT=1 is sbatch's --wait: sbatch would block until the whole array ended."""
+    path = _bin(tmp_path, sbatch='cat > /dev/null; echo "${SBATCH_WAIT:-unset}" > "$(dirname "$0")/../seen"; echo 77')
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\n")
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "-q"), env=env(tmp_path / "locks", PATH=path, SBATCH_WAIT="1"),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "77\n", proc.stderr
+    assert (tmp_path / "seen").read_text() == "unset\n"

@@ -157,6 +157,7 @@ _NOT_PASSED_ON = {"--wrap": "it replaces the batch script that runs each job lin
                   "--test-only": "it submits nothing",
                   "--wait": "sbatch would wait for the whole array (use --follow)",
                   "--help": "it submits nothing", "--usage": "it submits nothing", "--version": "it submits nothing"}
+_NOT_PASSED_ON_ENV = ("SBATCH_WAIT",)  # sbatch's variable for --wait: left out of sbatch's environment
 _SHORT_NOT_PASSED_ON = {"a": "--array", "W": "--wait", "h": "--help", "u": "--usage", "V": "--version"}
 _SHORT_FLAGS = set("hHIOQsuvVW")  # sbatch's short options that take no value (the rest take the word's rest)
 
@@ -205,7 +206,7 @@ def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
     argv = sbatch_argv(req, require("sbatch", environ))
     try:
         proc = subprocess.run(argv, input=batch_script(req), capture_output=True, text=True, timeout=120,
-                              env=dict(environ))
+                              env={k: v for k, v in environ.items() if k not in _NOT_PASSED_ON_ENV})
     except subprocess.TimeoutExpired:  # (it may have submitted the array all the same: say so)
         raise SlurmUnavailable("sbatch did not answer within 2 minutes; the job array may have been submitted",
                                hint=f"look with `squeue --me -n {req.name}`; is slurmctld up? try `sinfo`") from None
