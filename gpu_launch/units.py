@@ -73,11 +73,12 @@ def parse_size(text: str, option: str = "size", allow_percent: bool = True) -> S
         raise UsageError(f"{option}: {text!r} has no unit", hint=f"write it like {example}")
     if unit not in _UNITS:
         raise UsageError(f"{option}: unknown unit {m.group(2)!r} in {text!r}", hint=f"write it like {example}")
-    return Size(mib=bounded(number * _UNITS[unit], option, 0, MAX_MIB, as_written=repr(text.strip()), limits="at most 1 PiB"))
+    return Size(mib=bounded(number * _UNITS[unit], option, 0, MAX_MIB, as_written=repr(text.strip()),
+                            limits="at most 1 PiB"))
 
 
-def parse_duration(text: str, option: str = "duration", limit: float = MAX_SECONDS) -> float:
-    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``; at most ``limit``."""
+def parse_duration(text: str, option: str = "duration") -> float:
+    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``; at most :data:`MAX_SECONDS`."""
     compact = text.strip().lower()
     pos = 0
     total = 0.0
@@ -89,7 +90,7 @@ def parse_duration(text: str, option: str = "duration", limit: float = MAX_SECON
     if not compact or pos != len(compact):
         raise UsageError(f"{option}: {text!r} is not a duration", hint="write it like 90s, 30m, 2h or 1h30m")
     waiting = "wait" in option.lower()
-    return bounded(total, option, 0, limit, as_written=repr(text.strip()), limits=f"at most {limit / 86400:g} days",
+    return bounded(total, option, 0, MAX_SECONDS, as_written=repr(text.strip()), limits="at most 366 days",
                    hint="to wait for ever, give --wait without a TIMEOUT (wait=True in Python)" if waiting else None)
 
 
