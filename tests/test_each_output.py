@@ -169,3 +169,29 @@ def test_sbatch_wait_in_the_environment_does_not_reach_sbatch(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "77\n", proc.stderr
     assert (tmp_path / "seen").read_text() == "unset\n"
+
+
+def test_ctrl_c_with_no_scancel_says_the_array_goes_on(tmp_path: Path) -> None:
+    """The array was submitted: a missing scancel is "scancel failed", never "Slurm is not available" (exit 3)."""
+    import signal
+    import time as clock
+
+    from sharing_helpers import Lines
+
+    start = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.localtime(clock.time() - 60))
+    path = _bin(tmp_path, sbatch=SUBMITS, scontrol=f"echo 'JobId=78 ArrayJobId=77 ArrayTaskId=1 JobState=RUNNING "
+                                                   f"Reason=None ExitCode=0:0 StartTime={start} NodeList=vm'")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\n")
+    follower = subprocess.Popen(gl("each", str(jobs), "--slurm", "--follow", "--cancel-on-interrupt"),
+                                env=env(tmp_path / "locks", PATH=path, GPULAUNCH_POLL_INTERVAL="0.1"),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path)
+    lines = Lines(follower.stderr)
+    lines.wait("job 1/1 started on vm", timeout=60)
+    follower.send_signal(signal.SIGINT)
+    assert follower.wait(timeout=60) == 130
+    follower.stdout.close()  # type: ignore[union-attr]
+    err = lines.text()
+    assert "scancel 77 failed: Slurm is not available: no scancel on PATH" in err, err
+    assert "gpulaunch: error: stopped following; Slurm job array 77 goes on (squeue -j 77)" in err, err

@@ -228,7 +228,13 @@ def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
 
 
 def cancel(job_id: str, environ: Mapping[str, str]) -> str | None:
-    """scancel the whole array; None, or scancel's complaint in one line."""
-    proc = subprocess.run([require("scancel", environ), job_id], capture_output=True, text=True, timeout=60,
-                          env=dict(environ))
+    """scancel the whole array; None, or scancel's complaint in one line (the array exists: never an error
+    that would read as "Slurm is not available" for work that was submitted)."""
+    try:
+        proc = subprocess.run([require("scancel", environ), job_id], capture_output=True, text=True, timeout=60,
+                              env=dict(environ))
+    except SlurmUnavailable as exc:
+        return exc.message
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        return f"scancel did not run ({exc})"
     return None if proc.returncode == 0 else _one_line(proc.stderr)
