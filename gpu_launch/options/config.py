@@ -124,6 +124,8 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
         raise UsageError(f"{label}: expected a string like {opt.metavar}, got {kind}",
                          hint=f'e.g. {key} = "..." (see `gpulaunch --help` for {opt.names[0]})')
     text = str(raw)
+    if opt.repeat:  # --sbatch-arg: one default holds several, split like a shell (as the README says)
+        return _words(text, label), text
     try:
         return (opt.convert(text, label) if opt.convert else text), text
     except UsageError as exc:
@@ -133,6 +135,18 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
             exc.hint = f"e.g. {label}={value}" if from_env else \
                 f"e.g. {key} = {value if value.isdigit() else repr(value).replace(chr(39), chr(34))}"
         raise
+
+
+def _words(text: str, label: str) -> tuple[str, ...]:
+    """The arguments in one default of a repeatable option (``GPULAUNCH_SBATCH_ARG='--qos=high --account=lab'``)."""
+    from gpu_launch.text import split_words
+
+    try:
+        return tuple(split_words(text))
+    except ValueError as exc:
+        shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "…"
+        raise UsageError(f"{label}: cannot split {shown} into arguments ({exc})",
+                         hint="check the quotes; it is split like a shell splits a command line") from None
 
 
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
