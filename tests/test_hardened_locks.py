@@ -205,7 +205,7 @@ def test_the_hardened_dir_variable_cannot_make_etc_hardened(tmp_path: Path) -> N
     conf = subprocess.run(gl("config", "--json"), env=_without_lock_dir(Path("/etc")), capture_output=True, text=True,
                           timeout=60)
     assert json.loads(conf.stdout)["lock_dir"] == {"path": reservations.DEFAULT_LOCK_DIR, "hardened": False,
-                                                 "source": "default (no hardened directory at /etc)"}, conf.stderr
+                                                 "source": "default (/etc was not set up by `locks init`)"}, conf.stderr
     assert not reservations.is_hardened("/etc")
     # a root-owned 0755 directory with files in it, like /etc: a launch never picks it as its lock dir
     etc = tmp_path / "etc"

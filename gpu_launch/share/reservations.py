@@ -238,7 +238,8 @@ def prepare_dir(path: str, create: bool = True) -> bool:
         raise LockDirError(
             f"lock dir {path} belongs to {_owner(st.st_uid)} and is not sticky and world-writable "
             f"(mode {stat.S_IMODE(st.st_mode):04o})",
-            hint=f"ask {_owner(st.st_uid)} to run `chmod 1777 {path}`, or use your own with --lock-dir",
+            hint=f"ask an admin to run `sudo gpulaunch locks init {path}`, or use your own with --lock-dir"
+            if st.st_uid == 0 else f"ask {_owner(st.st_uid)} to run `chmod 1777 {path}`, or use your own with --lock-dir",
         )
     return True
 
