@@ -593,3 +593,31 @@ def test_bad_short_option_groups(flags: tuple[str, ...], fragment: str) -> None:
 def test_options_read_ascii_digits_only(args: tuple[str, ...], fragment: str) -> None:
     line = one_error(run(*S, *args, "--", "true"), U, fragment)
     assert len(line) < 300
+
+
+def test_the_line_pump_of_the_sharing_tests_ends_quietly_when_its_stream_is_closed() -> None:
+    """`proc.communicate()` after `Lines(proc.stderr)` closes the stream under the pump thread: that must
+    end the pump, not raise in it (a PytestUnhandledThreadExceptionWarning in CI)."""
+    import threading
+
+    from sharing_helpers import Lines
+
+    class ClosedAfterOneLine:
+        def __init__(self) -> None:
+            self.given = False
+
+        def readline(self) -> str:
+            if self.given:
+                raise ValueError("I/O operation on closed file.")
+            self.given = True
+            return "waiting\n"
+
+    raised: list[BaseException | None] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    try:
+        lines = Lines(ClosedAfterOneLine())
+        assert lines.text() == "waiting\n"
+    finally:
+        threading.excepthook = before
+    assert raised == []
