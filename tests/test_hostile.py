@@ -621,3 +621,13 @@ def test_the_line_pump_of_the_sharing_tests_ends_quietly_when_its_stream_is_clos
     finally:
         threading.excepthook = before
     assert raised == []
+
+
+def test_a_launch_started_with_ctrl_c_ignored_leaves_it_ignored_for_the_command() -> None:
+    """A background job of a script (`gpulaunch ... &` in sh) starts with SIGINT ignored; the command it
+    becomes must inherit that, as it would without gpulaunch in between."""
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"
+    done = subprocess.run(gpulaunch_argv(*S, "--auto", "1", "-q", "--", sys.executable, "-c", probe),
+                          capture_output=True, text=True, env=clean_env(), timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0 and done.stdout == "True\n", done.stderr
