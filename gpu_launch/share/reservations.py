@@ -50,7 +50,8 @@ from gpu_launch.errors import LockDirError, UsageError
 
 __all__ = [
     "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK", "Holder",
-    "Reservation", "lock_dir_path", "hardened_default", "is_hardened", "admin_hint", "describe_dir", "shared_by", "shared_note", "queue_dir", "prepare_dir",
+    "Reservation", "lock_dir_path", "hardened_default", "is_hardened", "admin_hint", "describe_dir", "shared_by",
+    "shared_note", "queue_dir", "prepare_dir",
     "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
 ]
 
@@ -122,7 +123,7 @@ def admin_hint(lock_dir: str | None = None) -> str:
     """The fix for a hardened directory that needs setting up again, worded for whoever reads it."""
     target = "" if lock_dir is None or lock_dir == HARDENED_LOCK_DIR else f" {lock_dir}"
     if os.geteuid() == 0:
-        return f"run `gpulaunch locks init{target}` (again)"
+        return f"run `gpulaunch locks init{target}`"
     return f"ask an admin to run `sudo gpulaunch locks init{target}`"
 
 
@@ -175,7 +176,7 @@ def queue_dir(lock_dir: str) -> str:
         st = None
     if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_mode & 0o1002) != 0o1002:
         raise LockDirError(f"the hardened lock dir {lock_dir} has no usable {QUEUE_SUBDIR}/ for waiters",
-                           hint=admin_hint(lock_dir))
+                           hint=admin_hint(lock_dir) + " again")
     return sub
 
 
@@ -337,7 +338,7 @@ def _open_error(path: str, exc: OSError) -> LockDirError:
     if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
         return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (a GPU added since it was set "
                                          "up?), and only root may create it", "root, the directory's",
-                                         admin_hint(directory), missing=True))
+                                         admin_hint(directory) + " again", missing=True))
     try:
         st = os.lstat(path)
     except OSError:
