@@ -187,7 +187,7 @@ def init_dir(path: str, uuids: Sequence[str]) -> InitReport:
     parent_path, name = os.path.split(absolute)
     if not name:
         raise LockDirError("locks init: give a directory below /, not / itself",
-                           hint="e.g. sudo gpulaunch locks init /var/lib/gpulaunch/locks")
+                           hint="e.g. gpulaunch locks init /var/lib/gpulaunch/locks")
     # Symlinks above the directory are an admin's layout (/var/run -> /run): resolved once, then
     # walked with O_NOFOLLOW, so one swapped in meanwhile is refused rather than followed.
     parent_path = os.path.realpath(parent_path)
