@@ -58,7 +58,8 @@ def _owner(uid: int) -> str:
 
 def _may_guard(parent: os.stat_result) -> bool:
     """Whether ``parent`` can keep users from renaming its entries: root's, and writable by root alone
-    or sticky (like /tmp, where only an entry's owner may rename it). Checked before making anything."""
+    or sticky (like /tmp, where only an entry's owner may rename it). Checked before making anything.
+    Mode bits only: a POSIX ACL that lets a user write there is not seen."""
     return parent.st_uid == 0 and (not parent.st_mode & 0o022 or bool(parent.st_mode & stat.S_ISVTX))
 
 
