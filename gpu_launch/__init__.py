@@ -86,4 +86,5 @@ PROGRAM = _as_program()
 if PROGRAM:
     import signal as _signal
 
-    _signal.signal(_signal.SIGINT, _early_interrupt)
+    if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:  # started ignoring it (`cmd &` in a script): keep to that
+        _signal.signal(_signal.SIGINT, _early_interrupt)

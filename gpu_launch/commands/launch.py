@@ -73,6 +73,11 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write("\n")
     else:
         sys.stdout.write(explain.as_text(selection, machine))
+        from gpu_launch.share import reservations
+
+        note = reservations.shared_note(reservations.lock_dir_path(inv.get("lock_dir"), os.environ))
+        if note:
+            sys.stdout.write(f"{note}\n")
     return 0
 
 

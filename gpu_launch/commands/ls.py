@@ -46,7 +46,9 @@ def run(inv: Invocation) -> int:
             out.write(render.ls_plain(machine, reserved))
         from gpu_launch.share import reservations
 
-        out.write(f"lock dir: {reservations.describe_dir(reservations.lock_dir_path(inv.get('lock_dir'), os.environ))}\n")
+        note = reservations.shared_note(reservations.lock_dir_path(inv.get("lock_dir"), os.environ))
+        if note:  # only where it tells the user something (`config` always names the lock dir)
+            out.write(f"{note}\n")
         _ls_parent_note(machine, out)
     if topo:
         if inv.command == "ls":

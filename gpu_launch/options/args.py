@@ -109,6 +109,18 @@ def _dir(text: str, option: str) -> str:
     return _path(text, option, "directory")
 
 
+def _lock_dir(text: str, option: str) -> str:
+    """An absolute directory: a relative lock dir would differ with each job's working directory, and
+    two jobs started in different directories would both get the same GPU."""
+    path = _path(text, option, "directory")
+    if not path.startswith("/"):
+        import os.path
+
+        raise UsageError(f"{option}: {text!r} is a relative path: jobs started elsewhere would not see its locks",
+                         hint=f"give an absolute path, e.g. {os.path.abspath(path)}")
+    return path
+
+
 def _path(text: str, option: str, kind: str) -> str:
     """A path as given; refused up front when no file can have it (before any GPU is reserved)."""
     if not text:
@@ -179,7 +191,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
-           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _dir,
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _lock_dir,
            commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
            frozenset({"each", "config"}), "Jobs"),

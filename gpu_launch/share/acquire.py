@@ -199,7 +199,11 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
-        selection = _choose(request, machine, reserved, chooser, unusable)
+        try:
+            selection = _choose(request, machine, reserved, chooser, unusable)
+        except _UNMET as exc:
+            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
+            raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
         # Reserved ones are only chosen with --share; they and our own job's are not locked again.
@@ -220,10 +224,31 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
                         hint="try again, or queue with --wait")
 
 
-def hopeless(request: Request, machine: Machine) -> str | None:
-    """Why the request can never be met on this machine, however long one waits; None if it can."""
+def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
+                     unusable: Mapping[str, reservations.Unusable]) -> None:
+    """Raise LockDirError when the request is unmet for want of lock files only root can add to a
+    hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
+    missing = frozenset(u for u, bad in unusable.items() if bad.missing)
+    if not missing or hopeless(request, machine, missing) is None:
+        return
+    from gpu_launch.hardware.model import Device
+
+    labels = [Device(g, m).label for g in machine.gpus for m in (None, *g.mig_devices)
+              if (m.uuid if m is not None else g.uuid) in missing]
+    have = "has" if len(labels) == 1 else "have"
+    raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
+                       "(GPUs changed since `locks init`?), so waiting cannot help",
+                       hint=reservations.admin_hint(lock_dir) + " again") from None
+
+
+def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = frozenset()) -> str | None:
+    """Why the request can never be met on this machine, however long one waits; None if it can.
+
+    ``unlockable``: devices that can never be reserved (no lock file in a hardened lock dir).
+    """
     excluded = frozenset(d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")) \
         if request.exclude else frozenset()
+    excluded |= unlockable
     usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded)]
     if request.gpus is not None:
         for device in gpu_spec.resolve(request.gpus, machine):
