@@ -56,6 +56,8 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
+    #: --fit MODEL: a fit.plan.Sizing (the model, its engine and settings); the choice is then sized by it
+    model: object | None = None
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
@@ -74,6 +76,8 @@ class Request:
             return f"need {labels}{with_desc if self.strict else ''}"
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
+        if self.model is not None:
+            return f"need GPUs that hold {getattr(self.model, 'model').source}{with_desc}"
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
@@ -132,6 +136,10 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     """``--gpus``, ``--fit`` or ``--auto`` on the whole machine."""
     if request.gpus is not None:
         return gpu_select.check_explicit(gpu_spec.resolve(request.gpus, machine), machine, constraints)
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)  # type: ignore[arg-type]
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
@@ -230,6 +238,10 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.hopeless(request.model, usable)  # type: ignore[arg-type]
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:

@@ -82,6 +82,10 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
             devices = gpu_spec.resolve(request.gpus, machine)
             vis.check_allowed(devices)
             return select.check_explicit(devices, machine, constraints)
+        if request.model is not None:
+            from gpu_launch.choose import by_model
+
+            return by_model.choose_by_model(scope, request.model, constraints, request.runner_ups)  # type: ignore[arg-type]
         if request.mig:
             from gpu_launch.choose import mig
 
