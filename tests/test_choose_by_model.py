@@ -24,7 +24,7 @@ def test_vllm_70b_on_dgx_takes_4_idle_gpus_not_the_busy_ones() -> None:
     sel = by_model.choose_by_model(machine("dgx-h100"), s, select.Constraints())
     assert len(sel.devices) == 4  # tp 2 needs ~78 GiB a GPU, over vLLM's 0.9 x 80 GiB
     assert set(chosen(sel)) <= {2, 3, 4, 6, 7}  # GPUs 0, 1, 5 have others' jobs on them
-    assert sel.placement.tp == 4 and sel.placement.whole
+    assert sel.plan.placement.tp == 4 and sel.plan.placement.whole
 
 
 def test_small_model_takes_one_gpu_the_rankings_best() -> None:
@@ -32,7 +32,7 @@ def test_small_model_takes_one_gpu_the_rankings_best() -> None:
     m = machine("dgx-h100")
     sel = by_model.choose_by_model(m, s, select.Constraints())
     assert chosen(sel) == [d.gpu.index for d in select.choose_auto(m, 1, select.Constraints()).devices]
-    assert sel.placement.gpu_layers == 33
+    assert sel.plan.placement.gpu_layers == 33
 
 
 def test_llama_cpp_60_gib_on_48_gib_cards_takes_two_and_splits() -> None:
@@ -41,7 +41,7 @@ def test_llama_cpp_60_gib_on_48_gib_cards_takes_two_and_splits() -> None:
     sel = by_model.choose_by_model(machine("pcie-8x"), s, select.Constraints())
     assert len(sel.devices) == 2
     assert 6 not in chosen(sel) and 2 not in chosen(sel)  # nearly full / half full
-    assert sel.placement.gpu_layers == 81 and sum(sel.placement.tensor_split) == 81
+    assert sel.plan.placement.gpu_layers == 81 and sum(sel.plan.placement.tensor_split) == 81
 
 
 def test_reserved_gpus_are_skipped() -> None:
@@ -76,7 +76,7 @@ def test_partial_offload_when_nothing_holds_it_whole() -> None:
     model = llama_like(layers=80, layer_bytes=3 * GiB, heads=64)  # 241 GiB of weights
     s = plan.sizing(model, engines.ENGINES["llama.cpp"], plan.Settings(ctx=4096, partial=True))
     sel = by_model.choose_by_model(machine("workstation-4x"), s, select.Constraints())
-    p = sel.placement
+    p = sel.plan.placement
     assert not p.whole and p.fits
     assert 0 < p.gpu_layers < 81 and p.cpu_weights_bytes > 0
     assert len(sel.devices) == 4  # the most layers: every GPU

@@ -81,28 +81,29 @@ def _search(machine: Machine, s: fit_plan.Sizing, eligible: tuple[Gpu, ...], run
 
 def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Constraints,
                     runner_ups: int = 0) -> select.Selection:
-    """The selection for ``s`` (its placement in ``Selection.placement``), or NotEnoughGpus in one line."""
+    """The selection for ``s`` (the plan in ``Selection.plan``), or NotEnoughGpus in one line."""
     elig = select.eligibility(machine, constraints)
     if not elig.eligible:
         raise select._not_enough(1, machine, elig, constraints)
     found, tried = _search(machine, s, elig.eligible, runner_ups)
     if found is not None:
         base = select.choose_auto(machine, found.n, constraints, runner_ups) if runner_ups else None
-        return _selection(found, elig, base)
+        return _selection(s, found, elig, base)
     if s.settings.partial:
         usable = [t for t in tried if t.placement.fits]
         if usable:
             most = max(t.placement.gpu_layers or 0 for t in usable)
             pick = min((t for t in usable if (t.placement.gpu_layers or 0) == most), key=lambda t: t.n)
-            return _selection(pick, elig, None)
+            return _selection(s, pick, elig, None)
     raise _shortfall(machine, s, tried, len(elig.eligible), constraints)
 
 
-def _selection(t: _Tried, elig: select.Eligibility, base: select.Selection | None) -> select.Selection:
+def _selection(s: fit_plan.Sizing, t: _Tried, elig: select.Eligibility, base: select.Selection | None
+               ) -> select.Selection:
     devices = tuple(Device(g) for g in t.gpus)
     same = base is not None and base.devices == devices  # --explain: the ranking's runner-ups, when it agrees
     return select.Selection(devices, tuple(select._load_warnings(t.gpus)), elig,
-                            base.ranking if same and base else None, placement=t.placement)
+                            base.ranking if same and base else None, plan=fit_plan.Plan(s, t.placement))
 
 
 def _gib(b: int) -> str:

@@ -162,7 +162,7 @@ class Selection:
     warnings: tuple[str, ...] = ()
     eligibility: Eligibility | None = None
     ranking: object | None = None  # ranking.Ranked, for --explain
-    placement: object | None = None  # fit.plan.Placement, when the choice was sized by a model (--fit MODEL)
+    plan: object | None = None  # fit.plan.Plan, when the choice was sized by a model (--fit MODEL)
 
 
 def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constraints) -> NotEnoughGpus:

@@ -18,7 +18,7 @@ from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit.engines import Engine
 from gpu_launch.modelfile.facts import ModelFacts
 
-__all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "place", "sizing", "LABELS", "tp_sizes"]
+__all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
 
 MiB = 1 << 20
 LABELS = {"weights": "exact", "kv": "rule", "allowance": "allowance"}
@@ -123,6 +123,17 @@ class Placement:
         if self.max_memory is not None:
             values["max_memory"] = json.dumps(self.max_memory, separators=(",", ":"))
         return values
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A sizing and where it landed: what ``plan``, ``--explain`` and the placeholders show."""
+
+    sizing: Sizing
+    placement: Placement
+
+    def placeholders(self) -> dict[str, str]:
+        return self.placement.placeholders(self.sizing.settings.ctx)
 
 
 def tp_sizes(model: ModelFacts, most: int) -> list[int]:

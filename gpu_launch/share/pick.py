@@ -108,7 +108,19 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     auto = inv.get("auto")
     fit = inv.get("fit")
     explicit = inv.get("gpus")
-    if explicit is None and fit is None and auto is None:
+    model = None
+    if isinstance(fit, str):  # --fit MODEL: sized by the model's own files (imported only then)
+        from gpu_launch.share import sizing
+
+        if inv.get("mig"):
+            raise UsageError("--mig with --fit MODEL is not supported", hint="give a size: --fit 20GiB --mig")
+        model, fit = sizing.sizing_of(fit, inv.argv, inv.options), None
+    elif any(inv.get(d) is not None for d in ("ctx", "parallel", "kv_type", "engine", "reserve")) and inv.flags & {
+            "ctx", "parallel", "kv_type", "engine"}:
+        given = next(d for d in ("ctx", "parallel", "kv_type", "engine") if d in inv.flags)
+        raise UsageError(f"--{given.replace('_', '-')} sizes a model: it needs --fit MODEL",
+                         hint="e.g. gpulaunch --fit model --ctx 8192 -- llama-server -m ./q4.gguf")
+    if explicit is None and fit is None and auto is None and model is None:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
     if inv.get("share") and explicit is None:
         raise UsageError("--share is for --gpus", hint="--auto and --fit always skip GPUs reserved by others")
@@ -116,7 +128,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting)
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model)
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
