@@ -1,0 +1,137 @@
+"""`gpulaunch plan` and `--fit MODEL` end to end, on GGUF headers written by the real gguf writer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_run import clean_env
+
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("gguf")
+
+from gpu_launch.views import schemas  # noqa: E402
+from tests.model_fixtures import Gguf, llama70b, llama_tensors, write_gguf  # noqa: E402
+
+
+def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True,
+                          env=clean_env(), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("models")
+    kv = {"general.name": "Llama 8B (header only)", "llama.block_count": 32, "llama.context_length": 131072,
+          "llama.embedding_length": 4096, "llama.feed_forward_length": 14336, "llama.attention.head_count": 32,
+          "llama.attention.head_count_kv": 8}
+    write_gguf(root / "l8.gguf", Gguf("llama", kv, llama_tensors(32, 4096, 32, 8, 14336, 128256)))
+    write_gguf(root / "l70.gguf", llama70b(vocab=1000))
+    return {"8b": str(root / "l8.gguf"), "70b": str(root / "l70.gguf")}
+
+
+def plan_json(*argv: str) -> dict:
+    proc = gpulaunch(*argv)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator(schemas.PLAN).validate(doc)
+    order = list(schemas.PLAN["properties"])
+    assert list(doc) == [k for k in order if k in doc]
+    return doc
+
+
+def test_plan_json_of_a_small_gguf(models: dict[str, str]) -> None:
+    doc = plan_json("--snapshot", "dgx-h100", "plan", models["8b"], "--ctx", "8192", "--json")
+    assert doc["model"]["format"] == "gguf" and doc["model"]["architecture"] == "llama"
+    assert doc["model"]["layers"] == 32
+    assert doc["engine"] == "llama.cpp" and doc["ctx"] == 8192
+    assert doc["gpu_layers"] == 33  # all of a 32-layer model, as -ngl counts
+    assert doc["kv_cache_bytes"] == 32 * 8192 * 2 * 8 * 128 * 2
+    assert len(doc["gpus"]) == 1 and doc["gpus"][0] in (2, 3, 4, 6, 7)  # an idle H100, not one in use
+    share = doc["per_gpu"][0]
+    assert share["weights_bytes"] + doc["cpu_weights_bytes"] == doc["model"]["weights_bytes"]
+    assert doc["labels"] == {"weights": "exact", "kv": "rule", "allowance": "allowance"}
+
+
+def test_plan_of_a_vllm_command_reads_the_model_and_context(models: dict[str, str]) -> None:
+    doc = plan_json("--snapshot", "workstation-4x", "plan", "--json", "--", "vllm", "serve", models["70b"],
+                    "--max-model-len", "131072", "--tensor-parallel-size", "{tp}")
+    assert doc["engine"] == "vllm" and doc["ctx"] == 131072 and doc["ctx_from"] == "the command"
+    assert doc["tp"] == len(doc["gpus"]) == 4
+    assert doc["placeholders"]["tp"] == "4"
+
+
+def test_explicit_options_win_over_the_command(models: dict[str, str]) -> None:
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--ctx", "4096", "--kv-type", "q8_0", "--json", "--",
+                    "llama-server", "-m", models["8b"], "-c", "32768", "-ctk", "f16")
+    assert doc["ctx"] == 4096 and doc["kv_type"] == "q8_0"
+    assert doc["kv_cache_bytes"] == 32 * 4096 * 2 * (8 * 128 // 32) * 34
+
+
+def test_plan_on_named_gpus_in_that_order(models: dict[str, str]) -> None:
+    doc = plan_json("--snapshot", "pcie-8x", "plan", models["70b"], "--ctx", "8192", "--gpus", "5,1", "--json")
+    assert doc["gpus"] == [5, 1]
+    assert sum(g["layers"] for g in doc["per_gpu"]) == doc["gpu_layers"] == 81
+
+
+def test_unplaceable_plan_exits_4_with_one_line(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "workstation-4x", "--gpus", "0", "--dry-run", "--", "true")  # sanity: the box works
+    assert proc.returncode == 0
+    proc = gpulaunch("--snapshot", "workstation-4x", "plan", "--json", "--reserve", "30GiB", "--", "vllm", "serve",
+                     models["70b"], "--max-model-len", "131072", "--kv-cache-dtype", "f32")
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulaunch: error: ") and "tokens" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_fit_model_fills_the_placeholders_of_a_real_child(models: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text("import os, sys; print(os.environ['CUDA_VISIBLE_DEVICES'], *sys.argv[1:])")
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--engine", "llama.cpp", "--", sys.executable,
+                     str(script), "-m", models["8b"], "-c", "8192", "-ngl", "{gpu_layers}", "--ctx-size", "{ctx}")
+    assert proc.returncode == 0, proc.stderr
+    cvd, *rest = proc.stdout.split()
+    assert cvd in ("2", "3", "4", "6", "7")
+    assert rest == ["-m", models["8b"], "-c", "8192", "-ngl", "33", "--ctx-size", "8192"]
+    assert "33 of 33 layers" in proc.stderr
+
+
+def test_fit_model_dry_run_for_vllm_and_mlc(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "workstation-4x", "--fit", "model", "--dry-run", "--", "vllm", "serve",
+                     models["70b"], "--max-model-len", "32768", "--tensor-parallel-size", "{tp}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("--tensor-parallel-size 2")
+    proc = gpulaunch("--snapshot", "workstation-4x", "--fit", models["70b"], "--ctx", "32768", "--dry-run", "--",
+                     "mlc_llm", "serve", "dist/x", "--overrides", "tensor_parallel_shards={tp};context_window_size={ctx}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("--overrides 'tensor_parallel_shards=2;context_window_size=32768'") \
+        or "tensor_parallel_shards=2;context_window_size=32768" in proc.stdout
+
+
+def test_model_placeholders_need_a_model() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--auto", "2", "--dry-run", "--", "vllm", "serve", "M", "-tp", "{tp}")
+    assert proc.returncode == 2
+    assert "--fit" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_fit_model_with_a_command_that_names_none() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "python", "serve.py")
+    assert proc.returncode == 2 and "names no model" in proc.stderr
+
+
+def test_a_missing_model_file_is_exit_7(tmp_path: Path) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "plan", str(tmp_path / "nope.gguf"))
+    assert proc.returncode == 7 and proc.stderr.count("\n") == 1
+
+
+def test_fit_size_still_means_a_size() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "100GiB", "--dry-run", "--", "true")
+    assert proc.returncode == 0 and "GPULAUNCH_GPUS=" in proc.stdout
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "10Gb!", "--dry-run", "--", "true")
+    assert proc.returncode == 2 and "is not a size" in proc.stderr
