@@ -135,3 +135,24 @@ def test_fit_size_still_means_a_size() -> None:
     assert proc.returncode == 0 and "GPULAUNCH_GPUS=" in proc.stdout
     proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "10Gb!", "--dry-run", "--", "true")
     assert proc.returncode == 2 and "is not a size" in proc.stderr
+
+
+@pytest.mark.parametrize("selection", [["--auto", "2"], ["--fit", "100GiB"], []])
+def test_a_launch_without_a_model_imports_no_sizing(selection: list[str]) -> None:
+    from tests.test_imports import run_importtime
+
+    proc, modules = run_importtime("--snapshot", "dgx-h100", *selection, "-q", "--", sys.executable, "-c", "pass")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.cli" in modules
+    sizing = {m for m in modules if m.startswith(("gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.share.sizing",
+                                                  "gpu_launch.choose.by_model"))}
+    assert sizing == set()
+
+
+def test_a_launch_with_a_model_does_import_them(models: dict[str, str]) -> None:
+    from tests.test_imports import run_importtime
+
+    proc, modules = run_importtime("--snapshot", "dgx-h100", "--fit", models["8b"], "-q", "--", sys.executable, "-c",
+                                   "pass")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.fit.plan" in modules and "gpu_launch.modelfile.read" in modules
