@@ -8,16 +8,13 @@ GPUs a launch would get, and the numbers the placeholders would receive. Nothing
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import replace
 
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gpu_launch.fit.plan import Plan
     from gpu_launch.options.args import Invocation
 
 __all__ = ["run"]
@@ -39,40 +36,12 @@ def run(inv: Invocation) -> int:
         if inv.get(dest):
             raise UsageError(f"plan: --{dest} makes no sense here", hint="plan sizes the GPUs by the model itself")
     ref, argv = _what(inv)
-    plan, why = _on_gpus(inv, ref, argv) if inv.get("gpus") is not None else _chosen(inv, ref, argv)
+    from gpu_launch.share import model_plan
     from gpu_launch.views import plan_view
 
+    plan, why = model_plan.make_plan(inv, ref, argv)
     if inv.get("json"):
         sys.stdout.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
     else:
         sys.stdout.write(plan_view.as_text(plan, why))
     return 0
-
-
-def _chosen(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, str]:
-    from gpu_launch.share import acquire, pick
-
-    chooser = replace(inv, options={**inv.options, "fit": ref}, argv=argv)
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False)
-    _machine, _vis, got, _env = pick.choose(chooser, locking, choose_only=True)
-    plan = got.selection.plan
-    assert plan is not None  # a model request always comes back with its plan, or raises
-    devices = ", ".join(d.label for d in got.selection.devices)
-    n = len(got.selection.devices)
-    why = (f"why: {devices}: the fewest GPUs ({n}) that hold it, the best of such sets by availability, "
-           "model, links and free memory" if plan.placement.whole else
-           f"why: {devices}: nothing holds it whole; these take the most of it, the rest stays on the CPU")
-    return plan, why + "\n"
-
-
-def _on_gpus(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, str]:
-    from gpu_launch.choose import by_model
-    from gpu_launch.choose import spec as gpu_spec
-    from gpu_launch.fit import plan as fit_plan
-    from gpu_launch.share import pick, sizing
-
-    s = sizing.sizing_of(ref, argv, inv.options)
-    machine = pick.read_machine(inv, processes=False, topology=False)
-    devices = gpu_spec.resolve(inv.get("gpus"), machine)
-    placement = fit_plan.place(s, by_model.rooms([d.gpu for d in devices]))
-    return fit_plan.Plan(s, placement), f"why: --gpus {', '.join(d.label for d in devices)}, in that order\n"

@@ -176,7 +176,7 @@ def _logits_buffer(s: Sizing) -> int:
     return min(s.settings.ubatch, s.kv.cells) * vocab * 4
 
 
-def _fill(units: list[tuple[int, int]], caps: list[float]) -> list[list[tuple[int, int]]]:
+def _fill(units: list[tuple[int, int]], caps: Sequence[float]) -> list[list[tuple[int, int]]]:
     """Units into GPUs from the last one backwards, as many as each capacity takes, in order."""
     out: list[list[tuple[int, int]]] = [[] for _ in caps]
     j, room, k = len(caps) - 1, caps[-1], 0

@@ -27,6 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+    from gpu_launch.fit.plan import Sizing
     from gpu_launch.hardware.model import Device
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
@@ -56,8 +57,8 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
-    #: --fit MODEL: a fit.plan.Sizing (the model, its engine and settings); the choice is then sized by it
-    model: object | None = None
+    #: --fit MODEL: the model, its engine and settings; the choice is then sized by it
+    model: Sizing | None = None
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
@@ -77,7 +78,7 @@ class Request:
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
         if self.model is not None:
-            return f"need GPUs that hold {getattr(self.model, 'model').source}{with_desc}"
+            return f"need GPUs that hold {self.model.model.source}{with_desc}"
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
@@ -139,7 +140,7 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     if request.model is not None:
         from gpu_launch.choose import by_model
 
-        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)  # type: ignore[arg-type]
+        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
@@ -241,7 +242,7 @@ def hopeless(request: Request, machine: Machine) -> str | None:
     if request.model is not None:
         from gpu_launch.choose import by_model
 
-        return by_model.hopeless(request.model, usable)  # type: ignore[arg-type]
+        return by_model.hopeless(request.model, usable)
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:

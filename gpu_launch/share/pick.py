@@ -85,7 +85,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
         if request.model is not None:
             from gpu_launch.choose import by_model
 
-            return by_model.choose_by_model(scope, request.model, constraints, request.runner_ups)  # type: ignore[arg-type]
+            return by_model.choose_by_model(scope, request.model, constraints, request.runner_ups)
         if request.mig:
             from gpu_launch.choose import mig
 
