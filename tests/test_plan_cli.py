@@ -156,3 +156,39 @@ def test_a_launch_with_a_model_does_import_them(models: dict[str, str]) -> None:
                                    "pass")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gpu_launch.fit.plan" in modules and "gpu_launch.modelfile.read" in modules
+
+
+def _laptop(tmp_path: Path, host_mib: int) -> str:
+    """One 6 GiB card and ``host_mib`` of host memory, as a snapshot states them."""
+    gpu = {"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000006", "name": "NVIDIA GeForce RTX 3060 Laptop",
+           "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 6144, "memory_used_mib": 0, "memory_free_mib": 6144,
+           "utilization_gpu": 0, "processes": [], "mig_mode": "disabled", "health": []}
+    path = tmp_path / "laptop.json"
+    path.write_text(json.dumps({"schema": 1, "hostname": "laptop", "driver_version": None, "cuda_driver_version": None,
+                                "gpus": [gpu], "host_memory_available_mib": host_mib}))
+    return str(path)
+
+
+def test_seed_case_6_gib_card_and_16_gib_of_ram(models: dict[str, str], tmp_path: Path) -> None:
+    # The 70B Q4 layout (40.5 GiB) does not fit 6 GiB + 16 GiB; the 8B (4.8 GiB + KV) fits partly on the card.
+    snap = _laptop(tmp_path, 16384)
+    doc = plan_json("--snapshot", snap, "plan", "--json", "--", "llama-server", "-m", models["8b"], "-c", "32768",
+                    "-ngl", "{gpu_layers}")
+    assert not doc["whole"] and 0 < doc["gpu_layers"] < 33
+    assert doc["per_gpu"][0]["left_bytes"] >= 0
+    assert doc["per_gpu"][0]["weights_bytes"] + doc["cpu_weights_bytes"] == doc["model"]["weights_bytes"]
+    proc = gpulaunch("--snapshot", snap, "--fit", "model", "--dry-run", "--", "llama-server", "-m", models["8b"],
+                     "-c", "32768", "-ngl", "{gpu_layers}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith(f"-ngl {doc['gpu_layers']}")
+    # the 70B's CPU share is more than the host has: one line, exit 4
+    proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["70b"], "-c", "8192", "-ngl",
+                     "{gpu_layers}")
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "host" in proc.stderr, proc.stderr
+
+
+def test_a_fixed_ngl_must_fit_whole(models: dict[str, str], tmp_path: Path) -> None:
+    proc = gpulaunch("--snapshot", _laptop(tmp_path, 16384), "plan", "--", "llama-server", "-m", models["8b"], "-c",
+                     "32768", "-ngl", "99")
+    assert proc.returncode == 4
+    assert "-ngl {gpu_layers}" in proc.stderr  # the hint: let gpulaunch say how many layers fit

@@ -85,6 +85,9 @@ def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Co
     elig = select.eligibility(machine, constraints)
     if not elig.eligible:
         raise select._not_enough(1, machine, elig, constraints)
+    if machine.host_memory_available_mib is not None and s.settings.host_free is not None:
+        # a snapshot describes its own host: its memory, not this machine's
+        s = fit_plan.sizing(s.model, s.engine, replace(s.settings, host_free=machine.host_memory_available_mib * MiB))
     found, tried = _search(machine, s, elig.eligible, runner_ups)
     if found is not None:
         base = select.choose_auto(machine, found.n, constraints, runner_ups) if runner_ups else None

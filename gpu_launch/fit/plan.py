@@ -45,6 +45,7 @@ class Settings:
     util_placeholder: bool = False
     host_free: int | None = None  # bytes of host memory available (None: not checked)
     ctx_from: str = "default"  # where ctx came from: "--ctx", "the command", "the model's trained context"
+    self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,9 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     cpu_kv = sum(u[1] for u in rest)
     whole = placed == len(units)
     notes = []
+    if s.settings.self_fit:
+        notes.append(f"the command gives no -ngl: llama.cpp fits the layers itself (--fit, on the devices in this "
+                     f"order); expect about {placed} of {len(units)} on the GPUs")
     fits = whole
     if not whole and s.settings.partial and placed > 0:
         host = s.settings.host_free
