@@ -90,7 +90,8 @@ def test_transformers_max_memory_is_keyed_by_the_childs_device_numbers() -> None
     assert p.whole
     mm = json.loads(p.placeholders(8192)["max_memory"])
     assert set(mm) == {"0", "1", "cpu"}  # cuda:0 and cuda:1 in the child, not physical 5 and 2
-    assert mm["0"] == f"{(12 - 2) * 1024}MiB"
+    # the cap is for weights: free - allowance - the KV cache that will grow there
+    assert mm["0"] == f"{((12 - 2) * GiB - p.per_gpu[0].kv_bytes) // MiB}MiB"
 
 
 def test_reserve_replaces_the_allowance() -> None:

@@ -311,7 +311,8 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
                    for r, f in zip(rooms, filled))
     need = sum(a + b for a, b in units)
     whole = not rest
-    max_memory = {str(i): f"{c // MiB}MiB" for i, c in enumerate(caps)}
+    # Accelerate caps the *weights* per device; the KV cache grows there later, so it is kept out of the cap.
+    max_memory = {str(i): f"{max(0, c - sh.kv_bytes) // MiB}MiB" for i, (c, sh) in enumerate(zip(caps, shares))}
     if s.settings.host_free is not None:
         max_memory["cpu"] = f"{s.settings.host_free // MiB}MiB"
     cpu_w, cpu_kv = sum(u[0] for u in rest), sum(u[1] for u in rest)
