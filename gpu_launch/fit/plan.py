@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit.engines import Engine
@@ -58,7 +58,7 @@ class Sizing:
     kv: kv_rules.KvSize
 
     def with_ctx(self, ctx: int) -> Sizing:
-        return sizing(self.model, self.engine, Settings(**{**self.settings.__dict__, "ctx": ctx}))
+        return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
