@@ -111,12 +111,20 @@ def test_quantised_kv_types_use_ggml_block_sizes(kv_type: str, per_32: int) -> N
     assert got == 32 * 4096 * 2 * (8 * 128 // 32) * per_32
 
 
-def test_vllm_does_not_round_and_uses_its_sliding_rule() -> None:
-    assert kv.kv_cache(llama31_8b(), 3000, engine="vllm").total == 32 * 3000 * 2 * 8 * 128 * 2
-    h = gemma3_4b()
-    row = 2 * 4 * 256 * 2
-    swa = -(-(1024 - 1 + 2048) // 16) * 16
-    assert kv.kv_cache(h, 32768, engine="vllm").total == 5 * 32768 * row + 29 * swa * row
+@pytest.mark.parametrize("ctx", [3000, 32768, 2500])
+def test_vllm_blocks_of_16_and_its_sliding_rule(ctx: int) -> None:
+    # vLLM kv_cache_interface.py: FullAttentionSpec cdiv(max_model_len, 16) pages; SlidingWindowSpec
+    # cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), 16) + 1 pages; a page = 16 tokens' K and V
+    blocks = -(-ctx // 16)
+    assert kv.kv_cache(llama31_8b(), ctx, engine="vllm").total == 32 * blocks * 16 * 2 * 8 * 128 * 2
+    page = 16 * 2 * 4 * 256 * 2
+    swa_blocks = -(-min(1024 - 1 + 2048, ctx) // 16) + 1
+    want = 5 * blocks * page + 29 * swa_blocks * page
+    assert near(kv.kv_cache(gemma3_4b(), ctx, engine="vllm").total, want)
+
+
+def test_vllm_mamba_state_is_in_the_models_dtype() -> None:
+    assert kv.kv_cache(mamba_2_8b(), 4096, engine="vllm").total == 64 * ((4 - 1) * 5120 + 16 * 5120) * 2
 
 
 def test_kv_type_names_of_both_engines() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpu_launch.errors import UsageError
 from gpu_launch.modelfile.facts import Hyper
 
-__all__ = ["KV_TYPES", "KvSize", "kv_cache", "row_bytes", "parse_kv_type", "round_ctx", "LLAMA_CTX_PAD"]
+__all__ = ["KV_TYPES", "KvSize", "kv_cache", "row_bytes", "parse_kv_type", "round_ctx", "LLAMA_CTX_PAD", "VLLM_BLOCK"]
 
 #: (elements per block, bytes per block), GGML's type table (ggml.c ``type_traits``; q8_0: 32 in 34,
 #: q4_0: 32 in 18...). vLLM's fp8 caches are one byte an element.
@@ -29,6 +29,9 @@ _ALIASES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32
 #: llama.cpp rounds the context up to a multiple of 256 before it sizes the cache
 #: (llama-context.cpp: ``n_ctx = GGML_PAD(n_ctx, 256)``; measured: 3000 → 3072, MODEL-FACTS.md).
 LLAMA_CTX_PAD = 256
+#: vLLM allocates its paged cache in blocks of 16 tokens (kv_cache_interface.py: ``cdiv(max_model_len,
+#: block_size) * page_size_bytes``).
+VLLM_BLOCK = 16
 
 
 def parse_kv_type(text: str, option: str = "--kv-type") -> str:
@@ -102,7 +105,7 @@ def _state_per_seq(h: Hyper) -> tuple[int, int]:
 
 
 def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine: str = "llama.cpp",
-             ubatch: int = 512, unified: bool = True, state_type: str = "f32", batched_tokens: int = 2048,
+             ubatch: int = 512, unified: bool = True, state_type: str | None = None, batched_tokens: int = 2048,
              full_swa: bool = False) -> KvSize:
     """The cache ``engine`` allocates for ``ctx`` tokens in all (llama.cpp: shared by ``seqs``
     sequences in one unified cache; vLLM: ``ctx`` is ``--max-model-len``, one sequence's worth is the
@@ -120,15 +123,19 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     * sliding-window layers: llama.cpp llama-kv-cache-iswa.cpp sizes them
       GGML_PAD(min(c, window × (seqs if unified else 1) + ubatch), 256) cells (per stream when not
       unified); vLLM SlidingWindowSpec: min(window − 1 + max_num_batched_tokens, max_model_len)
-      tokens, in 16-token blocks;
+      tokens in 16-token blocks, plus one block (the window need not start at a block's start);
+      full-attention layers are also allocated in whole 16-token blocks;
     * recurrent layers (Mamba, RWKV, the SSM layers of Jamba/Qwen3-Next/LFM2...): a fixed state per
-      sequence, f32 by default (llama-memory-recurrent.cpp: ``mem_size = max(1, n_seq_max)`` cells of
-      n_embd_r + n_embd_s values of type_r/type_s), no per-token cache at all.
+      sequence, no per-token cache at all: llama.cpp llama-memory-recurrent.cpp holds
+      ``mem_size = max(1, n_seq_max)`` cells of n_embd_r + n_embd_s values in f32 (type_r/type_s);
+      vLLM's MambaSpec one page per request, in the model's dtype by default (``state_type`` f16 here).
     """
     if ctx < 1 or seqs < 1:
         raise UsageError(f"the context ({ctx}) and the number of sequences ({seqs}) must be 1 or more")
     llama = engine == "llama.cpp"
-    cells = round_ctx(ctx, LLAMA_CTX_PAD) if llama else ctx
+    cells = round_ctx(ctx, LLAMA_CTX_PAD if llama else VLLM_BLOCK)
+    if state_type is None:
+        state_type = "f32" if llama else "f16"
     mla = bool(h.kv_lora_rank)
     rules: list[str] = []
     per_layer: list[int] = []
@@ -158,7 +165,7 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
                 want = window * (seqs if unified else 1) + min(ubatch, cells)
                 swa_cells = round_ctx(min(per_stream, want), 256) * streams
             else:
-                swa_cells = round_ctx(min(window - 1 + batched_tokens, cells), 16)
+                swa_cells = round_ctx(min(window - 1 + batched_tokens, ctx), VLLM_BLOCK) + VLLM_BLOCK
             per_layer.append(row * swa_cells)
         else:
             per_layer.append(row * cells)
@@ -171,9 +178,10 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     if any(h.sliding) and h.sliding_window and not full_swa:
         rules.append(f"sliding-window layers: window {h.sliding_window} "
                      + ("× sequences + one micro-batch, padded to 256 (llama.cpp)" if llama
-                        else "− 1 + batched tokens (vLLM)"))
+                        else "− 1 + batched tokens, + one block (vLLM)"))
     if state:
         rules.append(f"recurrent layers: a fixed state per sequence ({state_type}), not per token")
-    if llama and cells != ctx:
-        rules.append(f"context {ctx} rounded up to {cells} (llama.cpp pads to 256)")
+    if cells != ctx:
+        rules.append(f"context {ctx} rounded up to {cells} "
+                     + ("(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
     return KvSize(tuple(per_layer), cells, per_token, state, tuple(rules), kv_type)
