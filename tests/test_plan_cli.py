@@ -192,3 +192,17 @@ def test_a_fixed_ngl_must_fit_whole(models: dict[str, str], tmp_path: Path) -> N
                      "32768", "-ngl", "99")
     assert proc.returncode == 4
     assert "-ngl {gpu_layers}" in proc.stderr  # the hint: let gpulaunch say how many layers fit
+
+
+def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
+    # A Gemma-3-4B layout (34 layers, 4 KV heads of 256, window 1024): the file carries no pattern, every 6th
+    # layer is global. llama.cpp logs 160.00 MiB (8192 cells, 5 layers) + 174.00 MiB (1536 cells, 29 layers).
+    kv = {"gemma3.block_count": 34, "gemma3.context_length": 131072, "gemma3.embedding_length": 2560,
+          "gemma3.feed_forward_length": 10240, "gemma3.attention.head_count": 8, "gemma3.attention.head_count_kv": 4,
+          "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
+          "gemma3.attention.sliding_window": 1024}
+    path = tmp_path / "gemma3.gguf"
+    write_gguf(path, Gguf("gemma3", kv, llama_tensors(34, 2560, 8, 4, 10240, 262144, head_dim=256, tied=True)))
+    doc = plan_json("--snapshot", "dgx-h100", "plan", str(path), "--ctx", "8192", "--json")
+    assert doc["kv_cache_bytes"] == (160 + 174) << 20
+    assert doc["gpu_layers"] == 35
