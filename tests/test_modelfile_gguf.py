@@ -113,12 +113,16 @@ def test_split_gguf_set_reads_every_part(tmp_path: Path) -> None:
     assert err.value.exit_code == ExitCode.BAD_FILE
 
 
-def _hyper(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
+def _facts(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
     tensors = [T(f"blk.{i}.attn_norm.weight", (64,), Q.F32) for i in range(layers)]
     model = Gguf(arch, {f"{arch}.block_count": layers, f"{arch}.embedding_length": 64,
                         **{f"{arch}.{k}": v for k, v in kv.items()}}, tensors, **extra)  # type: ignore[arg-type]
     [path] = write_gguf(tmp_path / f"{arch}.gguf", model)
-    return read_model(str(path)).hyper
+    return read_model(str(path))
+
+
+def _hyper(tmp_path: Path, arch: str, kv: dict, layers: int, **extra: object):
+    return _facts(tmp_path, arch, kv, layers, **extra).hyper
 
 
 def test_gemma3_every_sixth_layer_is_global(tmp_path: Path) -> None:
@@ -159,6 +163,14 @@ def test_deepseek_mla_ranks(tmp_path: Path) -> None:
     assert h.kv_lora_rank + h.rope_head_dim == 576
 
 
+def test_multi_token_prediction_blocks_are_not_trunk_layers(tmp_path: Path) -> None:
+    """DeepSeek V3's GGUF counts its MTP block in block_count (62 = 61 + 1); it is no layer of the trunk."""
+    facts = _facts(tmp_path, "deepseek2", {"attention.head_count": 128, "attention.kv_lora_rank": 512,
+                                           "rope.dimension_count": 64, "nextn_predict_layers": 1}, 62)
+    assert facts.hyper.n_layers == 61 and facts.hyper.nextn_layers == 1 and len(facts.hyper.kv_heads) == 61
+    assert len(facts.weights.layers) == 61 and facts.weights.other == 64 * 4  # blk.61's tensor
+
+
 def test_mamba_every_layer_recurrent_with_its_ssm_numbers(tmp_path: Path) -> None:
     h = _hyper(tmp_path, "mamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 5120, "ssm.state_size": 16,
                                    "ssm.time_step_rank": 160, "attention.head_count": 0}, 64)
@@ -172,6 +184,13 @@ def test_jamba_per_layer_kv_heads_mark_the_recurrent_layers(tmp_path: Path) -> N
                                    "ssm.state_size": 16, "ssm.inner_size": 8192, "ssm.conv_kernel": 4}, 32)
     assert h.kv_heads == tuple(kv) and h.recurrent == tuple(k == 0 for k in kv)
     assert sum(1 for r in h.recurrent if not r) == 4
+
+
+def test_nemotron_h_mlp_only_layers_are_not_recurrent(tmp_path: Path) -> None:
+    """Nemotron-H: kv 0 and ffn 0 is an SSM layer; kv 0 with an ffn is an MLP-only layer, with no state."""
+    h = _hyper(tmp_path, "nemotron_h", {"attention.head_count": 32, "attention.head_count_kv": [0, 0, 8, 0],
+                                        "feed_forward_length": [0, 21504, 0, 0], "ssm.state_size": 128}, 4)
+    assert h.recurrent == (True, False, False, True) and h.kv_heads == (0, 0, 8, 0)
 
 
 def test_qwen3_next_one_full_attention_layer_in_four(tmp_path: Path) -> None:

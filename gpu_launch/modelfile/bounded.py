@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
+from gpu_launch.text import printable
 
 __all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "KIB", "MIB"]
 
@@ -29,8 +30,6 @@ MIB = 1024 * KIB
 #: 150k-entry tokenizer array costs a few dozen reads.
 READ_AHEAD = 64 * KIB
 
-_U8 = struct.Struct("<B")
-_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -87,6 +86,8 @@ class Cursor:
         self.base = 0  # file offset of buf[0]
         self.pos = 0  # file offset of the next byte to parse
         self.bytes_read = 0
+        #: bytes to read beyond what is needed; 0 where the caller knows the header's exact length
+        self.read_ahead = READ_AHEAD
 
     # -- window management -------------------------------------------------------------------
     @property
@@ -94,7 +95,8 @@ class Cursor:
         return self.size - self.pos
 
     def fail(self, what: str, hint: str | None = None) -> ModelFileError:
-        return ModelFileError(f"{self.label}: {what}", hint=hint)
+        """The error for this file; ``what`` may quote the file's own names, so it is made printable."""
+        return ModelFileError(printable(f"{self.label}: {what}"), hint=hint)
 
     def truncated(self, what: str) -> ModelFileError:
         return self.fail(f"truncated or corrupt header ({what} runs past the end of the file at byte {self.size})",
@@ -109,7 +111,7 @@ class Cursor:
             return off
         keep = self.buf[off:] if 0 <= off < len(self.buf) else b""
         start = self.pos + len(keep)
-        want = min(max(n - len(keep), READ_AHEAD), self.size - start)
+        want = min(max(n - len(keep), self.read_ahead), self.size - start)
         chunks = [keep]
         got = 0
         while got < want:
@@ -138,16 +140,6 @@ class Cursor:
         if n < 0 or n > self.size - self.pos:
             raise self.truncated(what)
         self.pos += n
-
-    def u8(self) -> int:
-        off = self.need(1)
-        self.pos += 1
-        return int(_U8.unpack_from(self.buf, off)[0])
-
-    def u16(self) -> int:
-        off = self.need(2)
-        self.pos += 2
-        return int(_U16.unpack_from(self.buf, off)[0])
 
     def u32(self, what: str = "a field") -> int:
         off = self.need(4, what)

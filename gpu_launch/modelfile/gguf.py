@@ -107,7 +107,12 @@ def is_gguf(path: str) -> bool:
 # -- the header ------------------------------------------------------------------------------
 
 
-def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
+def _string(cur: Cursor, what: str, keep: bool = True, strict: bool = False) -> str | None:
+    """A length-prefixed string, or None when skipped (``keep`` false, or longer than MAX_KEPT_STRING).
+
+    ``strict``: a name (key, tensor) must be UTF-8; a value is decoded leniently, as llama.cpp
+    does not check it either (an odd byte in a description must not make a model unreadable).
+    """
     n = cur.u64(what)
     if n > cur.remaining:
         raise cur.fail(f"corrupt header: {what} claims {n} bytes, more than the file holds",
@@ -116,6 +121,8 @@ def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
         cur.skip(n, what)
         return None
     raw = cur.take(n, what)
+    if not strict:
+        return raw.decode("utf-8", "replace")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -125,7 +132,7 @@ def _string(cur: Cursor, what: str, keep: bool = True) -> str | None:
 
 def _name(cur: Cursor, what: str) -> str:
     n_at = cur.pos
-    name = _string(cur, what)
+    name = _string(cur, what, strict=True)
     if name is None:
         cur.pos = n_at
         raise cur.fail(f"corrupt header: {what} at byte {n_at} is longer than {MAX_KEPT_STRING} bytes")
@@ -288,11 +295,14 @@ def _check_split(headers: list[GgufHeader]) -> None:
 # -- facts -----------------------------------------------------------------------------------
 
 #: llama.cpp's interleaved sliding-window patterns, for the architectures whose GGUF need not carry
-#: one: set_swa_pattern(n) marks layer i sliding when i % n < n - 1 (every n-th layer global).
-#: From llama.cpp src/llama-model.cpp, llama_model::load_hparams (case LLM_ARCH_GEMMA2: 2,
-#: LLM_ARCH_GEMMA3: 6, LLM_ARCH_GEMMA3N: 5, LLM_ARCH_COHERE2: 4, LLM_ARCH_OPENAI_MOE (gpt-oss): 2;
-#: src/models/gemma-embedding.cpp: 6); a GGUF key ``attention.sliding_window_pattern`` (a period,
-#: or one bool per layer) overrides it as llama.cpp's get_key_or_arr does (src/models/gemma2.cpp).
+#: one: set_swa_pattern(n) marks layer i sliding when i % n < n - 1 (every n-th layer global;
+#: src/llama-hparams.cpp, llama_hparams::set_swa_pattern). Periods from llama.cpp's hparams loaders:
+#: src/llama-model.cpp, llama_model::load_hparams (LLM_ARCH_GEMMA3: 6, LLM_ARCH_GEMMA3N: 5,
+#: LLM_ARCH_COHERE2: 4), src/models/gemma2.cpp llama_model_gemma2::load_arch_hparams (2),
+#: src/models/openai-moe.cpp llama_model_openai_moe::load_arch_hparams (gpt-oss: 2) and
+#: src/models/gemma-embedding.cpp (6). The newer loaders let a GGUF key
+#: ``attention.sliding_window_pattern`` override the period (or, as an array, give one bool per
+#: layer: ml.get_key_or_arr), which _sliding() honours for every architecture.
 SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gpt-oss": 2, "gemma-embedding": 6}
 #: Gemma 2's window when its GGUF does not state one (llama.cpp src/models/gemma2.cpp).
 SWA_DEFAULT = {"gemma2": 4096}
@@ -301,6 +311,9 @@ RECURRENT = {"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"}
 #: Hybrids whose layers are all recurrent except every ``full_attention_interval``-th (default 4),
 #: the trailing NextN/MTP layers excepted (llama.cpp, load_hparams for LLM_ARCH_QWEN3NEXT / QWEN35).
 INTERVAL_HYBRIDS = {"qwen3next", "qwen35", "qwen35moe"}
+#: Hybrids with three kinds of layer: attention (kv > 0), MLP only (kv = 0, ffn > 0) and SSM (both 0):
+#: llama.cpp marks a layer recurrent iff n_head_kv(i) == 0 && n_ff(i) == 0 (its Nemotron-H loader).
+KV_AND_FFN_HYBRIDS = {"nemotron_h", "nemotron_h_moe"}
 #: Hybrids whose every layer runs attention and an SSM side by side (llama.cpp src/models/falcon-h1.cpp).
 PARALLEL_HYBRIDS = {"falcon-h1"}
 
@@ -343,13 +356,19 @@ def _sliding(arch: str, kv: dict[str, Any], n: int, label: str) -> tuple[tuple[b
 def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     kv = h.kv
     p = f"{arch}."
-    n = _int(kv, p + "block_count", label)
-    if n is None:
+    n_all = _int(kv, p + "block_count", label)
+    if n_all is None:
         raise ModelFileError(f"{label}: no {p}block_count in the header", hint="is this a language model?")
-    if n > 100_000:
-        raise ModelFileError(f"{label}: {p}block_count is {n}")
-    heads = _per_layer(kv.get(p + "attention.head_count"), n, p + "attention.head_count", label) or (0,) * n
-    kv_heads = _per_layer(kv.get(p + "attention.head_count_kv"), n, p + "attention.head_count_kv", label) or heads
+    if n_all > 100_000:
+        raise ModelFileError(f"{label}: {p}block_count is {n_all}")
+    # block_count includes the multi-token-prediction blocks after the trunk (DeepSeek V3, GLM-4.5,
+    # Qwen3-Next): they are not layers the model runs per token, so Hyper counts the trunk only.
+    nextn = min(_int(kv, p + "nextn_predict_layers", label) or 0, n_all)
+    n = n_all - nextn
+    heads = _per_layer(kv.get(p + "attention.head_count"), n_all, p + "attention.head_count", label) or (0,) * n
+    kv_heads = (_per_layer(kv.get(p + "attention.head_count_kv"), n_all, p + "attention.head_count_kv", label)
+                or heads)
+    heads, kv_heads = heads[:n], kv_heads[:n]
     hidden = _int(kv, p + "embedding_length", label)
     n_heads = max(heads, default=0)
     per_head = hidden // n_heads if hidden and n_heads else 0
@@ -360,14 +379,17 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         recurrent, kv_heads = (True,) * n, (0,) * n
     elif arch in INTERVAL_HYBRIDS:
         interval = _int(kv, p + "full_attention_interval", label) or 4
-        main = n - (_int(kv, p + "nextn_predict_layers", label) or 0)
-        recurrent = tuple(i < main and (i + 1) % interval != 0 for i in range(n))
+        recurrent = tuple((i + 1) % interval != 0 for i in range(n))
         kv_heads = tuple(0 if r else k for r, k in zip(recurrent, kv_heads))
     elif arch in PARALLEL_HYBRIDS:
         recurrent = (True,) * n
+    elif arch in KV_AND_FFN_HYBRIDS:
+        ffn = _per_layer(kv.get(p + "feed_forward_length"), n_all, p + "feed_forward_length", label) or (1,) * n
+        recurrent = tuple(k == 0 and f == 0 for k, f in zip(kv_heads, ffn[:n]))
     elif 0 in kv_heads and any(kv_heads):
         recurrent = tuple(k == 0 for k in kv_heads)
-    sliding, window = _sliding(arch, kv, n, label)
+    sliding, window = _sliding(arch, kv, n_all, label)
+    sliding = sliding[:n]
     kv_lora = _int(kv, p + "attention.kv_lora_rank", label)
     ssm = {k[len(p) + 4:]: v for k, v in kv.items()
            if k.startswith(p + "ssm.") and isinstance(v, int) and not isinstance(v, bool)}
@@ -381,7 +403,7 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         hidden_size=hidden, context_length=_int(kv, p + "context_length", label), vocab_size=vocab,
         sliding_window=window, sliding=sliding,
         kv_lora_rank=kv_lora, rope_head_dim=_int(kv, p + "rope.dimension_count", label) if kv_lora else None,
-        recurrent=recurrent, ssm=ssm, expert_count=_int(kv, p + "expert_count", label),
+        recurrent=recurrent, ssm=ssm, expert_count=_int(kv, p + "expert_count", label), nextn_layers=nextn,
     )
 
 

@@ -9,6 +9,7 @@ Nothing is downloaded, ever; only headers are read.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.text import printable
 
 __all__ = ["read_model"]
+
+_LATER_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
 def read_model(source: str, *, environ: Mapping[str, str] | None = None) -> ModelFacts:
@@ -42,8 +45,9 @@ def read_model(source: str, *, environ: Mapping[str, str] | None = None) -> Mode
 
 def _looks_like_path(source: str) -> bool:
     """A name that can only be a path: a Hugging Face id is ``org/name`` with no extension of a model file."""
-    return (source.startswith(("/", ".", "~")) or source.count("/") != 1
-            or source.lower().endswith((".gguf", ".safetensors", ".json")))
+    base = source.split("@", 1)[0]
+    return (source.startswith(("/", ".", "~")) or base.count("/") != 1
+            or base.lower().endswith((".gguf", ".safetensors", ".json")))
 
 
 def _read_file(source: str, path: str) -> ModelFacts:
@@ -105,6 +109,9 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
     if len(firsts) > 1:
         raise ModelFileError(f"{label}: holds {len(firsts)} GGUF models ({', '.join(printable(n) for n in sorted(firsts)[:3])}...)",
                              hint="name the .gguf file itself")
+    if any(n.endswith(".safetensors") for n in names):
+        raise ModelFileError(f"{label}: .safetensors weights but no config.json",
+                             hint="the layer and head counts come from it: download the model's config.json too")
     if "config.json" in names:
         raise ModelFileError(f"{label}: config.json but no .safetensors weights",
                              hint="download the weights too (only safetensors are read, not .bin/.pt)")
@@ -113,7 +120,5 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
 
 
 def _is_later_split(name: str) -> bool:
-    import re
-
-    m = re.search(r"-(\d{5})-of-\d{5}\.gguf$", name, re.IGNORECASE)
-    return bool(m) and int(m.group(1)) != 1
+    m = _LATER_PART.search(name)
+    return m is not None and int(m.group(1)) != 1
