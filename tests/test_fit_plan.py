@@ -132,3 +132,12 @@ def test_command_facts_vllm_and_mlc() -> None:
     f = command.read_command(["mlc_llm", "serve", "./dist/m-MLC", "--overrides",
                               "context_window_size=4096;tensor_parallel_shards={tp}"], engines.ENGINES["mlc"])
     assert (f.model, f.ctx, f.tp) == ("./dist/m-MLC", 4096, "{tp}")
+
+
+def test_mtp_layers_count_in_ngl() -> None:
+    from dataclasses import replace
+
+    model = llama_like()
+    model = replace(model, hyper=replace(model.hyper, nextn_layers=1))
+    p = plan.place(sized(model, LLAMA), [plan.Room(0, 24 * GiB, 24 * GiB)])
+    assert p.gpu_layers == 34  # llama.cpp's block count includes the MTP layer: all of it is -ngl 32 + 1 + 1
