@@ -141,3 +141,4 @@ def test_mtp_layers_count_in_ngl() -> None:
     model = replace(model, hyper=replace(model.hyper, nextn_layers=1))
     p = plan.place(sized(model, LLAMA), [plan.Room(0, 24 * GiB, 24 * GiB)])
     assert p.gpu_layers == 34  # llama.cpp's block count includes the MTP layer: all of it is -ngl 32 + 1 + 1
+    assert sum(p.tensor_split) == 34

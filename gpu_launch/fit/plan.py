@@ -232,8 +232,12 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     # MTP/next-token layers (GLM-4.5, DeepSeek-V3) are llama.cpp's last blocks: counted in -ngl, weighed here
     # with the output unit (their weights are in ``other``), offloaded right after it.
     nextn = getattr(s.model.hyper, "nextn_layers", 0) if placed else 0
+    split = [sh.units for sh in shares]
+    if nextn:
+        last = max(i for i, u in enumerate(split) if u)  # the GPU with the output unit
+        split[last] += nextn
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
-                     tensor_split=tuple(sh.units for sh in shares), whole=whole, fits=fits,
+                     tensor_split=tuple(split), whole=whole, fits=fits,
                      need_bytes=need + sum(allowance), short_bytes=max(0, need - sum(caps)) if not whole else 0,
                      notes=tuple(notes))
 
