@@ -130,6 +130,13 @@ def _fit(text: str, option: str) -> Any:
     return text
 
 
+def _tokens(text: str, option: str) -> int:
+    value = _whole(text, option, "8192")
+    if value < 1:
+        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 8192")
+    return value
+
+
 def _kv_type(text: str, option: str) -> str:
     from gpu_launch.fit.kv import parse_kv_type
 
@@ -187,7 +194,7 @@ OPTIONS: tuple[Option, ...] = (
            "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
            "SIZE|MODEL", _fit, CHOOSING, "Selection"),
     Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
-           "else the model's own)", "N", _positive, CHOOSING, "Model"),
+           "else the model's own)", "N", _tokens, CHOOSING, "Model"),
     Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else 1)",
            "N", _positive, CHOOSING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "

@@ -67,7 +67,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
             raise UsageError("--fit model: there is no command to read the model from",
                              hint="name the model: --fit ./model.gguf, or put the engine's command after --")
         if said.model is None:
-            raise UsageError(f"--fit model: {os.path.basename(argv[0])!r} names no model gpulaunch can read",
+            raise UsageError(f"the command ({os.path.basename(argv[0])!r}) names no model gpulaunch can read",
                              hint="name it: --fit ./model.gguf (or -m/--model in the command)")
         source = said.model
     model = _read(source, env)
