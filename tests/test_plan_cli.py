@@ -206,3 +206,29 @@ def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
     doc = plan_json("--snapshot", "dgx-h100", "plan", str(path), "--ctx", "8192", "--json")
     assert doc["kv_cache_bytes"] == (160 + 174) << 20
     assert doc["gpu_layers"] == 35
+
+
+def test_fallback_cpu_hands_the_cpu_plan_over(models: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text("import os, sys; print(repr(os.environ['CUDA_VISIBLE_DEVICES']), *sys.argv[1:])")
+    # --idle leaves 3 of the 4 GPUs; vLLM needs 4 for 131072 tokens: nothing now, so the CPU
+    proc = gpulaunch("--snapshot", "workstation-4x", "--idle", "--fallback", "cpu", "--fit", models["70b"], "--ctx",
+                     "131072", "--engine", "vllm", "--", sys.executable, str(script), "--tp", "{tp}", "-c", "{ctx}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["''", "--tp", "1", "-c", "131072"]
+    # llama.cpp on the CPU: no layer offloaded (a snapshot's host memory keeps it from fitting partly)
+    snap = tmp_path / "ws.json"
+    doc = json.loads(gpulaunch("--snapshot", "workstation-4x", "ls", "--json").stdout)
+    doc["host_memory_available_mib"] = 1024
+    snap.write_text(json.dumps(doc))
+    proc = gpulaunch("--snapshot", str(snap), "--fallback", "cpu", "--fit", models["70b"], "--ctx", "8192",
+                     "--engine", "llama.cpp", "--reserve", "47GiB", "--", sys.executable, str(script), "-ngl",
+                     "{gpu_layers}", "-c", "{ctx}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["''", "-ngl", "0", "-c", "8192"]
+
+
+def test_a_placeholder_the_engine_has_no_value_for_is_refused(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "workstation-4x", "--fit", "model", "--dry-run", "--", "vllm", "serve",
+                     models["70b"], "--max-model-len", "8192", "-ngl", "{gpu_layers}")
+    assert proc.returncode == 2 and "{gpu_layers} has no value for vllm" in proc.stderr

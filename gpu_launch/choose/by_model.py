@@ -18,7 +18,7 @@ from gpu_launch.errors import NotEnoughGpus
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.hardware.model import Device, Gpu, Machine
 
-__all__ = ["choose_by_model", "hopeless", "rooms", "counts", "KEEP"]
+__all__ = ["choose_by_model", "hopeless", "rooms", "counts", "for_machine", "KEEP"]
 
 MiB = 1 << 20
 KEEP = 12  # ranked sets tried per count before the next count
@@ -27,6 +27,13 @@ KEEP = 12  # ranked sets tried per count before the next count
 def rooms(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[fit_plan.Room]:
     return [fit_plan.Room(g.index, (g.memory_free_mib or 0) * MiB,
                           g.memory_total_mib * MiB if g.memory_total_mib is not None else None) for g in gpus]
+
+
+def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
+    """``s`` with the host memory a snapshot states (it describes its own host, not this one)."""
+    if machine.host_memory_available_mib is None or s.settings.host_free is None:
+        return s
+    return fit_plan.sizing(s.model, s.engine, replace(s.settings, host_free=machine.host_memory_available_mib * MiB))
 
 
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:
@@ -85,9 +92,7 @@ def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Co
     elig = select.eligibility(machine, constraints)
     if not elig.eligible:
         raise select._not_enough(1, machine, elig, constraints)
-    if machine.host_memory_available_mib is not None and s.settings.host_free is not None:
-        # a snapshot describes its own host: its memory, not this machine's
-        s = fit_plan.sizing(s.model, s.engine, replace(s.settings, host_free=machine.host_memory_available_mib * MiB))
+    s = for_machine(s, machine)
     found, tried = _search(machine, s, elig.eligible, runner_ups)
     if found is not None:
         base = select.choose_auto(machine, found.n, constraints, runner_ups) if runner_ups else None

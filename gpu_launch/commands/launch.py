@@ -45,7 +45,13 @@ def run(inv: Invocation) -> int:
                                            fallback=inv.get("fallback"))
     selection = got.selection
     plan = selection.plan
-    model_values = plan.placeholders() if plan is not None else ({"gpu_layers": "0", "tp": "1"} if sized else None)
+    model_values = plan.placeholders() if plan is not None else None
+    if model_values is not None:
+        missing = [name for name in placeholders.model_names_used(inv.argv) if name not in model_values]
+        if missing:
+            raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
+                             hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
+                                  "{max_memory} Transformers'; --engine names the engine")
     argv = placeholders.substitute(inv.argv, len(selection.devices), model_values)
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)

@@ -150,8 +150,10 @@ def _allowance(s: Sizing) -> int:
 
 def place(s: Sizing, rooms: Sequence[Room]) -> Placement:
     """``s``'s model on ``rooms`` (child order), the way its engine lays it out."""
-    if not rooms:
-        return Placement(s.engine.name, (), cpu_weights_bytes=s.model.weights.total, cpu_kv_bytes=s.kv.total)
+    if not rooms:  # the CPU only (--fallback cpu): no layer offloaded, no tensor parallelism
+        return Placement(s.engine.name, (), cpu_weights_bytes=s.model.weights.total, cpu_kv_bytes=s.kv.total,
+                         gpu_layers=0 if s.engine.layout == "layers" else None, tp=1,
+                         tensor_split=None, notes=("no GPU: everything on the CPU",))
     if s.engine.layout == "tensor":
         return _tensor(s, rooms)
     if s.engine.layout == "layers":

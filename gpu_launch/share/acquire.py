@@ -308,7 +308,12 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
-        return Acquired(gpu_select.Selection(()), None, {}, exc.message)
+        selection = gpu_select.Selection(())
+        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
+            from gpu_launch.fit import plan as fit_plan
+
+            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
+        return Acquired(selection, None, {}, exc.message)
 
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,

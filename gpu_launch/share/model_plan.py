@@ -54,5 +54,6 @@ def _on_gpus(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, st
     s = sizing.sizing_of(ref, argv, inv.options)
     machine = pick.read_machine(inv, processes=False, topology=False)
     devices = gpu_spec.resolve(inv.get("gpus"), machine)
+    s = by_model.for_machine(s, machine)
     placement = fit_plan.place(s, by_model.rooms([d.gpu for d in devices]))
     return fit_plan.Plan(s, placement), f"why: --gpus {', '.join(d.label for d in devices)}, in that order\n"
