@@ -59,7 +59,7 @@ def test_too_big_says_the_shortfall_and_what_would_fit() -> None:
         by_model.choose_by_model(m, s, select.Constraints())
     err = info.value
     assert err.exit_code == ExitCode.NOT_ENOUGH_GPUS
-    assert "needs" in err.message and "on 4 GPUs at 131072 tokens" in err.message
+    assert "needs" in err.message and "on each of 4 GPUs at 131072 tokens" in err.message
     assert "\n" not in err.message
 
 

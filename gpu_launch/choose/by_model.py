@@ -131,8 +131,23 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
     p = last.placement
     free = sum(sh.free_bytes for sh in p.per_gpu)
     sets = {1: "GPU", 2: "pair"}.get(last.n, f"set of {last.n}")
-    msg = (f"{name} needs {_gib(p.need_bytes)} on {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
-           f"({s.engine.name}); the best {sets} has {_gib(free)} free")
+    if s.engine.layout == "tensor" and p.per_gpu:
+        # every GPU holds the same share: say it per GPU, against what the engine may use of each
+        sh = p.per_gpu[0]
+        each = sh.weights_bytes + sh.kv_bytes + sh.allowance_bytes
+        room = rooms(last.gpus)
+        if p.gpu_mem_util is not None:
+            usable = min(int(p.gpu_mem_util * (r.total or r.free)) if r.free >= p.gpu_mem_util * (r.total or r.free)
+                         else 0 for r in room)
+            limit = f"vLLM may use {_gib(usable)} of the tightest ({p.gpu_mem_util:.2f} of its memory, if that much is free)"
+        else:
+            limit = f"the tightest has {_gib(min(r.free for r in room))} free"
+        msg = (f"{name} needs {_gib(each)} on each of {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
+               f"({s.engine.name}, tp {last.n}: weights {_gib(sh.weights_bytes)}, KV {_gib(sh.kv_bytes)}, allowance "
+               f"{_gib(sh.allowance_bytes)}); {limit}")
+    else:
+        msg = (f"{name} needs {_gib(p.need_bytes)} on {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
+               f"({s.engine.name}); the best {sets} has {_gib(free)} free")
     if p.notes:
         msg += f" ({'; '.join(p.notes)})"
     alternatives = []
