@@ -206,6 +206,18 @@ def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
     doc = plan_json("--snapshot", "dgx-h100", "plan", str(path), "--ctx", "8192", "--json")
     assert doc["kv_cache_bytes"] == (160 + 174) << 20
     assert doc["gpu_layers"] == 35
+    row = 2 * 4 * 256 * 2  # K and V of 4 heads of 256, f16, per token per layer
+    # llama-server with no -np runs 4 slots over one unified cache: the sliding layers hold 4 windows + a micro-batch
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", str(path), "-c", "8192")
+    assert doc["parallel"] == 4
+    assert doc["kv_cache_bytes"] == 5 * 8192 * row + 29 * 4608 * row
+    # -np 4 splits the cache 4 ways: each stream's sliding cache is pad256(min(8192 / 4, 1024 + 512))
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", str(path), "-c", "8192",
+                    "-np", "4")
+    assert doc["kv_cache_bytes"] == 5 * 8192 * row + 29 * 4 * 1536 * row
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", str(path), "-c", "8192",
+                    "-np", "4", "-kvu")
+    assert doc["kv_cache_bytes"] == 5 * 8192 * row + 29 * 4608 * row
 
 
 def test_fallback_cpu_hands_the_cpu_plan_over(models: dict[str, str], tmp_path: Path) -> None:

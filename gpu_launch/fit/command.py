@@ -28,6 +28,7 @@ class CommandFacts:
     gpu_layers: str | None = None
     gpu_mem_util: str | None = None
     tp: str | None = None
+    kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
 
 
 _FIELDS: dict[str, dict[str, str]] = {
@@ -42,6 +43,7 @@ _FIELDS: dict[str, dict[str, str]] = {
     "transformers": {},
 }
 _NUMBERS = {"ctx", "parallel", "ubatch"}
+_UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
 _MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
 
 
@@ -68,6 +70,10 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
                 break
             found.setdefault(table[name], value)
             continue
+        if engine.name == "llama.cpp" and arg in _UNIFIED:
+            found.setdefault("kv_unified", "1" if _UNIFIED[arg] else "")
+            i += 1
+            continue
         if engine.name == "mlc" and name == "--overrides" and (eq or i + 1 < len(args)):
             text = inline if eq else args[i + 1]
             for part in text.split(";"):
@@ -84,4 +90,5 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
     numbers = {k: _int(v) for k, v in found.items() if k in _NUMBERS}
     return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
                         kv_type=found.get("kv_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
-                        gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"))
+                        gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
+                        kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))

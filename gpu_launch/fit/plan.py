@@ -46,6 +46,7 @@ class Settings:
     host_free: int | None = None  # bytes of host memory available (None: not checked)
     ctx_from: str = "default"  # where ctx came from: "--ctx", "the command", "the model's trained context"
     self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
+    unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Sizing:
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch)
+                           ubatch=settings.ubatch, unified=settings.unified)
     return Sizing(model, engine, settings, kv)
 
 

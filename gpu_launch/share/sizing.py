@@ -83,10 +83,16 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         ctx, ctx_from = DEFAULT_CTX, "gpulaunch's default"
     kv_type = options.get("kv_type") or (kv.parse_kv_type(said.kv_type, "the command's KV cache type")
                                          if said.kv_type and not said.kv_type.startswith("{") else "f16")
+    # llama-server with no -np runs 4 slots over one unified cache ("n_parallel is set to auto, using
+    # n_parallel = 4 and kv_unified = true", tools/server); with -np N the cache is split N ways unless -kvu.
+    auto_slots = engine.name == "llama.cpp" and bool(argv) and os.path.basename(argv[0]) == "llama-server" \
+        and said.parallel is None
+    seqs = options.get("parallel") or said.parallel or (4 if auto_slots else 1)
+    unified = said.kv_unified if said.kv_unified is not None else (auto_slots or seqs == 1)
     reserve = options.get("reserve")
     util = _float(said.gpu_mem_util)
     partial = engine.layout == "layers" and (said.gpu_layers is None or said.gpu_layers == _PLACEHOLDER)
-    settings = plan.Settings(ctx=ctx, seqs=options.get("parallel") or said.parallel or 1, kv_type=kv_type,
+    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
