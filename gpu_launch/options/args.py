@@ -195,7 +195,8 @@ OPTIONS: tuple[Option, ...] = (
            "SIZE|MODEL", _fit, CHOOSING, "Selection"),
     Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
            "else the model's own)", "N", _tokens, CHOOSING, "Model"),
-    Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else 1)",
+    Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
+           "llama-server's 4 slots, else 1)",
            "N", _positive, CHOOSING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
            "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, CHOOSING, "Model"),
