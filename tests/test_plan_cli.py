@@ -244,3 +244,17 @@ def test_a_placeholder_the_engine_has_no_value_for_is_refused(models: dict[str, 
     proc = gpulaunch("--snapshot", "workstation-4x", "--fit", "model", "--dry-run", "--", "vllm", "serve",
                      models["70b"], "--max-model-len", "8192", "-ngl", "{gpu_layers}")
     assert proc.returncode == 2 and "{gpu_layers} has no value for vllm" in proc.stderr
+
+
+def test_a_safetensors_folder_plans_for_vllm_by_default(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    from tests.test_modelfile_safetensors import LLAMA, llama_layout, nbytes, write_model
+
+    tensors = llama_layout(3)
+    folder = write_model(tmp_path / "tiny-llama", LLAMA, tensors)
+    doc = plan_json("--snapshot", "dgx-h100", "plan", str(folder), "--json")
+    assert doc["model"]["format"] == "safetensors" and doc["engine"] == "vllm"
+    assert doc["model"]["weights_bytes"] == sum(nbytes(t) for t in tensors.values())
+    assert doc["ctx"] == 4096 and doc["ctx_from"] == "the model's trained context"
+    assert doc["kv_cache_bytes"] == 3 * 4096 * 2 * 2 * (64 // 4) * 2  # 2 KV heads of 16, bf16
+    assert doc["tp"] == 1
