@@ -133,3 +133,33 @@ def test_kv_type_names_of_both_engines() -> None:
     assert kv.parse_kv_type("auto") == "f16"
     with pytest.raises(UsageError):
         kv.parse_kv_type("q3_z")
+
+
+def gpt_oss_20b() -> Hyper:
+    # llama.cpp gpt-oss: sliding window 128 on every other layer (set_swa_pattern(2): il % 2 == 0 slides)
+    sliding = tuple(il % 2 == 0 for il in range(24))
+    return Hyper(n_layers=24, n_heads=64, kv_heads=(8,) * 24, key_length=64, value_length=64, hidden_size=2880,
+                 sliding_window=128, sliding=sliding)
+
+
+def jamba_mini() -> Hyper:
+    recurrent = tuple(il % 8 != 4 for il in range(32))  # attn_layer_period 8, offset 4
+    return Hyper(n_layers=32, n_heads=32, kv_heads=tuple(0 if r else 8 for r in recurrent), key_length=128,
+                 value_length=128, hidden_size=4096, recurrent=recurrent,
+                 ssm={"conv_kernel": 4, "inner_size": 8192, "state_size": 16, "group_count": 0, "time_step_rank": 256})
+
+
+@pytest.mark.parametrize("ctx,seqs", [(8192, 1), (131072, 1), (32768, 4)])
+def test_gpt_oss_alternating_sliding_layers(ctx: int, seqs: int) -> None:
+    row = 2 * 8 * 64 * 2
+    swa = min(ctx, -(-(128 * seqs + 512) // 256) * 256)
+    want = 12 * ctx * row + 12 * swa * row
+    assert near(kv.kv_cache(gpt_oss_20b(), ctx, seqs).total, want)
+
+
+@pytest.mark.parametrize("ctx,seqs", [(4096, 1), (262144, 1), (16384, 8)])
+def test_jamba_attention_layers_per_token_mamba_layers_per_sequence(ctx: int, seqs: int) -> None:
+    attention = 4 * ctx * 2 * 8 * 128 * 2
+    mamba = 28 * ((4 - 1) * 8192 + 16 * 8192) * 4 * seqs
+    assert near(kv.kv_cache(jamba_mini(), ctx, seqs).total, attention + mamba)
+    assert kv.kv_cache(jamba_mini(), ctx, seqs).total < 32 * ctx * 2 * 8 * 128 * 2 or ctx < 8192
