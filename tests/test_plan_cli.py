@@ -258,3 +258,11 @@ def test_a_safetensors_folder_plans_for_vllm_by_default(tmp_path: Path) -> None:
     assert doc["ctx"] == 4096 and doc["ctx_from"] == "the model's trained context"
     assert doc["kv_cache_bytes"] == 3 * 4096 * 2 * 2 * (64 // 4) * 2  # 2 KV heads of 16, bf16
     assert doc["tp"] == 1
+
+
+def test_option_equals_placeholder_is_warned_about(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "llama-server", "-m", models["8b"],
+                     "-c", "4096", "--n-gpu-layers={gpu_layers}")
+    assert proc.returncode == 0
+    assert "'--n-gpu-layers={gpu_layers}' is passed on unchanged" in proc.stderr
+    assert "--n-gpu-layers={gpu_layers}" in proc.stdout

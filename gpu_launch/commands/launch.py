@@ -144,8 +144,9 @@ def _warn_near_misses(argv: tuple[str, ...]) -> None:
     from gpu_launch.run import placeholders
 
     for arg in placeholders.near_misses(argv):
-        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
-              f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
+        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a placeholder that is a whole argument "
+              f"({arg.partition('=')[2]} alone) is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})",
+              file=sys.stderr)
 
 
 def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:
