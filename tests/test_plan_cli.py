@@ -266,3 +266,13 @@ def test_option_equals_placeholder_is_warned_about(models: dict[str, str]) -> No
     assert proc.returncode == 0
     assert "'--n-gpu-layers={gpu_layers}' is passed on unchanged" in proc.stderr
     assert "--n-gpu-layers={gpu_layers}" in proc.stdout
+
+
+def test_explain_on_a_launch_with_a_model(models: dict[str, str]) -> None:
+    argv = ("--snapshot", "workstation-4x", "--fit", "model", "--explain")
+    cmd = ("--", "llama-server", "-m", models["70b"], "-c", "32768", "-ngl", "{gpu_layers}")
+    doc = plan_json(*argv, "--json", *cmd)
+    assert len(doc["gpus"]) == 2 and doc["gpu_layers"] == 81
+    proc = gpulaunch(*argv, *cmd)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("model: ") and "placeholders: " in proc.stdout and "{gpu_layers}=81" in proc.stdout
