@@ -106,7 +106,7 @@ def test_split_gguf_set_reads_every_part(tmp_path: Path) -> None:
     assert whole.weights.layers == tuple(sum(t.nbytes for t in tensors if t.name.startswith(f"blk.{i}."))
                                          for i in range(6))
     assert read_model(str(files[2])).weights == whole.weights  # any part names the set
-    assert read_model(str(tmp_path)).weights == whole.weights  # so does its folder
+    assert read_model(tmp_path).weights == whole.weights  # so does its folder (a Path too)
     files[1].unlink()
     with pytest.raises(ModelFileError, match="1 of its 3 parts are missing") as err:
         read_model(str(files[0]))

@@ -22,13 +22,14 @@ __all__ = ["read_model"]
 _LATER_PART = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
 
 
-def read_model(source: str, *, environ: Mapping[str, str] | None = None) -> ModelFacts:
+def read_model(source: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> ModelFacts:
     """The facts of the model ``source`` names, read from its headers only.
 
     ``environ`` (default ``os.environ``) is where the Hugging Face cache location is looked up.
     Raises :class:`~gpu_launch.errors.ModelFileError` (exit 7) with one line and a hint when the
     model cannot be found or read.
     """
+    source = os.fspath(source)
     if not source or "\0" in source:
         raise ModelFileError("model: the name is empty or holds a NUL byte", hint="name a model file, folder or id")
     env = os.environ if environ is None else environ
