@@ -137,9 +137,9 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
         each = sh.weights_bytes + sh.kv_bytes + sh.allowance_bytes
         room = rooms(last.gpus)
         if p.gpu_mem_util is not None:
-            usable = min(int(p.gpu_mem_util * (r.total or r.free)) if r.free >= p.gpu_mem_util * (r.total or r.free)
-                         else 0 for r in room)
-            limit = f"vLLM may use {_gib(usable)} of the tightest ({p.gpu_mem_util:.2f} of its memory, if that much is free)"
+            allowed = min(int(p.gpu_mem_util * (r.total or r.free)) if r.free >= p.gpu_mem_util * (r.total or r.free)
+                          else 0 for r in room)
+            limit = f"vLLM may use {_gib(allowed)} of the tightest ({p.gpu_mem_util:.2f} of its memory, if that much is free)"
         else:
             limit = f"the tightest has {_gib(min(r.free for r in room))} free"
         msg = (f"{name} needs {_gib(each)} on each of {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
