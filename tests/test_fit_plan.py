@@ -142,3 +142,12 @@ def test_mtp_layers_count_in_ngl() -> None:
     p = plan.place(sized(model, LLAMA), [plan.Room(0, 24 * GiB, 24 * GiB)])
     assert p.gpu_layers == 34  # llama.cpp's block count includes the MTP layer: all of it is -ngl 32 + 1 + 1
     assert sum(p.tensor_split) == 34
+
+
+def test_command_facts_transformers_scripts_and_python_m_vllm() -> None:
+    t = engines.ENGINES["transformers"]
+    assert command.read_command(["python", "run_clm.py", "--model_name_or_path", "org/m"], t).model == "org/m"
+    assert command.read_command(["accelerate", "launch", "gen.py", "--model=./m"], t).model == "./m"
+    f = command.read_command(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "./m",
+                              "--max-model-len=8192", "-tp", "{tp}"], VLLM)
+    assert (f.model, f.ctx, f.tp) == ("./m", 8192, "{tp}")

@@ -40,7 +40,9 @@ _FIELDS: dict[str, dict[str, str]] = {
              "--gpu-memory-utilization": "gpu_mem_util", "--tensor-parallel-size": "tp", "-tp": "tp"},
     "mlc": {"--model": "model"},
     "tgi": {"--model-id": "model", "--max-total-tokens": "ctx", "--num-shard": "tp"},
-    "transformers": {},
+    # Transformers scripts have no one spelling; these are the examples' and most scripts' own
+    "transformers": {"--model": "model", "--model_name_or_path": "model", "--model-name-or-path": "model",
+                     "--model_id": "model", "--model-id": "model"},
 }
 _NUMBERS = {"ctx", "parallel", "ubatch"}
 _UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
