@@ -151,3 +151,38 @@ def test_command_facts_transformers_scripts_and_python_m_vllm() -> None:
     f = command.read_command(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "./m",
                               "--max-model-len=8192", "-tp", "{tp}"], VLLM)
     assert (f.model, f.ctx, f.tp) == ("./m", 8192, "{tp}")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None)
+@given(layers=st.integers(1, 96), layer_mib=st.integers(1, 4096), frees=st.lists(st.integers(0, 96), min_size=1,
+       max_size=8), ctx=st.integers(1, 200_000), partial=st.booleans(), tied=st.booleans())
+def test_llama_placement_invariants(layers: int, layer_mib: int, frees: list[int], ctx: int, partial: bool,
+                                    tied: bool) -> None:
+    model = llama_like(layers=layers, layer_bytes=layer_mib * MiB, tied=tied)
+    s = sized(model, LLAMA, ctx=ctx, partial=partial)
+    p = plan.place(s, [plan.Room(i, f * GiB, f * GiB) for i, f in enumerate(frees)])
+    on_gpus = sum(sh.weights_bytes for sh in p.per_gpu)
+    duplicated = model.weights.token_embedding if tied and p.gpu_layers else 0  # the tied output's copy
+    assert on_gpus + p.cpu_weights_bytes == model.weights.total + duplicated
+    assert sum(sh.kv_bytes for sh in p.per_gpu) + p.cpu_kv_bytes == s.kv.total
+    assert 0 <= p.gpu_layers <= layers + 1 and sum(p.tensor_split) == p.gpu_layers
+    assert p.whole == (p.gpu_layers == layers + 1)
+    assert all(sh.left_bytes >= 0 for sh in p.per_gpu)  # nothing is put where it does not fit
+    if p.whole:
+        assert p.fits and p.cpu_weights_bytes == model.weights.token_embedding
+
+
+@settings(max_examples=100, deadline=None)
+@given(heads=st.sampled_from([8, 12, 32, 40, 64]), kv_heads=st.sampled_from([1, 2, 4, 8]), n=st.sampled_from([1, 2, 4, 8]),
+       ctx=st.integers(16, 131072))
+def test_tensor_parallel_kv_never_less_than_its_share(heads: int, kv_heads: int, n: int, ctx: int) -> None:
+    s = sized(llama_like(heads=heads, kv_heads=kv_heads), VLLM, ctx=ctx)
+    p = plan.place(s, [plan.Room(i, 80 * GiB, 80 * GiB) for i in range(n)])
+    per = p.per_gpu[0].kv_bytes
+    assert per * n >= s.kv.total  # split or replicated, never lost
+    assert per <= s.kv.total
+    assert p.tp == n and (p.whole is False if heads % n else True) or p.whole is False

@@ -197,28 +197,30 @@ def _fill(units: list[tuple[int, int]], caps: Sequence[float]) -> list[list[tupl
 
 
 def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
-    allowance = [_allowance(s)] * len(rooms)
-    if s.settings.reserve is None:
-        allowance[-1] += _logits_buffer(s)
-    caps = [max(0, r.free - a) for r, a in zip(rooms, allowance)]
+    base = _allowance(s)
+    logits = _logits_buffer(s) if s.settings.reserve is None else 0
     units = _units(s)
     need = sum(a + b for a, b in units)
-    # Spread in proportion to what each GPU can hold: the smallest scale of every capacity at which
-    # all units still fit, so no GPU is filled to the brim while another has room to spare.
-    lo, hi = 0.0, 1.0
-    if len(_flatten(_fill(units, caps))) == len(units):
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            if len(_flatten(_fill(units, [c * mid for c in caps]))) == len(units):
-                hi = mid
-            else:
-                lo = mid
-    filled = _fill(units, [c * hi for c in caps])
+    # The logits buffer goes where the output unit goes: the last GPU, unless it has no room for it.
+    out_at = len(rooms) - 1
+    for _ in range(2):
+        extra = [logits if j == out_at else 0 for j in range(len(rooms))]
+        caps = [max(0, r.free - base - e) for r, e in zip(rooms, extra)]
+        filled = _spread(units, caps)
+        holders = [j for j, f in enumerate(filled) if f]
+        if not holders or holders[-1] == out_at:
+            break
+        out_at = holders[-1]
     placed = len(_flatten(filled))
+    # A GPU that holds nothing is charged nothing: the allowance is for the buffers next to the layers.
+    allowance = [base + e if f else 0 for f, e in zip(filled, extra)]
     shares = tuple(GpuShare(r.gpu, sum(u[0] for u in f), sum(u[1] for u in f), a, r.free, len(f))
                    for r, f, a in zip(rooms, filled, allowance))
     rest = units[placed:]
-    cpu_w = s.model.weights.token_embedding + sum(u[0] for u in rest)
+    w = s.model.weights
+    # On the CPU a tied output reads the embedding itself: the copy exists only on a GPU.
+    copy = w.token_embedding if w.tied_embeddings and placed == 0 else 0
+    cpu_w = w.token_embedding + sum(u[0] for u in rest) - copy
     cpu_kv = sum(u[1] for u in rest)
     whole = placed == len(units)
     notes = []
@@ -237,12 +239,27 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     nextn = getattr(s.model.hyper, "nextn_layers", 0) if placed else 0
     split = [sh.units for sh in shares]
     if nextn:
-        last = max(i for i, u in enumerate(split) if u)  # the GPU with the output unit
-        split[last] += nextn
+        split[max(i for i, u in enumerate(split) if u)] += nextn  # the GPU with the output unit
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
                      tensor_split=tuple(split), whole=whole, fits=fits,
-                     need_bytes=need + sum(allowance), short_bytes=max(0, need - sum(caps)) if not whole else 0,
-                     notes=tuple(notes))
+                     need_bytes=need + base * len(rooms) + logits,
+                     short_bytes=max(0, need - sum(caps)) if not whole else 0, notes=tuple(notes))
+
+
+def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
+    """Units over the GPUs in proportion to what each can hold: the smallest scale of every capacity
+    at which all units still fit, so no GPU is filled to the brim while another has room to spare;
+    when they do not all fit, as many as fit, from the last GPU backwards."""
+    if len(_flatten(_fill(units, caps))) < len(units):
+        return _fill(units, caps)
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if len(_flatten(_fill(units, [c * mid for c in caps]))) == len(units):
+            hi = mid
+        else:
+            lo = mid
+    return _fill(units, [c * hi for c in caps])
 
 
 def _flatten(filled: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
