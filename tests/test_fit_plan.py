@@ -82,6 +82,7 @@ def test_tp_sizes_divide_the_heads() -> None:
     assert plan.tp_sizes(llama_like(heads=40), 8) == [1, 2, 4, 8]
     assert plan.tp_sizes(llama_like(heads=12, kv_heads=4), 8) == [1, 2, 4]
     assert plan.tp_sizes(llama_like(heads=28, kv_heads=4), 2) == [1, 2]
+    assert plan.tp_sizes(llama_like(heads=48, kv_heads=6), 8) == [1, 2]  # 6 KV heads: 4 splits them unevenly
 
 
 def test_transformers_max_memory_is_keyed_by_the_childs_device_numbers() -> None:

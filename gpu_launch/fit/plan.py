@@ -139,10 +139,13 @@ class Plan:
 
 
 def tp_sizes(model: ModelFacts, most: int) -> list[int]:
-    """Tensor-parallel sizes 1, 2, 4, 8 (up to ``most``) that divide the attention heads (vLLM,
-    MLC-LLM and TGI refuse the others)."""
+    """Tensor-parallel sizes 1, 2, 4, 8 (up to ``most``) that divide the attention heads, and whose
+    KV heads split evenly or replicate evenly (vLLM: kv_heads % tp == 0, or tp % kv_heads == 0 when
+    tp exceeds them); vLLM, MLC-LLM and TGI refuse the others."""
     heads = model.hyper.n_heads
-    return [t for t in (1, 2, 4, 8) if t <= most and (heads <= 0 or heads % t == 0)]
+    kv = max(model.hyper.kv_heads, default=0)
+    return [t for t in (1, 2, 4, 8) if t <= most and (heads <= 0 or heads % t == 0)
+            and (kv <= 0 or model.hyper.kv_lora_rank or kv % t == 0 or t % kv == 0)]
 
 
 def _allowance(s: Sizing) -> int:
@@ -283,9 +286,10 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     allowance = _allowance(s)
     per_gpu = weights + kv + allowance
     notes: list[str] = []
-    valid = h.n_heads <= 0 or h.n_heads % tp == 0
+    valid = tp in tp_sizes(s.model, tp) or tp > 8 and (h.n_heads <= 0 or h.n_heads % tp == 0)
     if not valid:
-        notes.append(f"{tp} does not divide the {h.n_heads} attention heads")
+        notes.append(f"tensor parallelism {tp} does not divide the {h.n_heads} attention heads "
+                     f"and {max(h.kv_heads, default=0)} KV heads evenly")
     util = None
     budgets = [r.free for r in rooms]
     if s.engine.name == "vllm":
