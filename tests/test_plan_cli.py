@@ -304,3 +304,15 @@ def test_an_mlc_folder_named_by_mlc_llm_serve(tmp_path: Path) -> None:
                      "--overrides", "tensor_parallel_shards={tp};context_window_size={ctx}")
     assert proc.returncode == 0, proc.stderr
     assert "tensor_parallel_shards=1;context_window_size=8192" in proc.stdout.splitlines()[-1]
+
+
+def test_a_model_request_reads_the_links_from_nvml(models: dict[str, str], tmp_path: Path) -> None:
+    # The ranking among sets that hold the model needs the topology (NVLink pairs first), as --fit SIZE does.
+    from tests.test_imports import _SHIM, run_importtime
+
+    (tmp_path / "pynvml.py").write_text(_SHIM)
+    proc, _modules = run_importtime("-v", "--fit", models["70b"], "--ctx", "8192", "--dry-run", "--", "true",
+                                    pynvml_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    read = [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch: read nvml in ")]
+    assert read and "topology " in read[0]

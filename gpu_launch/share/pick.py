@@ -155,7 +155,8 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
         # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
         return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
-                            topology=not explicit and (request.fit is not None or (request.auto or 1) > 1
+                            topology=not explicit and (request.fit is not None or request.model is not None
+                                                       or (request.auto or 1) > 1
                                                        or bool(inv.get("explain"))))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
