@@ -124,7 +124,7 @@ _gpulaunch() {
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        plan) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac

@@ -32,9 +32,6 @@ def _what(inv: Invocation) -> tuple[str, tuple[str, ...]]:
 
 
 def run(inv: Invocation) -> int:
-    for dest in ("auto", "fit", "mig"):
-        if inv.get(dest):
-            raise UsageError(f"plan: --{dest} makes no sense here", hint="plan sizes the GPUs by the model itself")
     ref, argv = _what(inv)
     from gpu_launch.share import model_plan
     from gpu_launch.views import plan_view

@@ -40,8 +40,9 @@ SUBCOMMANDS: dict[str, str] = {
 }
 # `config` takes the launch's options too, so that it can show what a flag would override...
 SELECTING = frozenset({RUN, "config"})
-CHOOSING = frozenset({RUN, "env", "check", "config", "plan"})  # options that choose GPUs: a launch, env, check, plan
-CONSTRAINING = CHOOSING | {"each"}  # constraints also apply to every job of `each`
+CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
+SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
+CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
 # ...except these, which choose what one launch does and have no default (config.py, README).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
@@ -186,7 +187,7 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), CHOOSING, "Selection"),
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", _count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
@@ -194,16 +195,16 @@ OPTIONS: tuple[Option, ...] = (
            "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
            "SIZE|MODEL", _fit, CHOOSING, "Selection"),
     Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
-           "else the model's own)", "N", _tokens, CHOOSING, "Model"),
+           "else the model's own)", "N", _tokens, SIZING, "Model"),
     Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
            "llama-server's 4 slots, else 1)",
-           "N", _positive, CHOOSING, "Model"),
+           "N", _positive, SIZING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
-           "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, CHOOSING, "Model"),
+           "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, SIZING, "Model"),
     Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
-           "command word, else from the model's format)", "E", _engine, CHOOSING, "Model"),
+           "command word, else from the model's format)", "E", _engine, SIZING, "Model"),
     Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
-           "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), CHOOSING,
+           "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
            "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
@@ -225,7 +226,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
            "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _dir,
-           commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
+           commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
@@ -407,7 +408,7 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         if command not in opt.commands:
             where = ("a launch" if opt.commands == SELECTING else "a launch or each --slurm"
                      if opt.commands == SELECTING | {"each"} else "a launch, env or check" if opt.commands == CHOOSING
-                     else "a launch, env, check or each" if opt.commands == CONSTRAINING
+                     else "a launch, env, check, each or plan" if opt.commands == CONSTRAINING
                      else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
