@@ -187,3 +187,9 @@ def test_tensor_parallel_kv_never_less_than_its_share(heads: int, kv_heads: int,
     assert per * n >= s.kv.total  # split or replicated, never lost
     assert per <= s.kv.total
     assert p.tp == n and (p.whole is False if heads % n else True) or p.whole is False
+
+
+def test_vllm_on_a_full_gpu_of_unknown_total_is_no_crash() -> None:
+    s = sized(llama_like(), VLLM, util_placeholder=True)
+    p = plan.place(s, [plan.Room(0, 0, None)])
+    assert not p.fits

@@ -307,7 +307,7 @@ def _vllm_budget(s: Sizing, rooms: Sequence[Room]) -> tuple[float, list[int], st
     """What vLLM may use on each GPU: utilisation × total, and it refuses to start when a GPU has
     less than that free. gpulaunch picks the utilisation for ``{gpu_mem_util}`` (the most every
     GPU of the set has free, at most 0.95), else it is the command's value or vLLM's 0.9."""
-    totals = [r.total or r.free for r in rooms]
+    totals = [r.total or r.free or 1 for r in rooms]  # a GPU whose total is unknown: its free memory is all
     if s.settings.gpu_mem_util is not None:
         util = s.settings.gpu_mem_util
     elif s.settings.util_placeholder:
