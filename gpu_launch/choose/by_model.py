@@ -75,15 +75,20 @@ def _search(machine: Machine, s: fit_plan.Sizing, eligible: tuple[Gpu, ...], run
             best_per_count.append(_Tried(n, ranked.best, fit_plan.place(s, rooms(ranked.best))))
             continue
         ranked = ranking.best_sets(machine, pool, n, keep=max(KEEP, 1 + runner_ups))
-        first: _Tried | None = None
+        most: _Tried | None = None  # of this count: the best-ranked set that holds the most layers
         for cand in ranked.candidates:
             tried = _Tried(n, cand.gpus, fit_plan.place(s, rooms(cand.gpus)))
-            first = first or tried
             if tried.placement.whole:
                 return tried, best_per_count
-        if first is not None:
-            best_per_count.append(first)
+            if most is None or _layers(tried) > _layers(most):
+                most = tried
+        if most is not None:
+            best_per_count.append(most)
     return None, best_per_count
+
+
+def _layers(t: _Tried) -> tuple[bool, int]:
+    return t.placement.fits, t.placement.gpu_layers or 0
 
 
 def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Constraints,
