@@ -73,7 +73,7 @@ def _fail(exc: GpuLaunchError) -> int:
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
-            "completions": "completions", "locks": "locks", RUN: "launch"}
+            "completions": "completions", "locks": "locks", "plan": "plan", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 

@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+    from gpu_launch.fit.plan import Sizing
     from gpu_launch.hardware.model import Device
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
@@ -58,6 +59,8 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
+    #: --fit MODEL: the model, its engine and settings; the choice is then sized by it
+    model: Sizing | None = None
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
@@ -76,6 +79,8 @@ class Request:
             return f"need {labels}{with_desc if self.strict else ''}"
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
+        if self.model is not None:
+            return f"need GPUs that hold {self.model.model.source}{with_desc}"
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
@@ -136,6 +141,10 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     """``--gpus``, ``--fit`` or ``--auto`` on the whole machine."""
     if request.gpus is not None:
         return gpu_select.check_explicit(gpu_spec.resolve(request.gpus, machine), machine, constraints)
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
@@ -259,6 +268,10 @@ def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = fr
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.hopeless(request.model, usable)
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:
@@ -324,7 +337,12 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
-        return Acquired(gpu_select.Selection(()), None, {}, exc.message)
+        selection = gpu_select.Selection(())
+        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
+            from gpu_launch.fit import plan as fit_plan
+
+            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
+        return Acquired(selection, None, {}, exc.message)
 
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
