@@ -54,7 +54,8 @@ def test_installed_wheel_runs_an_example(wheel: Path, tmp_path: Path) -> None:
 
 def test_installed_wheel_serves_the_python_api(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    code = ("import gpu_launch, os; d = gpu_launch.use(2, snapshot='dgx-h100', lock_dir='locks', quiet=True); "
+    code = (f"import gpu_launch, os; d = gpu_launch.use(2, snapshot='dgx-h100', lock_dir={str(tmp_path / 'locks')!r}, "
+            "quiet=True); "
             "print(os.environ['CUDA_VISIBLE_DEVICES'], d[1].cuda)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
