@@ -92,6 +92,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     except NotEnoughGpus as exc:
         if vis.restricted:
             exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+            exc.hint = f"{exc.hint}; {vis.lift_hint()}" if exc.hint else vis.lift_hint()
         raise
 
 
