@@ -98,6 +98,9 @@ class SnapshotError(GpuLaunchError):
 
 class NvmlUnavailable(GpuLaunchError):
     exit_code = ExitCode.NO_DRIVER
+    #: True when there is no driver at all (no NVML library, kernel module not loaded), as
+    #: opposed to a driver that fails: a plain `ls` then shows the bundled example machine instead.
+    no_driver: bool = False
 
 
 class SlurmUnavailable(GpuLaunchError):

@@ -109,6 +109,7 @@ INIT_FAULTS = {
     "no-permission": (fake.NVMLError_NoPermission, "no permission to use NVML", "/dev/nvidiactl"),
     "unknown": (fake.NVMLError_Unknown, "NVML failed to initialize", "--snapshot dgx-h100"),
 }
+NO_DRIVER = ("library-not-found", "driver-not-loaded")  # no driver at all, not a failing one
 COMMANDS = [("ls",), LS, ("ls", "--json"), (*AUTO, "1", "--", "x"), ("--dry-run", "--gpus", "0", "--", "x"),
             ("env", "--auto", "1")]
 
@@ -119,6 +120,10 @@ def test_nvml_init_failure_is_one_line_and_exit_3(gpulaunch: Run, fault: str, ar
     error, says, hint = INIT_FAULTS[fault]
     nvml = fake.dgx_h100(errors={("nvmlInit", None): error})
     result = gpulaunch(nvml, *argv)
+    if argv[0] == "ls" and "--json" not in argv and fault in NO_DRIVER:  # a new user's first `ls`: the demo
+        assert result.code == 0 and "snapshot dgx-h100" in result.out
+        assert result.error_lines == [] and "showing the bundled example machine dgx-h100" in result.err
+        return
     assert result.code == ExitCode.NO_DRIVER
     assert says in result.error_lines[0] and hint in result.error_lines[0]
     assert [name for name, _ in nvml.calls] == ["nvmlInit"], "nothing else is asked of a failed NVML"

@@ -163,7 +163,9 @@ class NvmlBackend:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
                 cause, hint = _INIT_FAILURES.get(_code(exc), ("NVML failed to initialize", _EXAMPLES_HINT))
-                raise NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint) from exc
+                failed = NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint)
+                failed.no_driver = _code(exc) in (_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED)
+                raise failed from exc
         try:
             yield
         finally:
@@ -350,6 +352,7 @@ class NvmlBackend:
         if self.needs.mig:
             with self._timed("mig"):
                 mig_mode, mig_devices = self._mig(handle)
+        extras = self._extras(handle) if self.needs.extras else {}
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
@@ -357,8 +360,25 @@ class NvmlBackend:
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
-            mig_devices=mig_devices, mig_mode=mig_mode, health=health,
+            mig_devices=mig_devices, mig_mode=mig_mode, health=health, **extras,
         )
+
+    def _extras(self, handle: Any) -> dict[str, int | None]:
+        """``ls --wide`` only: power draw and limit (NVML: milliwatts), fan speed, SM and memory clocks.
+        Five cheap calls per GPU that nothing else needs; None for each NVML cannot give (no fan)."""
+        nvml = self._nvml
+        with self._timed("extras"):
+            draw = self._query("nvmlDeviceGetPowerUsage", handle)
+            limit = self._query("nvmlDeviceGetEnforcedPowerLimit", handle)
+            fan = self._query("nvmlDeviceGetFanSpeed", handle)
+            sm = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+            memory = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+
+        def watts(milliwatts: Any) -> int | None:
+            return _bounded(round(milliwatts / 1000), 0, 100_000) if isinstance(milliwatts, int) else None
+
+        return {"power_draw_w": watts(draw), "power_limit_w": watts(limit), "fan_percent": _bounded(fan, 0, 255),
+                "clock_sm_mhz": _bounded(sm, 0, 100_000), "clock_memory_mhz": _bounded(memory, 0, 100_000)}
 
     # -- fields ------------------------------------------------------------------------------
 

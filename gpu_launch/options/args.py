@@ -81,6 +81,14 @@ def _wait(text: str, option: str) -> float:
     return parse_duration(text, option)
 
 
+def _interval(text: str, option: str) -> float:
+    """``ls --watch`` SECONDS: a duration (2, 0.5, 1m) from 0.1 s to a day."""
+    seconds = parse_duration(text, option)
+    if not 0.1 <= seconds <= 86400:
+        raise UsageError(f"{option}: {text!r} is not between 0.1s and 1d", hint=f"e.g. {option} 2")
+    return seconds
+
+
 def _fallback(text: str, option: str) -> str:
     if text != "cpu":
         raise UsageError(f"{option}: {text!r} is not a fallback", hint=f"the only one is {option} cpu")
@@ -213,6 +221,11 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
+    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
+           commands=frozenset({"ls"}), group="Output"),
+    Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
+           "not on a terminal, print one listing after another", "SECONDS", _interval, frozenset({"ls"}), "Output",
+           optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", _file, group="Input"),
     Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
