@@ -195,7 +195,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("auto-zero", (*S, "--auto", "0", "--", "true"), U, "--auto: 0 GPUs makes no sense"),
     Bad("auto-negative", (*S, "--auto", "-1", "--", "true"), U, "--auto: -1 GPUs makes no sense"),
     Bad("auto-more-than-exist", (*S, "--auto", "9", "--", "true"), N, "need 9 GPUs, but this machine has 8 (hint: ask for at most 8)"),
-    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPU 0: not idle"),
+    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPUs 0,1: not idle"),
     Bad("auto-word", (*S, "--auto", "abc", "--", "true"), U, "--auto: 'abc' is not a whole number"),
     Bad("auto-float", (*S, "--auto", "2.5", "--", "true"), U, "is not a whole number"),
     Bad("auto-huge", (*S, "--auto", BIG, "--", "true"), U, "is not a whole number"),

@@ -51,3 +51,52 @@ def test_check_with_a_cvd_hiding_every_gpu_gives_a_fix_not_itself():
     assert done.returncode == 4
     assert "gpulaunch check" not in done.stderr.split("hint:", 1)[1]
     assert "`unset CUDA_VISIBLE_DEVICES`" in done.stderr
+
+
+def test_a_holder_of_several_gpus_is_named_once(tmp_path) -> None:
+    """A reservation conflict groups GPUs by holder (it once repeated a 60-character holder per GPU)."""
+    from sharing_helpers import Lines, run, start
+
+    release = tmp_path / "release"
+    hold = ("import os, sys, time\nprint('CVD=' + os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n")
+    locks = tmp_path / "locks"
+    holder = start(["--snapshot", "dgx-h100", "--gpus", "0-3", "--", "python3", "-c", hold, str(release)], locks)
+    try:
+        assert Lines(holder.stdout).wait("CVD=").startswith("CVD=0,1,2,3")
+        clash = run(["--snapshot", "dgx-h100", "--gpus", "0-3", "--", "true"], locks)
+        assert clash.returncode == 6
+        assert clash.stderr.count(f"pid {holder.pid}") == 1, clash.stderr
+        assert "--gpus: GPUs 0-3 are reserved by " in clash.stderr
+        timeout = run(["--snapshot", "dgx-h100", "--gpus", "0-3", "--wait=0.2s", "--", "true"], locks)
+        assert timeout.returncode == 5
+        last = timeout.stderr.strip().splitlines()[-1]
+        assert last.count(f"pid {holder.pid}") == 1, last
+        everything = run(["--snapshot", "dgx-h100", "--auto", "8", "--", "true"], locks)
+        assert everything.returncode == 4 and everything.stderr.count(f"pid {holder.pid}") == 1
+    finally:
+        release.touch()
+        holder.communicate(timeout=30)
+
+
+def test_exclusions_name_where_they_came_from(tmp_path) -> None:
+    from childproc import gpulaunch as run_gl
+
+    by_env = run_gl(["--snapshot", "pcie-8x", "--auto", "4", "--", "true"], {"GPULAUNCH_EXCLUDE": "0-5"})
+    assert by_env.returncode == 4
+    assert "GPUs 0-5: excluded by GPULAUNCH_EXCLUDE=0-5" in by_env.stderr and "--exclude" not in by_env.stderr
+    config = tmp_path / "config.toml"
+    config.write_text('idle = false\nexclude = "0-5"\n')
+    by_file = run_gl(["--snapshot", "pcie-8x", "--auto", "4", "--", "true"], {"GPULAUNCH_CONFIG": str(config)})
+    assert by_file.returncode == 4
+    assert f"excluded by exclude = '0-5' in {config}:2" in by_file.stderr
+    by_flag = run_gl(["--snapshot", "pcie-8x", "--auto", "4", "-x", "0-5", "--", "true"], {"GPULAUNCH_EXCLUDE": "7"})
+    assert "GPUs 0-5: excluded by --exclude" in by_flag.stderr
+
+
+def test_config_shows_the_built_in_value_of_a_default() -> None:
+    done = gpulaunch(["config"])
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("--")}
+    assert "–" not in rows["--lock-dir"] and "/" in rows["--lock-dir"]
+    assert rows["--gpus-per-job"].split()[1] == "1"
+    assert "auto" in rows["--bind"] and "gpulaunch-logs" in rows["--log-dir"]

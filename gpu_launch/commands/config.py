@@ -15,7 +15,19 @@ if TYPE_CHECKING:
     from gpu_launch.options.args import Invocation
 
 
-__all__ = ["run"]
+__all__ = ["run", "BUILT_IN"]
+
+#: What gpulaunch does when an option is set nowhere, for the VALUE column (instead of a bare "–");
+#: the lock directory is the one in force, found at run time.
+BUILT_IN = {
+    "gpus_per_job": "1",
+    "log_dir": "./gpulaunch-logs/TIMESTAMP",
+    "bind": "auto (off on a bundled example)",
+    "shell": "sh (bash, zsh)",
+    "wait": "off (fail at once)",
+    "watch": "off (2s when given alone)",
+    "snapshot": "none: NVML",
+}
 
 
 def run(inv: Invocation) -> int:
@@ -33,7 +45,7 @@ def run(inv: Invocation) -> int:
         doc["lock_dir"] = lock_dir
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(config.as_text(settings, os.environ))
+        sys.stdout.write(config.as_text(settings, os.environ, {**BUILT_IN, "lock_dir": lock_dir["path"]}))
         from gpu_launch.share import reservations
 
         sys.stdout.write(f"lock dir in force: {reservations.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")

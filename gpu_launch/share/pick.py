@@ -113,7 +113,22 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting)
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting,
+                           exclude_source=_exclude_source(inv))
+
+
+def _exclude_source(inv: Invocation) -> str:
+    """Where the exclusions came from when not from the command line: the variable or the file's line."""
+    if inv.get("exclude") is None or "exclude" in inv.flags:
+        return "--exclude"
+    from gpu_launch.options import config
+
+    setting = config.layered(os.environ).get("exclude")
+    if setting is None:
+        return "--exclude"
+    if setting.source == "env":
+        return f"{setting.where}={setting.text}"
+    return f"exclude = {setting.text!r} in {setting.where}"
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
