@@ -100,3 +100,36 @@ def test_config_shows_the_built_in_value_of_a_default() -> None:
     assert "–" not in rows["--lock-dir"] and "/" in rows["--lock-dir"]
     assert rows["--gpus-per-job"].split()[1] == "1"
     assert "auto" in rows["--bind"] and "gpulaunch-logs" in rows["--log-dir"]
+
+
+def _two_close_gpus(tmp_path) -> str:
+    """Two idle 8 GiB GPUs whose free memory differs by 2 MiB."""
+    import json
+
+    from gpu_launch.hardware import snapshot
+
+    doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))
+    doc["gpus"] = doc["gpus"][:2]
+    doc["links"] = [row[:2] for row in doc["links"][:2]] if doc.get("links") else None
+    for gpu, free in zip(doc["gpus"], (8092, 8090)):
+        gpu.update(memory_total_mib=8192, memory_free_mib=free, memory_used_mib=8192 - free, processes=[])
+    path = tmp_path / "close.json"
+    path.write_text(json.dumps({k: v for k, v in doc.items() if v is not None}))
+    return str(path)
+
+
+def test_explain_shows_enough_precision_when_two_values_differ(tmp_path) -> None:
+    done = gpulaunch(["--snapshot", _two_close_gpus(tmp_path), "--auto", "1", "--explain"])
+    assert done.returncode == 0, done.stderr
+    lost = next(line for line in done.stdout.splitlines() if "lost on" in line)
+    assert "7.9 GiB vs 7.9 GiB" not in lost
+    assert "(8090 MiB vs 8092 MiB)" in lost
+
+
+def test_explain_lines_stay_readable() -> None:
+    for machine, n in (("dgx-h100", "8"), ("dgx-h100", "4"), ("pcie-8x", "4"), ("dgx1-v100", "4")):
+        done = gpulaunch(["--snapshot", machine, "--auto", n, "--explain"])
+        assert done.returncode == 0, done.stderr
+        assert max(len(line) for line in done.stdout.splitlines()) <= 100, machine
+    eight = gpulaunch(["--snapshot", "dgx-h100", "--auto", "8", "--explain"]).stdout
+    assert "links: all 28 pairs NV18" in eight
