@@ -56,10 +56,16 @@ def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir o
     """The lock directory a launch would use, whether it is hardened, and why it is that one."""
     from gpu_launch.share import reservations
 
+    from gpu_launch.hardware.snapshot import is_example
+
     setting = next(s for s in settings if s.dest == "lock_dir")
-    path = reservations.lock_dir_path(setting.value, os.environ)
+    snapshot = next((s.value for s in settings if s.dest == "snapshot"), None) or os.environ.get("GPULAUNCH_SNAPSHOT")
+    example = is_example(snapshot)
+    path = reservations.lock_dir_path(setting.value, os.environ, example=example)
     if setting.value:
         source = f"{setting.source} {setting.where}".strip()
+    elif example and path == reservations.example_lock_dir(os.environ):
+        source = f"default for the bundled example {snapshot} (yours alone: its GPUs are not real)"
     elif path == reservations.DEFAULT_LOCK_DIR:
         source = "default (no hardened directory at " + reservations.hardened_default(os.environ) + ")"
     else:

@@ -33,7 +33,8 @@ def run(inv: Invocation) -> int:
     if not informing:
         _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
     quiet = bool(inv.get("quiet"))
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
+                                 snapshot=pick.snapshot_source(inv))
     machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
                                            fallback=inv.get("fallback"))
     selection = got.selection

@@ -111,7 +111,7 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
         out.write(render.ls_plain(machine, reserved, width, wide=bool(inv.get("wide"))))
     from gpu_launch.share import reservations
 
-    lock_line = f"lock dir: {reservations.describe_dir(reservations.lock_dir_path(inv.get('lock_dir'), os.environ))}"
+    lock_line = f"lock dir: {reservations.describe_dir(_lock_dir(inv))}"
     out.write(_wrap(lock_line, width))
     _ls_parent_note(machine, out, width)
 
@@ -143,12 +143,20 @@ def _ls_parent_note(machine: Machine, out: IO[str], width: int | None = None) ->
         out.write(_wrap(header, width))
 
 
+def _lock_dir(inv: Invocation) -> str:
+    """The lock directory a launch with these options would use (a bundled example: the user's own)."""
+    from gpu_launch.hardware.snapshot import is_example
+    from gpu_launch.share import reservations
+
+    return reservations.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
+
+
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
     from gpu_launch.share import reservations
 
     try:
-        held, unusable = reservations.scan(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
+        held, unusable = reservations.scan(_lock_dir(inv),
                                            [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)

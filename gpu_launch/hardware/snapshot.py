@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "WIDE_KEYS", "load", "loads", "dump", "to_dict", "example_names", "resolve"]
+__all__ = ["SCHEMA_VERSION", "WIDE_KEYS", "load", "loads", "dump", "to_dict", "example_names", "resolve", "is_example"]
 
 SCHEMA_VERSION = 1
 _MAX_INT = 2 ** 53  # the largest integer field accepted: exact as a float, far beyond any real value
@@ -57,9 +57,18 @@ def _example_text(name: str) -> str:
         return resources.files("gpu_launch.hardware.examples").joinpath(f"{name}.json").read_text("utf-8")
 
 
+def is_example(value: str | None) -> bool:
+    """Whether ``--snapshot value`` names a bundled example machine (not a file)."""
+    return bool(value) and not _is_path(value) and value in example_names()  # type: ignore[operator]
+
+
+def _is_path(value: str) -> bool:
+    return os.path.exists(value) or os.sep in value or value.endswith(".json")
+
+
 def resolve(value: str) -> Machine:
     """Load ``value`` as a file path, or else as the short name of a bundled example."""
-    if os.path.exists(value) or os.sep in value or value.endswith(".json"):
+    if _is_path(value):
         return load(value)
     if value in example_names():
         return loads(_example_text(value), source=value)

@@ -93,8 +93,11 @@ class Locking:
     own: frozenset[str] = frozenset()
 
     @staticmethod
-    def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
-        return Locking(reservations.lock_dir_path(option, environ), take)
+    def of(option: str | None, environ: Mapping[str, str], take: bool, snapshot: str | None = None) -> Locking:
+        """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
+        from gpu_launch.hardware.snapshot import is_example
+
+        return Locking(reservations.lock_dir_path(option, environ, example=is_example(snapshot)), take)
 
 
 @dataclass
