@@ -78,7 +78,7 @@ RAW = ("config", "completions")
 def run(argv: list[str]) -> int:
     """Run one invocation; returns the exit code unless the command was exec'd."""
     if argv[:1] == ["__complete"]:  # hidden helper for the completion scripts: never fails, never slow
-        from gpu_launch.commands.completions import helper
+        from gpu_launch.commands.completion.helper import helper
 
         return helper(argv[1:], os.environ)
     if argv[:1] == ["__slurm-task"]:  # hidden: the batch script of each `each --slurm` array task
