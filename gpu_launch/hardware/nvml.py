@@ -352,7 +352,7 @@ class NvmlBackend:
         if self.needs.mig:
             with self._timed("mig"):
                 mig_mode, mig_devices = self._mig(handle)
-        extras = self._extras(handle) if self.needs.extras else {}
+        draw, limit, fan, sm, memory = self._extras(handle) if self.needs.extras else (None,) * 5
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
@@ -360,10 +360,11 @@ class NvmlBackend:
             utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
             compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
-            mig_devices=mig_devices, mig_mode=mig_mode, health=health, **extras,
+            mig_devices=mig_devices, mig_mode=mig_mode, health=health, power_draw_w=draw, power_limit_w=limit,
+            fan_percent=fan, clock_sm_mhz=sm, clock_memory_mhz=memory,
         )
 
-    def _extras(self, handle: Any) -> dict[str, int | None]:
+    def _extras(self, handle: Any) -> tuple[int | None, ...]:
         """``ls --wide`` only: power draw and limit (NVML: milliwatts), fan speed, SM and memory clocks.
         Five cheap calls per GPU that nothing else needs; None for each NVML cannot give (no fan)."""
         nvml = self._nvml
@@ -377,8 +378,8 @@ class NvmlBackend:
         def watts(milliwatts: Any) -> int | None:
             return _bounded(round(milliwatts / 1000), 0, 100_000) if isinstance(milliwatts, int) else None
 
-        return {"power_draw_w": watts(draw), "power_limit_w": watts(limit), "fan_percent": _bounded(fan, 0, 255),
-                "clock_sm_mhz": _bounded(sm, 0, 100_000), "clock_memory_mhz": _bounded(memory, 0, 100_000)}
+        return (watts(draw), watts(limit), _bounded(fan, 0, 255), _bounded(sm, 0, 100_000),
+                _bounded(memory, 0, 100_000))
 
     # -- fields ------------------------------------------------------------------------------
 

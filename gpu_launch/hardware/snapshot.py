@@ -59,7 +59,9 @@ def _example_text(name: str) -> str:
 
 def is_example(value: str | None) -> bool:
     """Whether ``--snapshot value`` names a bundled example machine (not a file)."""
-    return bool(value) and not _is_path(value) and value in example_names()  # type: ignore[operator]
+    if not value or _is_path(value):
+        return False
+    return value in example_names()
 
 
 def _is_path(value: str) -> bool:
