@@ -141,13 +141,13 @@ def test_nvml_reads_power_fan_clocks_only_for_wide() -> None:
 # -- the rich table on a terminal -------------------------------------------------------------------
 
 def _pty_run(argv: list[str], env: dict[str, str], columns: int, interrupt_after: bytes | None = None,
-             timeout: float = 30) -> tuple[bytes, int]:
+             timeout: float = 30, rows: int = 50) -> tuple[bytes, int]:
     """Run gpulaunch on a terminal ``columns`` wide; with ``interrupt_after``, type Ctrl-C once that
     many frames (or that text) showed. Returns what the terminal got and the exit status."""
     pid, fd = pty.fork()
     if pid == 0:
         os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     out = b""
     sent = False
     deadline = time.monotonic() + timeout
@@ -196,6 +196,18 @@ def test_watch_redraws_in_place_and_ctrl_c_leaves_cleanly() -> None:
     frame = ANSI.sub("", text.split("\x1b[H")[-1]).replace("\r", "")
     assert [line for line in frame.splitlines() if len(line) > 80] == []
     assert len(_gpu_lines(frame, "dgx-h100")) == 8
+
+
+def test_watch_frames_never_outgrow_a_short_terminal() -> None:
+    out, code = _pty_run(["--snapshot", "dgx-h100", "ls", "--watch", "0.2"], _env(), 80,
+                         interrupt_after=b"(Ctrl-C to stop)", rows=8)
+    assert code == 0
+    frames = [ANSI.sub("", f).replace("\r", "") for f in out.decode().split("\x1b[H")[1:]]
+    assert len(frames) >= 2
+    for frame in frames:
+        lines = [line for line in frame.rstrip("\n").split("\n") if line != "^C"]  # (the terminal echoes Ctrl-C)
+        assert len(lines) <= 7  # rows - 1: the redraw never scrolls the screen
+    assert "more lines: make the terminal taller" in frames[-1]
 
 
 def test_watch_not_on_a_terminal_prints_frame_after_frame() -> None:

@@ -40,6 +40,17 @@ def _terminal_width(out: IO[str]) -> int | None:
     return None
 
 
+def _clip(lines: list[str]) -> list[str]:
+    """At most the terminal's height less one line: a taller frame would scroll, and the next redraw
+    (from the top of the screen) would then leave the old one's tail behind."""
+    import shutil
+
+    rows = shutil.get_terminal_size().lines
+    if rows < 3 or len(lines) < rows:
+        return lines
+    return lines[: rows - 2] + [f"… {len(lines) - rows + 2} more lines: make the terminal taller"]
+
+
 def _stamp(interval: float) -> str:
     return f"every {interval:g}s  {time.strftime('%H:%M:%S')}  (Ctrl-C to stop)"
 
@@ -54,7 +65,7 @@ def run(frame: Callable[[int | None], str], interval: float, out: IO[str]) -> in
             width = _terminal_width(out)
             text = _stamp(interval) + "\n" + frame(width)
             if tty:
-                lines = text.rstrip("\n").split("\n")
+                lines = _clip(text.rstrip("\n").split("\n"))
                 out.write(_HOME + "".join(line + _CLEAR_LINE + "\n" for line in lines) + _CLEAR_BELOW)
             else:
                 out.write(f"--- {time.strftime('%H:%M:%S')}\n" + text.split("\n", 1)[1])
