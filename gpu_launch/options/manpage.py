@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpu_launch.errors import MEANINGS
 from gpu_launch.options.args import OPTIONS, RUN, SUBCOMMANDS, Option, options_for
 from gpu_launch.options.config import configurable, env_name
-from gpu_launch.options.helptext import NOTES, examples_for, option_flags
+from gpu_launch.options.helptext import NOTES, examples_for
 
 __all__ = ["render", "main"]
 
