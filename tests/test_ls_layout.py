@@ -265,3 +265,19 @@ def test_ls_without_a_driver_shows_the_demo_machine_with_one_note(tmp_path: Path
 def test_ls_with_a_broken_driver_is_still_an_error(tmp_path: Path) -> None:
     proc = gpulaunch("ls", **_with_nvml(tmp_path, "NO_PERMISSION"))
     assert proc.returncode == 3 and proc.stdout == "" and "no permission" in proc.stderr
+
+
+def test_watch_without_a_driver_notes_it_once(tmp_path: Path) -> None:
+    env = _env(**_with_nvml(tmp_path, "DRIVER_NOT_LOADED"))
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "ls", "--watch", "0.1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    frames = 0
+    for line in proc.stdout:
+        frames += line.startswith("--- ")
+        if frames == 3:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert err.count("no NVIDIA driver here") == 1, err

@@ -38,7 +38,14 @@ def run(inv: Invocation) -> int:
                              hint="for a series of JSON snapshots, run `gpulaunch ls --json` in a loop")
         from gpu_launch.views import watch
 
-        return watch.run(lambda width: _frame(inv, width), inv.get("watch"), sys.stdout)
+        noted: list[bool] = []  # the no-driver note, if any, once: not under every frame
+
+        def frame(width: int | None) -> str:
+            text = _frame(inv, width, note=not noted)
+            noted.append(True)
+            return text
+
+        return watch.run(frame, inv.get("watch"), sys.stdout)
     topo = inv.command == "topo" or bool(inv.get("topo"))
     out = sys.stdout
     if inv.get("json"):
@@ -53,7 +60,9 @@ def run(inv: Invocation) -> int:
         return 0
     from gpu_launch.views import render
 
-    width = _width(out)
+    from gpu_launch.views.ls_table import fit_width
+
+    width = fit_width(out)
     machine = _read_or_demo(inv, topo)
     if inv.command == "ls":
         _listing(inv, machine, out, width, render.use_color(out))
@@ -67,25 +76,13 @@ def run(inv: Invocation) -> int:
     return 0
 
 
-def _width(out: IO[str]) -> int | None:
-    """The width to fit: ``COLUMNS``, else the terminal's; None (no limit) for a pipe or file."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return max(int(columns), 40)
-    if getattr(out, "isatty", lambda: False)():
-        import shutil
-
-        return max(shutil.get_terminal_size().columns, 40)
-    return None
-
-
 def _read(inv: Invocation, topo: bool) -> Machine:
     return pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
                              topology=topo or bool(inv.get("json")),
                              **({"extras": True} if inv.get("wide") else {}))
 
 
-def _read_or_demo(inv: Invocation, topo: bool) -> Machine:
+def _read_or_demo(inv: Invocation, topo: bool, note: bool = True) -> Machine:
     """The machine; where NVML says there is no driver and no snapshot was asked for, the bundled demo."""
     try:
         return _read(inv, topo)
@@ -94,7 +91,7 @@ def _read_or_demo(inv: Invocation, topo: bool) -> Machine:
             raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
     from gpu_launch.hardware import snapshot
 
-    if not inv.get("quiet"):
+    if note and not inv.get("quiet"):
         print(f"gpulaunch: note: no NVIDIA driver here: showing the bundled example machine {DEMO}; "
               f"--snapshot NAME picks another ({', '.join(n for n in snapshot.example_names() if n != DEMO)})",
               file=sys.stderr)
@@ -125,12 +122,12 @@ def _wrap(text: str, width: int | None) -> str:
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)) + "\n"
 
 
-def _frame(inv: Invocation, width: int | None) -> str:
+def _frame(inv: Invocation, width: int | None, note: bool) -> str:
     """One `ls --watch` frame, as plain text (colour would need rich on every redraw)."""
     import io
 
     buf = io.StringIO()
-    _listing(inv, _read_or_demo(inv, False), buf, width, rich_ok=False)
+    _listing(inv, _read_or_demo(inv, False, note), buf, width, rich_ok=False)
     return buf.getvalue()
 
 

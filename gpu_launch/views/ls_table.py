@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.units import fmt_mib
 
-__all__ = ["Table", "Last", "layout", "fit_line", "short_name", "used_mib", "gpu_notes", "WIDE_HEADER"]
+__all__ = ["Table", "Last", "layout", "fit_line", "fit_width", "short_name", "used_mib", "gpu_notes", "WIDE_HEADER"]
 
 #: Columns that are numbers, right-aligned.
 RIGHT = frozenset({"FREE", "UTIL", "TEMP", "POWER", "FAN", "RESERVED"})
@@ -54,6 +54,21 @@ class Table:
             cells = [c.rjust(n) if h in RIGHT else c.ljust(n) for c, n, h in zip(row, w, self.header)]
             out.append((" " * GAP).join(cells).rstrip())
         return out
+
+
+def fit_width(out: object) -> int | None:
+    """The width ``ls`` fits: ``COLUMNS``, else the terminal's (asked again at each ``--watch`` frame, so
+    a resized terminal is followed); None (no limit: the full layout) for a pipe or a file."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return max(int(columns), 40)
+    if getattr(out, "isatty", lambda: False)():
+        import shutil
+
+        return max(shutil.get_terminal_size().columns, 40)
+    return None
 
 
 def short_name(name: str) -> str:

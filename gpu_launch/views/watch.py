@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+from gpu_launch.views.ls_table import fit_width
+
 __all__ = ["run", "HIDE_CURSOR", "SHOW_CURSOR"]
 
 HIDE_CURSOR = "\x1b[?25l"
@@ -25,19 +27,6 @@ _HOME = "\x1b[H"
 _CLEAR_SCREEN = "\x1b[2J"
 _CLEAR_LINE = "\x1b[K"
 _CLEAR_BELOW = "\x1b[J"
-
-
-def _terminal_width(out: IO[str]) -> int | None:
-    """The terminal's width now (it may be resized between frames); ``COLUMNS`` wins, as for ``ls``."""
-    import os
-    import shutil
-
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return max(int(columns), 40)
-    if getattr(out, "isatty", lambda: False)():
-        return max(shutil.get_terminal_size().columns, 40)
-    return None
 
 
 def _clip(lines: list[str]) -> list[str]:
@@ -62,7 +51,7 @@ def run(frame: Callable[[int | None], str], interval: float, out: IO[str]) -> in
         if tty:
             out.write(HIDE_CURSOR + _CLEAR_SCREEN)
         while True:
-            width = _terminal_width(out)
+            width = fit_width(out)
             text = _stamp(interval) + "\n" + frame(width)
             if tty:
                 lines = _clip(text.rstrip("\n").split("\n"))
