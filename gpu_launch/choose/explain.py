@@ -146,15 +146,25 @@ def _versus(theirs: str, ours: str, s: dict[str, Any], best: dict[str, Any], cri
     return theirs, ours
 
 
+#: Marks a line that is never wrapped: an exclusion's reason may hold a file path, which must stay whole.
+_AS_IS = "\x00"
+
+
 def _wrap(line: str) -> list[str]:
-    """``line`` in lines of at most WIDTH columns, continued four columns further in."""
+    """``line`` in lines of at most WIDTH columns, continued four columns further in; a parenthesis
+    (``(worst SYS on 4 pairs, 0 NVLinks inside)``) is kept on one line."""
+    if line.startswith(_AS_IS):
+        return [line[1:]]
     if len(line) <= WIDTH:
         return [line]
+    import re
     import textwrap
 
+    glued = re.sub(r"\([^()]*\)", lambda m: m.group(0).replace(" ", _AS_IS), line)
     indent = " " * (len(line) - len(line.lstrip(" ")))
-    return textwrap.wrap(line, WIDTH, initial_indent="", subsequent_indent=indent + "    ",
-                         break_on_hyphens=False, break_long_words=False)
+    return [part.replace(_AS_IS, " ") for part in
+            textwrap.wrap(glued, WIDTH, initial_indent="", subsequent_indent=indent + "    ",
+                          break_on_hyphens=False, break_long_words=False)]
 
 
 def _describe(s: dict[str, Any]) -> list[str]:
@@ -188,7 +198,7 @@ def as_text(selection: Selection, machine: Machine) -> str:
     lines += [f"warning: {w}" for w in doc["warnings"]]
     if doc["excluded"]:
         lines.append("excluded:")
-        lines += [f"  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
+        lines += [f"{_AS_IS}  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
     if doc.get("less_available"):
         lines.append(f"left out (less available than {doc['set']['availability']}, and enough {doc['set']['availability']} GPUs exist):")
         lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]
