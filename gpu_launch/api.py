@@ -34,6 +34,7 @@ import sys
 from dataclasses import dataclass
 
 from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+from gpu_launch.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import SET_VARIABLES
 
@@ -153,7 +154,7 @@ def _convert(dest: str, name: str, value: object) -> object:
     text: str
     if not opt.takes_value:  # a flag: idle, mig, uuid, quiet ("no" would be a true string)
         if not isinstance(value, bool):
-            raise UsageError(f"{name}: expected True or False, got {value!r}", hint=f"e.g. {name}=True")
+            raise UsageError(f"{name}: expected True or False, got {shown(value)}", hint=f"e.g. {name}=True")
         return value
     if isinstance(value, str):
         text = value
@@ -166,13 +167,13 @@ def _convert(dest: str, name: str, value: object) -> object:
     elif dest in ("fit", "min_free"):
         return _size(value, name, allow_percent=dest != "fit")
     elif dest in ("gpus", "exclude") and isinstance(value, int):
-        text = str(value)
+        text = str(bounded(value, name, 0, MAX_GPUS))
     elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):
         if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
-            raise UsageError(f"{name}: expected GPU indices or UUIDs, got {value!r}", hint=f"e.g. {name}=[0, 1]")
-        text = ",".join(str(v) for v in value)
+            raise UsageError(f"{name}: expected GPU indices or UUIDs, got {shown(value)}", hint=f"e.g. {name}=[0, 1]")
+        text = ",".join(str(bounded(v, name, 0, MAX_GPUS) if isinstance(v, int) else v) for v in value)
     elif dest in ("auto", "max_util") and isinstance(value, int):
-        text = str(value)
+        text = str(bounded(value, name, 0, MAX_GPUS if dest == "auto" else 100))
     else:
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {type(value).__name__}",
                          hint=f"e.g. {name}={_EXAMPLES.get(dest, repr('...'))}")
@@ -198,9 +199,9 @@ def _size(value: object, name: str, allow_percent: bool) -> Size:
         if value.percent is not None and not allow_percent:
             raise UsageError(f"{name}: a percentage makes no sense here", hint=f'write it like {name}="60GiB"')
         return value
-    if not isinstance(value, (int, float)) or value != value or value < 0 or value == float("inf"):
-        raise UsageError(f"{name}: {value!r} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')
-    return Size(mib=value / _MIB)
+    if not isinstance(value, (int, float)):
+        raise UsageError(f"{name}: {shown(value)} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')
+    return Size(mib=bounded(value, name, 0, MAX_MIB * _MIB, limits="at most 1 PiB") / _MIB)
 
 
 def _wait_seconds(value: object, name: str) -> float | None:
@@ -219,9 +220,10 @@ def _wait_seconds(value: object, name: str) -> float | None:
             return parse_duration(value, name)
         except UsageError as exc:
             raise _pythonic(exc, name) from None
-    if isinstance(value, (int, float)) and value == value and value >= 0:  # value == value: not NaN
-        return float(value)
-    raise UsageError(f"{name}: {value!r} is not a duration",
+    if isinstance(value, (int, float)):
+        return float("inf") if value == float("inf") else float(
+            bounded(value, name, 0, MAX_SECONDS, limits="at most 366 days", hint="wait=True waits for ever"))
+    raise UsageError(f"{name}: {shown(value)} is not a duration",
                      hint=f'seconds, True (for ever), or text: {name}="30m"')
 
 
@@ -251,7 +253,7 @@ def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acq
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"),
                                  snapshot=pick.snapshot_source(inv))
     if _HELD.locks is not None:  # what use() holds is this process's own: choose within it, as a job inside a job
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         locking = replace(locking, own=frozenset(_HELD.locks.uuids))
     _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
@@ -356,7 +358,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
                               "lock_dir": lock_dir, "quiet": quiet})
     seconds = _wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
     got, _variables = _choose(inv, take=False, choose_only=True)

@@ -8,8 +8,8 @@ excluded; :func:`choose_auto` hands the eligible ones to :mod:`gpu_launch.choose
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Availability, availability
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine

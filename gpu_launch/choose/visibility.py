@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
+from gpu_launch.text import printable
 
 __all__ = ["CvdReading", "Visibility", "read_cvd", "read_nvd", "resolve", "describe_devices"]
 
@@ -300,13 +301,13 @@ class Visibility:
         links = None
         if machine.links is not None:
             links = tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         return replace(machine, gpus=tuple(gpus), links=links)  # the rest (nvswitch, warnings, ...) kept
 
 
 def _with_migs(gpu: Gpu, migs: tuple[MigDevice, ...]) -> Gpu:
-    from dataclasses import replace
+    from gpu_launch.records import replace
 
     return replace(gpu, mig_devices=migs)
 
@@ -315,12 +316,12 @@ def _slurm(env: Mapping[str, str]) -> str | None:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if not job:
         return None
-    bits = [f"Slurm job {job}"]
+    bits = [f"Slurm job {printable(job)}"]  # (the variables' text is shown escaped, as all foreign text)
     if env.get("SLURM_STEP_ID"):
-        bits[0] += f" step {env['SLURM_STEP_ID']}"
+        bits[0] += f" step {printable(env['SLURM_STEP_ID'])}"
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(name):
-            bits.append(f"{name}={env[name]}")
+            bits.append(f"{name}={printable(env[name])}")
             break
     return ", ".join(bits)
 
@@ -332,7 +333,7 @@ def _order_warning(env: Mapping[str, str], reading: CvdReading, machine: Machine
     models = {g.name for g in machine.gpus}
     if order == "FASTEST_FIRST" or (not order and len(models) > 1):
         said = "CUDA_DEVICE_ORDER=FASTEST_FIRST" if order else "no CUDA_DEVICE_ORDER (CUDA's default is FASTEST_FIRST)"
-        return (f"the parent set {said} with an index list ({reading.value}): its indices count the GPUs fastest "
+        return (f"the parent set {said} with an index list ({printable(reading.value)}): its indices count the GPUs fastest "
                 "first, gpulaunch reads them in PCI bus order (nvidia-smi's), so they may have meant other GPUs; "
                 "use UUIDs, or CUDA_DEVICE_ORDER=PCI_BUS_ID (gpulaunch sets it for the command)")
     return None
@@ -346,7 +347,7 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
     if cvd is None:
         if nvd_devices is None:
             return Visibility(None, slurm=slurm)
-        return Visibility(nvd_devices, f"NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}",
+        return Visibility(nvd_devices, f"NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}",
                           warnings=nvd_warnings, slurm=slurm)
     reading = read_cvd(cvd, machine)
     warnings = list(nvd_warnings)
@@ -354,7 +355,7 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
     if order:
         warnings.append(order)
     allowed = reading.devices
-    source = f"CUDA_VISIBLE_DEVICES={cvd}"
+    source = f"CUDA_VISIBLE_DEVICES={printable(cvd)}"
     if nvd_devices is not None:
         nvd_vis = Visibility(nvd_devices)
         outside = [d for d in allowed if not nvd_vis._allows(d)]
@@ -362,6 +363,6 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
             warnings.append(f"{describe_devices(tuple(outside))} in CUDA_VISIBLE_DEVICES "
                             f"{'is' if len(outside) == 1 else 'are'} not in NVIDIA_VISIBLE_DEVICES; left out")
         allowed = tuple(d for d in allowed if nvd_vis._allows(d))
-        source += f" and NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}"
+        source += f" and NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}"
     numbers = tuple((d.uuid, i) for i, d in enumerate(reading.devices))
     return Visibility(allowed, source, True, tuple(warnings), reading.problems, slurm, numbers)

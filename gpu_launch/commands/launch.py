@@ -109,12 +109,14 @@ def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:
 
 def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
     """``--bind``: pin this process (and so the command it becomes) to the GPUs' local CPUs."""
-    from gpu_launch.run import affinity
-
     # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
     # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
     example = machine.source != "nvml" and not os.path.exists(machine.source)
     mode = inv.get("bind") or ("off" if example else "auto")
+    if mode == "off":
+        return
+    from gpu_launch.run import affinity
+
     binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
     failed = affinity.apply(binding)
     if not inv.get("quiet") and (failed or binding.message):

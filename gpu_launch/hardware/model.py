@@ -1,14 +1,20 @@
 """The machine as plain data: one immutable snapshot per invocation.
 
 Everything above the NVML adapter (selection, environment, rendering) works on these frozen
-dataclasses, so it can be tested against snapshot files with no GPU present. A value NVML could
+records (:mod:`gpu_launch.records`, dataclasses without their start-up cost), so it can be tested against snapshot files with no GPU present. A value NVML could
 not give is ``None``; a GPU NVML could not read at all has ``available=False`` and an ``error``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
+
+from gpu_launch.records import dataclass, field
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES", "Needs", "coherent_used"]
 
@@ -121,7 +127,9 @@ class Machine:
     """A snapshot of the machine's GPUs and the links between them.
 
     ``links[i][j]`` is the `nvidia-smi topo -m` code between ``gpus[i]`` and ``gpus[j]``
-    (positions in ``gpus``, not NVML indices), or None when the topology was not read.
+    (positions in ``gpus``, not NVML indices), or None when the topology was not read. A GPU whose
+    links were not read is SYS to every other: one NVML could not read, or one a launch could not
+    choose (``Needs.links_among``), whose pairs nothing compares.
     """
 
     gpus: tuple[Gpu, ...]
@@ -188,4 +196,15 @@ class Needs:
     mig: bool = True
     process_details: bool = True  # user and command of each pid (psutil)
     process_users: bool = False  # the user alone (from /proc, no psutil), when process_details is off
+    #: What only `ls` and snapshots show, never a choice: temperature, compute capability, the
+    #: driver's and CUDA's versions. A launch does not ask for them.
+    display: bool = True
+    #: NVML indices of the GPUs whose state is read (memory, utilization, processes, health, MIG,
+    #: CPU affinity); the others are read for their identity alone (index, UUID, name, bus id).
+    #: None: every GPU's. ``--gpus 2`` needs GPU 2's state only.
+    state_of: frozenset[int] | None = None
+    #: With ``topology``: the GPUs whose links are read, once their state is known (a launch: those
+    #: it could choose); the others are SYS to every GPU in ``Machine.links``, as a GPU NVML could
+    #: not read is: no choice compares their pairs. None: every GPU's links.
+    links_among: Callable[[Gpu], bool] | None = None
     extras: bool = False  # ls --wide: power, fan, clocks (a few NVML calls per GPU that nothing else needs)

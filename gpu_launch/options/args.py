@@ -11,8 +11,8 @@ path's start-up near the interpreter's floor and gives exactly these pass-throug
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_duration, parse_size

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -38,6 +37,8 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
         if os.path.isdir(name):
             raise NotExecutable(f"{shown}: is a directory, not a program")
         if not os.access(name, os.X_OK):
+            import shlex  # only for the hint: a launch that runs does not pay for it
+
             raise NotExecutable(f"{shown}: permission denied (not executable)", hint=f"chmod +x {shlex.quote(name)}")
         _check_interpreter(name, shown)
         return name
@@ -71,6 +72,8 @@ def _check_interpreter(path: str, shown: str) -> None:
     if not interpreter:
         raise NotExecutable(f"{shown}: its #! line names no interpreter", hint="write e.g. #!/bin/sh as its first line")
     if line.endswith(b"\r"):  # Windows line endings: '/bin/sh\r' does not exist; 'python3\r' is not on PATH
+        import shlex
+
         error = CommandNotFound if first.endswith("\r") else NotExecutable
         raise error(f"{shown}: its #! line ends in a carriage return (Windows line endings), so the kernel "
                     f"would run {os.fsdecode(line)!r}", hint=f"convert it: dos2unix {shlex.quote(path)}")

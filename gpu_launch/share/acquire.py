@@ -13,13 +13,14 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.share import reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.hardware.model import Machine
+from gpu_launch import units
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -34,6 +35,7 @@ __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attemp
 
 POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
 DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
+MIN_POLL = 0.05  # the shortest GPULAUNCH_POLL_INTERVAL
 FALLBACKS = ("cpu",)
 _UNMET = (NotEnoughGpus, ReservationConflict)
 
@@ -112,17 +114,19 @@ class Acquired:
 
 
 def poll_interval(environ: Mapping[str, str]) -> float:
-    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2."""
+    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2; from MIN_POLL to 3600.
+
+    The floor keeps a typo (``1e-300``) from turning every waiter into a busy loop on a core.
+    """
     text = environ.get(POLL_ENV)
     if not text:
         return DEFAULT_POLL
     try:
         value = float(text)
     except ValueError:
-        raise UsageError(f"{POLL_ENV}={text!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
-    if not 0 < value <= 3600:
-        raise UsageError(f"{POLL_ENV}={text!r} must be between 0 and 3600 seconds")
-    return value
+        raise UsageError(f"{POLL_ENV}={text[:40]!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
+    return units.bounded(value, POLL_ENV, MIN_POLL, 3600, as_written=repr(text[:40]),
+                         limits=f"from {MIN_POLL} to 3600 seconds", hint=f"e.g. {POLL_ENV}=2")
 
 
 def _device_uuids(machine: Machine) -> list[str]:

@@ -17,16 +17,18 @@ from gpu_launch.errors import UsageError
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import IO
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any
 
     from gpu_launch.choose.select import Constraints, Selection
     from gpu_launch.choose.visibility import Visibility
-    from gpu_launch.hardware.model import Machine
+    from gpu_launch.hardware.model import Gpu, Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
 
-__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of", "choose", "tell"]
+__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
+           "named_indices", "choose", "tell"]
 
 
 def snapshot_source(inv: Invocation) -> str | None:
@@ -53,7 +55,7 @@ def require_rereadable(inv: Invocation, why: str) -> None:
                          hint="save it to a file first: --snapshot machine.json")
 
 
-def read_machine(inv: Invocation, **needs: bool) -> Machine:
+def read_machine(inv: Invocation, **needs: Any) -> Machine:
     """The machine, from the snapshot or NVML, querying only ``needs``; ``-v`` prints how long it took."""
     from gpu_launch.hardware.read import Needs, read_machine
 
@@ -131,6 +133,32 @@ def _exclude_source(inv: Invocation) -> str:
     return f"exclude = {setting.text!r} in {setting.where}"
 
 
+def named_indices(request: Request, environ: Mapping[str, str]) -> frozenset[int] | None:
+    """The NVML indices ``--gpus`` names, when they are all a choice needs the state of; else None.
+
+    Only plain indices qualify: a UUID (prefix) is matched against every GPU and MIG device. And
+    only when no parent narrowed the view: its CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES is
+    resolved against every GPU, MIG devices included.
+    """
+    if request.gpus is None or "CUDA_VISIBLE_DEVICES" in environ or "NVIDIA_VISIBLE_DEVICES" in environ:
+        return None
+    named: set[int] = set()
+    for item in request.gpus:
+        if item.kind != "index" or item.last - item.first >= 1024:  # a range past any machine: resolve says so
+            return None
+        named.update(range(item.first, item.last + 1))
+    return frozenset(named)
+
+
+def _could_be_chosen(request: Request) -> Callable[[Gpu], bool]:
+    """Whether ``--auto``/``--fit`` could choose a GPU as read now (reservations aside): the GPUs whose
+    links are worth reading. Never narrower than the choice's own eligibility, which it mirrors."""
+    from gpu_launch.choose import select
+
+    plain = select.Constraints(request.min_free, request.max_util, request.idle)
+    return lambda gpu: select.could_ever_be_chosen(gpu) and select.constraint_failure(gpu, plain) is None
+
+
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
            fallback: str | None = None, choose_only: bool | None = None,
            ) -> tuple[Machine | None, Visibility | None, Acquired, dict[str, str]]:
@@ -154,9 +182,12 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     def read() -> Machine:
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
         # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
+        # Temperatures and versions are never a choice (display=False); `--gpus 2` reads GPU 2's state only.
         return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
                             topology=not explicit and (request.fit is not None or (request.auto or 1) > 1
-                                                       or bool(inv.get("explain"))))
+                                                       or bool(inv.get("explain"))),
+                            display=False, state_of=named_indices(request, os.environ),
+                            links_among=None if inv.get("explain") else _could_be_chosen(request))
 
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
                           chooser=choose_within_parent)

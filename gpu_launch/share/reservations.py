@@ -41,8 +41,8 @@ import re
 import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import LockDirError
 
 __all__ = [
@@ -352,7 +352,11 @@ def _read_holder(fd: int) -> Holder:
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     started = pick("started", (int, float))  # type: ignore[arg-type]
-    return Holder(pick("pid", int), pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
+    pid = pick("pid", int)
+    # Someone else's text: a number of 4000 digits is no time (float() overflows) and no pid.
+    started = started if started is not None and 0 <= started <= 1e11 else None  # type: ignore[operator]
+    pid = pid if pid is not None and 0 < pid < 2**32 else None  # type: ignore[operator]
+    return Holder(pid, pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
                   pick("command", str), pick("host", str))  # type: ignore[arg-type]
 
 

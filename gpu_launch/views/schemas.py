@@ -13,6 +13,7 @@ dry run              ``--dry-run --json``                        :data:`DRY_RUN`
 explain              ``--explain --json``                        :data:`EXPLAIN`
 environment          ``env --json``                              :data:`ENV`
 config               ``config --json``                           :data:`CONFIG`
+each                 ``each --json`` (also with ``--slurm``)     :data:`EACH`
 ===================  ==========================================  =====================
 
 Plain dicts, so the package needs no jsonschema at run time (the tests use it).
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "ALL"]
+__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "ALL"]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _INT = {"type": "integer"}
@@ -169,5 +170,28 @@ CONFIG = _doc("gpulaunch config (config --json)", 1, {
     "lock_dir": _obj({"path": _STR, "hardened": {"type": "boolean"}, "source": _STR}),
 })
 
+_COUNT = {"type": "integer", "minimum": 0}
+
+#: ``each --json``: every job of the sweep, in file order, with what it ran and how it ended. With
+#: ``--slurm`` and no ``--follow`` every job is still ``queued``; ``slurm_job_id`` is the array's id.
+EACH = _doc("gpulaunch each (each --json)", 1, {
+    "log_dir": _STR,
+    "slurm_job_id": _NSTR,
+    "counts": _obj({"done": _COUNT, "running": _COUNT, "queued": _COUNT, "failed": _COUNT, "not_started": _COUNT}),
+    "jobs": {"type": "array", "items": _obj({
+        "job": {"type": "integer", "minimum": 1},  # its number: job-N.log, Slurm task N
+        "line": {"type": "integer", "minimum": 1},  # its line in the job file
+        "status": {"enum": ["done", "failed", "not started", "queued", "running"]},
+        "exit_code": _NINT,  # the command's exit status; null: killed by a signal, or never ran
+        "signal": _NSTR,  # "SIGKILL" when a signal ended it
+        "note": _NSTR,  # why it never ran or did not finish ("could not start: ...", "time limit reached")
+        "node": _NSTR,  # each --slurm: the node it ran on
+        "gpus": _INDICES,  # the physical GPUs (each --slurm: the task's allocation)
+        "seconds": {"type": ["number", "null"], "minimum": 0},  # how long it ran
+        "log": _NSTR,  # its log file
+        "argv": {"type": "array", "items": _STR},  # what it ran: {n} and {gpus} replaced once it started
+    })},
+})
+
 ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
-                                  "config": CONFIG}
+                                  "config": CONFIG, "each": EACH}
