@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, TypeAlias
 
+    from gpu_launch.fit.plan import Plan
     from gpu_launch.hardware.model import Device as ModelDevice
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     WaitSpec: TypeAlias = "bool | float | str | timedelta | None"
     PathSpec: TypeAlias = "str | os.PathLike[str]"
 
-__all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started"]
+__all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
 
 _MIB = 1024 * 1024
 
@@ -164,8 +165,12 @@ def _convert(dest: str, name: str, value: object) -> object:
         return _wait_seconds(value, name)
     elif isinstance(value, bool):
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {value!r}")
-    elif dest in ("fit", "min_free"):
-        return _size(value, name, allow_percent=dest != "fit")
+    elif dest == "fit" and isinstance(value, os.PathLike):  # model=Path(...): a model, as --fit ./model.gguf
+        return os.fspath(value)
+    elif dest in ("fit", "min_free", "reserve"):
+        return _size(value, name, allow_percent=dest == "min_free")
+    elif dest in ("ctx", "parallel") and isinstance(value, int):
+        text = str(value)
     elif dest in ("gpus", "exclude") and isinstance(value, int):
         text = str(bounded(value, name, 0, MAX_GPUS))
     elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):
@@ -297,7 +302,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
         min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
         exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
         wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-        quiet: bool | None = None) -> tuple[Device, ...]:
+        quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None) -> tuple[Device, ...]:
     """Choose GPUs, reserve them for the life of this process, and point CUDA at them.
 
     Sets ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``GPULAUNCH_GPUS`` in
@@ -308,10 +313,14 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     first choice, and restores the variables, before it chooses again.
 
     ``n`` GPUs (default 1), or ``gpus=`` by number, or ``fit=`` the fewest that hold a size; the
-    constraints and ``wait=`` as for ``gpulaunch``. Returns the devices in CUDA order.
+    constraints and ``wait=`` as for ``gpulaunch``. ``model=`` (a model file or folder, or a cached
+    Hugging Face id) chooses the fewest GPUs that hold that model at ``ctx`` tokens (default: its
+    own context), as ``gpulaunch --fit MODEL`` does; :func:`plan` shows the numbers. Returns the
+    devices in CUDA order.
     """
     _refuse_if_cuda_started("use()")
-    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+    fit = _fit_or_model(fit, model)
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     release()  # the first choice goes, and the parent's variables come back, before choosing again
@@ -405,18 +414,59 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
             min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
             exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
             wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-            quiet: bool | None = None) -> Reservation:
+            quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None) -> Reservation:
     """Choose and reserve GPUs for other processes, leaving this one's environment alone.
 
     Use it as a context manager (``with gpu_launch.reserve(2) as r:``), or call ``r.release()``.
     Options as for :func:`use`. This process's CUDA may already be running: the variables are for
-    the subprocesses you start with ``r.env``.
+    the subprocesses you start with ``r.env``. ``model=``/``ctx=`` as for :func:`use`.
     """
-    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+    fit = _fit_or_model(fit, model)
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     got, variables = _choose(inv, take=True)
     return Reservation(_devices(got.selection.devices), variables, got.reservation)
+
+
+def _fit_or_model(fit: SizeSpec | None, model: PathSpec | None) -> SizeSpec | None:
+    """``model=`` is ``--fit MODEL``: one of the two."""
+    if model is None:
+        return fit
+    if fit is not None:
+        raise UsageError("fit= and model= cannot be used together", hint="fit= a size, or model= a model")
+    if isinstance(model, str) and model[:1].isdigit():
+        raise UsageError(f"model: {model!r} looks like a size", hint='for a size write fit="60GiB"')
+    return os.fspath(model) if isinstance(model, os.PathLike) else model
+
+
+def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None, ctx: int | None = None,
+         parallel: int | None = None, kv_type: str | None = None, engine: str | None = None,
+         reserve: SizeSpec | None = None, gpus: GpuSpec | None = None, exclude: GpuSpec | None = None,
+         min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
+         snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None) -> Plan:
+    """How ``model`` would be laid out, as ``gpulaunch plan`` shows it: nothing reserved, nothing set.
+
+    Name the model (a GGUF file, a safetensors or MLC-LLM folder, a cached Hugging Face id), or give
+    the engine's ``command`` (``["vllm", "serve", "./M", "--max-model-len", "32768"]``) to read the
+    model, context and KV type from it. On ``gpus=`` as given, else on the GPUs
+    ``use(model=...)`` would choose. The result's ``placeholders()`` are the values ``{tp}``,
+    ``{gpu_layers}``... would get; ``placement.per_gpu`` the weights, KV and allowance per GPU.
+    Raises :class:`NotEnoughGpus` (with the shortfall) when nothing can hold it.
+    """
+    from gpu_launch.share import model_plan
+
+    if (model is None) == (command is None):
+        raise UsageError("plan(): give a model or a command, one of the two",
+                         hint='plan("./model.gguf") or plan(command=["llama-server", "-m", "./model.gguf"])')
+    if command is not None and (isinstance(command, str) or not all(isinstance(w, str) for w in command)):
+        raise UsageError("plan(): command= is a list of words", hint='command=["vllm", "serve", "./M"]')
+    inv = _invocation("plan", {"ctx": ctx, "parallel": parallel, "kv_type": kv_type, "engine": engine,
+                               "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
+                               "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
+    ref = "model" if model is None else (os.fspath(model) if isinstance(model, os.PathLike) else model)
+    result, _why = model_plan.make_plan(inv, ref, tuple(command or ()))
+    return result
 
 
 def machine(snapshot: PathSpec | None = None) -> Machine:

@@ -28,8 +28,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     from gpu_launch import streams
 
     try:
-        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now),
+        # unless it was ignored when we started (a background job of a script): then gpulaunch and the
+        # command it execs ignore it too, as any program started so would.
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
@@ -70,7 +73,7 @@ def _fail(exc: GpuLaunchError) -> int:
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
-            "completions": "completions", "locks": "locks", RUN: "launch"}
+            "completions": "completions", "locks": "locks", "plan": "plan", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 

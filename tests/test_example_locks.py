@@ -42,9 +42,9 @@ def test_demo_reservations_are_per_user(tmp_path: Path) -> None:
         # alice's second demo job is kept off her first one, as on a real machine
         mine = _run(["--snapshot", "dgx-h100", "--gpus", "2,3", "--", "true"], _user(alice))
         assert mine.returncode == 6 and "GPUs 2,3 are reserved by" in mine.stderr
-        listing = _run(["--snapshot", "dgx-h100", "ls"], _user(alice))
-        assert f"lock dir: {alice / 'gpulaunch-example-locks'}" in listing.stdout
+        listing = _run(["--snapshot", "dgx-h100", "ls"], _user(alice))  # alice's ls reads her own directory
         assert f"(pid {holder.pid}" in listing.stdout
+        assert f"(pid {holder.pid}" not in _run(["--snapshot", "dgx-h100", "ls"], _user(bob)).stdout
     finally:
         release.touch()
         holder.communicate(timeout=30)

@@ -15,6 +15,10 @@ from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine
 from gpu_launch.units import Size, fmt_mib
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.fit.plan import Plan
+
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
     "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "constraint_failure",
@@ -192,6 +196,7 @@ class Selection:
     warnings: tuple[str, ...] = ()
     eligibility: Eligibility | None = None
     ranking: object | None = None  # ranking.Ranked, for --explain
+    plan: Plan | None = None  # when the choice was sized by a model (--fit MODEL)
 
 
 def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constraints) -> NotEnoughGpus:

@@ -67,7 +67,10 @@ def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir o
     elif example and path == reservations.example_lock_dir(os.environ):
         source = f"default for the bundled example {snapshot} (yours alone: its GPUs are not real)"
     elif path == reservations.DEFAULT_LOCK_DIR:
-        source = "default (no hardened directory at " + reservations.hardened_default(os.environ) + ")"
+        hardened = reservations.hardened_default(os.environ)
+        # One there that `locks init` did not make (or an older version's, without its mark) is not used.
+        source = f"default ({hardened} was not set up by `locks init`)" if os.path.lexists(hardened) \
+            else f"default (no hardened directory at {hardened})"
     else:
         source = "default (the hardened directory exists)"
     return {"path": path, "hardened": reservations.is_hardened(path), "source": source}

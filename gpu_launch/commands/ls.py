@@ -108,8 +108,9 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
         out.write(render.ls_plain(machine, reserved, width, wide=bool(inv.get("wide"))))
     from gpu_launch.share import reservations
 
-    lock_line = f"lock dir: {reservations.describe_dir(_lock_dir(inv))}"
-    out.write(_wrap(lock_line, width))
+    note = reservations.shared_note(_lock_dir(inv))
+    if note:  # only where it tells the user something (`config` always names the lock dir)
+        out.write(_wrap(note, width))
     _ls_parent_note(machine, out, width)
 
 

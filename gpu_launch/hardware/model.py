@@ -142,6 +142,9 @@ class Machine:
     #: of each GPU, not k links of its own for that pair.
     nvswitch: bool = False
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Host memory available (MiB) as a snapshot states it, for planning a model partly on the CPU;
+    #: None: read this machine's /proc/meminfo when it matters (hardware.host.memory_available).
+    host_memory_available_mib: int | None = None
 
     def by_index(self, index: int) -> Gpu | None:
         for gpu in self.gpus:

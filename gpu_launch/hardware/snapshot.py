@@ -177,6 +177,7 @@ class _Reader:
             hostname=self.str_(d, "hostname", "top level"),
             source=self.source,
             nvswitch=self.bool_(d, "nvswitch", "top level"),
+            host_memory_available_mib=self.int_(d, "host_memory_available_mib", "top level"),
         )
 
     def gpu(self, raw: Any, where: str) -> Gpu:

@@ -34,15 +34,18 @@ SUBCOMMANDS: dict[str, str] = {
     "completions": "print the shell completion script: completions bash|zsh|fish",
     "each": "run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)",
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
+    "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
     "help": "show this help",
 }
 # `config` takes the launch's options too, so that it can show what a flag would override...
 SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
-CONSTRAINING = CHOOSING | {"each"}  # constraints also apply to every job of `each`
+SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
+CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
 # ...except these, which choose what one launch does and have no default (config.py, README).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
-                        "slurm"})  # slurm: a default would leave no way to run `each` locally
+                        "slurm",  # slurm: a default would leave no way to run `each` locally
+                        "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
 EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
@@ -116,6 +119,18 @@ def _dir(text: str, option: str) -> str:
     return _path(text, option, "directory")
 
 
+def _lock_dir(text: str, option: str) -> str:
+    """An absolute directory: a relative lock dir would differ with each job's working directory, and
+    two jobs started in different directories would both get the same GPU."""
+    path = _path(text, option, "directory")
+    if not path.startswith("/"):
+        import os.path
+
+        raise UsageError(f"{option}: {text!r} is a relative path: jobs started elsewhere would not see its locks",
+                         hint=f"give an absolute path, e.g. {os.path.abspath(path)}")
+    return path
+
+
 def _path(text: str, option: str, kind: str) -> str:
     """A path as given; refused up front when no file can have it (before any GPU is reserved)."""
     if not text:
@@ -123,6 +138,35 @@ def _path(text: str, option: str, kind: str) -> str:
     if "\0" in text:
         raise UsageError(f"{option}: {text!r} contains a NUL byte", hint=f"no {kind} name can hold one")
     return text
+
+
+def _fit(text: str, option: str) -> Any:
+    """``--fit``: a size (60GiB) as before, else a model: a path, a cached Hugging Face id, or ``model``
+    (the one the command names). A word starting with a digit is a size, so a typo stays an error."""
+    if text[:1].isdigit() or text[:1] in ".-" and text[1:2].isdigit():
+        return parse_size(text, option, allow_percent=False)
+    if not text or "\0" in text:
+        raise UsageError(f"{option}: give a size (60GiB), a model (./model.gguf, org/name) or the word model")
+    return text
+
+
+def _tokens(text: str, option: str) -> int:
+    value = _whole(text, option, "8192")
+    if value < 1:
+        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 8192")
+    return value
+
+
+def _kv_type(text: str, option: str) -> str:
+    from gpu_launch.fit.kv import parse_kv_type
+
+    return parse_kv_type(text, option)
+
+
+def _engine(text: str, option: str) -> Any:
+    from gpu_launch.fit.engines import engine_named
+
+    return engine_named(text, option)
 
 
 def _percent(text: str, option: str) -> int:
@@ -162,11 +206,25 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), CHOOSING, "Selection"),
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", _count, CHOOSING, "Selection"),
-    Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE",
-           "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), CHOOSING, "Selection"),
+    Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
+           "(a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also "
+           "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
+           "SIZE|MODEL", _fit, CHOOSING, "Selection"),
+    Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
+           "else the model's own)", "N", _tokens, SIZING, "Model"),
+    Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
+           "llama-server's 4 slots, else 1)",
+           "N", _positive, SIZING, "Model"),
+    Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
+           "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, SIZING, "Model"),
+    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
+           "command word, else from the model's format)", "E", _engine, SIZING, "Model"),
+    Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
+           "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
+           "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
     Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CONSTRAINING, "Constraints"),
@@ -186,8 +244,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
-           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _dir,
-           commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _lock_dir,
+           commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
@@ -219,7 +277,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
            commands=SELECTING, group="Output"),
-    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, --dry-run, --explain)", group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
     Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
            commands=frozenset({"ls"}), group="Output"),
@@ -374,7 +432,7 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         if command not in opt.commands:
             where = ("a launch" if opt.commands == SELECTING else "a launch or each --slurm"
                      if opt.commands == SELECTING | {"each"} else "a launch, env or check" if opt.commands == CHOOSING
-                     else "a launch, env, check or each" if opt.commands == CONSTRAINING
+                     else "a launch, env, check, each or plan" if opt.commands == CONSTRAINING
                      else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")

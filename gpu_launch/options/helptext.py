@@ -25,6 +25,8 @@ EXAMPLES = (
     ("gpulaunch --gpus 4-7 python train.py --lr 3e-4", "run on physical GPUs 4..7 (cuda:0 = GPU 4)"),
     ("gpulaunch --auto 2 -- torchrun --nproc-per-node 2 train.py", "pick the best 2 GPUs, then run"),
     ("gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}", "fewest GPUs that hold 60 GiB; {n} becomes the count"),
+    ("gpulaunch --fit model -- llama-server -m ./q4.gguf -c 8192 -ngl {gpu_layers}",
+     "GPUs sized by the model itself; {gpu_layers} becomes the layers that fit (the rest stay on the CPU)"),
     ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
     ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
     ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
@@ -69,6 +71,11 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
          "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
     ),
+    "plan": (
+        ("gpulaunch plan ./Llama-3.1-8B-Q4_K_M.gguf --ctx 32768", "weights, KV cache and allowance per GPU; -ngl"),
+        ("gpulaunch --snapshot dgx-h100 plan --json -- vllm serve ./Llama-3.1-70B --max-model-len 32768",
+         "the tensor-parallel size vLLM needs, read from the command, as JSON"),
+    ),
     "locks": (
         ("gpulaunch locks init", "as root: root-owned /var/lib/gpulaunch/locks, a lock file per GPU; used when present"),
         ("gpulaunch --snapshot dgx-h100 locks init /srv/gpulaunch", "as root: another directory, for a snapshot's GPUs"),
@@ -92,8 +99,9 @@ NOTES: dict[str, tuple[str, ...]] = {
         "--gpus, --auto, --fit, --dry-run, --explain, --json have no default.",
     ),
 }
-SYNOPSIS = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
-          "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
+SYNOPSIS = {"plan": "gpulaunch plan [OPTIONS] MODEL | gpulaunch plan [OPTIONS] -- COMMAND...",
+            "completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
+            "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
 
 
 def width() -> int:
@@ -153,7 +161,8 @@ def usage(command: str = RUN, columns: int | None = None) -> str:
             lines += _row(name, text, columns, SUBCOMMAND_COLUMN)
         lines.append("")
     else:
-        lines += [f"usage: {SYNOPSIS.get(command, f'gpulaunch {command} [OPTIONS]')}", ""]
+        forms = SYNOPSIS.get(command, f"gpulaunch {command} [OPTIONS]").split(" | gpulaunch ")  # one form a line
+        lines += [f"usage: {forms[0]}", *(f"       gpulaunch {form}" for form in forms[1:]), ""]
         lines += _wrap(SUBCOMMANDS.get(command, ""), columns, "  ", "  ") + [""]
     groups: dict[str, list[Option]] = {}
     for opt in options_for(command):

@@ -112,9 +112,41 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     streams.close_again()  # a descriptor the user closed (>&-) reaches the command closed
+    args, environ = list(argv), dict(env)
+    interruptible = _hand_ctrl_c_over()
     try:
-        os.execve(path, list(argv), dict(env))
+        os.execve(path, args, environ)
     except OSError as exc:
+        if interruptible:
+            import signal
+
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if exc.errno == errno.ENOENT:
             raise CommandNotFound(f"{_shown(argv[0])}: {exc.strerror}") from None
         raise NotExecutable(f"{_shown(argv[0])}: cannot execute ({exc.strerror})") from None
+
+
+def _hand_ctrl_c_over() -> bool:
+    """Give Ctrl-C back its default action (death by SIGINT) just before the exec; True if it was ours.
+
+    Python's handler only marks a signal, to raise KeyboardInterrupt at the next bytecode: one that
+    lands while ``execve`` runs would be marked in a process image about to vanish, and the command
+    would run on as if no Ctrl-C was pressed. So SIGINT is blocked (the kernel holds a new one), a
+    Ctrl-C that came before is raised as usual (``gpulaunch: interrupted``, 130) while Python's
+    handler is still in place, the default action is put back, and the unblock delivers a held one
+    now: gpulaunch dies of SIGINT, which a shell reports as 130 too. From then on it reaches the
+    command. An ignored SIGINT (``nohup``, a background job) is left ignored, for the command too.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # unchanged: what to put back
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # one from before is raised on return
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except ValueError:  # not the main thread (an embedding program's): its signals are not ours to change
+        return False
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # with SIG_DFL in place, a held Ctrl-C ends us here
+    return True

@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+    from gpu_launch.fit.plan import Sizing
     from gpu_launch.hardware.model import Device
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
@@ -58,6 +59,8 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
+    #: --fit MODEL: the model, its engine and settings; the choice is then sized by it
+    model: Sizing | None = None
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
@@ -78,6 +81,8 @@ class Request:
             return f"need {labels}{with_desc if self.strict else ''}"
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
+        if self.model is not None:
+            return f"need GPUs that hold {self.model.model.source}{with_desc}"
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
@@ -141,6 +146,10 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     """``--gpus``, ``--fit`` or ``--auto`` on the whole machine."""
     if request.gpus is not None:
         return gpu_select.check_explicit(gpu_spec.resolve(request.gpus, machine), machine, constraints)
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
@@ -204,7 +213,11 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
-        selection = _choose(request, machine, reserved, chooser, unusable)
+        try:
+            selection = _choose(request, machine, reserved, chooser, unusable)
+        except _UNMET as exc:
+            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
+            raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
         # Reserved ones are only chosen with --share; they and our own job's are not locked again.
@@ -225,10 +238,31 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
                         hint="try again, or queue with --wait")
 
 
-def hopeless(request: Request, machine: Machine) -> str | None:
-    """Why the request can never be met on this machine, however long one waits; None if it can."""
+def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
+                     unusable: Mapping[str, reservations.Unusable]) -> None:
+    """Raise LockDirError when the request is unmet for want of lock files only root can add to a
+    hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
+    missing = frozenset(u for u, bad in unusable.items() if bad.missing)
+    if not missing or hopeless(request, machine, missing) is None:
+        return
+    from gpu_launch.hardware.model import Device
+
+    labels = [Device(g, m).label for g in machine.gpus for m in (None, *g.mig_devices)
+              if (m.uuid if m is not None else g.uuid) in missing]
+    have = "has" if len(labels) == 1 else "have"
+    raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
+                       "(GPUs changed since `locks init`?), so waiting cannot help",
+                       hint=reservations.admin_hint(lock_dir) + " again") from None
+
+
+def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = frozenset()) -> str | None:
+    """Why the request can never be met on this machine, however long one waits; None if it can.
+
+    ``unlockable``: devices that can never be reserved (no lock file in a hardened lock dir).
+    """
     excluded = frozenset(d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")) \
         if request.exclude else frozenset()
+    excluded |= unlockable
     usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded)]
     if request.gpus is not None:
         for device in gpu_spec.resolve(request.gpus, machine):
@@ -239,6 +273,10 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.hopeless(request.model, usable)
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:
@@ -304,7 +342,12 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
-        return Acquired(gpu_select.Selection(()), None, {}, exc.message)
+        selection = gpu_select.Selection(())
+        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
+            from gpu_launch.fit import plan as fit_plan
+
+            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
+        return Acquired(selection, None, {}, exc.message)
 
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,

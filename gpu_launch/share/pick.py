@@ -84,6 +84,10 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
             devices = gpu_spec.resolve(request.gpus, machine)
             vis.check_allowed(devices)
             return select.check_explicit(devices, machine, constraints)
+        if request.model is not None:
+            from gpu_launch.choose import by_model
+
+            return by_model.choose_by_model(scope, request.model, constraints, request.runner_ups)
         if request.mig:
             from gpu_launch.choose import mig
 
@@ -107,7 +111,19 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     auto = inv.get("auto")
     fit = inv.get("fit")
     explicit = inv.get("gpus")
-    if explicit is None and fit is None and auto is None:
+    model = None
+    if isinstance(fit, str):  # --fit MODEL: sized by the model's own files (imported only then)
+        from gpu_launch.share import sizing
+
+        if inv.get("mig"):
+            raise UsageError("--mig with --fit MODEL is not supported", hint="give a size: --fit 20GiB --mig")
+        model, fit = sizing.sizing_of(fit, inv.argv, inv.options), None
+    elif any(inv.get(d) is not None for d in ("ctx", "parallel", "kv_type", "engine", "reserve")) and inv.flags & {
+            "ctx", "parallel", "kv_type", "engine"}:
+        given = next(d for d in ("ctx", "parallel", "kv_type", "engine") if d in inv.flags)
+        raise UsageError(f"--{given.replace('_', '-')} sizes a model: it needs --fit MODEL",
+                         hint="e.g. gpulaunch --fit model --ctx 8192 -- llama-server -m ./q4.gguf")
+    if explicit is None and fit is None and auto is None and model is None:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
     if inv.get("share") and explicit is None:
         raise UsageError("--share is for --gpus", hint="--auto and --fit always skip GPUs reserved by others")
@@ -115,7 +131,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting,
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
                            exclude_source=_exclude_source(inv))
 
 
@@ -184,7 +200,8 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
         # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
         # Temperatures and versions are never a choice (display=False); `--gpus 2` reads GPU 2's state only.
         return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
-                            topology=not explicit and (request.fit is not None or (request.auto or 1) > 1
+                            topology=not explicit and (request.fit is not None or request.model is not None
+                                                       or (request.auto or 1) > 1
                                                        or bool(inv.get("explain"))),
                             display=False, state_of=named_indices(request, os.environ),
                             links_among=None if inv.get("explain") else _could_be_chosen(request))

@@ -14,6 +14,7 @@ explain              ``--explain --json``                        :data:`EXPLAIN`
 environment          ``env --json``                              :data:`ENV`
 config               ``config --json``                           :data:`CONFIG`
 each                 ``each --json`` (also with ``--slurm``)     :data:`EACH`
+plan                 ``plan --json``, ``--fit MODEL --explain``  :data:`PLAN`
 ===================  ==========================================  =====================
 
 Plain dicts, so the package needs no jsonschema at run time (the tests use it).
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "ALL"]
+__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "PLAN", "ALL"]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _INT = {"type": "integer"}
@@ -193,5 +194,43 @@ EACH = _doc("gpulaunch each (each --json)", 1, {
     })},
 })
 
+_BYTES = _COUNT
+_LABEL = {"enum": ["exact", "rule", "allowance"]}
+
+#: ``plan --json`` (and ``--fit MODEL --explain --json``): the model's facts, where each part of it goes,
+#: and the placeholders' values. Every byte count says what kind of number it is in ``labels``:
+#: weights are exact (the files' tensor bytes), the KV cache a rule (the engine's formula),
+#: the allowance an allowance (compute buffers cannot be read from a file).
+PLAN = _doc("gpulaunch plan (plan --json)", 1, {
+    "model": _obj({
+        "source": _STR, "format": {"enum": ["gguf", "safetensors", "mlc"]}, "architecture": _STR, "name": _NSTR,
+        "layers": _INT, "weights_bytes": _BYTES,
+        "weights_by_kind": _obj({"layers": _BYTES, "token_embedding": _BYTES, "output": _BYTES, "other": _BYTES}),
+        "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
+        "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
+    }),
+    "engine": {"enum": ["llama.cpp", "vllm", "mlc", "tgi", "transformers"]},
+    "ctx": {"type": "integer", "minimum": 1},
+    "ctx_from": _STR,
+    "parallel": {"type": "integer", "minimum": 1},
+    "kv_type": _STR,
+    "kv_cache_bytes": _BYTES,
+    "kv_rules": {"type": "array", "items": _STR},
+    "labels": _obj({"weights": _LABEL, "kv": _LABEL, "allowance": _LABEL}),
+    "allowance": _obj({"bytes_per_gpu": _BYTES, "why": _STR}),
+    "gpus": _INDICES,
+    "per_gpu": {"type": "array", "items": _obj({
+        "gpu": {"type": "integer", "minimum": 0}, "weights_bytes": _BYTES, "kv_bytes": _BYTES,
+        "allowance_bytes": _BYTES, "free_bytes": _BYTES, "left_bytes": _INT, "layers": _NINT,
+    })},
+    "cpu_weights_bytes": _BYTES,
+    "cpu_kv_bytes": _BYTES,
+    "whole": {"type": "boolean"},
+    "gpu_layers": _NINT,
+    "tp": _NINT,
+    "placeholders": {"type": "object", "additionalProperties": _STR},
+    "notes": {"type": "array", "items": _STR},
+})
+
 ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
-                                  "config": CONFIG, "each": EACH}
+                                  "config": CONFIG, "each": EACH, "plan": PLAN}
