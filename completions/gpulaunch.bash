@@ -38,7 +38,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --wait)
+        --wait|--watch)
             # Its value is optional: the next word is the timeout only if it is a duration.
             if [[ ${COMP_WORDS[i+1]} == = ]]; then
                 i+=3
@@ -101,7 +101,7 @@ _gpulaunch() {
         --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--partition|--time|--max-running|--sbatch-arg)
             :  # a free value (a count, a size): nothing to offer
             return ;;
-        --wait)
+        --wait|--watch)
             (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command
             ;;
         --fallback)
@@ -116,7 +116,7 @@ _gpulaunch() {
     esac
     if [[ $cur == -* ]]; then
         case $sub in
-        ls) opts="--lock-dir --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        ls) opts="--lock-dir --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
@@ -126,7 +126,7 @@ _gpulaunch() {
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return

@@ -17,7 +17,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 set selecting 1; set i (math $i + 2); continue
             case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
                 set i (math $i + 2); continue
-            case --wait
+            case --wait --watch
                 # the next word is the timeout only if it is a duration
                 if test $i -lt (count $tokens); and string match -qr -- '^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$' $tokens[(math $i + 1)]
                     set i (math $i + 2); continue
@@ -125,6 +125,8 @@ complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the en
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l json -d 'machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l watch -f -d 'ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; not on a terminal, print one listing after another'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l verbose -s v -d 'more detail: NVML query timings'

@@ -255,7 +255,8 @@ def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acq
     acquired and the variables to set."""
     from gpu_launch.share import acquire, pick
 
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"))
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"),
+                                 snapshot=pick.snapshot_source(inv))
     if _HELD.locks is not None:  # what use() holds is this process's own: choose within it, as a job inside a job
         from gpu_launch.records import replace
 

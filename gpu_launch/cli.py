@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from gpu_launch.options.args import RUN, SUBCOMMANDS, parse, usage
+from gpu_launch.options.args import RUN, SUBCOMMANDS, parse
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -81,15 +81,22 @@ RAW = ("config", "completions")
 def run(argv: list[str]) -> int:
     """Run one invocation; returns the exit code unless the command was exec'd."""
     if argv[:1] == ["__complete"]:  # hidden helper for the completion scripts: never fails, never slow
-        from gpu_launch.commands.completions import helper
+        from gpu_launch.commands.completion.helper import helper
 
         return helper(argv[1:], os.environ)
     if argv[:1] == ["__slurm-task"]:  # hidden: the batch script of each `each --slurm` array task
         from gpu_launch.share.slurm import task_main
 
         return task_main(argv[1:], os.environ)
+    if not argv:  # a bare `gpulaunch`: what a new user types first deserves a usage, not an error
+        from gpu_launch.options.helptext import short_usage
+
+        sys.stderr.write(short_usage())
+        return int(ExitCode.USAGE)
     inv = parse(argv)
     if inv.get("help") or inv.command == "help":
+        from gpu_launch.options.helptext import usage
+
         topic = inv.positionals[0] if inv.command == "help" and inv.positionals else inv.command
         if topic not in (RUN, *SUBCOMMANDS):
             raise UsageError(f"help: {topic!r} is not a subcommand", hint="subcommands: " + ", ".join(SUBCOMMANDS))

@@ -196,7 +196,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("auto-zero", (*S, "--auto", "0", "--", "true"), U, "--auto: 0 GPUs makes no sense"),
     Bad("auto-negative", (*S, "--auto", "-1", "--", "true"), U, "--auto: -1 GPUs makes no sense"),
     Bad("auto-more-than-exist", (*S, "--auto", "9", "--", "true"), N, "need 9 GPUs, but this machine has 8 (hint: ask for at most 8)"),
-    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPU 0: not idle"),
+    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPUs 0,1: not idle"),
     Bad("auto-word", (*S, "--auto", "abc", "--", "true"), U, "--auto: 'abc' is not a whole number"),
     Bad("auto-float", (*S, "--auto", "2.5", "--", "true"), U, "is not a whole number"),
     Bad("auto-huge", (*S, "--auto", BIG, "--", "true"), U, "is not a whole number"),
@@ -260,7 +260,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("parent-cvd-excludes-gpus", (*W, "--gpus", "0", "--", "true"), U, "GPU 0 is outside what the parent allows",
         env={"CUDA_VISIBLE_DEVICES": "1"}),
     # no driver on this machine: the real pynvml fails to load libnvidia-ml.so.1
-    Bad("no-driver-ls", ("ls",), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
+    Bad("no-driver-ls-json", ("ls", "--json"), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
     Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try the bundled examples",
         no_driver=True),
     Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "NVML unavailable", no_driver=True),

@@ -109,6 +109,7 @@ INIT_FAULTS = {
     "no-permission": (fake.NVMLError_NoPermission, "no permission to use NVML", "/dev/nvidiactl"),
     "unknown": (fake.NVMLError_Unknown, "NVML failed to initialize", "--snapshot dgx-h100"),
 }
+NO_DRIVER = ("library-not-found", "driver-not-loaded")  # no driver at all, not a failing one
 COMMANDS = [("ls",), LS, ("ls", "--json"), (*AUTO, "1", "--", "x"), ("--dry-run", "--gpus", "0", "--", "x"),
             ("env", "--auto", "1")]
 
@@ -119,6 +120,10 @@ def test_nvml_init_failure_is_one_line_and_exit_3(gpulaunch: Run, fault: str, ar
     error, says, hint = INIT_FAULTS[fault]
     nvml = fake.dgx_h100(errors={("nvmlInit", None): error})
     result = gpulaunch(nvml, *argv)
+    if argv[0] == "ls" and "--json" not in argv and fault in NO_DRIVER:  # a new user's first `ls`: the demo
+        assert result.code == 0 and "snapshot dgx-h100" in result.out
+        assert result.error_lines == [] and "showing the bundled example machine dgx-h100" in result.err
+        return
     assert result.code == ExitCode.NO_DRIVER
     assert says in result.error_lines[0] and hint in result.error_lines[0]
     assert [name for name, _ in nvml.calls] == ["nvmlInit"], "nothing else is asked of a failed NVML"
@@ -224,7 +229,8 @@ def test_gpu_count_that_shrinks(gpulaunch: Run, reported: int) -> None:
     assert len({g.uuid for g in doc.gpus}) == reported
     assert gpulaunch(FakeNvml(_four(), reported_count=reported), *AUTO, "4", "--", "x").chosen() == [0, 1, 2, 3]
     refused = gpulaunch(FakeNvml(_four(), reported_count=reported), *AUTO, "5", "--", "x")
-    assert refused.code == ExitCode.NOT_ENOUGH_GPUS and "GPU 4: unavailable" in refused.error_lines[0]
+    named = "GPU 4" if reported == 5 else "GPUs 4,5"  # the GPUs of one reason are named together
+    assert refused.code == ExitCode.NOT_ENOUGH_GPUS and f"{named}: unavailable" in refused.error_lines[0]
     explicit = gpulaunch(FakeNvml(_four(), reported_count=reported), "--dry-run", "--gpus", "4", "--", "x")
     assert explicit.code == ExitCode.NOT_ENOUGH_GPUS
 

@@ -248,13 +248,28 @@ class Visibility:
                 return True
         return False
 
+    def lift_hint(self) -> str:
+        """How the user lifts the parent's limit, worded so that it is right whoever set it.
+
+        An inherited CUDA_VISIBLE_DEVICES is either a parent job's allotment (a gpulaunch launch, Slurm:
+        those GPUs are really all this job may use) or a leftover of ``eval "$(gpulaunch env ...)"`` or an
+        ``export`` in this shell, which ``unset`` undoes. The environment cannot tell the two apart, so
+        the hint names both. NVIDIA_VISIBLE_DEVICES is the container's own: nothing in it can widen it.
+        """
+        if not self.parent_cvd:
+            return f"the container was started with {self.source}: only those GPUs exist in it"
+        return ("inside a gpulaunch job or a Slurm step, those are the GPUs it was given; if this shell set it "
+                '(eval "$(gpulaunch env ...)", export), `unset CUDA_VISIBLE_DEVICES` or a new shell lifts the limit')
+
     def require_some(self) -> None:
         """Raise NotEnoughGpus when the parent allows no GPU at all (never widen it)."""
         if self.allowed is not None and not self.allowed:
             first = self.problems[0] if self.problems else "it names no GPU this process can use"
+            fix = ("fix it to name GPUs that exist (`gpulaunch ls` numbers them), or `unset CUDA_VISIBLE_DEVICES` "
+                   "to choose among all GPUs" if self.parent_cvd else self.lift_hint())
             raise NotEnoughGpus(
                 f"the parent's {self.source} allows no GPU ({first}), and gpulaunch does not widen it",
-                hint="unset it (or fix it) to choose among all GPUs; `gpulaunch check` lints it",
+                hint=fix,
             )
 
     def check_allowed(self, devices: tuple[Device, ...], option: str = "--gpus") -> None:
@@ -265,7 +280,7 @@ class Visibility:
                 raise UsageError(
                     f"{option}: {device.label} is outside what the parent allows "
                     f"({self.source}: {describe_devices(self.allowed)})",
-                    hint="name one of those, or use --auto to choose among them",
+                    hint=f"name one of those, or use --auto to choose among them; {self.lift_hint()}",
                 )
 
     def restrict(self, machine: Machine) -> Machine:

@@ -333,7 +333,9 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     why = acquire.hopeless(request, machine)
     if why is not None:
         raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True)
+    from gpu_launch.share.pick import snapshot_source
+
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
     from gpu_launch.share.reservations import prepare_dir
 
     prepare_dir(locking.lock_dir)

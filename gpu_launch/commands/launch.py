@@ -40,7 +40,8 @@ def run(inv: Invocation) -> int:
                              hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
                                   f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
     quiet = bool(inv.get("quiet"))
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
+                                 snapshot=pick.snapshot_source(inv))
     machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
                                            fallback=inv.get("fallback"))
     selection = got.selection

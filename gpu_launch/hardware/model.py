@@ -78,6 +78,13 @@ class Gpu:
     #: Memory the driver or firmware keeps for itself (NVML's memory v2 ``reserved``), None when
     #: not told (v1, or a snapshot without it). Already out of ``memory_free_mib``.
     memory_reserved_mib: int | None = None
+    #: Read for ``ls --wide`` only (None otherwise, and in snapshots that lack them): power draw and
+    #: limit in watts, fan speed in percent (None: no fan, e.g. passively cooled), clocks in MHz.
+    power_draw_w: int | None = None
+    power_limit_w: int | None = None
+    fan_percent: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_memory_mhz: int | None = None
 
     @property
     def label(self) -> str:
@@ -203,3 +210,4 @@ class Needs:
     #: it could choose); the others are SYS to every GPU in ``Machine.links``, as a GPU NVML could
     #: not read is: no choice compares their pairs. None: every GPU's links.
     links_among: Callable[[Gpu], bool] | None = None
+    extras: bool = False  # ls --wide: power, fan, clocks (a few NVML calls per GPU that nothing else needs)

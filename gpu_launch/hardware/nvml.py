@@ -202,6 +202,7 @@ class NvmlBackend(NvmlCalls):
         if self.needs.mig:
             with self._timed("mig"):
                 mig_mode, mig_devices = self._mig(handle)
+        draw, limit, fan, sm, memory = self._extras(handle) if self.needs.extras else (None,) * 5
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
@@ -209,8 +210,26 @@ class NvmlBackend(NvmlCalls):
             utilization_gpu=bounded(utilization, 0, 100), temperature_c=bounded(temperature, -50, 200),
             compute_capability=as_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
-            mig_devices=mig_devices, mig_mode=mig_mode, health=health,
+            mig_devices=mig_devices, mig_mode=mig_mode, health=health, power_draw_w=draw, power_limit_w=limit,
+            fan_percent=fan, clock_sm_mhz=sm, clock_memory_mhz=memory,
         )
+
+    def _extras(self, handle: Any) -> tuple[int | None, ...]:
+        """``ls --wide`` only: power draw and limit (NVML: milliwatts), fan speed, SM and memory clocks.
+        Five cheap calls per GPU that nothing else needs; None for each NVML cannot give (no fan)."""
+        nvml = self._nvml
+        with self._timed("extras"):
+            draw = self._query("nvmlDeviceGetPowerUsage", handle)
+            limit = self._query("nvmlDeviceGetEnforcedPowerLimit", handle)
+            fan = self._query("nvmlDeviceGetFanSpeed", handle)
+            sm = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+            memory = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+
+        def watts(milliwatts: Any) -> int | None:
+            return bounded(round(milliwatts / 1000), 0, 100_000) if isinstance(milliwatts, int) else None
+
+        return (watts(draw), watts(limit), bounded(fan, 0, 255), bounded(sm, 0, 100_000),
+                bounded(memory, 0, 100_000))
 
     # -- fields ------------------------------------------------------------------------------
 

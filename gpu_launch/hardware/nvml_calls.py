@@ -15,8 +15,9 @@ import time
 from collections.abc import Iterator
 
 from gpu_launch.errors import NvmlUnavailable
-from gpu_launch.hardware.nvml_answers import (EXAMPLES_HINT, FUNCTION_NOT_FOUND, GPU_FATAL, INIT_FAILURES,
-                                              INVALID_ARGUMENT, NOT_SUPPORTED, GpuFailed, debug, error_code)
+from gpu_launch.hardware.nvml_answers import (DRIVER_NOT_LOADED, EXAMPLES_HINT, FUNCTION_NOT_FOUND, GPU_FATAL,
+                                              INIT_FAILURES, INVALID_ARGUMENT, LIBRARY_NOT_FOUND, NOT_SUPPORTED,
+                                              GpuFailed, debug, error_code)
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -58,7 +59,9 @@ class NvmlCalls:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
                 cause, hint = INIT_FAILURES.get(error_code(exc), ("NVML failed to initialize", EXAMPLES_HINT))
-                raise NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint) from exc
+                failed = NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint)
+                failed.no_driver = error_code(exc) in (LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED)  # `ls` shows the demo
+                raise failed from exc
         try:
             yield
         finally:

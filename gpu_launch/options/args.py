@@ -22,8 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
-           "COMMAND_EXAMPLES", "options_for", "invocation"]
+__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "suggest_subcommand", "options_for", "invocation"]
 
 RUN = "run"
 SUBCOMMANDS: dict[str, str] = {
@@ -83,6 +82,14 @@ def _shell(text: str, option: str) -> str:
 
 def _wait(text: str, option: str) -> float:
     return parse_duration(text, option)
+
+
+def _interval(text: str, option: str) -> float:
+    """``ls --watch`` SECONDS: a duration (2, 0.5, 1m) from 0.1 s to a day."""
+    seconds = parse_duration(text, option)
+    if not 0.1 <= seconds <= 86400:
+        raise UsageError(f"{option}: {text!r} is not between 0.1s and 1d", hint=f"e.g. {option} 2")
+    return seconds
 
 
 def _fallback(text: str, option: str) -> str:
@@ -272,6 +279,11 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
+    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
+           commands=frozenset({"ls"}), group="Output"),
+    Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
+           "not on a terminal, print one listing after another", "SECONDS", _interval, frozenset({"ls"}), "Output",
+           optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", _file, group="Input"),
     Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
@@ -448,122 +460,3 @@ def invocation(command: str, options: Mapping[str, Any], names: Mapping[str, str
     return _finish(command, {**options, "_given": dict(names or {})}, [], (), names)
 
 
-EXAMPLES = (
-    ("gpulaunch ls", "the GPUs, their memory, load and processes"),
-    ("gpulaunch --gpus 4-7 python train.py --lr 3e-4", "run on physical GPUs 4..7 (cuda:0 = GPU 4)"),
-    ("gpulaunch --auto 2 -- torchrun --nproc-per-node 2 train.py", "pick the best 2 GPUs, then run"),
-    ("gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}", "fewest GPUs that hold 60 GiB; {n} becomes the count"),
-    ("gpulaunch --fit model -- llama-server -m ./q4.gguf -c 8192 -ngl {gpu_layers}",
-     "GPUs sized by the model itself; {gpu_layers} becomes the layers that fit (the rest stay on the CPU)"),
-    ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
-    ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
-    ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
-    ("gpulaunch --auto 2 --wait 2h -- python train.py", "wait up to 2 hours for 2 GPUs, in turn with other waiters"),
-    ("gpulaunch each jobs.txt --gpus-per-job 2", "run every line of jobs.txt, each on 2 free GPUs as they free up"),
-)
-#: Examples shown by ``gpulaunch SUBCOMMAND --help`` (every one must parse: tests/test_help.py).
-COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
-    "ls": (
-        ("gpulaunch ls", "the GPUs, their memory, load and processes"),
-        ("gpulaunch ls --topo", "add the link matrix: which GPUs share NVLink, PCIe switch, NUMA node"),
-        ("gpulaunch ls --json > box.json", "save a snapshot; `gpulaunch --snapshot box.json ...` reads it back"),
-    ),
-    "topo": (
-        ("gpulaunch topo", "the link matrix with CPU and NUMA affinity, like `nvidia-smi topo -m`"),
-        ("gpulaunch --snapshot dgx-h100 topo", "the matrix of a bundled example machine"),
-    ),
-    "env": (
-        ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this bash/zsh (no reservation)"),
-        ("gpulaunch env --auto 2 --shell fish | source", "the same in fish"),
-        ("gpulaunch --snapshot dgx-h100 env --gpus 3,1 --json", "the devices and variables as JSON"),
-    ),
-    "check": (
-        ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU"),
-        ("gpulaunch check --gpus 3,1 --uuid", "the same for an explicit choice, written as UUIDs"),
-        ("gpulaunch check", "lint the inherited CUDA_VISIBLE_DEVICES and check the best single GPU"),
-    ),
-    "config": (
-        ("gpulaunch config", "every setting, its value and where it came from"),
-        ("GPULAUNCH_MIN_FREE=20GiB gpulaunch config --json", "the same as JSON, with an environment override"),
-        ("gpulaunch config --idle", "what a flag on the command line would change"),
-    ),
-    "completions": (
-        ("gpulaunch completions bash > ~/.local/share/bash-completion/completions/gpulaunch", "install for bash"),
-        ("gpulaunch completions zsh > ~/.zfunc/_gpulaunch", "install for zsh (~/.zfunc on $fpath)"),
-        ("gpulaunch completions fish > ~/.config/fish/completions/gpulaunch.fish", "install for fish"),
-    ),
-    "each": (
-        ("gpulaunch each jobs.txt", "run every line of jobs.txt, each on 1 GPU as GPUs free up; logs in ./gpulaunch-logs"),
-        ("gpulaunch each jobs.txt --gpus-per-job 2 --min-free 40GiB", "each job on 2 GPUs with 40 GiB free each"),
-        ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line"),
-        ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
-         "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
-    ),
-    "locks": (
-        ("gpulaunch locks init", "as root: root-owned /var/lib/gpulaunch/locks, a lock file per GPU; used when present"),
-        ("gpulaunch --snapshot dgx-h100 locks init /srv/gpulaunch", "as root: another directory, for a snapshot's GPUs"),
-    ),
-    "plan": (
-        ("gpulaunch plan ./Llama-3.1-8B-Q4_K_M.gguf --ctx 32768", "weights, KV cache and allowance per GPU; -ngl"),
-        ("gpulaunch --snapshot dgx-h100 plan --json -- vllm serve ./Llama-3.1-70B --max-model-len 32768",
-         "the tensor-parallel size vLLM needs, read from the command, as JSON"),
-    ),
-    "help": (
-        ("gpulaunch help ls", "the options and examples of one subcommand"),
-        ("gpulaunch --help", "everything a launch accepts"),
-    ),
-}
-
-
-#: Extra lines for ``gpulaunch SUBCOMMAND --help``, after the examples.
-_NOTES: dict[str, tuple[str, ...]] = {
-    "config": (
-        "The file: ~/.config/gpulaunch/config.toml ($XDG_CONFIG_HOME; GPULAUNCH_CONFIG=FILE picks another,",
-        "GPULAUNCH_CONFIG= none), TOML keys named like the long options:",
-        '    min-free = "20GiB"',
-        "    max-util = 30",
-        "    idle = true",
-        "Then GPULAUNCH_MIN_FREE=... variables, then flags: each overrides the one before.",
-        "--gpus, --auto, --fit, --dry-run, --explain, --json have no default.",
-    ),
-}
-_USAGE = {"plan": "gpulaunch plan [OPTIONS] MODEL | gpulaunch plan [OPTIONS] -- COMMAND...",
-          "completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
-          "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
-
-
-def usage(command: str = RUN) -> str:
-    """The help text for ``command``, generated from :data:`OPTIONS`."""
-    from gpu_launch import __version__
-
-    lines = [f"gpulaunch {__version__}: put a command on the right NVIDIA GPUs", ""]
-    if command == RUN:
-        lines += ["usage: gpulaunch [OPTIONS] [--] COMMAND [ARGS...]", "       gpulaunch [OPTIONS] SUBCOMMAND", ""]
-        lines += ["Subcommands:"] + [f"  {name:<12} {text}" for name, text in SUBCOMMANDS.items()] + [""]
-    else:
-        shown = _USAGE.get(command, f"gpulaunch {command} [OPTIONS]")
-        lines += [f"usage: {shown}", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
-    groups: dict[str, list[Option]] = {}
-    for opt in options_for(command):
-        groups.setdefault(opt.group, []).append(opt)
-    for group, opts in groups.items():
-        lines.append(f"{group}:")
-        for opt in opts:
-            value = f"[{opt.metavar}]" if opt.optional else opt.metavar
-            flags = ", ".join(opt.names) + (f" {value}" if value else "")
-            lines.append(f"  {flags:<22} {opt.help}")
-        lines.append("")
-    lines.append("Examples:")
-    examples = (list(EXAMPLES) if command == RUN else list(COMMAND_EXAMPLES.get(command, ()))
-                or [e for e in EXAMPLES if f" {command}" in e[0]] or list(EXAMPLES[:1]))
-    for example, what in examples:
-        lines.append(f"  {example}")
-        lines.append(f"      {what}")
-    if command in _NOTES:
-        lines += ["", *_NOTES[command]]
-    lines += ["", "Defaults for most options can be set in ~/.config/gpulaunch/config.toml or as GPULAUNCH_*",
-              "environment variables (GPULAUNCH_MIN_FREE=20GiB); flags win. `gpulaunch config` shows the result."]
-    if command == RUN:
-        lines += ["", "CUDA's numbering then agrees with nvidia-smi's: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                  "are set for the command, the cuda:i → GPU mapping is printed on stderr, and the command is exec'd."]
-    return "\n".join(lines) + "\n"

@@ -279,14 +279,17 @@ def as_json(settings: list[Setting], environ: Mapping[str, str]) -> dict[str, An
     }
 
 
-def as_text(settings: list[Setting], environ: Mapping[str, str]) -> str:
+def as_text(settings: list[Setting], environ: Mapping[str, str], built_in: Mapping[str, str] | None = None) -> str:
+    """The `config` table; an option left unset shows ``built_in[dest]`` (what gpulaunch does without it)."""
     doc = as_json(settings, environ)
     state = "" if doc["config_file_exists"] else " (not found)"
     lines = [f"config file: {doc['config_file'] or '(none: GPULAUNCH_CONFIG is empty)'}{state}"]
     rows = [("OPTION", "VALUE", "SOURCE")]
-    for s in doc["settings"]:
+    for s, setting in zip(doc["settings"], settings):
         value = s["value"]
         shown = "–" if value is None else ("on" if value is True else "off" if value is False else str(value))
+        if s["source"] == "default" and (built_in or {}).get(setting.dest):
+            shown = (built_in or {})[setting.dest]
         where = f" {s['where']}" if s["source"] in ("file", "env") else ""
         rows.append((s["option"], shown, s["source"] + where))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]

@@ -64,11 +64,13 @@ class Request:
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
+    exclude_source: str = "--exclude"  # where --exclude came from (the config file, GPULAUNCH_EXCLUDE), for messages
 
     def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
             if self.exclude else frozenset()
-        return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved))
+        return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved),
+                                      self.exclude_source)
 
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
@@ -98,8 +100,11 @@ class Locking:
     own: frozenset[str] = frozenset()
 
     @staticmethod
-    def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
-        return Locking(reservations.lock_dir_path(option, environ), take)
+    def of(option: str | None, environ: Mapping[str, str], take: bool, snapshot: str | None = None) -> Locking:
+        """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
+        from gpu_launch.hardware.snapshot import is_example
+
+        return Locking(reservations.lock_dir_path(option, environ, example=is_example(snapshot)), take)
 
 
 @dataclass
@@ -160,7 +165,7 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             if bad is not None and not request.share:
                 raise LockDirError(f"--gpus: {device.label} is {bad.describe()}", hint=bad.hint)
         taken = [d for d in devices if d.uuid in reserved]
-        who = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
+        who = gpu_select.grouped(((d.label, gpu_select.held_reason(reserved[d.uuid])) for d in taken), " is ")
         if taken and not request.share:
             raise ReservationConflict(f"--gpus: {who}",
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
@@ -293,7 +298,7 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
     if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
         named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
         text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"
-        why = "; ".join(f"{e.gpu.label}: {e.reason}" for e in elig.excluded if e.gpu.uuid in named)
+        why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
     held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
@@ -390,7 +395,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
                         if request.gpus is not None else []
                     if taken:
-                        what = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+                        what = gpu_select.grouped(((d.label, f"reserved by {reserved[d.uuid]}") for d in taken), " is ")
                     else:
                         what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
                     if watch is not None:  # a GPU's lock freed: try again at once

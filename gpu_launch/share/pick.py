@@ -98,6 +98,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     except NotEnoughGpus as exc:
         if vis.restricted:
             exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+            exc.hint = f"{exc.hint}; {vis.lift_hint()}" if exc.hint else vis.lift_hint()
         raise
 
 
@@ -130,7 +131,22 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model)
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
+                           exclude_source=_exclude_source(inv))
+
+
+def _exclude_source(inv: Invocation) -> str:
+    """Where the exclusions came from when not from the command line: the variable or the file's line."""
+    if inv.get("exclude") is None or "exclude" in inv.flags:
+        return "--exclude"
+    from gpu_launch.options import config
+
+    setting = config.layered(os.environ).get("exclude")
+    if setting is None:
+        return "--exclude"
+    if setting.source == "env":
+        return f"{setting.where}={setting.text}"
+    return f"exclude = {setting.text!r} in {setting.where}"
 
 
 def named_indices(request: Request, environ: Mapping[str, str]) -> frozenset[int] | None:

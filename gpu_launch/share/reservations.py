@@ -49,7 +49,7 @@ from gpu_launch.errors import LockDirError, UsageError
 from gpu_launch.records import dataclass
 
 __all__ = [
-    "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK", "Holder",
+    "DEFAULT_LOCK_DIR", "example_lock_dir", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK", "Holder",
     "Reservation", "lock_dir_path", "hardened_default", "is_hardened", "admin_hint", "describe_dir", "shared_by",
     "shared_note", "queue_dir", "prepare_dir",
     "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
@@ -80,10 +80,12 @@ def hardened_default(environ: Mapping[str, str]) -> str:
     return path
 
 
-def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
+def lock_dir_path(option: str | None, environ: Mapping[str, str], example: bool = False) -> str:
     """The lock directory: ``--lock-dir`` (or, through the option layer, ``GPULAUNCH_LOCK_DIR`` and the
     config file), else ``GPULAUNCH_LOCK_DIR``, else the hardened directory if ``locks init`` made it,
-    else /tmp's.
+    else /tmp's. On a bundled ``example`` machine (``--snapshot dgx-h100``), instead of /tmp's, the
+    user's own :func:`example_lock_dir`: the demo GPUs are not real, so nobody else should be kept off
+    them. A directory named by the user or set up by the admin (hardened) still wins: it was chosen on purpose.
 
     A relative path is refused: two jobs started in different directories would each lock files of
     their own, and one GPU would go to both.
@@ -96,7 +98,18 @@ def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
                              hint=f"give an absolute path, e.g. {os.path.abspath(chosen)}")
         return chosen
     hardened = hardened_default(environ)
-    return hardened if is_hardened(hardened) else DEFAULT_LOCK_DIR
+    if is_hardened(hardened):
+        return hardened
+    return example_lock_dir(environ) if example else DEFAULT_LOCK_DIR
+
+
+def example_lock_dir(environ: Mapping[str, str]) -> str:
+    """Where launches on the bundled example machines reserve: per user, so that one user's demo
+    never makes another's fail (their GPUs do not exist; only the user's own jobs share them)."""
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return os.path.join(runtime, "gpulaunch-example-locks")
+    return f"{DEFAULT_LOCK_DIR}-examples-{os.getuid()}"
 
 
 def _root_only(st: os.stat_result) -> bool:

@@ -79,6 +79,8 @@ _GPU_KEYS = {
     "health": {"type": "array", "items": {"type": "string", "minLength": 1}},  # problems found; [] none (or unknown)
     "available": {"const": False},  # only for a GPU NVML could not read
     "error": _NSTR,  # with available
+    # ls --wide only, each when known:
+    "power_draw_w": _NINT, "power_limit_w": _NINT, "fan_percent": _NINT, "clock_sm_mhz": _NINT, "clock_memory_mhz": _NINT,
 }
 
 #: ``ls --json``: the machine, also the snapshot file format that ``--snapshot FILE`` reads.
@@ -88,7 +90,9 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "cuda_driver_version": _NSTR,
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
                                                         if k not in ("memory_reserved_mib", "mig_mode", "mig_devices",
-                                                                     "health", "available", "error")])},
+                                                                     "health", "available", "error", "power_draw_w",
+                                                                     "power_limit_w", "fan_percent", "clock_sm_mhz",
+                                                                     "clock_memory_mhz")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
