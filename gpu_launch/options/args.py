@@ -15,9 +15,27 @@ from collections.abc import Callable, Mapping, Sequence
 from gpu_launch.records import dataclass, field
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
-from gpu_launch.units import parse_duration, parse_size
+from gpu_launch.options.values import (
+    bind_mode,
+    count,
+    directory,
+    engine,
+    fallback,
+    file_name,
+    fit,
+    interval,
+    kv_type,
+    lock_dir,
+    percent,
+    positive,
+    shell,
+    slurm_time,
+    tokens,
+    wait,
+)
+from gpu_launch.units import parse_size
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -50,139 +68,6 @@ EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
-def _whole(text: str, option: str, example: str) -> int:
-    """A whole number in ASCII digits (not '٣', not 5000 digits), or one usage error line."""
-    try:
-        if not (text.strip().isascii() and len(text.strip()) <= 9):
-            raise ValueError(text)
-        return int(text)
-    except ValueError:
-        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
-        raise UsageError(f"{option}: {shown} is not a whole number", hint=f"e.g. {option} {example}") from None
-
-
-def _count(text: str, option: str) -> int:
-    value = _whole(text, option, "2")
-    if value < 1:
-        raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
-    return value
-
-
-def _bind_mode(text: str, option: str) -> str:
-    from gpu_launch.run.affinity import parse_mode
-
-    return parse_mode(text, option)
-
-
-def _shell(text: str, option: str) -> str:
-    from gpu_launch.views.shellenv import parse_shell
-
-    return parse_shell(text, option)
-
-
-def _wait(text: str, option: str) -> float:
-    return parse_duration(text, option)
-
-
-def _interval(text: str, option: str) -> float:
-    """``ls --watch`` SECONDS: a duration (2, 0.5, 1m) from 0.1 s to a day."""
-    seconds = parse_duration(text, option)
-    if not 0.1 <= seconds <= 86400:
-        raise UsageError(f"{option}: {text!r} is not between 0.1s and 1d", hint=f"e.g. {option} 2")
-    return seconds
-
-
-def _fallback(text: str, option: str) -> str:
-    if text != "cpu":
-        raise UsageError(f"{option}: {text!r} is not a fallback", hint=f"the only one is {option} cpu")
-    return text
-
-
-def _positive(text: str, option: str) -> int:
-    value = _whole(text, option, "4")
-    if value < 1:
-        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 4")
-    return value
-
-
-def _slurm_time(text: str, option: str) -> str:
-    from gpu_launch.share.slurm import parse_time
-
-    return parse_time(text, option)
-
-
-def _file(text: str, option: str) -> str:
-    return _path(text, option, "file")
-
-
-def _dir(text: str, option: str) -> str:
-    return _path(text, option, "directory")
-
-
-def _lock_dir(text: str, option: str) -> str:
-    """An absolute directory: a relative lock dir would differ with each job's working directory, and
-    two jobs started in different directories would both get the same GPU."""
-    path = _path(text, option, "directory")
-    if not path.startswith("/"):
-        import os.path
-
-        raise UsageError(f"{option}: {text!r} is a relative path: jobs started elsewhere would not see its locks",
-                         hint=f"give an absolute path, e.g. {os.path.abspath(path)}")
-    return path
-
-
-def _path(text: str, option: str, kind: str) -> str:
-    """A path as given; refused up front when no file can have it (before any GPU is reserved)."""
-    if not text:
-        raise UsageError(f"{option}: empty {kind} name", hint=f"give a {kind}, or leave the option out")
-    if "\0" in text:
-        raise UsageError(f"{option}: {text!r} contains a NUL byte", hint=f"no {kind} name can hold one")
-    return text
-
-
-def _fit(text: str, option: str) -> Any:
-    """``--fit``: a size (60GiB) as before, else a model: a path, a cached Hugging Face id, or ``model``
-    (the one the command names). A word starting with a digit is a size, so a typo stays an error."""
-    if text[:1].isdigit() or text[:1] in ".-" and text[1:2].isdigit():
-        return parse_size(text, option, allow_percent=False)
-    if not text or "\0" in text:
-        raise UsageError(f"{option}: give a size (60GiB), a model (./model.gguf, org/name) or the word model")
-    return text
-
-
-def _tokens(text: str, option: str) -> int:
-    value = _whole(text, option, "8192")
-    if value < 1:
-        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 8192")
-    return value
-
-
-def _kv_type(text: str, option: str) -> str:
-    from gpu_launch.fit.kv import parse_kv_type
-
-    return parse_kv_type(text, option)
-
-
-def _engine(text: str, option: str) -> Any:
-    from gpu_launch.fit.engines import engine_named
-
-    return engine_named(text, option)
-
-
-def _percent(text: str, option: str) -> int:
-    try:
-        digits = text.strip().rstrip("%")
-        if not (digits.isascii() and len(digits) <= 9):  # not '٣', not 5000 digits
-            raise ValueError(text)
-        value = int(digits)
-    except ValueError:
-        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
-        raise UsageError(f"{option}: {shown} is not a percentage", hint=f"e.g. {option} 20") from None
-    if not 0 <= value <= 100:
-        raise UsageError(f"{option}: {value} is not between 0 and 100")
-    return value
-
-
 @dataclass(frozen=True)
 class Option:
     """One option: its spellings, where it goes, whether it takes a value, and its help."""
@@ -208,26 +93,26 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
            "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
-           "N", _count, CHOOSING, "Selection"),
+           "N", count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
            "(a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also "
            "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
-           "SIZE|MODEL", _fit, CHOOSING, "Selection"),
+           "SIZE|MODEL", fit, CHOOSING, "Selection"),
     Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
-           "else the model's own)", "N", _tokens, SIZING, "Model"),
+           "else the model's own)", "N", tokens, SIZING, "Model"),
     Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
            "llama-server's 4 slots, else 1)",
-           "N", _positive, SIZING, "Model"),
+           "N", positive, SIZING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
-           "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, SIZING, "Model"),
+           "command's -ctk/--kv-cache-dtype, else f16)", "T", kv_type, SIZING, "Model"),
     Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
-           "command word, else from the model's format)", "E", _engine, SIZING, "Model"),
+           "command word, else from the model's format)", "E", engine, SIZING, "Model"),
     Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
            "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
            "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
-    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CONSTRAINING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", percent, CONSTRAINING, "Constraints"),
     Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
            commands=CONSTRAINING, group="Constraints"),
     Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
@@ -235,30 +120,30 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--wait",), "wait", "when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); "
            "waiters are served first come, first served. TIMEOUT is only read from the next word when it is a "
            "duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most "
-           "TIMEOUT)", "TIMEOUT", _wait, SELECTING | {"each"}, "Sharing", optional=True,
+           "TIMEOUT)", "TIMEOUT", wait, SELECTING | {"each"}, "Sharing", optional=True,
            default=float("inf")),
     Option(("--fallback",), "fallback", "when the GPUs cannot be had (after --wait), run anyway on the CPU: "
-           "CUDA_VISIBLE_DEVICES= (empty)", "cpu", _fallback, SELECTING, "Sharing"),
+           "CUDA_VISIBLE_DEVICES= (empty)", "cpu", fallback, SELECTING, "Sharing"),
     Option(("--share",), "share", "--gpus: use GPUs reserved by another gpulaunch job anyway",
            commands=SELECTING, group="Sharing"),
     Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
-           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _lock_dir,
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", lock_dir,
            commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
-    Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
+    Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
-           "DIR", _dir, frozenset({"each", "config"}), group="Jobs"),
+           "DIR", directory, frozenset({"each", "config"}), group="Jobs"),
     Option(("--slurm",), "slurm", "each: submit the jobs to Slurm as one job array instead of running them here; "
            "each task runs its line through `gpulaunch --auto K` inside its allocation", commands=frozenset({"each"}),
            group="Slurm"),
     Option(("--partition",), "partition", "each --slurm: the Slurm partition (sbatch --partition)", "P",
            commands=EACH, group="Slurm"),
     Option(("--time",), "time", "each --slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
-           "T", _slurm_time, EACH, "Slurm"),
+           "T", slurm_time, EACH, "Slurm"),
     Option(("--max-running",), "max_running", "each --slurm: at most K jobs of the array at once (--array=1-M%K)",
-           "K", _positive, EACH, "Slurm"),
+           "K", positive, EACH, "Slurm"),
     Option(("--sbatch-arg",), "sbatch_arg", "each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
            "--sbatch-arg=--qos=high)", "ARG", commands=EACH, group="Slurm", repeat=True),
     Option(("--follow",), "follow", "each --slurm: after submitting, follow the jobs until they end, with the live "
@@ -270,9 +155,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",
            commands=CHOOSING, group="Selection"),
     Option(("--bind",), "bind", "pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off",
-           "MODE", lambda v, o: _bind_mode(v, o), SELECTING, "Environment"),
+           "MODE", lambda v, o: bind_mode(v, o), SELECTING, "Environment"),
     Option(("--shell",), "shell", "env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)",
-           "SHELL", lambda v, o: _shell(v, o), frozenset({"env"}), "Output"),
+           "SHELL", lambda v, o: shell(v, o), frozenset({"env"}), "Output"),
     Option(("--dry-run",), "dry_run", "print the environment and command that would run, and exit",
            commands=SELECTING, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
@@ -282,10 +167,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
            commands=frozenset({"ls"}), group="Output"),
     Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
-           "not on a terminal, print one listing after another", "SECONDS", _interval, frozenset({"ls"}), "Output",
+           "not on a terminal, print one listing after another", "SECONDS", interval, frozenset({"ls"}), "Output",
            optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
-           "FILE", _file, group="Input"),
+           "FILE", file_name, group="Input"),
     Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
     Option(("--verbose", "-v"), "verbose", "more detail: NVML query timings", group="Output", counted=True),
     Option(("--help", "-h"), "help", "show this help and exit", group="Output"),
