@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 
-from gpu_launch.share import reservations
+from gpu_launch.share import nesting, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
@@ -86,9 +86,11 @@ class Locking:
 
     lock_dir: str
     take: bool = True
-    #: UUIDs this process holds already (the Python API's ``use()``): they count as its own, as a
-    #: parent job's do, so a choice made inside this process may use them and locks them no second time.
-    own: frozenset[str] = frozenset()
+    #: (uuid, depth) locks this very process's Python API holds (``use()``, ``reserve()``): never this
+    #: job's allotment, always taken (:mod:`gpu_launch.share.nesting`). A live container (threads add to it).
+    mine: Container[object] = frozenset()
+    #: the processes this one was forked from: what they hold is not its allotment
+    skip_pids: Container[int] = frozenset()
 
     @staticmethod
     def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
@@ -186,22 +188,22 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     if locking.take:
         reservations.prepare_dir(locking.lock_dir)
     found, unusable = reservations.scan(locking.lock_dir, uuids)
-    # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
-    # GPUs that job holds: they are its own, as its lock descriptors (not the files' text) prove.
-    # It takes no second lock on them; nor on those this very process holds already (``locking.own``).
-    own = reservations.own_reservations(locking.lock_dir, found) if found else frozenset()
-    own = own | (locking.own & found.keys())
-    reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
+    # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
+    # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
+    # job's children: it locks them one level deeper, so two children never get the same one.
+    nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids) if found else nesting.Nesting()
+    reserved = {u: h.describe(now) for u, h in found.items() if u not in nest.depth}
+    reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
         selection = _choose(request, machine, reserved, chooser, unusable)
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
-        # Reserved ones are only chosen with --share; they and our own job's are not locked again.
-        wanted = [d.uuid for d in selection.devices if d.uuid not in reserved and d.uuid not in own]
+        # Reserved ones are only chosen with --share (and not locked); our job's are locked a level deeper.
+        wanted = [d.uuid for d in selection.devices if d.uuid not in reserved]
         try:
-            got = reservations.lock_all(locking.lock_dir, wanted)
+            got = reservations.lock_all(locking.lock_dir, wanted, nest.depth)
         except reservations.UnusableLockFile as exc:
             # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
             unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
@@ -210,7 +212,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = reservations.probe(locking.lock_dir, got)
+        holder = reservations.probe_at(locking.lock_dir, got, nest.depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
