@@ -84,6 +84,8 @@ class Scheduler:
         self.chooser = chooser
         self.interval = acquire.poll_interval(environ)
         self.ticket: Any = None
+        #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
+        self.queue = True
         self.stopping = 0  # signals received
 
     def run(self) -> None:
@@ -136,10 +138,10 @@ class Scheduler:
         from gpu_launch.share.waitqueue import Ticket
 
         while self.pending:
-            if self.ticket is None:
+            if self.ticket is None and self.queue:
                 self.ticket = Ticket(self.locking.lock_dir)
                 self.ticket.join()
-            if self.ticket.ahead() > 0:
+            if self.ticket is not None and self.ticket.ahead() > 0:
                 return
             machine = self.read()
             try:
@@ -313,8 +315,9 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
+    # A sweep waits for GPUs free for its jobs rather than pile onto others' work (``--max-util`` decides instead).
     request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
-                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"))
+                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True)
 
     def read() -> Machine:
         return read_machine(inv, processes=True, topology=k > 1)
@@ -330,6 +333,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
+    scheduler.queue = not acquire.inside_allotment(locking, machine)
     with view:
         scheduler.run()
     view.summary(scheduler)

@@ -59,15 +59,22 @@ class Request:
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
+    #: a job that waits (``each``; ``--wait`` with --auto/--fit) gets only GPUs free for it: none busy
+    #: or full with others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys).
+    polite: bool = False
 
-    def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
+    def constraints(self, machine: Machine, reserved: Mapping[str, str],
+                    allotted: frozenset[str] = frozenset()) -> gpu_select.Constraints:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
             if self.exclude else frozenset()
-        return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved))
+        return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved),
+                                      self.polite and self.gpus is None, allotted)
 
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
         desc = self.constraints(machine, {}).describe()
+        if self.polite and self.gpus is None and self.max_util is None:
+            desc = ", ".join(filter(None, (desc, "not busy or full with others' work")))
         with_desc = f" with {desc}" if desc else ""
         if self.gpus is not None:
             labels = ", ".join(d.label for d in gpu_spec.resolve(self.gpus, machine))
@@ -140,8 +147,9 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
 
 
 def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
-            unusable: Mapping[str, reservations.Unusable] | None = None) -> gpu_select.Selection:
-    constraints = request.constraints(machine, reserved)
+            unusable: Mapping[str, reservations.Unusable] | None = None,
+            allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
+    constraints = request.constraints(machine, reserved, allotted)
     if request.gpus is not None:
         devices = gpu_spec.resolve(request.gpus, machine)
         for device in devices:
@@ -197,7 +205,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
-        selection = _choose(request, machine, reserved, chooser, unusable)
+        selection = _choose(request, machine, reserved, chooser, unusable, nest.allotted)
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
         # Reserved ones are only chosen with --share (and not locked); our job's are locked a level deeper.
@@ -216,6 +224,20 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
+
+
+def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
+    """Whether this process runs inside a job that holds some of ``machine``'s GPUs (its allotment).
+
+    Such a process waits without a ticket in the machine's queue: a ticket would put it behind
+    outside waiters, who may be waiting for the very GPUs its own job holds until it is done.
+    """
+    if locking is None:
+        return False
+    found, _unusable = reservations.scan(locking.lock_dir, _device_uuids(machine))
+    if not found:
+        return False
+    return bool(nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids).allotted)
 
 
 def hopeless(request: Request, machine: Machine) -> str | None:
@@ -257,7 +279,11 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
     held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
-    return text + (f" ({held} reserved by other gpulaunch jobs)" if held else "")
+    notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
+    busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
+    if busy:
+        notes.append(f"{', '.join(busy)} busy or full with others' work")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 class _Sleeper:
@@ -309,9 +335,12 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
     started = time.monotonic()
     deadline = started + wait if math.isfinite(wait) else math.inf
     ticket = None
+    machine: Machine | None = None
     if locking is not None and locking.take:
         reservations.prepare_dir(locking.lock_dir)
-        ticket = Ticket(locking.lock_dir)
+        machine = read()
+        if not inside_allotment(locking, machine):
+            ticket = Ticket(locking.lock_dir)
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
         watch: reservations.LockWatch | None = None
@@ -319,12 +348,14 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
             if ticket is not None:
                 ticket.join()
             last: GpuLaunchError | None = None
-            machine: Machine | None = None
+            fresh = machine is not None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
                 wake: Callable[[float], bool] | None = None
-                if ahead == 0 or machine is None:
+                if (ahead == 0 or machine is None) and not fresh:
                     machine = read()  # only the head of line re-reads the machine (NVML is not free)
+                fresh = False
+                assert machine is not None
                 if ahead == 0:
                     if watch is not None:
                         watch.close()

@@ -82,6 +82,10 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     vis = visibility.resolve(machine, os.environ if environ is None else environ)
     vis.require_some()
     scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
+    if vis.slurm and vis.allowed is not None:  # a Slurm step's GPUs are the job's, whatever their load
+        from dataclasses import replace
+
+        constraints = replace(constraints, allotted=constraints.allotted | {d.gpu.uuid for d in vis.allowed})
     try:
         if request.gpus is not None:
             devices = gpu_spec.resolve(request.gpus, machine)
@@ -117,7 +121,8 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting)
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting,
+                           polite=waiting and explicit is None)
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
