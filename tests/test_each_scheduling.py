@@ -72,3 +72,39 @@ def test_wait_under_auto_waits_for_gpus_free_for_it_and_says_which_are_busy(lock
     assert "GPU 0: busy by alice (98% utilisation; --max-util 100 takes it anyway)" in done.stderr
     now = run(["--snapshot", "dgx-h100", "--auto", "7", "--", "true"], locks)  # no --wait: as before, a warning
     assert now.returncode == 0 and "warning: GPU 0 is busy by alice" in now.stderr
+
+
+# --- issue 20 item 14: jobs are reaped the moment they end ------------------------------------------
+
+def test_the_scheduler_wakes_when_a_job_ends_not_at_a_polling_tick() -> None:
+    """The loop sleeps in `_Signals.wait` until a signal: a job's end (SIGCHLD) wakes it at once.
+    (Before, it slept a fixed 0.1 s between checks, and ~0.2 s after the last job.)"""
+    import subprocess
+    import time
+
+    from gpu_launch.commands.each import _Signals
+
+    with _Signals() as signals:
+        job = subprocess.Popen(["sleep", "0.2"])
+        started = time.monotonic()
+        signals.wait(30.0)  # returns on the SIGCHLD, long before the timeout
+        woke = time.monotonic() - started
+        assert job.poll() == 0 and woke < 10.0, woke
+        signals.wait(0.0)  # nothing pending: returns at once
+        assert signals.received == []  # a job's end is no Ctrl-C
+
+
+def test_benchmark_each_vs_simple_runs_or_says_why_not(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "benchmarks/each_vs_simple.py", "--jobs", "8", "--job", "0.05", "--runs", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("skipped: simple_gpu_scheduler is not installed"):
+        return
+    doc = json.loads(out.read_text())
+    assert doc["jobs"] == 8 and len(doc["gpulaunch_s"]) == 1 and doc["ratio"] > 0

@@ -98,6 +98,9 @@ class Locking:
     mine: Container[object] = frozenset()
     #: the processes this one was forked from: what they hold is not its allotment
     skip_pids: Container[int] = frozenset()
+    #: look for this job's allotment among the held GPUs (off: every held GPU counts as reserved, the
+    #: safe side; ``each`` turns it off once it knows it runs inside no job, to spare the /proc walk)
+    nested: bool = True
 
     @staticmethod
     def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
@@ -199,7 +202,8 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
     # job's children: it locks them one level deeper, so two children never get the same one.
-    nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids) if found else nesting.Nesting()
+    nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids) \
+        if found and locking.nested else nesting.Nesting()
     reserved = {u: h.describe(now) for u, h in found.items() if u not in nest.depth}
     reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
