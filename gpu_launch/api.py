@@ -21,6 +21,11 @@ values are accepted too: an int or a list of ints for ``gpus``/``exclude``, byte
 sizes, seconds (int/float, ``datetime.timedelta``) or ``True`` (for ever) for ``wait``. A flag
 left at ``None`` takes the configured default (off unless ``GPULAUNCH_IDLE=1`` and so on).
 
+Every reservation is its own (a second ``reserve()``, one in another thread, one after ``use()``
+never gets a GPU this process holds); ``use()``'s GPUs are this process's and its children's, but
+never narrow this process's own later calls (see :func:`use`); ``reserve()``'s stay in this
+process unless ``inherit=True``; a forked worker holds none of them.
+
 Errors are the command line's, raised as they are: :class:`~gpu_launch.errors.GpuLaunchError` and
 its subclasses (``NotEnoughGpus``, ``Reserved``, ``WaitTimeout``, ``NoDriver``, ``UsageError``,
 ``CudaAlreadyInitialized``, ...), each with ``message``, ``hint`` and the CLI's ``exit_code``.

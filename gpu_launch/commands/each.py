@@ -11,6 +11,17 @@ files and closes its own copies. From then on the *job* holds its reservation: i
 job exits, crashes or is killed, whatever happens to this scheduler. So no two jobs (of this
 sweep, or anyone's gpulaunch) are ever on one GPU, and ``gpulaunch ls`` shows each job's pid.
 
+A sweep is polite: it waits for GPUs free for its jobs, never putting one on a GPU that is busy or
+full with someone's work (``--max-util`` sets the user's own bar instead). Inside a job (``gpulaunch
+--gpus 2,3 -- gpulaunch each jobs.txt``, a Slurm step, a process that called ``gpu_launch.use()``),
+the job's GPUs are its allotment: whatever their load they are the sweep's, shared out among its jobs
+one level deeper (:mod:`gpu_launch.share.nesting`), so two jobs never share one; and it waits without
+a ticket in the machine's queue, where it could stand behind someone waiting for its own job's GPUs.
+
+The loop sleeps until something happens: a job's end (SIGCHLD) or Ctrl-C wakes it at once through
+the interpreter's wake-up pipe, so a GPU is handed to the next job within milliseconds; only GPUs
+freed by others are looked for every ``GPULAUNCH_POLL_INTERVAL``.
+
 Each job runs in its own process group with stdin from /dev/null, and its stdout and stderr go to
 ``--log-dir``/job-N.log (N is the job's number, 1-based, in file order); an existing file is never
 overwritten (job-N.1.log, job-N.2.log, … are used instead). Ctrl-C (or SIGTERM) stops launching,

@@ -28,7 +28,8 @@ Safety on a directory every user can write to:
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
 what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
-job's reservations from lock descriptors (:func:`own_reservations`).
+job's reservations from lock descriptors (:func:`lineage_holds`), and shares them out among the
+job's children through locks one level deeper (:func:`nested_path`, :mod:`gpu_launch.share.nesting`).
 """
 
 from __future__ import annotations
