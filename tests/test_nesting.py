@@ -204,3 +204,22 @@ def test_a_nested_launch_beside_a_running_sibling_gets_the_other_gpu(tmp_path: P
     done = _run([sys.executable, "-c", code], locks)
     assert done.returncode == 0 and done.stdout.strip() == "[0, 0]", done.stderr
     assert sorted(rec.read_text().split()) == ["2", "3"]
+
+
+def test_a_nested_waiter_takes_the_gpu_the_moment_its_sibling_gives_it_back(tmp_path: Path, locks: str) -> None:
+    """Inside a job, a `--wait` launch waits for a sibling's lock one level deeper, and wakes when it goes
+    (not at the poll interval, set to a minute here: it would still be waiting at its 20 s limit)."""
+    rec = tmp_path / "rec"
+    first = " ".join(_gl("-q", "--auto", "1", "--", "sh", "-c", f"'echo first $GPULAUNCH_GPUS >> {rec}; sleep 0.5'"))
+    second = " ".join(_gl("-q", "--auto", "1", "--wait", "20", "--", "sh", "-c",
+                          f"'echo second $GPULAUNCH_GPUS >> {rec}'"))
+    script = f"{first} & sleep 0.3; {second}; wait"
+    import subprocess
+
+    started = time.monotonic()
+    done = subprocess.run(_gl("--gpus", "2", "-q", "--", "sh", "-c", script), capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks,
+                                                               "GPULAUNCH_POLL_INTERVAL": "60"}))
+    assert done.returncode == 0, done.stderr
+    assert rec.read_text().split("\n")[:2] == ["first 2", "second 2"]
+    assert time.monotonic() - started < 15  # woken by the sibling's lock, long before the minute's poll

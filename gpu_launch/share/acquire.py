@@ -340,10 +340,12 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
     deadline = started + wait if math.isfinite(wait) else math.inf
     ticket = None
     machine: Machine | None = None
+    inside = False
     if locking is not None and locking.take:
         reservations.prepare_dir(locking.lock_dir)
         machine = read()
-        if not inside_allotment(locking, machine):
+        inside = inside_allotment(locking, machine)
+        if not inside:
             ticket = Ticket(locking.lock_dir)
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
@@ -364,7 +366,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     if watch is not None:
                         watch.close()
                     # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
-                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine)) \
+                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine), nested=inside) \
                         if locking is not None else None
                     try:
                         return attempt(request, machine, locking, chooser)

@@ -436,21 +436,24 @@ class LockWatch:
 
     For the head of the wait queue: one non-blocking shared ``flock`` per device every tick, on
     descriptors opened once, instead of re-reading the machine. A file that does not exist yet has
-    never been locked: nothing to watch.
+    never been locked: nothing to watch. ``nested``: the locks one level deeper too (a waiter inside a
+    job, waiting for a sibling to give back one of the job's GPUs).
     """
 
-    def __init__(self, lock_dir: str, uuids: Iterable[str]) -> None:
-        self.fds: dict[str, int] = {}
+    def __init__(self, lock_dir: str, uuids: Iterable[str], nested: bool = False) -> None:
+        self.fds: dict[object, int] = {}
         for uuid in uuids:
-            try:
-                fd = open_shared(lock_path(lock_dir, uuid), create=False)
-            except LockDirError:
-                continue
-            if fd is not None:
-                self.fds[uuid] = fd
+            for depth in range(MAX_DEPTH if nested else 1):
+                try:
+                    fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+                except LockDirError:
+                    break
+                if fd is None:
+                    break  # no deeper file without this one
+                self.fds[(uuid, depth)] = fd
         self.held = self._held()
 
-    def _held(self) -> frozenset[str]:
+    def _held(self) -> frozenset[object]:
         held = set()
         for uuid, fd in self.fds.items():
             try:
