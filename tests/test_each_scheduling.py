@@ -37,7 +37,7 @@ def test_each_waits_for_gpus_free_for_its_jobs_and_says_so(tmp_path: Path, locks
     assert done.returncode == 0, done.stderr
     used = _gpus(logs)
     assert len(used) == 8 and not {"0", "1"} & set(used), used  # was: jobs 7 and 8 on alice's GPUs 0, 1
-    assert "waiting for GPUs: need 1 GPU with not busy or full with others' work" in done.stderr
+    assert "waiting for GPUs: need 1 GPU not busy or full with others' work" in done.stderr
 
 
 def test_max_util_100_is_the_users_choice_to_take_busy_gpus(tmp_path: Path, locks: Path) -> None:

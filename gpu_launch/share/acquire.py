@@ -73,9 +73,10 @@ class Request:
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
         desc = self.constraints(machine, {}).describe()
-        if self.polite and self.gpus is None and self.max_util is None:
-            desc = ", ".join(filter(None, (desc, "not busy or full with others' work")))
         with_desc = f" with {desc}" if desc else ""
+        if self.polite and self.gpus is None and self.max_util is None:
+            with_desc += "," if desc else ""
+            with_desc += " not busy or full with others' work"
         if self.gpus is not None:
             labels = ", ".join(d.label for d in gpu_spec.resolve(self.gpus, machine))
             return f"need {labels}{with_desc if self.strict else ''}"
