@@ -35,10 +35,12 @@ TARGET_RATIO = 1.05
 __all__ = ["pair", "main", "TARGET_RATIO"]
 
 
-def _timed(argv: list[str], env: dict[str, str], stdin: str | None = None) -> float:
+def _timed(argv: list[str], env: dict[str, str], cwd: str, stdin: str | None = None) -> float:
     start = time.perf_counter()
+    # cwd outside any checkout: `python -m` puts the working directory first on sys.path, which would
+    # shadow --repo's gpulaunch with the one the benchmark was started from.
     done = subprocess.run(argv, env=env, input=stdin, text=True, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, timeout=600)
+                          stderr=subprocess.PIPE, timeout=600, cwd=cwd)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{argv[:4]}… exited {done.returncode}: {done.stderr[-2000:]}")
@@ -63,11 +65,11 @@ def pair(jobs: int, job: float, repo: Path, simple: str, gpulaunch_first: bool) 
                 "--log-dir", str(Path(tmp, "logs"))]
         theirs = [simple, "--gpus", *map(str, range(GPUS))]
         if gpulaunch_first:
-            a = _timed(ours, env)
-            b = _timed(theirs, env, lines)
+            a = _timed(ours, env, tmp)
+            b = _timed(theirs, env, tmp, lines)
         else:
-            b = _timed(theirs, env, lines)
-            a = _timed(ours, env)
+            b = _timed(theirs, env, tmp, lines)
+            a = _timed(ours, env, tmp)
     return a, b
 
 
