@@ -5,6 +5,11 @@ lock lost to a race (another gpulaunch locked the GPU between our read and our l
 everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
 :func:`acquire` adds ``--wait`` (re-read the machine every poll, first come first served through
 :mod:`gpu_launch.share.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
+
+Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
+deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue. A
+waiting ``--auto``/``--fit`` and ``each`` are polite (``Request.polite``): they wait for GPUs not busy
+or full with others' work, except their allotment's.
 """
 
 from __future__ import annotations
