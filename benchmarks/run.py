@@ -20,6 +20,12 @@ Groups:
   queue      24 concurrent `--auto 1 --wait` launches of 1 s jobs on 8 GPUs: wall time and GPU
              occupancy, started cold and all queued first (benchmarks/queue_burst.py; target ≥ 80 %)
 
+Beside it, paired round by round (the ratios of issue 21, with medians and spreads):
+  launch_vs_nvitop.py  the quiet launch against `python -c "import nvitop"` (target ≤ 0.5×)
+  nvml_path.py         quiet launches on NVML against minimal_nvml.py (import pynvml, init, each
+                       GPU's memory; target ≤ 1.3×), e.g. on NVIDIA's mock NVML (LD_LIBRARY_PATH,
+                       MOCK_NVML_CONFIG); it skips where no libnvidia-ml.so.1 loads
+
 The JSON (``--json FILE``) holds the commit, Python version, machine and load average, every
 row's samples and the targets, so two runs can be compared (``--compare OLD.json``). Standard
 library only; it measures the gpulaunch installed beside the running interpreter (the console
@@ -35,137 +41,23 @@ import inspect
 import json
 import os
 import platform
-import re
-import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
-import textwrap
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-SNAPSHOT = "dgx-h100"  # the 8-GPU example machine the issue asks for
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
+
+from breakdowns import SNAPSHOT, import_breakdown, nvml_timings  # noqa: E402
+from report import compare, report  # noqa: E402
+from timing import REPO, Bench, by_key, child_env, measure  # noqa: E402
+
 SCHEMA = 1
 NO_DRIVER = "skipped: no NVIDIA driver"
-
-
-@dataclass
-class Bench:
-    """One command to time. ``tty``: stdout is a pseudo-terminal (what a user typing it sees)."""
-
-    key: str
-    label: str
-    argv: list[str]
-    tty: bool = False
-    samples: list[float] = field(default_factory=list)  # wall-clock seconds
-    cpu: list[float] = field(default_factory=list)  # the child's user+system CPU seconds
-    error: str | None = None
-    skipped: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.skipped is None and bool(self.samples)
-
-    def median_ms(self) -> float:
-        return statistics.median(self.samples) * 1000
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "label": self.label, "argv": self.argv, "tty": self.tty}
-        if self.skipped:
-            out["status"] = self.skipped
-        elif self.error:
-            out["status"] = f"failed: {self.error}"
-        else:
-            ms = sorted(s * 1000 for s in self.samples)
-            q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
-            out.update(status="ok", runs=len(ms), median_ms=round(statistics.median(ms), 3),
-                       p25_ms=round(q[0], 3), p75_ms=round(q[2], 3), min_ms=round(ms[0], 3),
-                       max_ms=round(ms[-1], 3), cpu_median_ms=round(statistics.median(self.cpu) * 1000, 3),
-                       samples_ms=[round(s, 3) for s in ms])
-        return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Running processes
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("GPULAUNCH_SNAPSHOT", None)  # the GPU rows must read NVML, the snapshot rows say so
-    env.pop("PYTHONPROFILEIMPORTTIME", None)
-    # An installed package has its bytecode cached (pip compiles it); without the cache every run
-    # would recompile gpu_launch from source (~10 ms) while nvitop's cache, made by pip, is used.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass  # EIO: the child closed the terminal
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _run_once(bench: Bench, env: dict[str, str], capture: bool = False) -> tuple[float, int, str, float]:
-    """Run ``bench`` once: (wall seconds, exit code, stderr if ``capture``, the child's CPU seconds)."""
-    cpu_before = _children_cpu()
-    if bench.tty:
-        master, slave = os.openpty()
-        reader = threading.Thread(target=_drain, args=(master,), daemon=True)
-        reader.start()
-        try:
-            start = time.perf_counter()
-            proc = subprocess.run(bench.argv, stdin=subprocess.DEVNULL, stdout=slave,
-                                  stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=REPO)
-            elapsed = time.perf_counter() - start
-        finally:
-            os.close(slave)
-            reader.join(timeout=5)
-            os.close(master)
-    else:
-        start = time.perf_counter()
-        proc = subprocess.run(bench.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE if capture else subprocess.DEVNULL, env=env, cwd=REPO)
-        elapsed = time.perf_counter() - start
-    err = proc.stderr.decode("utf-8", "replace") if capture and proc.stderr else ""
-    return elapsed, proc.returncode, err, _children_cpu() - cpu_before
-
-
-def measure(benches: Sequence[Bench], repeat: int, warmup: int = 2) -> None:
-    """Time every runnable bench ``repeat`` times, interleaved; a failing command is marked, not timed."""
-    env = _child_env()
-    live = [b for b in benches if b.skipped is None]
-    for b in live:
-        try:
-            _, code, err, _ = _run_once(b, env, capture=True)
-        except OSError as exc:
-            b.error = str(exc)
-            continue
-        if code != 0:
-            last = err.strip().splitlines()[-1] if err.strip() else ""
-            b.error = f"exit {code}" + (f": {last}" if last else "")
-    live = [b for b in live if b.error is None]
-    for _ in range(max(warmup - 1, 0)):  # the check above was the first warm-up run
-        for b in live:
-            _run_once(b, env)
-    for _ in range(repeat):
-        for b in live:
-            elapsed, _, _, cpu = _run_once(b, env)
-            b.samples.append(elapsed)
-            b.cpu.append(cpu)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,7 +81,7 @@ def measured_package() -> str | None:
     """Where the measured interpreter imports gpu_launch from (to warn about another checkout)."""
     try:
         proc = subprocess.run([sys.executable, "-c", "import gpu_launch, os; print(os.path.dirname(gpu_launch.__file__))"],
-                              capture_output=True, text=True, cwd="/", env=_child_env(), timeout=30)
+                              capture_output=True, text=True, cwd="/", env=child_env(), timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None
@@ -206,7 +98,7 @@ def nvidia_driver() -> bool:
 
 def nvitop_installed() -> bool:
     proc = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(bool(u.find_spec('nvitop')))"],
-                          capture_output=True, text=True, env=_child_env())
+                          capture_output=True, text=True, env=child_env())
     return proc.stdout.strip() == "True"
 
 
@@ -261,79 +153,6 @@ def gpu_group(gl: list[str], driver: bool) -> list[Bench]:
     return benches
 
 
-_READ_RE = re.compile(r"read nvml in ([\d.]+) ms(?: \((.*)\))?")
-
-
-def nvml_timings(gl: list[str], repeat: int) -> dict[str, Any]:
-    """Median ms per NVML query kind over ``repeat`` runs of ``gpulaunch -v ls --topo``."""
-    per_kind: dict[str, list[float]] = {}
-    totals: list[float] = []
-    env = _child_env()
-    for _ in range(repeat):
-        proc = subprocess.run([*gl, "-v", "ls", "--topo"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-        match = _READ_RE.search(proc.stderr)
-        if proc.returncode != 0 or match is None:
-            last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-            return {"status": f"failed: {last}"}
-        totals.append(float(match.group(1)))
-        for part in (match.group(2) or "").split("  "):
-            name, _, value = part.strip().rpartition(" ms")[0].rpartition(" ")
-            if name:
-                per_kind.setdefault(name, []).append(float(value))
-    return {"status": "ok", "runs": repeat, "total_ms": round(statistics.median(totals), 3),
-            "kinds_ms": {k: round(statistics.median(v), 3) for k, v in per_kind.items()}}
-
-
-_IMPORTTIME_RE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)\s*$")
-
-
-def _attribute(stderr: str) -> dict[str, float]:
-    """ms per import after start-up: gpu_launch modules by their own time, anything else they import
-    (stdlib, third party) by its cumulative time, so the entries add up to the whole."""
-    pending: dict[int, list[tuple[str, int, int, list[Any]]]] = {}
-    for line in stderr.splitlines():
-        match = _IMPORTTIME_RE.match(line)
-        if match is None:
-            continue
-        own, cumulative, indent, name = match.groups()
-        depth = len(indent) // 2
-        node = (name, int(own), int(cumulative), pending.pop(depth + 1, []))
-        if depth == 0 and name == "site":
-            pending.clear()  # the interpreter's own start-up (and .pth files) came before
-            continue
-        pending.setdefault(depth, []).append(node)
-    out: dict[str, float] = {}
-
-    def walk(nodes: list[Any]) -> None:
-        for name, own, cumulative, children in nodes:
-            if name == "gpu_launch" or name.startswith("gpu_launch."):
-                out[name] = out.get(name, 0.0) + own / 1000
-                walk(children)
-            else:
-                out[name] = out.get(name, 0.0) + cumulative / 1000
-
-    walk(pending.get(0, []))
-    return out
-
-
-def import_breakdown(gl: list[str], repeat: int) -> dict[str, Any]:
-    """Where the quiet launch's import time goes: median ms per module (``-X importtime``)."""
-    argv = [sys.executable, "-X", "importtime", *(gl[1:] if len(gl) > 1 else gl),
-            "--snapshot", SNAPSHOT, "--auto", "2", "-q", "--", "true"]
-    per_module: dict[str, list[float]] = {}
-    for _ in range(repeat):
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, env=_child_env(), cwd=REPO)
-        if proc.returncode != 0:
-            return {"status": f"failed: exit {proc.returncode}"}
-        for name, ms in _attribute(proc.stderr).items():
-            per_module.setdefault(name, []).append(ms)
-    medians = {name: round(statistics.median(v), 3) for name, v in per_module.items()}
-    return {"status": "ok", "runs": repeat, "total_ms": round(sum(medians.values()), 3),
-            "modules_ms": dict(sorted(medians.items(), key=lambda kv: -kv[1]))}
-
-
 def selection_rows(repeat: int) -> tuple[str, list[dict[str, Any]]]:
     """Rows from benchmarks/selection.py (another issue's module), or why there are none.
 
@@ -380,10 +199,6 @@ def queue_burst() -> dict[str, Any]:
 # Results
 
 
-def _by_key(benches: Sequence[Bench]) -> dict[str, Bench]:
-    return {b.key: b for b in benches}
-
-
 def _ratio(b: dict[str, Bench], num: str, den: str) -> float | None:
     if num in b and den in b and b[num].ok and b[den].ok:
         return b[num].median_ms() / b[den].median_ms()
@@ -391,7 +206,7 @@ def _ratio(b: dict[str, Bench], num: str, den: str) -> float | None:
 
 
 def ratios(benches: Sequence[Bench]) -> dict[str, float | None]:
-    b = _by_key(benches)
+    b = by_key(benches)
     out = {
         "launch_vs_nvitop_import": _ratio(b, "launch_snapshot", "nvitop_import"),
         "launch_vs_python_floor": _ratio(b, "launch_snapshot", "python_floor"),
@@ -419,8 +234,7 @@ def targets(r: dict[str, float | None], sel: list[dict[str, Any]]) -> list[dict[
     small = [x for x in sel if isinstance(x.get("gpus"), int) and x["gpus"] <= 16]
     exact = None if not small else all(bool(x.get("exact")) for x in small)
     return [
-        row("launch ≤ 1.0× nvitop import", r["launch_vs_nvitop_import"], 1.0),
-        row("launch ≤ 0.6× nvitop import (stretch)", r["launch_vs_nvitop_import"], 0.6),
+        row("launch ≤ 0.5× nvitop import (issue 21)", r["launch_vs_nvitop_import"], 0.5),
         row("selection < 5 ms at 8 GPUs (worst topology)", worst(8), 5.0, le=False),
         row("selection < 100 ms at 64 GPUs (worst topology)", worst(64), 100.0, le=False),
         {"target": "selection exact up to 16 GPUs", "value": exact, "limit": None, "met": exact},
@@ -455,125 +269,6 @@ def environment_info(gl: list[str], driver: bool, repeat: int) -> dict[str, Any]
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
-
-# ---------------------------------------------------------------------------------------------
-# Printing
-
-
-def _fmt_row(b: Bench, note: str = "") -> str:
-    if not b.ok:
-        return f"  {b.label:<58} {b.skipped or 'failed: ' + str(b.error)}"
-    ms = sorted(s * 1000 for s in b.samples)
-    q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
-    cpu = statistics.median(b.cpu) * 1000
-    return f"  {b.label:<58} {statistics.median(ms):7.1f} ms  [{q[0]:6.1f} – {q[2]:6.1f}]  cpu {cpu:6.1f}  {note}".rstrip()
-
-
-def _x(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.2f}×"
-
-
-def report(info: dict[str, Any], groups: dict[str, list[Bench]], r: dict[str, float | None],
-           nvml: dict[str, Any], imports: dict[str, Any], sel_status: str, sel: list[dict[str, Any]],
-           tgts: list[dict[str, Any]]) -> str:
-    lines = [
-        f"gpulaunch benchmarks  commit {(info['commit'] or '?')[:10]}{' (dirty)' if info['dirty'] else ''}"
-        f"  Python {info['python']}  {info['machine']['arch']}, {info['machine']['cpus']} CPUs"
-        f"  load {info['load_average_start'][0]:.2f} → {info['load_average_end'][0]:.2f}",
-        f"median wall ms of {info['repeat']} whole-process runs each (interleaved) [25th – 75th percentile];"
-        " cpu: median user+system ms (less disturbed by other load)",
-        f"gpulaunch = {' '.join(info['gpulaunch'])}",
-    ]
-    pkg = info.get("gpu_launch_package")
-    if pkg and Path(pkg).resolve() != (REPO / "gpu_launch").resolve():
-        lines.append(f"WARNING: that gpulaunch imports {pkg}, not this checkout's gpu_launch")
-    b = {k: v for g in groups.values() for k, v in _by_key(g).items()}
-    notes = {
-        "launch_snapshot": f"{_x(r['launch_vs_nvitop_import'])} nvitop import, {_x(r['launch_vs_python_floor'])} floor",
-        "gpu_ls": f"{_x(r['gpu_ls_vs_nvidia_smi'])} nvidia-smi, {_x(r['gpu_ls_vs_gpustat'])} gpustat",
-        "gpu_launch_auto1": f"{_x(r['gpu_launch_auto1_vs_nvisel'])} nvisel",
-    }
-    titles = {"launch": "Launch overhead (snapshot, no GPU needed)", "ls": "ls (snapshot)",
-              "gpu": "On this machine's GPUs (NVML)"}
-    for name, benches in groups.items():
-        lines += ["", titles[name]]
-        reasons = {x.skipped for x in benches}
-        if benches and len(reasons) == 1 and None not in reasons:  # the whole group, for one reason
-            lines.append(f"  {reasons.pop()}")
-            continue
-        lines += [_fmt_row(x, notes.get(x.key, "")) for x in benches]
-        if name == "launch" and r.get("launch_over_floor_ms") is not None:
-            extra = f"  gpulaunch costs {r['launch_over_floor_ms']:.1f} ms over the interpreter's floor"
-            if r.get("nvitop_import_over_floor_ms") is not None:
-                extra += f"; importing nvitop costs {r['nvitop_import_over_floor_ms']:.1f} ms"
-            lines.append(extra)
-    lines += ["", "Imports of the quiet launch after start-up (-X importtime, median ms; gpu_launch.*"
-                  " own time, what they import cumulative)"]
-    if imports.get("status") != "ok":
-        lines.append(f"  {imports.get('status')}")
-    else:
-        shown = [(name, ms) for name, ms in imports["modules_ms"].items() if ms >= 0.3]
-        text = ", ".join(f"{name} {ms:.1f}" for name, ms in shown)
-        lines += textwrap.wrap(text, 100, initial_indent="  ", subsequent_indent="  ")
-        lines.append(f"  total {imports['total_ms']:.1f} ms (importtime's own overhead inflates these)")
-    lines += ["", "NVML time per query kind (gpulaunch -v ls --topo, median)"]
-    if nvml.get("status") != "ok":
-        lines.append(f"  {nvml.get('status')}")
-    else:
-        lines.append(f"  {'total (read_machine)':<40} {nvml['total_ms']:8.2f} ms")
-        lines += [f"  {kind:<40} {ms:8.2f} ms" for kind, ms in nvml["kinds_ms"].items()]
-    lines += ["", "Selection on synthetic machines (benchmarks/selection.py)"]
-    if sel_status != "ok":
-        lines.append(f"  selection: {sel_status}")
-    else:
-        lines += _selection_summary(sel)
-    lines += ["", "Targets"]
-    for t in tgts:
-        verdict = {True: "met", False: "NOT MET", None: "not measured"}[t["met"]]
-        value = "" if t["value"] is None or isinstance(t["value"], bool) else f"  ({t['value']:.3g})"
-        lines.append(f"  {t['target']:<50} {verdict}{value}")
-    if b.get("python_floor") and b["python_floor"].error:
-        lines.append("WARNING: the interpreter floor failed; ratios are missing")
-    return "\n".join(lines) + "\n"
-
-
-def _selection_summary(sel: list[dict[str, Any]]) -> list[str]:
-    """One line per machine size: the slowest case (all rows are in the JSON), the typical one, exactness."""
-    lines = [f"  {'GPUs':>4}  {'slowest case':<40} {'median of all':>14}  exact"]
-    for gpus in sorted({x["gpus"] for x in sel if isinstance(x.get("gpus"), int)}):
-        rows = [x for x in sel if x.get("gpus") == gpus and isinstance(x.get("median_ms"), (int, float))]
-        if not rows:
-            continue
-        worst = max(rows, key=lambda x: x["median_ms"])
-        exact = {bool(x.get("exact")) for x in rows}
-        where = f"{worst['median_ms']:.2f} ms ({worst.get('topology', '?')}, n={worst.get('n', '?')})"
-        typical = statistics.median(x["median_ms"] for x in rows)
-        lines.append(f"  {gpus:>4}  {where:<40} {typical:>11.2f} ms  "
-                     f"{'all' if exact == {True} else 'none' if exact == {False} else 'some'} ({len(rows)} cases)")
-    return lines
-
-
-def compare(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """Median per row, then and now, and each as a multiple of its own run's interpreter floor
-    (which cancels most of the drift when the machine was busier in one of the two runs)."""
-    def rows(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {row["key"]: row for row in doc.get("rows", []) if row.get("status") == "ok"}
-
-    def floor_multiple(row: dict[str, Any], doc_rows: dict[str, dict[str, Any]]) -> str:
-        floor = doc_rows.get("python_floor")
-        return f"{row['median_ms'] / floor['median_ms']:.2f}" if floor else "?"
-
-    then, now = rows(old), rows(new)
-    lines = ["", f"Compared with {str(old.get('environment', {}).get('commit') or '?')[:10]} "
-                 f"(run {old.get('environment', {}).get('timestamp', '?')}); × = multiple of that run's python -c pass"]
-    for key, row in now.items():
-        before = then.get(key)
-        if before is None:
-            continue
-        change = (row["median_ms"] / before["median_ms"] - 1) * 100
-        lines.append(f"  {row['label']:<58} {before['median_ms']:7.1f} → {row['median_ms']:7.1f} ms ({change:+4.0f}%)"
-                     f"  ×{floor_multiple(before, then)} → ×{floor_multiple(row, now)}")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

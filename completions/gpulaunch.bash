@@ -34,11 +34,11 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--partition|--time|--max-running|--sbatch-arg|--bind|--shell|--snapshot)
+        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--partition|--time|--max-running|--sbatch-arg|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --wait)
+        --wait|--watch)
             # Its value is optional: the next word is the timeout only if it is a duration.
             if [[ ${COMP_WORDS[i+1]} == = ]]; then
                 i+=3
@@ -51,7 +51,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks plan help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -98,10 +98,10 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--min-free|--max-util|--gpus-per-job|--partition|--time|--max-running|--sbatch-arg)
+        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--partition|--time|--max-running|--sbatch-arg)
             :  # a free value (a count, a size): nothing to offer
             return ;;
-        --wait)
+        --wait|--watch)
             (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command
             ;;
         --fallback)
@@ -116,29 +116,30 @@ _gpulaunch() {
     esac
     if [[ $cur == -* ]]; then
         case $sub in
-        ls) opts="--lock-dir --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        ls) opts="--lock-dir --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        env) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        check) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan help" -- "$cur") ) ;;
         locks) COMPREPLY=( $(compgen -W "init" -- "$cur") ) ;;
         each)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }

@@ -15,9 +15,9 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
+            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
                 set i (math $i + 2); continue
-            case --wait
+            case --wait --watch
                 # the next word is the timeout only if it is a duration
                 if test $i -lt (count $tokens); and string match -qr -- '^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$' $tokens[(math $i + 1)]
                     set i (math $i + 2); continue
@@ -26,7 +26,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 set selecting 1
             case '-*'
             case '*'
-                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each locks help
+                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each locks plan help
                     set sub $w
                 else if test $sub = -
                     echo $sub; echo $i; return
@@ -91,18 +91,23 @@ end
 complete -c gpulaunch -n 'not __gpulaunch_in_command' -f
 complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_command)'
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l max-util -x -d 'only GPUs at or below PCT utilisation'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env run' -l exclude -s x -x -a '(__gpulaunch_gpus)' -d 'never pick these GPUs (same syntax as --gpus)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l parallel -x -d '--fit MODEL, plan: N sequences at once (default: the command\'s -np, else llama-server\'s 4 slots, else 1)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l kv-type -x -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l engine -x -d '--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run' -l reserve -x -d '--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context instead of the engine\'s allowance'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l max-util -x -d 'only GPUs at or below PCT utilisation'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l exclude -s x -x -a '(__gpulaunch_gpus)' -d 'never pick these GPUs (same syntax as --gpus)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l wait -f -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most TIMEOUT)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l fallback -x -a 'cpu' -d 'when the GPUs cannot be had (after --wait), run anyway on the CPU: CUDA_VISIBLE_DEVICES= (empty)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l share -d '--gpus: use GPUs reserved by another gpulaunch job anyway'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l no-lock -d 'take no reservation (others\' reservations are still avoided)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls run' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls plan run' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l gpus-per-job -x -d 'each: GPUs per job (default 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)'
 complete -c gpulaunch -n '__gpulaunch_option_ok each' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation'
@@ -118,13 +123,15 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l bind -x -a 'auto 
 complete -c gpulaunch -n '__gpulaunch_option_ok env' -l shell -x -a 'bash zsh sh fish' -d 'env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the environment and command that would run, and exit'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l json -d 'machine-readable output on stdout (ls, env, config, --dry-run, --explain)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l json -d 'machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l verbose -s v -d 'more detail: NVML query timings'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l help -s h -d 'show this help and exit'
-complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls run topo' -l version -s V -d 'print the version and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l watch -f -d 'ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; not on a terminal, print one listing after another'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l verbose -s v -d 'more detail: NVML query timings'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l help -s h -d 'show this help and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l version -s V -d 'print the version and exit'
 complete -c gpulaunch -n __gpulaunch_at_first -a ls -d 'list the GPUs: memory, utilisation, processes (--topo: the link matrix)'
 complete -c gpulaunch -n __gpulaunch_at_first -a topo -d 'the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)'
 complete -c gpulaunch -n __gpulaunch_at_first -a env -d 'print the chosen environment for the current shell: eval "$(gpulaunch env --auto 2)" (--shell fish, --json)'
@@ -133,8 +140,9 @@ complete -c gpulaunch -n __gpulaunch_at_first -a config -d 'show the effective s
 complete -c gpulaunch -n __gpulaunch_at_first -a completions -d 'print the shell completion script: completions bash|zsh|fish'
 complete -c gpulaunch -n __gpulaunch_at_first -a each -d 'run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)'
 complete -c gpulaunch -n __gpulaunch_at_first -a locks -d 'locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)'
+complete -c gpulaunch -n __gpulaunch_at_first -a plan -d 'plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)'
 complete -c gpulaunch -n __gpulaunch_at_first -a help -d 'show this help'
 complete -c gpulaunch -n '__gpulaunch_sub_is completions' -a 'bash zsh fish'
-complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks help'
+complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks plan help'
 complete -c gpulaunch -n '__gpulaunch_sub_is locks' -a 'init'
 complete -c gpulaunch -n '__gpulaunch_sub_is each' -F

@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 #: name -> the module that defines it, imported on first access (PEP 562)
 _LAZY = {
     **dict.fromkeys(("use", "select", "reserve", "release", "held", "machine", "cuda_started", "Device",
-                     "Reservation"), "gpu_launch.api"),
+                     "Reservation", "plan"), "gpu_launch.api"),
     **dict.fromkeys(("GpuLaunchError", "UsageError", "SnapshotError", "ConfigError", "LockDirError",
                      "NotEnoughGpus", "WaitTimeout", "ReservationConflict", "Reserved", "NvmlUnavailable",
                      "NoDriver", "CudaAlreadyInitialized", "Interrupted", "ExitCode"), "gpu_launch.errors"),
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically ("X 
     from gpu_launch.api import machine as machine
     from gpu_launch.api import Device as Device, Reservation as Reservation, cuda_started as cuda_started
     from gpu_launch.api import held as held, release as release, reserve as reserve, select as select, use as use
+    from gpu_launch.api import plan as plan
     from gpu_launch.errors import ConfigError as ConfigError, CudaAlreadyInitialized as CudaAlreadyInitialized
     from gpu_launch.errors import ExitCode as ExitCode, GpuLaunchError as GpuLaunchError, Interrupted as Interrupted
     from gpu_launch.errors import LockDirError as LockDirError, NoDriver as NoDriver, NotEnoughGpus as NotEnoughGpus
@@ -86,4 +87,5 @@ PROGRAM = _as_program()
 if PROGRAM:
     import signal as _signal
 
-    _signal.signal(_signal.SIGINT, _early_interrupt)
+    if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:  # started ignoring it (`cmd &` in a script): keep to that
+        _signal.signal(_signal.SIGINT, _early_interrupt)

@@ -41,6 +41,7 @@ import weakref
 from dataclasses import dataclass
 
 from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+from gpu_launch.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import SET_VARIABLES
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, TypeAlias
 
+    from gpu_launch.fit.plan import Plan
     from gpu_launch.hardware.model import Device as ModelDevice
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
     WaitSpec: TypeAlias = "bool | float | str | timedelta | None"
     PathSpec: TypeAlias = "str | os.PathLike[str]"
 
-__all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started"]
+__all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
 
 _MIB = 1024 * 1024
 
@@ -160,7 +162,7 @@ def _convert(dest: str, name: str, value: object) -> object:
     text: str
     if not opt.takes_value:  # a flag: idle, mig, uuid, quiet ("no" would be a true string)
         if not isinstance(value, bool):
-            raise UsageError(f"{name}: expected True or False, got {value!r}", hint=f"e.g. {name}=True")
+            raise UsageError(f"{name}: expected True or False, got {shown(value)}", hint=f"e.g. {name}=True")
         return value
     if isinstance(value, str):
         text = value
@@ -170,16 +172,20 @@ def _convert(dest: str, name: str, value: object) -> object:
         return _wait_seconds(value, name)
     elif isinstance(value, bool):
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {value!r}")
-    elif dest in ("fit", "min_free"):
-        return _size(value, name, allow_percent=dest != "fit")
-    elif dest in ("gpus", "exclude") and isinstance(value, int):
+    elif dest == "fit" and isinstance(value, os.PathLike):  # model=Path(...): a model, as --fit ./model.gguf
+        return os.fspath(value)
+    elif dest in ("fit", "min_free", "reserve"):
+        return _size(value, name, allow_percent=dest == "min_free")
+    elif dest in ("ctx", "parallel") and isinstance(value, int):
         text = str(value)
+    elif dest in ("gpus", "exclude") and isinstance(value, int):
+        text = str(bounded(value, name, 0, MAX_GPUS))
     elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):
         if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
-            raise UsageError(f"{name}: expected GPU indices or UUIDs, got {value!r}", hint=f"e.g. {name}=[0, 1]")
-        text = ",".join(str(v) for v in value)
+            raise UsageError(f"{name}: expected GPU indices or UUIDs, got {shown(value)}", hint=f"e.g. {name}=[0, 1]")
+        text = ",".join(str(bounded(v, name, 0, MAX_GPUS) if isinstance(v, int) else v) for v in value)
     elif dest in ("auto", "max_util") and isinstance(value, int):
-        text = str(value)
+        text = str(bounded(value, name, 0, MAX_GPUS if dest == "auto" else 100))
     else:
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {type(value).__name__}",
                          hint=f"e.g. {name}={_EXAMPLES.get(dest, repr('...'))}")
@@ -205,9 +211,9 @@ def _size(value: object, name: str, allow_percent: bool) -> Size:
         if value.percent is not None and not allow_percent:
             raise UsageError(f"{name}: a percentage makes no sense here", hint=f'write it like {name}="60GiB"')
         return value
-    if not isinstance(value, (int, float)) or value != value or value < 0 or value == float("inf"):
-        raise UsageError(f"{name}: {value!r} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')
-    return Size(mib=value / _MIB)
+    if not isinstance(value, (int, float)):
+        raise UsageError(f"{name}: {shown(value)} is not a size", hint=f'a number of bytes, or text: {name}="20GiB"')
+    return Size(mib=bounded(value, name, 0, MAX_MIB * _MIB, limits="at most 1 PiB") / _MIB)
 
 
 def _wait_seconds(value: object, name: str) -> float | None:
@@ -226,9 +232,10 @@ def _wait_seconds(value: object, name: str) -> float | None:
             return parse_duration(value, name)
         except UsageError as exc:
             raise _pythonic(exc, name) from None
-    if isinstance(value, (int, float)) and value == value and value >= 0:  # value == value: not NaN
-        return float(value)
-    raise UsageError(f"{name}: {value!r} is not a duration",
+    if isinstance(value, (int, float)):
+        return float("inf") if value == float("inf") else float(
+            bounded(value, name, 0, MAX_SECONDS, limits="at most 366 days", hint="wait=True waits for ever"))
+    raise UsageError(f"{name}: {shown(value)} is not a duration",
                      hint=f'seconds, True (for ever), or text: {name}="30m"')
 
 
@@ -328,8 +335,11 @@ def _choose(inv: Invocation, take: bool, choose_only: bool = False,
     from gpu_launch.share import acquire, pick
 
     environ = _parent_environ()
-    locking = acquire.Locking(acquire.Locking.of(inv.get("lock_dir"), environ, take=False).lock_dir,
-                              take=take and not inv.get("no_lock"), mine=_MINE.keys, skip_pids=_MINE.forked_from)
+    locking = acquire.Locking.of(inv.get("lock_dir"), environ, take=take and not inv.get("no_lock"),
+                                 snapshot=pick.snapshot_source(inv))
+    from gpu_launch.records import replace
+
+    locking = replace(locking, mine=_MINE.keys, skip_pids=_MINE.forked_from)
     _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
                                           choose_only=choose_only, environ=environ)
     try:
@@ -375,7 +385,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
         min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
         exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
         wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-        quiet: bool | None = None) -> tuple[Device, ...]:
+        quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None) -> tuple[Device, ...]:
     """Choose GPUs, reserve them for the life of this process, and point CUDA at them.
 
     Sets ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``GPULAUNCH_GPUS`` in
@@ -393,10 +403,14 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     gets GPUs of its own.
 
     ``n`` GPUs (default 1), or ``gpus=`` by number, or ``fit=`` the fewest that hold a size; the
-    constraints and ``wait=`` as for ``gpulaunch``. Returns the devices in CUDA order.
+    constraints and ``wait=`` as for ``gpulaunch``. ``model=`` (a model file or folder, or a cached
+    Hugging Face id) chooses the fewest GPUs that hold that model at ``ctx`` tokens (default: its
+    own context), as ``gpulaunch --fit MODEL`` does; :func:`plan` shows the numbers. Returns the
+    devices in CUDA order.
     """
     _refuse_if_cuda_started("use()")
-    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+    fit = _fit_or_model(fit, model)
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     with _HELD.guard:  # one process, one use(): threads calling it take turns
@@ -450,7 +464,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
                               "lock_dir": lock_dir, "quiet": quiet})
     seconds = _wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
     got, _variables = _choose(inv, take=False, choose_only=True)
@@ -498,12 +512,13 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
             min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
             exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
             wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-            quiet: bool | None = None, inherit: bool = False) -> Reservation:
+            quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None,
+            inherit: bool = False) -> Reservation:
     """Choose and reserve GPUs for other processes, leaving this one's environment alone.
 
     Use it as a context manager (``with gpu_launch.reserve(2) as r:``), or call ``r.release()``.
     Options as for :func:`use`. This process's CUDA may already be running: the variables are for
-    the subprocesses you start with ``r.env``.
+    the subprocesses you start with ``r.env``. ``model=``/``ctx=`` as for :func:`use`.
 
     Every reservation is its own: a second ``reserve()`` (or one after :func:`use`, or in another
     thread) never gets a GPU this process already holds, and naming one with ``gpus=`` raises
@@ -515,11 +530,52 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
     """
     if not isinstance(inherit, bool):
         raise UsageError(f"inherit: expected True or False, got {inherit!r}", hint="e.g. inherit=True")
-    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
+    fit = _fit_or_model(fit, model)
+    inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     got, variables = _choose(inv, take=True, inherit=inherit)
     return Reservation(_devices(got.selection.devices), variables, got.reservation)
+
+
+def _fit_or_model(fit: SizeSpec | None, model: PathSpec | None) -> SizeSpec | None:
+    """``model=`` is ``--fit MODEL``: one of the two."""
+    if model is None:
+        return fit
+    if fit is not None:
+        raise UsageError("fit= and model= cannot be used together", hint="fit= a size, or model= a model")
+    if isinstance(model, str) and model[:1].isdigit():
+        raise UsageError(f"model: {model!r} looks like a size", hint='for a size write fit="60GiB"')
+    return os.fspath(model) if isinstance(model, os.PathLike) else model
+
+
+def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None, ctx: int | None = None,
+         parallel: int | None = None, kv_type: str | None = None, engine: str | None = None,
+         reserve: SizeSpec | None = None, gpus: GpuSpec | None = None, exclude: GpuSpec | None = None,
+         min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
+         snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None) -> Plan:
+    """How ``model`` would be laid out, as ``gpulaunch plan`` shows it: nothing reserved, nothing set.
+
+    Name the model (a GGUF file, a safetensors or MLC-LLM folder, a cached Hugging Face id), or give
+    the engine's ``command`` (``["vllm", "serve", "./M", "--max-model-len", "32768"]``) to read the
+    model, context and KV type from it. On ``gpus=`` as given, else on the GPUs
+    ``use(model=...)`` would choose. The result's ``placeholders()`` are the values ``{tp}``,
+    ``{gpu_layers}``... would get; ``placement.per_gpu`` the weights, KV and allowance per GPU.
+    Raises :class:`NotEnoughGpus` (with the shortfall) when nothing can hold it.
+    """
+    from gpu_launch.share import model_plan
+
+    if (model is None) == (command is None):
+        raise UsageError("plan(): give a model or a command, one of the two",
+                         hint='plan("./model.gguf") or plan(command=["llama-server", "-m", "./model.gguf"])')
+    if command is not None and (isinstance(command, str) or not all(isinstance(w, str) for w in command)):
+        raise UsageError("plan(): command= is a list of words", hint='command=["vllm", "serve", "./M"]')
+    inv = _invocation("plan", {"ctx": ctx, "parallel": parallel, "kv_type": kv_type, "engine": engine,
+                               "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
+                               "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
+    ref = "model" if model is None else (os.fspath(model) if isinstance(model, os.PathLike) else model)
+    result, _why = model_plan.make_plan(inv, ref, tuple(command or ()))
+    return result
 
 
 def machine(snapshot: PathSpec | None = None) -> Machine:

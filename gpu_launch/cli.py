@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from gpu_launch.options.args import RUN, SUBCOMMANDS, parse, usage
+from gpu_launch.options.args import RUN, SUBCOMMANDS, parse
 from gpu_launch.errors import ExitCode, GpuLaunchError, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -28,8 +28,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     from gpu_launch import streams
 
     try:
-        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now),
+        # unless it was ignored when we started (a background job of a script): then gpulaunch and the
+        # command it execs ignore it too, as any program started so would.
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
@@ -70,7 +73,7 @@ def _fail(exc: GpuLaunchError) -> int:
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
-            "completions": "completions", "locks": "locks", RUN: "launch"}
+            "completions": "completions", "locks": "locks", "plan": "plan", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 
@@ -78,15 +81,22 @@ RAW = ("config", "completions")
 def run(argv: list[str]) -> int:
     """Run one invocation; returns the exit code unless the command was exec'd."""
     if argv[:1] == ["__complete"]:  # hidden helper for the completion scripts: never fails, never slow
-        from gpu_launch.commands.completions import helper
+        from gpu_launch.commands.completion.helper import helper
 
         return helper(argv[1:], os.environ)
     if argv[:1] == ["__slurm-task"]:  # hidden: the batch script of each `each --slurm` array task
         from gpu_launch.share.slurm import task_main
 
         return task_main(argv[1:], os.environ)
+    if not argv:  # a bare `gpulaunch`: what a new user types first deserves a usage, not an error
+        from gpu_launch.options.helptext import short_usage
+
+        sys.stderr.write(short_usage())
+        return int(ExitCode.USAGE)
     inv = parse(argv)
     if inv.get("help") or inv.command == "help":
+        from gpu_launch.options.helptext import usage
+
         topic = inv.positionals[0] if inv.command == "help" and inv.positionals else inv.command
         if topic not in (RUN, *SUBCOMMANDS):
             raise UsageError(f"help: {topic!r} is not a subcommand", hint="subcommands: " + ", ".join(SUBCOMMANDS))

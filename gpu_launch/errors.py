@@ -14,6 +14,7 @@ import enum
 
 __all__ = [
     "ExitCode",
+    "MEANINGS",
     "GpuLaunchError",
     "UsageError",
     "SnapshotError",
@@ -55,6 +56,25 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130  # Ctrl-C before the command started
 
 
+#: What each exit code means, for --help, the man page and the docs (one source: tests/test_help.py
+#: checks that every code has a line here).
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success (for a launch: the command's own exit status, once it runs)",
+    ExitCode.USAGE: "bad usage: unknown option, bad --gpus spec, size or duration, no command",
+    ExitCode.NO_DRIVER: "no NVIDIA driver or NVML failing (each --slurm: no Slurm)",
+    ExitCode.NOT_ENOUGH_GPUS: "the request cannot be met by the GPUs that exist or are eligible",
+    ExitCode.WAIT_TIMEOUT: "--wait ran out before the GPUs were free",
+    ExitCode.RESERVED: "a GPU named by --gpus is reserved by another gpulaunch job",
+    ExitCode.BAD_FILE: "a snapshot, config, model or lock file is missing, invalid or unsafe",
+    ExitCode.CHECK_FAILED: "check: CUDA sees other devices than the ones chosen",
+    ExitCode.JOBS_FAILED: "each: at least one job failed or could not start",
+    ExitCode.OUTPUT_FAILED: "stdout could not be written (closed, disk full)",
+    ExitCode.NOT_EXECUTABLE: "the command exists but cannot be executed",
+    ExitCode.COMMAND_NOT_FOUND: "the command is not on PATH",
+    ExitCode.INTERRUPTED: "interrupted by Ctrl-C before the command started",
+}
+
+
 class GpuLaunchError(Exception):
     """An error meant for the user: one line, an optional hint, and an exit code."""
 
@@ -78,6 +98,9 @@ class SnapshotError(GpuLaunchError):
 
 class NvmlUnavailable(GpuLaunchError):
     exit_code = ExitCode.NO_DRIVER
+    #: True when there is no driver at all (no NVML library, kernel module not loaded), as
+    #: opposed to a driver that fails: a plain `ls` then shows the bundled example machine instead.
+    no_driver: bool = False
 
 
 class SlurmUnavailable(GpuLaunchError):

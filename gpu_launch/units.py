@@ -1,13 +1,29 @@
-"""Parsing and printing of sizes (``20GiB``, ``20GB``, ``80%``) and durations (``2h``, ``90s``)."""
+"""Parsing and printing of sizes (``20GiB``, ``20GB``, ``80%``) and durations (``2h``, ``90s``), and the
+bounds every number a user gives is checked against.
+
+A number reaches gpulaunch from the command line, ``GPULAUNCH_*`` variables, the config file and the
+Python API. Each is checked against a bound where it comes in (:func:`bounded`), so that no value
+can reach a conversion that overflows (``int(inf)``, ``float(10**400)``, ``str(10**5000)``), a
+``time.sleep`` that raises, or a comparison that is always false: one error line instead.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import UsageError
 
-__all__ = ["Size", "parse_size", "parse_duration", "fmt_mib", "fmt_duration"]
+__all__ = ["Size", "parse_size", "parse_duration", "fmt_mib", "fmt_duration", "bounded", "shown", "MAX_SECONDS",
+           "MAX_MIB", "MAX_GPUS"]
+
+#: The longest duration gpulaunch takes (``--wait 30d``; a GPULAUNCH_* variable): a year. Waiting
+#: longer means waiting for ever, which ``--wait`` without a value (``wait=True``) says.
+MAX_SECONDS = 366 * 86400.0
+#: The largest memory size (``--min-free``, ``--fit``): 1 PiB, far above any GPU set's memory.
+MAX_MIB = 1024.0**3
+#: The most GPUs, and the largest GPU index, any request can name (choose/spec.py: the same bound).
+MAX_GPUS = 4096
 
 _MIB = 1024 * 1024
 # Binary units count in MiB directly; decimal ones (GB) are converted from bytes. A bare K/M/G/T
@@ -46,7 +62,7 @@ def parse_size(text: str, option: str = "size", allow_percent: bool = True) -> S
     example = "20GiB, 512MiB, 20GB" + (" or 80%" if allow_percent else "")
     if not m:
         raise UsageError(f"{option}: {text!r} is not a size", hint=f"write it like {example}")
-    number, unit = float(m.group(1)), m.group(2).lower()
+    number, unit = float(m.group(1)), m.group(2).lower()  # (a float: "9"*400 is inf, bounded below)
     if unit == "%":
         if not allow_percent:
             raise UsageError(f"{option}: a percentage makes no sense here", hint="write it like 20GiB")
@@ -57,11 +73,12 @@ def parse_size(text: str, option: str = "size", allow_percent: bool = True) -> S
         raise UsageError(f"{option}: {text!r} has no unit", hint=f"write it like {example}")
     if unit not in _UNITS:
         raise UsageError(f"{option}: unknown unit {m.group(2)!r} in {text!r}", hint=f"write it like {example}")
-    return Size(mib=number * _UNITS[unit])
+    return Size(mib=bounded(number * _UNITS[unit], option, 0, MAX_MIB, as_written=repr(text.strip()),
+                            limits="at most 1 PiB"))
 
 
 def parse_duration(text: str, option: str = "duration") -> float:
-    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``."""
+    """Seconds in ``text``: ``90``, ``90s``, ``30m``, ``2h``, ``1h30m``, ``1d``; at most :data:`MAX_SECONDS`."""
     compact = text.strip().lower()
     pos = 0
     total = 0.0
@@ -72,7 +89,38 @@ def parse_duration(text: str, option: str = "duration") -> float:
         pos = m.end()
     if not compact or pos != len(compact):
         raise UsageError(f"{option}: {text!r} is not a duration", hint="write it like 90s, 30m, 2h or 1h30m")
-    return total
+    waiting = "wait" in option.lower()
+    return bounded(total, option, 0, MAX_SECONDS, as_written=repr(text.strip()), limits="at most 366 days",
+                   hint="to wait for ever, give --wait without a TIMEOUT (wait=True in Python)" if waiting else None)
+
+
+def bounded(value: float, what: str, low: float, high: float, *, as_written: str | None = None, limits: str = "",
+            hint: str | None = None) -> float:
+    """``value`` when it is a real number within ``[low, high]``; else one UsageError line naming ``what``.
+
+    The one check every number a user gives goes through where it comes in (see the module
+    docstring). ``value`` may be any int or float: an int of 5000 digits is never turned into text
+    (Python refuses to) nor into a float (it overflows). ``limits`` says the range in words,
+    ``as_written`` the value as the user wrote it (default: :func:`shown`).
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:  # NaN: False
+        return value
+    text = as_written if as_written is not None else shown(value)
+    if len(text) > 40:
+        text = text[:37] + "…"
+    raise UsageError(f"{what}: {text} is out of range ({limits or f'{low:g} to {high:g}'})", hint=hint)
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, at most 40 characters, never failing: ``str(10**5000)`` raises
+    (Python refuses to write an int of over 4300 digits), so a huge int is described instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"{'-' if value < 0 else ''}a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # a list holding such an int
+        text = f"a {type(value).__name__} holding a number too long to show"
+    return text if len(text) <= 40 else text[:37] + "…"
 
 
 def fmt_mib(mib: float | None) -> str:

@@ -39,6 +39,7 @@ def scrubbed(drop: tuple[str, ...] = ("GPULAUNCH_",), environ: Mapping[str, str]
     machine's shared default lock directory."""
     source = os.environ if environ is None else environ
     env = {k: v for k, v in source.items() if not k.startswith(drop)}
+    env.pop("COLUMNS", None)  # the tester's terminal width must not change `ls`'s layout or the help's
     env["GPULAUNCH_LOCK_DIR"] = LOCK_DIR
     env["GPULAUNCH_HARDENED_LOCK_DIR"] = NO_HARDENED_DIR
     return env

@@ -220,6 +220,11 @@ class FakeGpu:
     retired_pages_pending: bool | None = None
     remapped_rows: tuple[int, int, bool, bool] | None = (0, 0, False, False)  # corr, unc, pending, failure
     ecc_uncorrected: tuple[int, int] | None = (0, 0)  # (volatile, aggregate) uncorrectable ECC errors
+    # ls --wide: power (mW), fan (%), clocks (MHz); None: NotSupported (no fan on an SXM board)
+    power_usage_mw: int | None = 250_000
+    power_limit_mw: int | None = 700_000
+    fan_speed: int | None = None
+    clocks_mhz: tuple[int, int] | None = (1980, 2619)  # SM, memory
     lost_at: str | None = None  # NVML function from which on every call on this GPU is GpuIsLost
     lost: bool = False
 
@@ -406,6 +411,25 @@ class FakeNvml:
             return SimpleNamespace(version=version, total=total * mib, reserved=reserved * mib,
                                    used=max(used - reserved, 0) * mib, free=free * mib)
         return SimpleNamespace(total=total * mib, used=used * mib, free=free * mib)
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetPowerUsage", handle)
+        return _supported(self._gpu(handle).power_usage_mw)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetEnforcedPowerLimit", handle)
+        return _supported(self._gpu(handle).power_limit_mw)
+
+    def nvmlDeviceGetFanSpeed(self, handle: FakeHandle) -> int:
+        self._enter("nvmlDeviceGetFanSpeed", handle)
+        return _supported(self._gpu(handle).fan_speed)
+
+    def nvmlDeviceGetClockInfo(self, handle: FakeHandle, clock: int) -> int:
+        self._enter("nvmlDeviceGetClockInfo", handle)
+        clocks = _supported(self._gpu(handle).clocks_mhz)
+        if clock not in (1, 2):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return clocks[clock - 1]
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
         self._enter("nvmlDeviceGetUtilizationRates", handle)

@@ -89,8 +89,11 @@ class Lines:
         self._thread.start()
 
     def _pump(self, stream: Any) -> None:
-        for line in iter(stream.readline, ""):
-            self.lines.append(line)
+        try:
+            for line in iter(stream.readline, ""):
+                self.lines.append(line)
+        except (ValueError, OSError):  # the test closed the stream (communicate(), a with-block): no more lines
+            pass
 
     def wait(self, needle: str, timeout: float = 30) -> str:
         end = time.monotonic() + timeout

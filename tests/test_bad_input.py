@@ -125,6 +125,7 @@ FILES: dict[str, bytes | Callable[[], bytes]] = {
     "available-str.json": lambda: _mutate(_set("gpus.1.available", "no")),
     "bad-cpulist.json": lambda: _mutate(_set("gpus.1.cpu_affinity", "all")),
     "padded-10mb.json": lambda: _padded(10),
+    "jobs-10mb-word.txt": lambda: b"true " + b"x" * (10 * 1024 * 1024) + b"\n",  # shlex: never finished
     "processes-10mb.json": lambda: _many_processes(65_000),
     "gpus-1000.json": lambda: _many_gpus(1000, links=False),
     "gpus-1000-links.json": lambda: _many_gpus(1000, links=True),
@@ -195,7 +196,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("auto-zero", (*S, "--auto", "0", "--", "true"), U, "--auto: 0 GPUs makes no sense"),
     Bad("auto-negative", (*S, "--auto", "-1", "--", "true"), U, "--auto: -1 GPUs makes no sense"),
     Bad("auto-more-than-exist", (*S, "--auto", "9", "--", "true"), N, "need 9 GPUs, but this machine has 8 (hint: ask for at most 8)"),
-    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPU 0: not idle"),
+    Bad("auto-more-than-eligible", (*S, "--auto", "8", "--idle", "--", "true"), N, "but only 5 of 8 are eligible (GPUs 0,1: not idle"),
     Bad("auto-word", (*S, "--auto", "abc", "--", "true"), U, "--auto: 'abc' is not a whole number"),
     Bad("auto-float", (*S, "--auto", "2.5", "--", "true"), U, "is not a whole number"),
     Bad("auto-huge", (*S, "--auto", BIG, "--", "true"), U, "is not a whole number"),
@@ -210,7 +211,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("min-free-no-unit", (*S, "--min-free", "20", "--", "true"), U, "'20' has no unit"),
     Bad("min-free-negative", (*S, "--min-free", "-5GiB", "--", "true"), U, "'-5GiB' is not a size"),
     Bad("min-free-over-100pct", (*S, "--min-free", "150%", "--", "true"), U, "'150%' is over 100%"),
-    Bad("min-free-huge", (*S, "--min-free", f"{BIG}GiB", "--", "true"), N, "but only 0 of 8 are eligible"),
+    Bad("min-free-huge", (*S, "--min-free", f"{BIG}GiB", "--", "true"), U, "is out of range (at most 1 PiB)"),
     Bad("max-util-150", (*S, "--max-util", "150", "--", "true"), U, "--max-util: 150 is not between 0 and 100"),
     Bad("max-util-word", (*S, "--max-util", "low", "--", "true"), U, "'low' is not a percentage"),
     Bad("exclude-absent", (*S, "--exclude", "99", "--", "true"), U, "--exclude: there is no GPU 99"),
@@ -259,7 +260,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("parent-cvd-excludes-gpus", (*W, "--gpus", "0", "--", "true"), U, "GPU 0 is outside what the parent allows",
         env={"CUDA_VISIBLE_DEVICES": "1"}),
     # no driver on this machine: the real pynvml fails to load libnvidia-ml.so.1
-    Bad("no-driver-ls", ("ls",), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
+    Bad("no-driver-ls-json", ("ls", "--json"), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
     Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try the bundled examples",
         no_driver=True),
     Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "NVML unavailable", no_driver=True),
@@ -354,6 +355,8 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("no-gpus-index", ("--snapshot", "{dir}/no-gpus.json", "--gpus", "0", "--", "true"), U, "this machine shows no GPUs"),
     # huge inputs: handled (exit 0) or refused clearly; timings are in benchmarks/huge_inputs.py
     Bad("huge-10mb-ls", ("--snapshot", "{dir}/padded-10mb.json", "ls"), 0),
+    Bad("huge-jobline-10mb-word", ("--snapshot", "dgx-h100", "each", "{dir}/jobs-10mb-word.txt", "-q", "--log-dir",
+                                   "{dir}/logs"), 9, "1 of 1 job failed: 1"),  # exec refuses a 10 MB argument
     Bad("huge-10mb-auto", ("--snapshot", "{dir}/padded-10mb.json", "--auto", "2", *RUN, "--", "true"), 0),
     Bad("huge-10mb-processes-ls", ("--snapshot", "{dir}/processes-10mb.json", "ls"), 0),
     Bad("huge-1000-gpus-ls", ("--snapshot", "{dir}/gpus-1000.json", "ls"), 0),

@@ -179,7 +179,7 @@ def test_bash_with_equals_split_by_wordbreaks(shell_env: dict[str, str]) -> None
 def test_bash_subcommands_options_and_values(shell_env: dict[str, str]) -> None:
     assert bash_complete("gpulaunch ", shell_env) == list(args.SUBCOMMANDS)
     assert bash_complete("gpulaunch co", shell_env)[:2] == ["config", "completions"]
-    assert bash_complete("gpulaunch ls --", shell_env) == ["--lock-dir", "--json", "--topo", "--snapshot", "--quiet", "--verbose",
+    assert bash_complete("gpulaunch ls --", shell_env) == ["--lock-dir", "--json", "--topo", "--wide", "--watch", "--snapshot", "--quiet", "--verbose",
                                                            "--help", "--version"]
     assert "--min-free" in bash_complete("gpulaunch --m", shell_env)
     assert bash_complete("gpulaunch completions ", shell_env) == ["bash", "zsh", "fish"]

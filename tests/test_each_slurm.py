@@ -208,6 +208,45 @@ def test_ctrl_c_without_a_terminal_stops_following_and_leaves_the_jobs(cluster: 
         subprocess.run(["scancel", job_id], env={**os.environ, **cluster.env}, timeout=60)
 
 
+def test_follow_json_shows_what_each_task_ran_and_quiet_prints_the_id(cluster: slurm_cluster.Cluster,
+                                                                       tmp_path: Path) -> None:
+    """{n}/{gpus} as the task's launch replaced them (not '{n}' quoted), in the live lines and --json; -q: the id."""
+    jobs = _sweep(tmp_path, ["PROBE 0 {n} --devices {gpus}", "sh -c 'exit 4'"])
+    logs = tmp_path / "logs"
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "2", "--follow", "--json",
+                             "--log-dir", str(logs)), env=_env(cluster, tmp_path), capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 9, proc.stderr
+    doc = json.loads(proc.stdout)
+    job_id = doc["slurm_job_id"]
+    assert re.search(rf"as Slurm job array {job_id} ", proc.stderr)
+    first, second = doc["jobs"]
+    assert first["argv"][-4:] == ["0", "2", "--devices", "0,1"]  # PROBE 0 {n} --devices {gpus}
+    assert (first["status"], first["exit_code"], first["node"]) == ("done", 0, cluster.node)
+    assert len(first["gpus"]) == 2 and first["log"] == str(logs / "job-1.log")
+    assert (second["status"], second["exit_code"]) == ("failed", 4)
+    assert "'{n}'" not in proc.stderr and "--devices 0,1" in proc.stderr
+    assert (logs / "jobs.txt").read_text().splitlines()[0].endswith(" 0 {n} --devices {gpus}")
+    assert "--devices 0,1" in (logs / "job-1.log").read_text()  # the task's own line says what it ran
+
+    quiet = subprocess.run(gl("each", str(jobs), "--slurm", "-q", "--log-dir", str(tmp_path / "q")),
+                           env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert re.fullmatch(r"\d+\n", quiet.stdout), quiet.stdout
+    subprocess.run(["scancel", quiet.stdout.strip()], env={**os.environ, **cluster.env}, timeout=60)
+
+
+def test_sbatch_args_that_replace_the_work_never_reach_slurm(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    """--wrap ran instead of the tasks and was reported "done, exit 0"; --test-only was "'' is not a job id"."""
+    jobs = _sweep(tmp_path, ["sh -c 'exit 5'"])
+    for arg in ("--wrap=true", "--array=1", "--test-only"):
+        proc = subprocess.run(gl("each", str(jobs), "--slurm", f"--sbatch-arg={arg}", "--follow", "--log-dir",
+                                 str(tmp_path / "l")), env=_env(cluster, tmp_path), capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+        assert proc.returncode == 2 and "gpulaunch cannot pass" in proc.stderr, proc.stderr
+        assert "done" not in proc.stdout and not (tmp_path / "l").exists()
+
+
 def test_sbatch_refusing_is_its_message_on_one_line(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     jobs = _sweep(tmp_path, ["true"])
     proc = subprocess.run(gl("each", str(jobs), "--slurm", "--partition", "nosuch", "--log-dir", str(tmp_path / "l")),

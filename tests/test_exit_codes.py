@@ -1,4 +1,4 @@
-"""The README's "Exit codes" table and ``errors.ExitCode`` must agree, row for row."""
+"""docs/exit-codes.md's table and ``errors.ExitCode`` must agree, row for row."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ _ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([A-Z_]+)`\s*\|\s*(.+?)\s*\|$")
 
 
 def documented() -> list[tuple[int, str, str]]:
-    """(code, name, meaning) rows of the README table, in order."""
-    text = (ROOT / "README.md").read_text("utf-8")
-    assert _BEGIN in text and _END in text, "README.md lost its exit-codes markers"
+    """(code, name, meaning) rows of the docs/exit-codes.md table, in order."""
+    text = (ROOT / "docs" / "exit-codes.md").read_text("utf-8")
+    assert _BEGIN in text and _END in text, "docs/exit-codes.md lost its exit-codes markers"
     block = text[text.index(_BEGIN):text.index(_END)]
     rows = []
     for line in block.splitlines():
@@ -33,7 +33,7 @@ def expected_table() -> str:
 def test_readme_table_matches_the_enum() -> None:
     rows = documented()
     assert [(code, name) for code, name, _ in rows] == [(int(c), c.name) for c in ExitCode], (
-        "README.md 'Exit codes' and errors.ExitCode disagree; the table should have:\n" + expected_table())
+        "docs/exit-codes.md and errors.ExitCode disagree; the table should have:\n" + expected_table())
     assert all(meaning and meaning != "…" for _, _, meaning in rows)
 
 

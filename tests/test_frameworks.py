@@ -1,4 +1,4 @@
-"""What the README's "Frameworks" section promises about the environment a command receives.
+"""What docs/frameworks.md promises about the environment a command receives.
 
 The frameworks themselves are not installed here; these tests check gpulaunch's side of each claim
 in a real child process: the child sees exactly the chosen GPUs, renumbered from 0 in table order.

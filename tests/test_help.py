@@ -25,8 +25,17 @@ def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def examples_in(text: str) -> list[str]:
+    """The example commands of a help text, a long one joined back from its `` \\`` continuation lines."""
     block = text.split("\nExamples:\n", 1)[1].split("\n\n", 1)[0]
-    return [line.strip() for line in block.splitlines() if line.startswith("  ") and not line.startswith("      ")]
+    found: list[str] = []
+    going_on = False
+    for line in block.splitlines():
+        if going_on:
+            found[-1] += " " + line.strip().removesuffix("\\").strip()
+        elif line.startswith("  ") and not line.startswith("      "):
+            found.append(line.strip().removesuffix("\\").strip())
+        going_on = line.endswith("\\")
+    return found
 
 
 def example_argv(example: str) -> list[str]:
@@ -105,3 +114,44 @@ def test_a_real_command_near_a_subcommand_still_runs() -> None:
 def test_an_unrelated_missing_command_gets_the_usual_hint() -> None:
     proc = gpulaunch("--snapshot", "dgx-h100", "zzqqxx-no-such-program")
     assert proc.returncode == 127 and "subcommand" not in proc.stderr and "check the spelling" in proc.stderr
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+@pytest.mark.parametrize("topic", ["", *args.SUBCOMMANDS])
+def test_help_wraps_to_the_terminal_width(topic: str, columns: int) -> None:
+    env = scrubbed()
+    env.update(GPULAUNCH_CONFIG="", COLUMNS=str(columns))
+    proc = subprocess.run([sys.executable, "-m", "gpu_launch", *([topic, "--help"] if topic else ["--help"])],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0
+    too_long = [line for line in proc.stdout.splitlines() if len(line) > columns]
+    assert too_long == []
+
+
+def test_help_wraps_examples_so_that_they_still_parse() -> None:
+    from gpu_launch.options import helptext
+
+    text = helptext.usage("completions", columns=60)
+    shown = examples_in(text)
+    assert "gpulaunch completions bash > ~/.local/share/bash-completion/completions/gpulaunch" in shown
+    assert max(map(len, text.splitlines())) <= 60
+
+
+def test_help_lists_every_exit_code_from_the_one_table() -> None:
+    from gpu_launch.errors import MEANINGS, ExitCode
+
+    assert set(MEANINGS) == set(ExitCode)
+    text = gpulaunch("--help").stdout
+    section = text.split("\nExit codes", 1)[1]
+    for code, meaning in MEANINGS.items():
+        assert re.search(rf"^  {int(code)} +{re.escape(meaning[:30])}", section, re.M), code
+
+
+def test_bare_gpulaunch_prints_a_short_usage_with_exit_2() -> None:
+    proc = gpulaunch()
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("usage: gpulaunch")
+    assert len(lines) <= 10 and max(map(len, lines)) <= 80
+    assert "error" not in proc.stderr
+    assert "gpulaunch ls" in proc.stderr and "--help" in proc.stderr

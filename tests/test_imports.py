@@ -102,6 +102,43 @@ def test_quiet_launch_on_a_snapshot_imports_no_rich_pynvml_psutil(selection: lis
     assert "gpu_launch.views.render" not in modules  # the quiet path formats nothing
 
 
+#: Every gpu_launch module a quiet launch on a snapshot may import (issue 21). A module added to the
+#: launch path must be added here on purpose: each costs start-up (finder calls, unmarshalling).
+QUIET_LAUNCH_MODULES = {
+    "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.records", "gpu_launch.streams",
+    "gpu_launch.text", "gpu_launch.units",
+    "gpu_launch.commands", "gpu_launch.commands.launch",
+    "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.config",
+    "gpu_launch.share", "gpu_launch.share.acquire", "gpu_launch.share.pick", "gpu_launch.share.reservations",
+    "gpu_launch.run", "gpu_launch.run.environment", "gpu_launch.run.execute", "gpu_launch.run.placeholders",
+    "gpu_launch.choose", "gpu_launch.choose.availability", "gpu_launch.choose.pool", "gpu_launch.choose.ranking",
+    "gpu_launch.choose.select", "gpu_launch.choose.spec", "gpu_launch.choose.visibility",
+    "gpu_launch.choose.branch_and_bound", "gpu_launch.choose.heuristic",  # --auto N > 1 only
+    "gpu_launch.hardware", "gpu_launch.hardware.files", "gpu_launch.hardware.host", "gpu_launch.hardware.model",
+    "gpu_launch.hardware.read", "gpu_launch.hardware.snapshot",
+}
+#: Never on a quiet launch: heavy third-party packages, standard modules the launch path avoids, and
+#: the model sizing (gpu_launch.fit, gpu_launch.modelfile), which only a launch sized by a model needs.
+NEVER_ON_A_QUIET_LAUNCH = ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "logging", "difflib",
+                           "importlib.resources", "gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.views")
+
+
+def _within(modules: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)}
+
+
+@pytest.mark.parametrize("selection", [["--auto", "1"], ["--auto", "2"], ["--gpus", "4-7"], ["--fit", "100GiB"], []])
+def test_a_quiet_launch_imports_only_the_modules_a_launch_needs(selection: list[str]) -> None:
+    proc, modules = run_importtime("--snapshot", "dgx-h100", *selection, "-q", "--", "true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ours = {m for m in modules if m.split(".", 1)[0] == "gpu_launch"}
+    assert "gpu_launch.commands.launch" in ours  # the listing did cover the launch
+    assert ours - QUIET_LAUNCH_MODULES == set()
+    assert _within(modules, NEVER_ON_A_QUIET_LAUNCH) == set()
+    if selection in (["--auto", "1"], []):  # one GPU: no set to search
+        assert not {"gpu_launch.choose.branch_and_bound", "gpu_launch.choose.heuristic"} & modules
+
+
 @pytest.mark.parametrize("args", [
     ["ls"],
     ["ls", "--json"],
@@ -193,6 +230,8 @@ def test_quiet_launch_on_nvml_imports_neither_rich_nor_psutil(selection: list[st
     assert "pynvml" in modules
     assert "rich" not in top_level(modules) and "psutil" not in top_level(modules)
     assert not {"logging", "socket"} & modules  # the NVML backend's start-up savings
+    # (the stand-in pynvml itself imports typing and dataclasses: only gpu_launch's own are checked here)
+    assert _within(modules, ("gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.views")) == set()
 
 
 def test_process_details_import_psutil_only_where_they_are_shown(fake_pynvml_dir: Path,
@@ -249,3 +288,17 @@ def test_the_python_api_on_a_snapshot_imports_no_rich_pynvml_psutil(quiet: bool,
     assert "gpu_launch.api" in modules and "gpu_launch.share.pick" in modules  # the listing saw the API run
     assert ("gpu_launch.views.render" in modules) is not quiet  # the mapping table, only when not quiet
     assert top_level(modules) & set(HEAVY) == set()
+
+
+def test_pynvml_is_imported_without_ctypes_util_which_it_never_calls(tmp_path: Path) -> None:
+    # ctypes.util (subprocess, shutil, tempfile: ~7 ms) is imported by pynvml for a find_library it
+    # does not call on Linux; the backend lends it a stand-in that still works if it ever is called.
+    code = ("import sys; from gpu_launch.hardware import nvml_calls; before = set(sys.modules); "
+            "pynvml = nvml_calls._import_pynvml(); new = set(sys.modules) - before; "
+            "print(sorted(m for m in ('ctypes.util', 'subprocess', 'tempfile', 'shutil') if m in new)); "
+            "print(bool(pynvml.find_library('c'))); import ctypes.util; print(ctypes.util.find_library is not None "
+            "and ctypes.util.__file__.endswith('util.py'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["[]", "True", "True"]

@@ -1,6 +1,6 @@
 """The package's layers import one way only: cli → commands (and the Python API, api) → share, options →
 views, run, choose →
-hardware → units, errors (README, "Design notes"). Every import counts, also those inside functions
+hardware → units, errors (docs/design.md). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ LAYERS = {
     "share": 2, "options": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
-    "units": 5, "errors": 5, "streams": 5, "text": 5, "__init__": 5,
+    "units": 5, "errors": 5, "streams": 5, "text": 5, "records": 5, "__init__": 5,
 }
 
 

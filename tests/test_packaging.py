@@ -54,9 +54,17 @@ def test_installed_wheel_runs_an_example(wheel: Path, tmp_path: Path) -> None:
 
 def test_installed_wheel_serves_the_python_api(wheel: Path, tmp_path: Path) -> None:
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
-    code = ("import gpu_launch, os; d = gpu_launch.use(2, snapshot='dgx-h100', lock_dir='locks', quiet=True); "
+    code = (f"import gpu_launch, os; d = gpu_launch.use(2, snapshot='dgx-h100', lock_dir={str(tmp_path / 'locks')!r}, "
+            "quiet=True); "
             "print(os.environ['CUDA_VISIBLE_DEVICES'], d[1].cuda)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={"PYTHONPATH": str(tmp_path / "site"), "GPULAUNCH_CONFIG": "", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "2,3 cuda:1\n"
+
+
+def test_wheel_installs_the_man_page(wheel: Path) -> None:
+    """`man gpulaunch` finds it under PREFIX/share/man/man1 (tests/test_manpage.py keeps it current)."""
+    names = zipfile.ZipFile(wheel).namelist()
+    page = next(n for n in names if n.endswith(".data/data/share/man/man1/gpulaunch.1"))
+    assert zipfile.ZipFile(wheel).read(page).decode() == (ROOT / "gpulaunch.1").read_text(encoding="utf-8")

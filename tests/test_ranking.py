@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import PRINT_CVD, run_cli
-from gpu_launch.choose import ranking
+from gpu_launch.choose import heuristic, pool, ranking
 from gpu_launch.hardware import snapshot
 from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
 from gpu_launch.choose.select import Constraints, choose_auto
@@ -259,8 +259,7 @@ def test_cli_auto_4_on_dgx1_reaches_the_child():
 def test_clique_search_finds_a_link_class_set_or_proves_there_is_none():
     # A triangle 0-1-2 of NV2 plus GPU 3 with NV2 to 0 only; all else SYS.
     nv = {(0, 1), (0, 2), (1, 2), (0, 3)}
-    pool = ranking._Pool(m := machine([gpu(i) for i in range(4)], lambda i, j: "NV2" if (i, j) in nv else "SYS"),
-                         m.gpus)
+    p = pool.Pool(m := machine([gpu(i) for i in range(4)], lambda i, j: "NV2" if (i, j) in nv else "SYS"), m.gpus)
     level = ranking.link_rank("NV2")
-    assert sorted(ranking._clique(pool, 3, level)) == [0, 1, 2]
-    assert ranking._clique(pool, 4, level) is None
+    assert sorted(heuristic.find_clique(p, 3, level)) == [0, 1, 2]
+    assert heuristic.find_clique(p, 4, level) is None

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import test_fast_paths
 import test_json
 import test_output
 from conftest import run_cli
+from gpu_launch.hardware import snapshot
 from gpu_launch.share.reservations import DEFAULT_LOCK_DIR
 
 HELD = ("workstation-4x", "dgx-h100")  # every GPU of these is held in the default directory
@@ -55,13 +57,16 @@ def test_every_helper_launches_on_gpus_held_in_the_default_directory() -> None:
     assert auto.returncode == 0 and json.loads(auto.stdout)["env"]["GPULAUNCH_GPUS"] == "0,1,2,3,4,5,6,7", auto.stderr
     if os.environ.get(INNER):  # the outer test's hold is visible to a launch that uses the default directory
         env = {k: v for k, v in cli_run.clean_env().items() if k != "GPULAUNCH_LOCK_DIR"}
-        held = subprocess.run([sys.executable, "-m", "gpu_launch", *all4], env=env, capture_output=True,
-                              text=True, timeout=60)
+        # (a snapshot file: launches on a bundled example's name reserve in the user's own directory)
+        copy = Path(tempfile.mkdtemp()) / "workstation-4x.json"
+        copy.write_text(snapshot.dump(snapshot.resolve("workstation-4x")))
+        held = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", str(copy), *all4[2:]], env=env,
+                              capture_output=True, text=True, timeout=60)
         assert held.returncode == 6, held.stderr
 
 
 DRIVER = textwrap.dedent("""
-    import json, os, subprocess, sys, time
+    import json, os, subprocess, sys, tempfile, time
     from gpu_launch.hardware import snapshot
     from gpu_launch.share import reservations
     lock_dir, held, namespace, pytest_args = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1", sys.argv[4:]
@@ -69,7 +74,13 @@ DRIVER = textwrap.dedent("""
         # (where mounting is not allowed after all, the hold goes to the real default directory)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", lock_dir], capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "GPULAUNCH_LOCK_DIR"}  # the default directory
-    holders = [subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", name, "--gpus", "all", "-q",
+    # Snapshot files of the examples: a launch on an example's name reserves in the user's own directory.
+    files = {}
+    for name in held:
+        files[name] = os.path.join(tempfile.mkdtemp(), name + ".json")
+        with open(files[name], "w") as f:
+            f.write(snapshot.dump(snapshot.resolve(name)))
+    holders = [subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", files[name], "--gpus", "all", "-q",
                                  "--", "sleep", "600"], env=env) for name in held]
     uuids = [g.uuid for name in held for g in snapshot.resolve(name).gpus]
     try:
@@ -77,7 +88,7 @@ DRIVER = textwrap.dedent("""
         while len(reservations.holders(lock_dir, uuids)) < len(uuids):
             assert time.monotonic() < deadline and all(h.poll() is None for h in holders), "no hold"
             time.sleep(0.05)
-        control = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", held[0], "--gpus", "0", "-q",
+        control = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", files[held[0]], "--gpus", "0", "-q",
                                   "--", "true"], env=env, capture_output=True, text=True)
         inner = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
                                env={**os.environ, "GPULAUNCH_TEST_INNER": "1"}, capture_output=True, text=True)

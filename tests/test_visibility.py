@@ -175,7 +175,9 @@ def test_gpus_outside_the_parent_set_is_an_error_naming_what_it_allowed():
     assert done.returncode == 2 and "RAN" not in done.stdout
     assert done.stderr.strip() == (
         "gpulaunch: error: --gpus: GPU 0 is outside what the parent allows (CUDA_VISIBLE_DEVICES=2,3: GPU 2, GPU 3) "
-        "(hint: name one of those, or use --auto to choose among them)")
+        "(hint: name one of those, or use --auto to choose among them; inside a gpulaunch job or a Slurm step, "
+        "those are the GPUs it was given; if this shell set it (eval \"$(gpulaunch env ...)\", export), "
+        "`unset CUDA_VISIBLE_DEVICES` or a new shell lifts the limit)")
 
 
 def test_gpus_inside_the_parent_set_runs_with_the_uuid():

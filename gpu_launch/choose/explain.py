@@ -118,8 +118,57 @@ def _pairs(count: int) -> str:
     return f"{count} pair{'s' if count != 1 else ''}"
 
 
+#: The widest line --explain writes (it once wrote 434-character lines): longer ones wrap, indented.
+WIDTH = 100
+
+
+def _link_text(pairs: list[dict[str, Any]]) -> str:
+    """``2–3 NV18, 2–4 PXB``; grouped by link when that is shorter: ``all 28 pairs NV18``, ``NV4: 0–1, 2–3; SYS: …``."""
+    if not pairs:
+        return "single GPU"
+    each = ", ".join(f"{pair['a']}–{pair['b']} {pair['link'] or '?'}" for pair in pairs)
+    by_link: dict[str, list[str]] = {}
+    for pair in pairs:
+        by_link.setdefault(pair["link"] or "?", []).append(f"{pair['a']}–{pair['b']}")
+    if len(by_link) == 1 and len(pairs) > 1:
+        return f"all {_pairs(len(pairs))} {next(iter(by_link))}"
+    grouped = "; ".join(f"{link}: {', '.join(members)}" for link, members in by_link.items())
+    return grouped if len(grouped) < len(each) else each
+
+
+def _versus(theirs: str, ours: str, s: dict[str, Any], best: dict[str, Any], criterion: str) -> tuple[str, str]:
+    """Memory values that round to the same text but differ are shown in MiB ("8090 MiB vs 8092 MiB",
+    not "7.9 GiB vs 7.9 GiB"): the difference is the point of the line."""
+    keys = {"free memory of the least-free GPU": "least_free_mib", "total free memory": "total_free_mib"}
+    key = keys.get(criterion)
+    if key is not None and theirs == ours and s[key] != best[key]:
+        return f"{s[key]} MiB", f"{best[key]} MiB"
+    return theirs, ours
+
+
+#: Marks a line that is never wrapped: an exclusion's reason may hold a file path, which must stay whole.
+_AS_IS = "\x00"
+
+
+def _wrap(line: str) -> list[str]:
+    """``line`` in lines of at most WIDTH columns, continued four columns further in; a parenthesis
+    (``(worst SYS on 4 pairs, 0 NVLinks inside)``) is kept on one line."""
+    if line.startswith(_AS_IS):
+        return [line[1:]]
+    if len(line) <= WIDTH:
+        return [line]
+    import re
+    import textwrap
+
+    glued = re.sub(r"\([^()]*\)", lambda m: m.group(0).replace(" ", _AS_IS), line)
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return [part.replace(_AS_IS, " ") for part in
+            textwrap.wrap(glued, WIDTH, initial_indent="", subsequent_indent=indent + "    ",
+                          break_on_hyphens=False, break_long_words=False)]
+
+
 def _describe(s: dict[str, Any]) -> list[str]:
-    links = ", ".join(f"{pair['a']}–{pair['b']} {pair['link'] or '?'}" for pair in s["links"]) or "single GPU"
+    links = _link_text(s["links"])
     numa = ",".join(map(str, s["numa_nodes"])) or "unknown"
     return [
         f"availability: {s['availability']} (non-idle GPUs: {_taken(s)}); model: {' + '.join(s['models'])}",
@@ -140,8 +189,8 @@ def as_text(selection: Selection, machine: Machine) -> str:
         t = doc["thresholds"]
         lines.append(f"  idle: no compute process and ≤ {t['idle_max_memory_used_percent']}% memory used; "
                      f"busy: ≥ {t['busy_min_utilization_percent']}% utilisation or "
-                     f"≥ {t['busy_min_memory_used_percent']}% memory used; full: ≥ "
-                     f"{t['full_min_memory_used_percent']}% memory used or none free; partly used: in between "
+                     f"≥ {t['busy_min_memory_used_percent']}% memory used;")
+        lines.append(f"  full: ≥ {t['full_min_memory_used_percent']}% memory used or none free; partly used: in between "
                      "(or processes unknown)")
         if not doc["exact"]:
             lines.append("  (large pool: the best set the heuristic and a bounded exact search found; "
@@ -149,7 +198,7 @@ def as_text(selection: Selection, machine: Machine) -> str:
     lines += [f"warning: {w}" for w in doc["warnings"]]
     if doc["excluded"]:
         lines.append("excluded:")
-        lines += [f"  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
+        lines += [f"{_AS_IS}  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
     if doc.get("less_available"):
         lines.append(f"left out (less available than {doc['set']['availability']}, and enough {doc['set']['availability']} GPUs exist):")
         lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]
@@ -157,7 +206,7 @@ def as_text(selection: Selection, machine: Machine) -> str:
         lines.append("next best:")
         for s in doc["next_best"]:
             lost = s["lost_on"]
-            lines.append(f"  {_gpus(s['gpus'])}: lost on {lost} "
-                         f"({_value(s, lost)} vs {_value(doc['set'], lost)})")
+            theirs, ours = _versus(_value(s, lost), _value(doc["set"], lost), s, doc["set"], lost)
+            lines.append(f"  {_gpus(s['gpus'])}: lost on {lost} ({theirs} vs {ours})")
             lines += [f"      {line}" for line in _describe(s)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line)) + "\n"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Machine
-from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, held_reason, min_free_failure
+from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, grouped, held_reason, min_free_failure
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = ["candidates", "choose_mig"]
@@ -28,7 +28,7 @@ def _reason(device: Device, c: Constraints) -> str | None:
     if not gpu.available:
         return f"its GPU is unavailable ({gpu.error or 'NVML could not read it'})"
     if gpu.uuid in c.exclude or mig.uuid in c.exclude:
-        return "excluded by --exclude"
+        return f"excluded by {c.exclude_source}"
     for uuid in (mig.uuid, gpu.uuid):
         if uuid in c.reserved:
             return held_reason(c.reserved[uuid])
@@ -98,6 +98,6 @@ def choose_mig(machine: Machine, n: int, constraints: Constraints, fit: Size | N
                                 hint="lower the size, or leave out --mig to use whole GPUs")
         ok = fitting
     if not ok:
-        why = "; ".join(f"{d.label}: {r}" for d, r in excluded)
+        why = grouped((d.label, r) for d, r in excluded)
         raise NotEnoughGpus(f"--mig: no MIG device is eligible ({why})", hint="relax the constraints")
     return Selection((ok[0],))

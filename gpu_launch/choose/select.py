@@ -7,12 +7,17 @@ excluded; :func:`choose_auto` hands the eligible ones to :mod:`gpu_launch.choose
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Availability, availability
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine
 from gpu_launch.units import Size, fmt_mib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.fit.plan import Plan
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
@@ -33,6 +38,8 @@ class Constraints:
     idle: bool = False
     exclude: frozenset[str] = frozenset()  # GPU UUIDs
     reserved: dict[str, str] = field(default_factory=dict)  # UUID -> who holds it (reservations)
+    #: Where ``exclude`` came from, for messages: ``--exclude``, ``GPULAUNCH_EXCLUDE=0``, ``exclude in FILE:LINE``.
+    exclude_source: str = "--exclude"
     #: a job that waits (``each``, ``--wait`` with ``--auto``/``--fit``) is only given GPUs free for it:
     #: not busy or full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
     polite: bool = False
@@ -74,6 +81,33 @@ def min_free_failure(free_mib: int, total_mib: int | None, min_free: Size | None
 #: How a GPU whose lock file cannot be used (planted symlink, someone's read-only file) is described in
 #: ``Constraints.reserved``: it is skipped like a reserved one, but is not "reserved by" anyone.
 UNRESERVABLE = "unavailable for reservation"
+
+
+def grouped(pairs: Iterable[tuple[str, str]], joiner: str = ": ") -> str:
+    """``GPU 0-3, GPU 5: reserved by alice (…); GPU 4: excluded by --exclude``: one entry per reason,
+    its GPUs together, in first-seen order; so that a holder of eight GPUs is named once, not eight times."""
+    by_reason: dict[str, list[str]] = {}
+    for label, reason in pairs:
+        by_reason.setdefault(reason, []).append(label)
+    def join(labels: list[str]) -> str:  # " is " for one GPU, " are " for several
+        return " are " if joiner == " is " and len(labels) > 1 else joiner
+
+    return "; ".join(f"{_labels(labels)}{join(labels)}{reason}" for reason, labels in by_reason.items())
+
+
+def _labels(labels: list[str]) -> str:
+    """``GPU 0``, ``GPUs 0-3,5`` for whole GPUs; other labels (MIG devices) listed as they are."""
+    numbers = [label[4:] for label in labels if label.startswith("GPU ") and label[4:].isdigit()]
+    if len(labels) == 1 or len(numbers) != len(labels):
+        return ", ".join(labels)
+    values = [int(n) for n in numbers]
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return "GPUs " + ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
 
 
 def held_reason(who: str) -> str:
@@ -126,7 +160,7 @@ def _unusable(gpu: Gpu, c: Constraints) -> str | None:
     if not gpu.available:
         return f"unavailable ({gpu.error or 'NVML could not read it'})"
     if gpu.uuid in c.exclude:
-        return "excluded by --exclude"
+        return f"excluded by {c.exclude_source}"
     if gpu.uuid in c.reserved:
         return held_reason(c.reserved[gpu.uuid])
     if gpu.in_mig_mode:
@@ -179,11 +213,12 @@ class Selection:
     warnings: tuple[str, ...] = ()
     eligibility: Eligibility | None = None
     ranking: object | None = None  # ranking.Ranked, for --explain
+    plan: Plan | None = None  # when the choice was sized by a model (--fit MODEL)
 
 
 def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constraints) -> NotEnoughGpus:
     have = len(elig.eligible)
-    why = "; ".join(f"{e.gpu.label}: {e.reason}" for e in elig.excluded)
+    why = grouped((e.gpu.label, e.reason) for e in elig.excluded)
     total = len(machine.gpus)
     msg = f"need {n} GPU{'s' if n != 1 else ''}, but only {have} of {total} {'is' if have == 1 else 'are'} eligible"
     if why:

@@ -11,8 +11,8 @@ syntax (:func:`parse`); :func:`resolve` matches the items against a machine.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
 from gpu_launch.errors import UsageError
 from gpu_launch.hardware.model import Device, Machine
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
+from gpu_launch.text import printable
 
 __all__ = ["CvdReading", "Visibility", "read_cvd", "read_nvd", "resolve", "describe_devices"]
 
@@ -247,13 +248,28 @@ class Visibility:
                 return True
         return False
 
+    def lift_hint(self) -> str:
+        """How the user lifts the parent's limit, worded so that it is right whoever set it.
+
+        An inherited CUDA_VISIBLE_DEVICES is either a parent job's allotment (a gpulaunch launch, Slurm:
+        those GPUs are really all this job may use) or a leftover of ``eval "$(gpulaunch env ...)"`` or an
+        ``export`` in this shell, which ``unset`` undoes. The environment cannot tell the two apart, so
+        the hint names both. NVIDIA_VISIBLE_DEVICES is the container's own: nothing in it can widen it.
+        """
+        if not self.parent_cvd:
+            return f"the container was started with {self.source}: only those GPUs exist in it"
+        return ("inside a gpulaunch job or a Slurm step, those are the GPUs it was given; if this shell set it "
+                '(eval "$(gpulaunch env ...)", export), `unset CUDA_VISIBLE_DEVICES` or a new shell lifts the limit')
+
     def require_some(self) -> None:
         """Raise NotEnoughGpus when the parent allows no GPU at all (never widen it)."""
         if self.allowed is not None and not self.allowed:
             first = self.problems[0] if self.problems else "it names no GPU this process can use"
+            fix = ("fix it to name GPUs that exist (`gpulaunch ls` numbers them), or `unset CUDA_VISIBLE_DEVICES` "
+                   "to choose among all GPUs" if self.parent_cvd else self.lift_hint())
             raise NotEnoughGpus(
                 f"the parent's {self.source} allows no GPU ({first}), and gpulaunch does not widen it",
-                hint="unset it (or fix it) to choose among all GPUs; `gpulaunch check` lints it",
+                hint=fix,
             )
 
     def check_allowed(self, devices: tuple[Device, ...], option: str = "--gpus") -> None:
@@ -264,7 +280,7 @@ class Visibility:
                 raise UsageError(
                     f"{option}: {device.label} is outside what the parent allows "
                     f"({self.source}: {describe_devices(self.allowed)})",
-                    hint="name one of those, or use --auto to choose among them",
+                    hint=f"name one of those, or use --auto to choose among them; {self.lift_hint()}",
                 )
 
     def restrict(self, machine: Machine) -> Machine:
@@ -285,13 +301,13 @@ class Visibility:
         links = None
         if machine.links is not None:
             links = tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         return replace(machine, gpus=tuple(gpus), links=links)  # the rest (nvswitch, warnings, ...) kept
 
 
 def _with_migs(gpu: Gpu, migs: tuple[MigDevice, ...]) -> Gpu:
-    from dataclasses import replace
+    from gpu_launch.records import replace
 
     return replace(gpu, mig_devices=migs)
 
@@ -300,12 +316,12 @@ def _slurm(env: Mapping[str, str]) -> str | None:
     job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     if not job:
         return None
-    bits = [f"Slurm job {job}"]
+    bits = [f"Slurm job {printable(job)}"]  # (the variables' text is shown escaped, as all foreign text)
     if env.get("SLURM_STEP_ID"):
-        bits[0] += f" step {env['SLURM_STEP_ID']}"
+        bits[0] += f" step {printable(env['SLURM_STEP_ID'])}"
     for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(name):
-            bits.append(f"{name}={env[name]}")
+            bits.append(f"{name}={printable(env[name])}")
             break
     return ", ".join(bits)
 
@@ -317,7 +333,7 @@ def _order_warning(env: Mapping[str, str], reading: CvdReading, machine: Machine
     models = {g.name for g in machine.gpus}
     if order == "FASTEST_FIRST" or (not order and len(models) > 1):
         said = "CUDA_DEVICE_ORDER=FASTEST_FIRST" if order else "no CUDA_DEVICE_ORDER (CUDA's default is FASTEST_FIRST)"
-        return (f"the parent set {said} with an index list ({reading.value}): its indices count the GPUs fastest "
+        return (f"the parent set {said} with an index list ({printable(reading.value)}): its indices count the GPUs fastest "
                 "first, gpulaunch reads them in PCI bus order (nvidia-smi's), so they may have meant other GPUs; "
                 "use UUIDs, or CUDA_DEVICE_ORDER=PCI_BUS_ID (gpulaunch sets it for the command)")
     return None
@@ -331,7 +347,7 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
     if cvd is None:
         if nvd_devices is None:
             return Visibility(None, slurm=slurm)
-        return Visibility(nvd_devices, f"NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}",
+        return Visibility(nvd_devices, f"NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}",
                           warnings=nvd_warnings, slurm=slurm)
     reading = read_cvd(cvd, machine)
     warnings = list(nvd_warnings)
@@ -339,7 +355,7 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
     if order:
         warnings.append(order)
     allowed = reading.devices
-    source = f"CUDA_VISIBLE_DEVICES={cvd}"
+    source = f"CUDA_VISIBLE_DEVICES={printable(cvd)}"
     if nvd_devices is not None:
         nvd_vis = Visibility(nvd_devices)
         outside = [d for d in allowed if not nvd_vis._allows(d)]
@@ -347,6 +363,6 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
             warnings.append(f"{describe_devices(tuple(outside))} in CUDA_VISIBLE_DEVICES "
                             f"{'is' if len(outside) == 1 else 'are'} not in NVIDIA_VISIBLE_DEVICES; left out")
         allowed = tuple(d for d in allowed if nvd_vis._allows(d))
-        source += f" and NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']}"
+        source += f" and NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}"
     numbers = tuple((d.uuid, i) for i, d in enumerate(reading.devices))
     return Visibility(allowed, source, True, tuple(warnings), reading.problems, slurm, numbers)

@@ -7,6 +7,7 @@ import sys
 
 from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
+from gpu_launch.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -32,7 +33,7 @@ def run(inv: Invocation) -> int:
         out.write("inherited CUDA_VISIBLE_DEVICES: not set (every GPU NVML shows may be chosen)\n")
     else:
         count = f"{len(vis.problems)} problem{'s' if len(vis.problems) != 1 else ''}" if vis.problems else "no problems"
-        out.write(f"inherited CUDA_VISIBLE_DEVICES={inherited}: {count}\n")
+        out.write(f"inherited CUDA_VISIBLE_DEVICES={printable(inherited)}: {count}\n")
         out.writelines(f"  - {p}\n" for p in vis.problems)
     out.writelines(f"note: {w}\n" for w in vis.warnings)
     out.write(f"checking CUDA with CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']} "

@@ -15,7 +15,19 @@ if TYPE_CHECKING:
     from gpu_launch.options.args import Invocation
 
 
-__all__ = ["run"]
+__all__ = ["run", "BUILT_IN"]
+
+#: What gpulaunch does when an option is set nowhere, for the VALUE column (instead of a bare "–");
+#: the lock directory is the one in force, found at run time.
+BUILT_IN = {
+    "gpus_per_job": "1",
+    "log_dir": "./gpulaunch-logs/TIMESTAMP",
+    "bind": "auto (off on a bundled example)",
+    "shell": "sh (bash, zsh)",
+    "wait": "off (fail at once)",
+    "watch": "off (2s when given alone)",
+    "snapshot": "none: NVML",
+}
 
 
 def run(inv: Invocation) -> int:
@@ -33,7 +45,7 @@ def run(inv: Invocation) -> int:
         doc["lock_dir"] = lock_dir
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(config.as_text(settings, os.environ))
+        sys.stdout.write(config.as_text(settings, os.environ, {**BUILT_IN, "lock_dir": lock_dir["path"]}))
         from gpu_launch.share import reservations
 
         sys.stdout.write(f"lock dir in force: {reservations.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")
@@ -44,12 +56,21 @@ def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir o
     """The lock directory a launch would use, whether it is hardened, and why it is that one."""
     from gpu_launch.share import reservations
 
+    from gpu_launch.hardware.snapshot import is_example
+
     setting = next(s for s in settings if s.dest == "lock_dir")
-    path = reservations.lock_dir_path(setting.value, os.environ)
+    snapshot = next((s.value for s in settings if s.dest == "snapshot"), None) or os.environ.get("GPULAUNCH_SNAPSHOT")
+    example = is_example(snapshot)
+    path = reservations.lock_dir_path(setting.value, os.environ, example=example)
     if setting.value:
         source = f"{setting.source} {setting.where}".strip()
+    elif example and path == reservations.example_lock_dir(os.environ):
+        source = f"default for the bundled example {snapshot} (yours alone: its GPUs are not real)"
     elif path == reservations.DEFAULT_LOCK_DIR:
-        source = "default (no hardened directory at " + reservations.hardened_default(os.environ) + ")"
+        hardened = reservations.hardened_default(os.environ)
+        # One there that `locks init` did not make (or an older version's, without its mark) is not used.
+        source = f"default ({hardened} was not set up by `locks init`)" if os.path.lexists(hardened) \
+            else f"default (no hardened directory at {hardened})"
     else:
         source = "default (the hardened directory exists)"
     return {"path": path, "hardened": reservations.is_hardened(path), "source": source}

@@ -37,7 +37,6 @@ line through ``gpulaunch --auto K`` inside its allocation; ``--follow`` shows it
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -222,6 +221,7 @@ class Scheduler:
         env = environment.build(devices, self.environ,
                                 use_uuid=visibility.resolve(got.machine, self.environ).restricted)
         argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
+        state.argv = argv  # what the views show
         state.gpus = ",".join(str(d.gpu.index) for d in devices)
         try:
             log_fd, state.log = open_log(self.log_dir, state.job.number)
@@ -304,7 +304,7 @@ def _make_log_dir(log_dir: str) -> str:
 
 def submit_to_slurm(inv: Any) -> int:
     """``gpulaunch each FILE --slurm``: one job array (:mod:`gpu_launch.share.slurm`); with --follow/--wait, follow it."""
-    from gpu_launch.errors import WaitTimeout
+    from gpu_launch.errors import SlurmUnavailable, WaitTimeout
     from gpu_launch.share import slurm
     from gpu_launch.units import fmt_duration
     from gpu_launch.views.each_view import View
@@ -313,10 +313,13 @@ def submit_to_slurm(inv: Any) -> int:
             "ask Slurm through --sbatch-arg (e.g. --sbatch-arg=--constraint=a100)")
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
-    extra = inv.get("sbatch_arg") or ()
-    if isinstance(extra, str):  # a default from the config file or GPULAUNCH_SBATCH_ARG: split like a shell
-        extra = tuple(shlex.split(extra))
+    extra = inv.get("sbatch_arg") or ()  # (a default from the config file or GPULAUNCH_SBATCH_ARG: split there)
+    slurm.check_extra(extra)
     slurm.require("sbatch", os.environ)  # before anything is written
+    following = bool(inv.get("follow")) or "wait" in inv.flags
+    if following:  # what following needs, found missing now rather than once the array has run
+        slurm.require("scontrol", os.environ)
+        interval = acquire.poll_interval(os.environ)
     log_dir = os.path.abspath(inv.get("log_dir") or default_log_dir())
     existed = os.path.isdir(log_dir)
     _make_log_dir(log_dir)
@@ -335,24 +338,31 @@ def submit_to_slurm(inv: Any) -> int:
             except OSError:
                 pass
         raise
-    quiet = bool(inv.get("quiet"))
+    quiet, as_json = bool(inv.get("quiet")), bool(inv.get("json"))
     job_id = submitted.job_id
-    if not quiet:
+    if quiet and not as_json:  # the one thing -q prints: the id that squeue and scancel need (as sbatch --parsable)
+        print(job_id, flush=True)
+    elif not quiet:
         at_most = f", at most {request.max_running} at once" if request.max_running else ""
         print(f"gpulaunch each: submitted {len(jobs)} job{'s' if len(jobs) != 1 else ''} from {source} as Slurm job "
               f"array {job_id} (tasks 1-{len(jobs)}, {k} GPU{'s' if k != 1 else ''} each{at_most}); logs in {log_dir}",
               file=sys.stderr)
-    following = bool(inv.get("follow")) or "wait" in inv.flags
+    view = View(sys.stderr, sys.stdout, quiet=quiet, total=len(jobs), log_dir=log_dir, intro=False, json=as_json)
     if not following:
         if not quiet:
             print(f"gpulaunch each: follow it with `squeue -j {job_id}` and `tail -f {log_dir}/job-*.log`; "
                   f"cancel it with `scancel {job_id}`", file=sys.stderr)
+        if as_json:  # every job queued, and the array's id
+            view.summary(slurm.Follower(submitted, jobs, view, os.environ, 0.0))
         return 0
-    view = View(sys.stderr, sys.stdout, quiet=quiet, total=len(jobs), log_dir=log_dir, intro=False)
-    follower = slurm.Follower(submitted, jobs, view, os.environ, acquire.poll_interval(os.environ))
+    follower = slurm.Follower(submitted, jobs, view, os.environ, interval)
     with view:
-        outcome = slurm.follow(follower, inv.get("wait") if "wait" in inv.flags else None,
-                               bool(inv.get("cancel_on_interrupt")), sys.stdin.isatty())
+        try:
+            outcome = slurm.follow(follower, inv.get("wait") if "wait" in inv.flags else None,
+                                   bool(inv.get("cancel_on_interrupt")), sys.stdin.isatty())
+        except SlurmUnavailable as exc:  # (scontrol went away): the array was submitted all the same
+            raise SlurmUnavailable(f"submitted Slurm job array {job_id}, then could not follow it: {exc.message}",
+                                   hint=f"it goes on: squeue -j {job_id}; logs in {log_dir}") from None
     view.summary(follower)
     failed = [s for s in follower.states if s.status == "failed"]
     if outcome == "timeout":
@@ -385,14 +395,17 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     why = acquire.hopeless(request, machine)
     if why is not None:
         raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True)
+    from gpu_launch.share.pick import snapshot_source
+
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
     from gpu_launch.share.reservations import prepare_dir
 
     prepare_dir(locking.lock_dir)
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())
-    view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir)
+    view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir,
+                json=bool(inv.get("json")))
     if not acquire.inside_allotment(locking, machine):
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         # Inside no job: GPUs held later are others' or our own jobs', never an allotment of ours.
         locking = replace(locking, nested=False)

@@ -27,7 +27,8 @@ def run(inv: Invocation) -> int:
                          hint='use it as eval "$(gpulaunch env --auto 2)", or launch with gpulaunch --auto 2 -- CMD')
     # No command runs to hold a reservation, so none is taken; but --auto/--fit avoid reserved GPUs
     # and --gpus on one gets a warning naming its holder.
-    _machine, vis, got, env = pick.choose(inv, acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False))
+    _machine, vis, got, env = pick.choose(inv, acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False,
+                                                                    snapshot=pick.snapshot_source(inv)))
     assert vis is not None
     pick.tell(inv, vis, got.selection, env)
     sys.stdout.write(shellenv.render(got.selection.devices, env, environment.SET_VARIABLES, inv.get("shell"),

@@ -32,18 +32,38 @@ def run(inv: Invocation) -> int:
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
     if not informing:
         _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
+    sized = isinstance(inv.get("fit"), str)  # --fit MODEL
+    if not sized:
+        used = placeholders.model_names_used(inv.argv)
+        if used:
+            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
+                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
+                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
     quiet = bool(inv.get("quiet"))
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")))
+    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
+                                 snapshot=pick.snapshot_source(inv))
     machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
                                            fallback=inv.get("fallback"))
     selection = got.selection
-    argv = placeholders.substitute(inv.argv, len(selection.devices))
+    plan = selection.plan
+    model_values = plan.placeholders() if plan is not None else None
+    if model_values is not None:
+        missing = [name for name in placeholders.model_names_used(inv.argv) if name not in model_values]
+        if missing:
+            raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
+                             hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
+                                  "{max_memory} Transformers'; --engine names the engine")
+    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values)
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
         print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
               file=sys.stderr)
     if inv.get("explain"):
+        if plan is not None:
+            return _explain_plan(inv, plan, selection, machine)
         return _explain(inv, selection, machine)
+    if plan is not None and not quiet:
+        _tell_plan(plan)
     if not quiet:
         _warn_near_misses(inv.argv)
         _warn_launcher_overrides(argv)
@@ -73,7 +93,43 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write("\n")
     else:
         sys.stdout.write(explain.as_text(selection, machine))
+        from gpu_launch.share import reservations
+
+        note = reservations.shared_note(reservations.lock_dir_path(inv.get("lock_dir"), os.environ))
+        if note:
+            sys.stdout.write(f"{note}\n")
     return 0
+
+
+def _explain_plan(inv: Invocation, plan: object, selection: Selection, machine: Machine | None) -> int:
+    """``--fit MODEL --explain``: the plan (as ``gpulaunch plan`` shows it), then why these GPUs."""
+    from gpu_launch.views import plan_view
+
+    if inv.get("json"):
+        json.dump(plan_view.as_json(plan), sys.stdout, indent=2)  # type: ignore[arg-type]
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(plan_view.as_text(plan))  # type: ignore[arg-type]
+    if machine is not None and selection.ranking is not None:
+        from gpu_launch.choose import explain
+
+        sys.stdout.write(explain.as_text(selection, machine))
+    return 0
+
+
+def _tell_plan(plan: object) -> None:
+    """One line on stderr: what the model needs where, and the numbers handed to the command."""
+    from gpu_launch.fit.plan import Plan
+
+    assert isinstance(plan, Plan)
+    p, s = plan.placement, plan.sizing
+    gib = 1 << 30
+    where = f"{p.gpu_layers} of {s.model.hyper.n_layers + 1} layers on the GPUs" if p.gpu_layers is not None \
+        else f"tp {p.tp}" if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
+    print(f"gpulaunch: {s.model.name or s.model.source}: {where}; weights {s.model.weights.total / gib:.1f} GiB "
+          f"[exact], KV {s.kv.total / gib:.1f} GiB at {s.settings.ctx} tokens [rule], "
+          f"{(s.settings.reserve if s.settings.reserve is not None else s.engine.allowance) / gib:.1f} GiB a GPU "
+          f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.placeholders().items()), file=sys.stderr)
 
 
 def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...]) -> int:
@@ -94,8 +150,9 @@ def _warn_near_misses(argv: tuple[str, ...]) -> None:
     from gpu_launch.run import placeholders
 
     for arg in placeholders.near_misses(argv):
-        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a whole argument {{n}} or {{gpus}} "
-              f"is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})", file=sys.stderr)
+        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a placeholder that is a whole argument "
+              f"({arg.partition('=')[2]} alone) is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})",
+              file=sys.stderr)
 
 
 def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:
@@ -108,12 +165,14 @@ def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:
 
 def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
     """``--bind``: pin this process (and so the command it becomes) to the GPUs' local CPUs."""
-    from gpu_launch.run import affinity
-
     # A bundled example describes another machine: its CPU lists mean nothing here, so `auto`
     # binds only for NVML or a snapshot file (which may well be this machine's own `ls --json`).
     example = machine.source != "nvml" and not os.path.exists(machine.source)
     mode = inv.get("bind") or ("off" if example else "auto")
+    if mode == "off":
+        return
+    from gpu_launch.run import affinity
+
     binding = affinity.plan(selection.devices, mode, affinity.current_cpus())
     failed = affinity.apply(binding)
     if not inv.get("quiet") and (failed or binding.message):

@@ -1,4 +1,9 @@
-"""``gpulaunch ls`` / ``topo``: the GPUs, their load, who holds them, and the links between them."""
+"""``gpulaunch ls`` / ``topo``: the GPUs, their load, who holds them, and the links between them.
+
+``ls`` fits the terminal it is in (one line per GPU, :mod:`gpu_launch.views.ls_table`); ``--watch``
+redraws it in place until Ctrl-C. With no NVIDIA driver, a plain ``ls`` shows the bundled example
+machine with a note (exit 0: it is what a new user wants to see); ``ls --json`` stays strict (exit 3).
+"""
 
 from __future__ import annotations
 
@@ -6,65 +11,142 @@ import os
 import sys
 
 from gpu_launch.share import pick
-from gpu_launch.errors import GpuLaunchError, UsageError
+from gpu_launch.errors import GpuLaunchError, NvmlUnavailable, UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import IO
+
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
 
 
-__all__ = ["run"]
+__all__ = ["run", "DEMO"]
+
+#: The bundled machine a plain `ls` shows where there is no NVIDIA driver.
+DEMO = "dgx-h100"
 
 
 def run(inv: Invocation) -> int:
-    from gpu_launch.views import render
-
     if inv.positionals:
         raise UsageError(f"`{inv.command}` takes no arguments, got {inv.positionals[0]!r}",
                          hint="to run a program of that name, put it after --")
+    if inv.get("watch") is not None:
+        if inv.get("json"):
+            raise UsageError("ls --watch draws for a person, not for a program",
+                             hint="for a series of JSON snapshots, run `gpulaunch ls --json` in a loop")
+        from gpu_launch.views import watch
+
+        noted: list[bool] = []  # the no-driver note, if any, once: not under every frame
+
+        def frame(width: int | None) -> str:
+            text = _frame(inv, width, note=not noted)
+            noted.append(True)
+            return text
+
+        return watch.run(frame, inv.get("watch"), sys.stdout)
     topo = inv.command == "topo" or bool(inv.get("topo"))
-    # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
-    machine = pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
-                                  topology=topo or bool(inv.get("json")))
     out = sys.stdout
     if inv.get("json"):
         from gpu_launch.hardware import snapshot
 
+        # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
+        machine = _read(inv, topo=True)
         out.write(snapshot.dump(machine))
         if not inv.get("quiet"):
             for warning in machine.warnings:  # the JSON has no place for them; stdout stays pure JSON
                 print(f"gpulaunch: warning: {warning}", file=sys.stderr)
         return 0
-    rich_ok = render.use_color(out)
-    if inv.command == "ls":
-        reserved = _reserved(inv, machine)
-        if rich_ok:
-            render.ls_rich(machine, out, reserved)
-        else:
-            out.write(render.ls_plain(machine, reserved))
-        from gpu_launch.share import reservations
+    from gpu_launch.views import render
 
-        out.write(f"lock dir: {reservations.describe_dir(reservations.lock_dir_path(inv.get('lock_dir'), os.environ))}\n")
-        _ls_parent_note(machine, out)
+    from gpu_launch.views.ls_table import fit_width
+
+    width = fit_width(out)
+    machine = _read_or_demo(inv, topo)
+    if inv.command == "ls":
+        _listing(inv, machine, out, width, render.use_color(out))
     if topo:
         if inv.command == "ls":
             out.write("\n")
-        if rich_ok:
+        if render.use_color(out):
             render.topo_rich(machine, out)
         else:
             out.write(render.topo_plain(machine))
     return 0
 
 
-def _ls_parent_note(machine: Machine, out) -> None:  # out: IO[str]
+def _read(inv: Invocation, topo: bool) -> Machine:
+    return pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
+                             topology=topo or bool(inv.get("json")),
+                             **({"extras": True} if inv.get("wide") else {}))
+
+
+def _read_or_demo(inv: Invocation, topo: bool, note: bool = True) -> Machine:
+    """The machine; where NVML says there is no driver and no snapshot was asked for, the bundled demo."""
+    try:
+        return _read(inv, topo)
+    except NvmlUnavailable as exc:
+        if pick.snapshot_source(inv) is not None or not exc.no_driver:
+            raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
+    from gpu_launch.hardware import snapshot
+
+    if note and not inv.get("quiet"):
+        print(f"gpulaunch: note: no NVIDIA driver here: showing the bundled example machine {DEMO}; "
+              f"--snapshot NAME picks another ({', '.join(n for n in snapshot.example_names() if n != DEMO)})",
+              file=sys.stderr)
+    return snapshot.resolve(DEMO)
+
+
+def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool) -> None:
+    from gpu_launch.views import render
+
+    reserved = _reserved(inv, machine)
+    if rich_ok:
+        render.ls_rich(machine, out, reserved, width, wide=bool(inv.get("wide")))
+    else:
+        out.write(render.ls_plain(machine, reserved, width, wide=bool(inv.get("wide"))))
+    from gpu_launch.share import reservations
+
+    note = reservations.shared_note(_lock_dir(inv))
+    if note:  # only where it tells the user something (`config` always names the lock dir)
+        out.write(_wrap(note, width))
+    _ls_parent_note(machine, out, width)
+
+
+def _wrap(text: str, width: int | None) -> str:
+    """A note under the table, wrapped (never cut: it may say what to do) to ``width``."""
+    if width is None or len(text) <= width:
+        return text + "\n"
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)) + "\n"
+
+
+def _frame(inv: Invocation, width: int | None, note: bool) -> str:
+    """One `ls --watch` frame, as plain text (colour would need rich on every redraw)."""
+    import io
+
+    buf = io.StringIO()
+    _listing(inv, _read_or_demo(inv, False, note), buf, width, rich_ok=False)
+    return buf.getvalue()
+
+
+def _ls_parent_note(machine: Machine, out: IO[str], width: int | None = None) -> None:
     """Under an inherited CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES, say which GPUs a launch may use."""
     from gpu_launch.choose import visibility
 
     header = visibility.resolve(machine, os.environ).header()
     if header:
-        out.write(f"{header}\n")
+        out.write(_wrap(header, width))
+
+
+def _lock_dir(inv: Invocation) -> str:
+    """The lock directory a launch with these options would use (a bundled example: the user's own)."""
+    from gpu_launch.hardware.snapshot import is_example
+    from gpu_launch.share import reservations
+
+    return reservations.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
 
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
@@ -72,7 +154,7 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     from gpu_launch.share import reservations
 
     try:
-        held, unusable = reservations.scan(reservations.lock_dir_path(inv.get("lock_dir"), os.environ),
+        held, unusable = reservations.scan(_lock_dir(inv),
                                            [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)

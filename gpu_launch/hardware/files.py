@@ -14,7 +14,7 @@ import stat
 
 from gpu_launch.errors import GpuLaunchError
 
-__all__ = ["read_utf8", "read_bytes", "read_fd", "check_path"]
+__all__ = ["read_utf8", "read_bytes", "read_fd", "check_path", "file_kind"]
 
 MIB = 1024 * 1024
 _CHUNK = 1024 * 1024
@@ -30,7 +30,8 @@ def check_path(path: str, label: str, error: type[GpuLaunchError]) -> None:
         raise error(f"{label} {path!r}: the path contains a NUL byte")
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words (for "X is a FIFO, not a snapshot file")."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISSOCK, "a socket")):
@@ -81,7 +82,7 @@ def read_bytes(path: str, label: str, error: type[GpuLaunchError], limit: int, p
                 raise error(f"{label}: {_size(size)} is too large (limit {_size(limit)})",
                             hint=f"is this the right file? it should be a small {what}")
         elif not (pipes and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)) and path.startswith(_DESCRIPTOR_PATHS)):
-            raise error(f"{label}: is {_kind(mode)}, not a {what}",
+            raise error(f"{label}: is {file_kind(mode)}, not a {what}",
                         hint="give a regular file" + (" (or a pipe as /dev/stdin)" if pipes else ""))
         os.set_blocking(fd, True)
         return read_fd(fd, label, error, limit)

@@ -211,3 +211,18 @@ def cpulist_from_mask(words: Iterable[int], word_bits: int = 64) -> str | None:
         if int(word) >> bit & 1
     ]
     return format_cpulist(cpus) if cpus else None
+
+
+def memory_available(meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes of host memory available to a new process (``MemAvailable``), or None when unknown.
+
+    The model plans check that the CPU's share of a partly offloaded model fits (llama.cpp ``-ngl``)."""
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    parts = line.split()
+                    return int(parts[1]) * 1024 if len(parts) >= 2 and parts[1].isdigit() else None
+    except OSError:
+        return None
+    return None

@@ -1,14 +1,20 @@
 """The machine as plain data: one immutable snapshot per invocation.
 
 Everything above the NVML adapter (selection, environment, rendering) works on these frozen
-dataclasses, so it can be tested against snapshot files with no GPU present. A value NVML could
+records (:mod:`gpu_launch.records`, dataclasses without their start-up cost), so it can be tested against snapshot files with no GPU present. A value NVML could
 not give is ``None``; a GPU NVML could not read at all has ``available=False`` and an ``error``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
+
+from gpu_launch.records import dataclass, field
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["GpuProcess", "MigDevice", "Gpu", "Device", "Machine", "LINK_CODES", "Needs", "coherent_used"]
 
@@ -72,6 +78,13 @@ class Gpu:
     #: Memory the driver or firmware keeps for itself (NVML's memory v2 ``reserved``), None when
     #: not told (v1, or a snapshot without it). Already out of ``memory_free_mib``.
     memory_reserved_mib: int | None = None
+    #: Read for ``ls --wide`` only (None otherwise, and in snapshots that lack them): power draw and
+    #: limit in watts, fan speed in percent (None: no fan, e.g. passively cooled), clocks in MHz.
+    power_draw_w: int | None = None
+    power_limit_w: int | None = None
+    fan_percent: int | None = None
+    clock_sm_mhz: int | None = None
+    clock_memory_mhz: int | None = None
 
     @property
     def label(self) -> str:
@@ -114,7 +127,9 @@ class Machine:
     """A snapshot of the machine's GPUs and the links between them.
 
     ``links[i][j]`` is the `nvidia-smi topo -m` code between ``gpus[i]`` and ``gpus[j]``
-    (positions in ``gpus``, not NVML indices), or None when the topology was not read.
+    (positions in ``gpus``, not NVML indices), or None when the topology was not read. A GPU whose
+    links were not read is SYS to every other: one NVML could not read, or one a launch could not
+    choose (``Needs.links_among``), whose pairs nothing compares.
     """
 
     gpus: tuple[Gpu, ...]
@@ -127,6 +142,9 @@ class Machine:
     #: of each GPU, not k links of its own for that pair.
     nvswitch: bool = False
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    #: Host memory available (MiB) as a snapshot states it, for planning a model partly on the CPU;
+    #: None: read this machine's /proc/meminfo when it matters (hardware.host.memory_available).
+    host_memory_available_mib: int | None = None
 
     def by_index(self, index: int) -> Gpu | None:
         for gpu in self.gpus:
@@ -181,3 +199,15 @@ class Needs:
     mig: bool = True
     process_details: bool = True  # user and command of each pid (psutil)
     process_users: bool = False  # the user alone (from /proc, no psutil), when process_details is off
+    #: What only `ls` and snapshots show, never a choice: temperature, compute capability, the
+    #: driver's and CUDA's versions. A launch does not ask for them.
+    display: bool = True
+    #: NVML indices of the GPUs whose state is read (memory, utilization, processes, health, MIG,
+    #: CPU affinity); the others are read for their identity alone (index, UUID, name, bus id).
+    #: None: every GPU's. ``--gpus 2`` needs GPU 2's state only.
+    state_of: frozenset[int] | None = None
+    #: With ``topology``: the GPUs whose links are read, once their state is known (a launch: those
+    #: it could choose); the others are SYS to every GPU in ``Machine.links``, as a GPU NVML could
+    #: not read is: no choice compares their pairs. None: every GPU's links.
+    links_among: Callable[[Gpu], bool] | None = None
+    extras: bool = False  # ls --wide: power, fan, clocks (a few NVML calls per GPU that nothing else needs)

@@ -2,6 +2,8 @@
 
 :class:`NvmlBackend` reads the machine in one pass (init, query, shutdown) and returns a frozen
 :class:`~gpu_launch.hardware.model.Machine`; nothing above it sees a handle or an NVML exception.
+Every call goes through :class:`~gpu_launch.hardware.nvml_calls.NvmlCalls`, the chokepoint this
+class is built on, and what NVML's answers mean is in :mod:`gpu_launch.hardware.nvml_answers`.
 Failures come in three sizes (STYLE.md §5 rule 4):
 
 - a field NVML cannot give (NotSupported, FunctionNotFound, NoPermission, Unknown, ...) is ``None``;
@@ -19,19 +21,18 @@ is all that is not free. Either way a triple that does not add up is made cohere
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import re
-import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 
+from gpu_launch.records import dataclass
+from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.hardware import host
 from gpu_launch.hardware import nvml_topology
-from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.hardware.model import Needs, Gpu, GpuProcess, Machine, MigDevice, coherent_used
+from gpu_launch.hardware.nvml_answers import (ARGUMENT_VERSION_MISMATCH, EXAMPLES_HINT, FUNCTION_NOT_FOUND,
+                                              GPU_FATAL, INVALID_ARGUMENT, MIB, NOT_AVAILABLE, NOT_FOUND, GpuFailed,
+                                              as_capability, as_int, as_text, bounded, debug, error_code, to_mib)
+from gpu_launch.hardware.nvml_calls import NvmlCalls
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -40,51 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["NvmlBackend"]
 
-
-def _debug(message: str, *args: object) -> None:
-    """Log at DEBUG without importing logging (~3 ms of every NVML read): if nothing imported
-    logging, nothing configured a handler for it, and the record would go nowhere anyway."""
-    logging = sys.modules.get("logging")
-    if logging is not None:
-        logging.getLogger(__name__).debug(message, *args)
-
-
-# nvmlReturn_t codes (nvml.h). They are ABI, identical in every binding; pynvml raises one
-# NVMLError subclass per code, with the code in ``.value``.
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_DRIVER_NOT_LOADED = 9
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_LIB_RM_VERSION_MISMATCH = 18
-_ARGUMENT_VERSION_MISMATCH = 25
-
-_GPU_FATAL = frozenset({_GPU_IS_LOST, _RESET_REQUIRED})  # the GPU is gone, not just one field
-_MIB = 1024 * 1024
 _MIN_CPU_WORDS = 1024 // 64  # CPU affinity words asked of NVML: CPUs 0-1023 at least
-_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong (older pynvml passes it through)
-_PROFILE_RE = re.compile(r"\b((?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z0-9]+)*)", re.IGNORECASE)
-
-_EXAMPLES_HINT = "no NVIDIA driver here? try the bundled examples: gpulaunch --snapshot dgx-h100 ls"
-_INIT_FAILURES: dict[int, tuple[str, str]] = {
-    _LIBRARY_NOT_FOUND: ("the NVML library libnvidia-ml.so.1 was not found; is the NVIDIA driver installed?",
-                         _EXAMPLES_HINT),
-    _DRIVER_NOT_LOADED: ("the NVIDIA kernel driver is not loaded",
-                         ("load it (sudo modprobe nvidia) or reboot; " + _EXAMPLES_HINT)),
-    _LIB_RM_VERSION_MISMATCH: ("the NVML library and the NVIDIA kernel driver have different versions",
-                               ("the driver was upgraded without reloading the kernel module: "
-                                "reboot or reload nvidia modules")),
-    _NO_PERMISSION: ("no permission to use NVML",
-                     "check access to /dev/nvidiactl and /dev/nvidia* (group, container device mounts)"),
-}
-
-
-class _GpuFailed(Exception):
-    """The GPU at hand cannot be read at all; its row becomes ``available=False``."""
+#: A MIG device's profile in its name ("... MIG 1g.10gb", "MIG 1c.2g.20gb", "MIG 1g.10gb+me"); compiled
+#: on first use, so that a machine without MIG devices never imports ``re``.
+_PROFILE_PATTERN = r"\b((?:\d+c\.)?\d+g\.\d+gb(?:\+[a-z0-9]+)*)"
 
 
 @dataclass
@@ -96,12 +56,18 @@ class _Identity:
     name: str | None = None
     pci_bus_id: str | None = None
 
+    def identified(self) -> Gpu:
+        """The GPU as far as its identity: its state was not asked for, so processes are unknown."""
+        assert self.uuid is not None
+        return Gpu(index=self.index, uuid=self.uuid, name=self.name or "unknown GPU", pci_bus_id=self.pci_bus_id,
+                   processes_known=False)
+
     def unavailable(self, error: str) -> Gpu:
         return Gpu(index=self.index, uuid=self.uuid or f"GPU-unavailable-{self.index}",
                    name=self.name or "unknown GPU", pci_bus_id=self.pci_bus_id, available=False, error=error)
 
 
-class NvmlBackend:
+class NvmlBackend(NvmlCalls):
     """Reads the machine from NVML in one pass: init, the queries ``needs`` asks for, shutdown.
 
     ``nvml`` is the pynvml module (imported on first use when None) or an object with the same
@@ -111,17 +77,13 @@ class NvmlBackend:
 
     def __init__(self, nvml: Any = None, needs: Needs = Needs(), timings: dict[str, float] | None = None,
                  sysfs_root: str = "/sys") -> None:
-        self._nvml: Any = nvml
+        super().__init__(nvml, timings)
         self.needs = needs
-        self.timings = timings
         self.sysfs_root = sysfs_root
-        #: NVML functions these bindings or this driver lack (FunctionNotFound), for ``-v``.
-        self.missing_functions: set[str] = set()
         self._memory_versions: set[str] = set()
         self._memory_v2_absent = False  # probe result: the v2 memory call cannot work here
         self._processes_function: str | None = None  # probe result: v3, else v2
         self._cpu_words: int | None = None
-        self._library_mismatch: tuple[type[BaseException], ...] = ()
         self._warnings: list[str] = []
 
     @property
@@ -142,97 +104,6 @@ class NvmlBackend:
         with self._session(nvml):
             return self._read(nvml)
 
-    # -- session -----------------------------------------------------------------------------
-
-    def _load(self) -> Any:
-        if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                raise NvmlUnavailable(f"NVML unavailable: cannot import pynvml ({exc})",
-                                      hint="pip install nvidia-ml-py; " + _EXAMPLES_HINT) from exc
-            self._nvml = pynvml
-        mismatch = getattr(self._nvml, "NVMLLibraryMismatchError", None)
-        self._library_mismatch = (mismatch,) if isinstance(mismatch, type) else ()
-        return self._nvml
-
-    @contextlib.contextmanager
-    def _session(self, nvml: Any) -> Iterator[None]:
-        with self._timed("init"):
-            try:
-                nvml.nvmlInit()
-            except nvml.NVMLError as exc:
-                cause, hint = _INIT_FAILURES.get(_code(exc), ("NVML failed to initialize", _EXAMPLES_HINT))
-                raise NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint) from exc
-        try:
-            yield
-        finally:
-            with self._timed("shutdown"):
-                try:
-                    nvml.nvmlShutdown()
-                except nvml.NVMLError as exc:  # the data is read; a failed shutdown changes nothing
-                    _debug("nvmlShutdown failed: %s", exc)
-
-    @contextlib.contextmanager
-    def _timed(self, kind: str) -> Iterator[None]:
-        if self.timings is None:
-            yield
-            return
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[kind] = self.timings.get(kind, 0.0) + time.perf_counter() - start
-
-    # -- the chokepoint ----------------------------------------------------------------------
-
-    def _try(self, name: str, *args: Any) -> tuple[Any, str | None]:
-        """Call NVML function ``name``: ``(value, None)``, or ``(None, reason)`` when NVML cannot
-        give it (NotSupported, FunctionNotFound, NoPermission, Unknown, ...).
-
-        Raises:
-            _GpuFailed: GpuIsLost or ResetRequired: the whole GPU is gone, not just this field.
-        """
-        function = getattr(self._nvml, name, None)
-        if function is None:
-            self.missing_functions.add(name)
-            return None, f"{name} is not in these NVML bindings"
-        try:
-            return function(*args), None
-        except self._nvml.NVMLError as exc:
-            if _code(exc) in _GPU_FATAL:
-                raise _GpuFailed(str(exc)) from exc
-            if _code(exc) == _FUNCTION_NOT_FOUND:
-                self.missing_functions.add(name)
-            _debug("%s: %s", name, exc)
-            return None, str(exc)
-        except self._library_mismatch as exc:  # pynvml: unversioned call newer than the driver
-            self.missing_functions.add(name)
-            return None, str(exc)
-
-    def _query(self, name: str, *args: Any) -> Any:
-        """The value of NVML function ``name``, or None when NVML cannot give it (see ``_try``)."""
-        return self._try(name, *args)[0]
-
-    def _try_quiet(self, name: str, *args: Any) -> tuple[Any, str | None]:
-        """``_try`` where a lost GPU is just one more unanswered call (system and pair queries)."""
-        try:
-            return self._try(name, *args)
-        except _GpuFailed as exc:
-            return None, str(exc)
-
-    def _pair_call(self, handles: list[Any], suspects: set[int]) -> Any:
-        """``_try_quiet`` for the topology queries that also notes which GPUs a lost-GPU error involved."""
-        positions = {id(h): i for i, h in enumerate(handles) if h is not None}
-
-        def call(name: str, *args: Any) -> tuple[Any, str | None]:
-            try:
-                return self._try(name, *args)
-            except _GpuFailed as exc:
-                suspects.update(positions[id(a)] for a in args if id(a) in positions)
-                return None, str(exc)
-        return call
-
     def _recheck(self, gpus: tuple[Gpu, ...], handles: list[Any], suspects: set[int]) -> tuple[Gpu, ...]:
         """A GPU can be lost after its own fields were read (a race): ask the suspects once more, so
         that one which is gone becomes unavailable instead of being offered to ``--auto``."""
@@ -240,44 +111,19 @@ class NvmlBackend:
         for i in sorted(suspects):
             try:
                 self._identity_call("nvmlDeviceGetUUID", handles[i])
-            except _GpuFailed as exc:
+            except GpuFailed as exc:
                 gpu = gpus[i]
                 out[i] = _Identity(gpu.index, gpu.uuid, gpu.name, gpu.pci_bus_id).unavailable(str(exc))
         return tuple(out)
 
-    def _mig_call(self, name: str, *args: Any, absent: frozenset[int] = frozenset()) -> Any:
-        """A MIG query: None when the GPU or driver has no MIG (NotSupported, FunctionNotFound, or
-        a code in ``absent``). Any other failure leaves the GPU's MIG state unknown, and a GPU that
-        might be in MIG mode must not be handed out whole, so it raises _GpuFailed."""
-        function = getattr(self._nvml, name, None)
-        if function is None:
-            return None
-        try:
-            return function(*args)
-        except self._nvml.NVMLError as exc:
-            if _code(exc) in _GPU_FATAL:
-                raise _GpuFailed(str(exc)) from exc
-            if _code(exc) in {_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, *absent}:
-                return None
-            raise _GpuFailed(f"its MIG state is unknown ({name}: {exc})") from exc
-        except self._library_mismatch:
-            return None
-
-    def _identity_call(self, name: str, *args: Any) -> Any:
-        """A call the GPU's identity depends on: any NVML error makes the GPU unavailable."""
-        try:
-            return getattr(self._nvml, name)(*args)
-        except self._nvml.NVMLError as exc:
-            if name == "nvmlDeviceGetHandleByIndex" and _code(exc) == _INVALID_ARGUMENT:
-                raise _GpuFailed(f"GPU disappeared after it was counted ({exc})") from exc
-            raise _GpuFailed(str(exc)) from exc
-
     # -- the machine -------------------------------------------------------------------------
 
     def _read(self, nvml: Any) -> Machine:
+        driver = cuda = None
         with self._timed("devices"):
-            driver = _text(self._try_quiet("nvmlSystemGetDriverVersion")[0])
-            cuda = self._cuda_driver_version()
+            if self.needs.display:
+                driver = as_text(self._try_quiet("nvmlSystemGetDriverVersion")[0])
+                cuda = self._cuda_driver_version()
             count = self._device_count(nvml)
         pids: dict[int, tuple[str | None, str | None]] = {}
         rows = [self._read_gpu(index, pids) for index in range(count)]
@@ -285,12 +131,13 @@ class NvmlBackend:
         links, nvswitch = None, False
         if self.needs.topology:
             suspects: set[int] = set()
+            among = self.needs.links_among
+            handles = [h if among is None or among(gpu) else None for gpu, h in rows]
             with self._timed("topology"):
-                found = nvml_topology.link_matrix(nvml, gpus, [h for _, h in rows],
-                                                  self._pair_call([h for _, h in rows], suspects))
-            links, nvswitch = found.matrix, found.nvswitch
+                found = nvml_topology.link_matrix(nvml, gpus, handles, self._pair_call(handles, suspects))
+            links, nvswitch = found.matrix, found.nvswitch  # a skipped GPU is SYS to all: never compared
             self._warnings.extend(found.warnings)
-            gpus = self._recheck(gpus, [h for _, h in rows], suspects)
+            gpus = self._recheck(gpus, handles, suspects)
         return Machine(gpus=gpus, links=links, driver_version=driver, cuda_driver_version=cuda,
                        hostname=os.uname().nodename, source="nvml", nvswitch=nvswitch,
                        warnings=tuple(self._warnings))
@@ -300,7 +147,7 @@ class NvmlBackend:
             return int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as exc:
             raise NvmlUnavailable(f"NVML unavailable: it cannot count the GPUs (NVML: {exc})",
-                                  hint="check `nvidia-smi`; " + _EXAMPLES_HINT) from exc
+                                  hint="check `nvidia-smi`; " + EXAMPLES_HINT) from exc
 
     def _cuda_driver_version(self) -> str | None:
         """``12040`` → ``"12.4"`` (the CUDA version the driver supports)."""
@@ -316,22 +163,27 @@ class NvmlBackend:
         try:
             with self._timed("devices"):
                 handle = self._identity_call("nvmlDeviceGetHandleByIndex", index)
-                uuid = _text(self._identity_call("nvmlDeviceGetUUID", handle))
+                uuid = as_text(self._identity_call("nvmlDeviceGetUUID", handle))
                 if not uuid or not uuid.startswith("GPU-"):
-                    raise _GpuFailed(f"NVML gave no usable UUID ({uuid!r})")
+                    raise GpuFailed(f"NVML gave no usable UUID ({uuid!r})")
                 ident.uuid = uuid
                 ident.pci_bus_id = self._bus_id(handle)
-                ident.name = _text(self._query("nvmlDeviceGetName", handle))
+                ident.name = as_text(self._query("nvmlDeviceGetName", handle))
+            if self.needs.state_of is not None and index not in self.needs.state_of:
+                return ident.identified(), handle  # not asked about: who it is is enough
             return self._read_details(handle, ident, pids), handle
-        except _GpuFailed as exc:
-            _debug("GPU %d unavailable: %s", index, exc)
+        except GpuFailed as exc:
+            debug("GPU %d unavailable: %s", index, exc)
             return ident.unavailable(str(exc)), None
 
     def _read_details(self, handle: Any, ident: _Identity, pids: dict[int, tuple[str | None, str | None]]) -> Gpu:
         nvml = self._nvml
-        with self._timed("devices"):
-            capability = self._query("nvmlDeviceGetCudaComputeCapability", handle)
-            temperature = self._query("nvmlDeviceGetTemperature", handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
+        capability = temperature = None
+        if self.needs.display:
+            with self._timed("devices"):
+                capability = self._query("nvmlDeviceGetCudaComputeCapability", handle)
+                temperature = self._query("nvmlDeviceGetTemperature", handle,
+                                          getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         with self._timed("memory"):
             total, used, free, reserved = self._memory(handle)
         with self._timed("utilization"):
@@ -350,15 +202,34 @@ class NvmlBackend:
         if self.needs.mig:
             with self._timed("mig"):
                 mig_mode, mig_devices = self._mig(handle)
+        draw, limit, fan, sm, memory = self._extras(handle) if self.needs.extras else (None,) * 5
         assert ident.uuid is not None
         return Gpu(
             index=ident.index, uuid=ident.uuid, name=ident.name or "unknown GPU", pci_bus_id=ident.pci_bus_id,
             memory_total_mib=total, memory_used_mib=used, memory_free_mib=free, memory_reserved_mib=reserved,
-            utilization_gpu=_bounded(utilization, 0, 100), temperature_c=_bounded(temperature, -50, 200),
-            compute_capability=_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
+            utilization_gpu=bounded(utilization, 0, 100), temperature_c=bounded(temperature, -50, 200),
+            compute_capability=as_capability(capability), numa_node=numa_node, cpu_affinity=cpu_affinity,
             processes=processes or (), processes_known=processes is not None,
-            mig_devices=mig_devices, mig_mode=mig_mode, health=health,
+            mig_devices=mig_devices, mig_mode=mig_mode, health=health, power_draw_w=draw, power_limit_w=limit,
+            fan_percent=fan, clock_sm_mhz=sm, clock_memory_mhz=memory,
         )
+
+    def _extras(self, handle: Any) -> tuple[int | None, ...]:
+        """``ls --wide`` only: power draw and limit (NVML: milliwatts), fan speed, SM and memory clocks.
+        Five cheap calls per GPU that nothing else needs; None for each NVML cannot give (no fan)."""
+        nvml = self._nvml
+        with self._timed("extras"):
+            draw = self._query("nvmlDeviceGetPowerUsage", handle)
+            limit = self._query("nvmlDeviceGetEnforcedPowerLimit", handle)
+            fan = self._query("nvmlDeviceGetFanSpeed", handle)
+            sm = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+            memory = self._query("nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_MEM", 2))
+
+        def watts(milliwatts: Any) -> int | None:
+            return bounded(round(milliwatts / 1000), 0, 100_000) if isinstance(milliwatts, int) else None
+
+        return (watts(draw), watts(limit), bounded(fan, 0, 255), bounded(sm, 0, 100_000),
+                bounded(memory, 0, 100_000))
 
     # -- fields ------------------------------------------------------------------------------
 
@@ -378,28 +249,28 @@ class NvmlBackend:
             info = self._query("nvmlDeviceGetMemoryInfo", handle)
             if info is not None:
                 self._memory_versions.add("v1")
-        total = _mib(getattr(info, "total", None))
+        total = to_mib(getattr(info, "total", None))
         if not total:  # 0: unified memory (Grace, Jetson), NVML reports no framebuffer
             return None, None, None, None
-        free, reserved = _mib(getattr(info, "free", None)), _mib(getattr(info, "reserved", None))
-        return total, coherent_used(total, _mib(getattr(info, "used", None)), free, reserved), free, reserved
+        free, reserved = to_mib(getattr(info, "free", None)), to_mib(getattr(info, "reserved", None))
+        return total, coherent_used(total, to_mib(getattr(info, "used", None)), free, reserved), free, reserved
 
     def _memory_v2(self, handle: Any) -> Any:
         version = getattr(self._nvml, "nvmlMemory_v2", None)
         if version is None:
             self._memory_v2_absent = True
-            _debug("memory: these bindings have no nvmlMemory_v2; using v1")
+            debug("memory: these bindings have no nvmlMemory_v2; using v1")
             return None
         try:
             return self._nvml.nvmlDeviceGetMemoryInfo(handle, version=version)
         except TypeError:  # bindings older than the version= keyword
             self._memory_v2_absent = True
         except self._nvml.NVMLError as exc:
-            if _code(exc) in _GPU_FATAL:
-                raise _GpuFailed(str(exc)) from exc
+            if error_code(exc) in GPU_FATAL:
+                raise GpuFailed(str(exc)) from exc
             # FunctionNotFound (driver < 510) holds for every GPU; NotSupported may be just this one.
-            self._memory_v2_absent = _code(exc) in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH)
-            _debug("memory v2: %s; falling back to v1", exc)
+            self._memory_v2_absent = error_code(exc) in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH)
+            debug("memory v2: %s; falling back to v1", exc)
         return None
 
     def _numa_node(self, handle: Any, bus_id: str | None) -> int | None:
@@ -441,10 +312,10 @@ class NvmlBackend:
                 problems.append("row remapping failed")
             if rows[2]:
                 problems.append("row remapping pending")
-        errors = _int(self._query("nvmlDeviceGetTotalEccErrors", handle,
+        errors = as_int(self._query("nvmlDeviceGetTotalEccErrors", handle,
                                   getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
                                   getattr(nvml, "NVML_VOLATILE_ECC", 0)))
-        if errors is not None and 0 < errors < _NOT_AVAILABLE:
+        if errors is not None and 0 < errors < NOT_AVAILABLE:
             problems.append(f"{errors} volatile uncorrectable ECC error{'s' if errors != 1 else ''}")
         return tuple(problems)
 
@@ -465,7 +336,7 @@ class NvmlBackend:
                 else:
                     pids[pid] = (host.process_user(pid) if self.needs.process_users else None, None)
             used = getattr(proc, "usedGpuMemory", None)
-            mib = None if used is None or int(used) >= _NOT_AVAILABLE else int(used) // _MIB
+            mib = None if used is None or int(used) >= NOT_AVAILABLE else int(used) // MIB
             out.append(GpuProcess(pid=pid, used_memory_mib=mib, user=pids[pid][0], command=pids[pid][1]))
         return tuple(out)
 
@@ -475,7 +346,7 @@ class NvmlBackend:
         for name in (self._processes_function,) if self._processes_function else candidates:
             value, why = self._try(name, handle)
             if name in self.missing_functions:
-                _debug("processes: %s unusable (%s)", name, why)
+                debug("processes: %s unusable (%s)", name, why)
                 continue
             self._processes_function = name
             return value
@@ -495,11 +366,11 @@ class NvmlBackend:
             return "disabled", ()
         count = self._mig_call("nvmlDeviceGetMaxMigDeviceCount", handle)
         if not isinstance(count, int):
-            raise _GpuFailed("MIG mode is on, but NVML cannot count its MIG devices")
+            raise GpuFailed("MIG mode is on, but NVML cannot count its MIG devices")
         out = []
         for i in range(count):
             mig = self._mig_call("nvmlDeviceGetMigDeviceHandleByIndex", handle, i,
-                                 absent=frozenset({_NOT_FOUND, _INVALID_ARGUMENT}))
+                                 absent=frozenset({NOT_FOUND, INVALID_ARGUMENT}))
             if mig is None:  # no instance at this index; a later one may still exist
                 continue
             device = self._mig_device(mig)
@@ -508,51 +379,18 @@ class NvmlBackend:
         return "enabled", tuple(out)
 
     def _mig_device(self, mig: Any) -> MigDevice | None:
-        uuid = _text(self._query("nvmlDeviceGetUUID", mig))
+        uuid = as_text(self._query("nvmlDeviceGetUUID", mig))
         if not uuid or not uuid.startswith("MIG-"):
             return None
         # NVML names a MIG device after its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb".
-        match = _PROFILE_RE.search(_text(self._query("nvmlDeviceGetName", mig)) or "")
+        import re
+
+        match = re.search(_PROFILE_PATTERN, as_text(self._query("nvmlDeviceGetName", mig)) or "", re.IGNORECASE)
         total, used, free, _ = self._memory(mig)
         return MigDevice(
             uuid=uuid, profile=match.group(1).lower() if match else None,
             memory_total_mib=total, memory_used_mib=used, memory_free_mib=free,
-            gpu_instance_id=_int(self._query("nvmlDeviceGetGpuInstanceId", mig)),
-            compute_instance_id=_int(self._query("nvmlDeviceGetComputeInstanceId", mig)),
+            gpu_instance_id=as_int(self._query("nvmlDeviceGetGpuInstanceId", mig)),
+            compute_instance_id=as_int(self._query("nvmlDeviceGetComputeInstanceId", mig)),
         )
 
-
-def _code(exc: BaseException) -> int:
-    """The nvmlReturn_t code of an NVMLError (``.value``), or -1."""
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else -1
-
-
-def _text(value: Any) -> str | None:
-    """NVML strings: str in current bindings, bytes in older ones; NULs and blanks stripped."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    if not isinstance(value, str):
-        return None
-    return value.strip().strip("\x00").strip() or None
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _mib(value: Any) -> int | None:
-    number = _int(value)
-    return None if number is None or number < 0 or number >= _NOT_AVAILABLE else number // _MIB
-
-
-def _bounded(value: Any, lo: int, hi: int) -> int | None:
-    """``value`` if it is an int within the snapshot schema's range, else None."""
-    number = _int(value)
-    return number if number is not None and lo <= number <= hi else None
-
-
-def _capability(value: Any) -> str | None:
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return f"{value[0]}.{value[1]}"
-    return None

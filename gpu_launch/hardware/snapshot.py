@@ -22,7 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "load", "loads", "dump", "to_dict", "example_names", "resolve"]
+__all__ = ["SCHEMA_VERSION", "WIDE_KEYS", "load", "loads", "dump", "to_dict", "example_names", "resolve", "is_example"]
 
 SCHEMA_VERSION = 1
 _MAX_INT = 2 ** 53  # the largest integer field accepted: exact as a float, far beyond any real value
@@ -57,9 +57,20 @@ def _example_text(name: str) -> str:
         return resources.files("gpu_launch.hardware.examples").joinpath(f"{name}.json").read_text("utf-8")
 
 
+def is_example(value: str | None) -> bool:
+    """Whether ``--snapshot value`` names a bundled example machine (not a file)."""
+    if not value or _is_path(value):
+        return False
+    return value in example_names()
+
+
+def _is_path(value: str) -> bool:
+    return os.path.exists(value) or os.sep in value or value.endswith(".json")
+
+
 def resolve(value: str) -> Machine:
     """Load ``value`` as a file path, or else as the short name of a bundled example."""
-    if os.path.exists(value) or os.sep in value or value.endswith(".json"):
+    if _is_path(value):
         return load(value)
     if value in example_names():
         return loads(_example_text(value), source=value)
@@ -166,6 +177,7 @@ class _Reader:
             hostname=self.str_(d, "hostname", "top level"),
             source=self.source,
             nvswitch=self.bool_(d, "nvswitch", "top level"),
+            host_memory_available_mib=self.int_(d, "host_memory_available_mib", "top level"),
         )
 
     def gpu(self, raw: Any, where: str) -> Gpu:
@@ -218,6 +230,7 @@ class _Reader:
             health=tuple(printable(h) for h in health),  # foreign text, as every string field
             available=available,
             error=self.str_(d, "error", where),
+            **{key: self.int_(d, key, where, hi=hi) for key, hi in WIDE_KEYS.items()},
         )
 
     def memory(self, d: dict[str, Any], where: str, kinds: tuple[str, ...]) -> list[int | None]:
@@ -315,6 +328,11 @@ def _kind(value: Any) -> str:
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
+#: Optional GPU keys read for ``ls --wide`` (schema 1 still: absent means unknown), with their bounds.
+WIDE_KEYS = {"power_draw_w": 100_000, "power_limit_w": 100_000, "fan_percent": 255, "clock_sm_mhz": 100_000,
+             "clock_memory_mhz": 100_000}
+
+
 def to_dict(machine: Machine) -> dict[str, Any]:
     """The schema-1 form of ``machine``; key order is stable."""
     gpus = []
@@ -341,6 +359,7 @@ def to_dict(machine: Machine) -> dict[str, Any]:
                 for m in g.mig_devices
             ]
         entry["health"] = list(g.health)
+        entry.update({key: getattr(g, key) for key in WIDE_KEYS if getattr(g, key) is not None})
         if not g.available:
             entry["available"] = False
             entry["error"] = g.error

@@ -43,6 +43,7 @@ class Hyper:
     recurrent: tuple[bool, ...] = ()
     ssm: dict[str, int] = field(default_factory=dict)
     expert_count: int | None = None
+    nextn_layers: int = 0
 
 
 @dataclass(frozen=True)

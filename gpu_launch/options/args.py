@@ -11,8 +11,8 @@ path's start-up near the interpreter's floor and gives exactly these pass-throug
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+from gpu_launch.records import dataclass, field
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_duration, parse_size
@@ -22,8 +22,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "usage", "suggest_subcommand", "EXAMPLES",
-           "COMMAND_EXAMPLES", "options_for", "invocation"]
+__all__ = ["Option", "OPTIONS", "SUBCOMMANDS", "Invocation", "parse", "suggest_subcommand", "options_for", "invocation"]
 
 RUN = "run"
 SUBCOMMANDS: dict[str, str] = {
@@ -35,15 +34,18 @@ SUBCOMMANDS: dict[str, str] = {
     "completions": "print the shell completion script: completions bash|zsh|fish",
     "each": "run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)",
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
+    "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
     "help": "show this help",
 }
 # `config` takes the launch's options too, so that it can show what a flag would override...
 SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
-CONSTRAINING = CHOOSING | {"each"}  # constraints also apply to every job of `each`
+SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
+CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
 # ...except these, which choose what one launch does and have no default (config.py, README).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
-                        "slurm"})  # slurm: a default would leave no way to run `each` locally
+                        "slurm",  # slurm: a default would leave no way to run `each` locally
+                        "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
 EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
@@ -82,6 +84,14 @@ def _wait(text: str, option: str) -> float:
     return parse_duration(text, option)
 
 
+def _interval(text: str, option: str) -> float:
+    """``ls --watch`` SECONDS: a duration (2, 0.5, 1m) from 0.1 s to a day."""
+    seconds = parse_duration(text, option)
+    if not 0.1 <= seconds <= 86400:
+        raise UsageError(f"{option}: {text!r} is not between 0.1s and 1d", hint=f"e.g. {option} 2")
+    return seconds
+
+
 def _fallback(text: str, option: str) -> str:
     if text != "cpu":
         raise UsageError(f"{option}: {text!r} is not a fallback", hint=f"the only one is {option} cpu")
@@ -109,6 +119,18 @@ def _dir(text: str, option: str) -> str:
     return _path(text, option, "directory")
 
 
+def _lock_dir(text: str, option: str) -> str:
+    """An absolute directory: a relative lock dir would differ with each job's working directory, and
+    two jobs started in different directories would both get the same GPU."""
+    path = _path(text, option, "directory")
+    if not path.startswith("/"):
+        import os.path
+
+        raise UsageError(f"{option}: {text!r} is a relative path: jobs started elsewhere would not see its locks",
+                         hint=f"give an absolute path, e.g. {os.path.abspath(path)}")
+    return path
+
+
 def _path(text: str, option: str, kind: str) -> str:
     """A path as given; refused up front when no file can have it (before any GPU is reserved)."""
     if not text:
@@ -116,6 +138,35 @@ def _path(text: str, option: str, kind: str) -> str:
     if "\0" in text:
         raise UsageError(f"{option}: {text!r} contains a NUL byte", hint=f"no {kind} name can hold one")
     return text
+
+
+def _fit(text: str, option: str) -> Any:
+    """``--fit``: a size (60GiB) as before, else a model: a path, a cached Hugging Face id, or ``model``
+    (the one the command names). A word starting with a digit is a size, so a typo stays an error."""
+    if text[:1].isdigit() or text[:1] in ".-" and text[1:2].isdigit():
+        return parse_size(text, option, allow_percent=False)
+    if not text or "\0" in text:
+        raise UsageError(f"{option}: give a size (60GiB), a model (./model.gguf, org/name) or the word model")
+    return text
+
+
+def _tokens(text: str, option: str) -> int:
+    value = _whole(text, option, "8192")
+    if value < 1:
+        raise UsageError(f"{option}: must be 1 or more, got {value}", hint=f"e.g. {option} 8192")
+    return value
+
+
+def _kv_type(text: str, option: str) -> str:
+    from gpu_launch.fit.kv import parse_kv_type
+
+    return parse_kv_type(text, option)
+
+
+def _engine(text: str, option: str) -> Any:
+    from gpu_launch.fit.engines import engine_named
+
+    return engine_named(text, option)
 
 
 def _percent(text: str, option: str) -> int:
@@ -155,11 +206,25 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), CHOOSING, "Selection"),
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", _count, CHOOSING, "Selection"),
-    Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE",
-           "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), CHOOSING, "Selection"),
+    Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
+           "(a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also "
+           "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
+           "SIZE|MODEL", _fit, CHOOSING, "Selection"),
+    Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
+           "else the model's own)", "N", _tokens, SIZING, "Model"),
+    Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
+           "llama-server's 4 slots, else 1)",
+           "N", _positive, SIZING, "Model"),
+    Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
+           "command's -ctk/--kv-cache-dtype, else f16)", "T", _kv_type, SIZING, "Model"),
+    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
+           "command word, else from the model's format)", "E", _engine, SIZING, "Model"),
+    Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
+           "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
+           "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
     Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", _percent, CONSTRAINING, "Constraints"),
@@ -179,8 +244,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-lock",), "no_lock", "take no reservation (others' reservations are still avoided)",
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
-           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _dir,
-           commands=frozenset({RUN, "ls", "env", "check", "each", "config"}), group="Sharing"),
+           "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", _lock_dir,
+           commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", _count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
@@ -212,8 +277,13 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
            commands=SELECTING, group="Output"),
-    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, --dry-run, --explain)", group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
+    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
+           commands=frozenset({"ls"}), group="Output"),
+    Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
+           "not on a terminal, print one listing after another", "SECONDS", _interval, frozenset({"ls"}), "Output",
+           optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", _file, group="Input"),
     Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
@@ -362,7 +432,7 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         if command not in opt.commands:
             where = ("a launch" if opt.commands == SELECTING else "a launch or each --slurm"
                      if opt.commands == SELECTING | {"each"} else "a launch, env or check" if opt.commands == CHOOSING
-                     else "a launch, env, check or each" if opt.commands == CONSTRAINING
+                     else "a launch, env, check, each or plan" if opt.commands == CONSTRAINING
                      else "/".join("a launch" if c == RUN else f"`{c}`" for c in sorted(opt.commands)))
             shown = given.get(dest, opt.names[0])
             raise UsageError(f"{shown} does not apply to `{command}`", hint=f"it is for {where}")
@@ -390,114 +460,3 @@ def invocation(command: str, options: Mapping[str, Any], names: Mapping[str, str
     return _finish(command, {**options, "_given": dict(names or {})}, [], (), names)
 
 
-EXAMPLES = (
-    ("gpulaunch ls", "the GPUs, their memory, load and processes"),
-    ("gpulaunch --gpus 4-7 python train.py --lr 3e-4", "run on physical GPUs 4..7 (cuda:0 = GPU 4)"),
-    ("gpulaunch --auto 2 -- torchrun --nproc-per-node 2 train.py", "pick the best 2 GPUs, then run"),
-    ("gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}", "fewest GPUs that hold 60 GiB; {n} becomes the count"),
-    ("gpulaunch --snapshot dgx-h100 --auto 4 --explain", "try it on a bundled example machine"),
-    ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this shell (no reservation: no command runs to hold one)"),
-    ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
-    ("gpulaunch --auto 2 --wait 2h -- python train.py", "wait up to 2 hours for 2 GPUs, in turn with other waiters"),
-    ("gpulaunch each jobs.txt --gpus-per-job 2", "run every line of jobs.txt, each on 2 free GPUs as they free up"),
-)
-#: Examples shown by ``gpulaunch SUBCOMMAND --help`` (every one must parse: tests/test_help.py).
-COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
-    "ls": (
-        ("gpulaunch ls", "the GPUs, their memory, load and processes"),
-        ("gpulaunch ls --topo", "add the link matrix: which GPUs share NVLink, PCIe switch, NUMA node"),
-        ("gpulaunch ls --json > box.json", "save a snapshot; `gpulaunch --snapshot box.json ...` reads it back"),
-    ),
-    "topo": (
-        ("gpulaunch topo", "the link matrix with CPU and NUMA affinity, like `nvidia-smi topo -m`"),
-        ("gpulaunch --snapshot dgx-h100 topo", "the matrix of a bundled example machine"),
-    ),
-    "env": (
-        ('eval "$(gpulaunch env --auto 2)"', "set CUDA_VISIBLE_DEVICES & co. in this bash/zsh (no reservation)"),
-        ("gpulaunch env --auto 2 --shell fish | source", "the same in fish"),
-        ("gpulaunch --snapshot dgx-h100 env --gpus 3,1 --json", "the devices and variables as JSON"),
-    ),
-    "check": (
-        ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU"),
-        ("gpulaunch check --gpus 3,1 --uuid", "the same for an explicit choice, written as UUIDs"),
-        ("gpulaunch check", "lint the inherited CUDA_VISIBLE_DEVICES and check the best single GPU"),
-    ),
-    "config": (
-        ("gpulaunch config", "every setting, its value and where it came from"),
-        ("GPULAUNCH_MIN_FREE=20GiB gpulaunch config --json", "the same as JSON, with an environment override"),
-        ("gpulaunch config --idle", "what a flag on the command line would change"),
-    ),
-    "completions": (
-        ("gpulaunch completions bash > ~/.local/share/bash-completion/completions/gpulaunch", "install for bash"),
-        ("gpulaunch completions zsh > ~/.zfunc/_gpulaunch", "install for zsh (~/.zfunc on $fpath)"),
-        ("gpulaunch completions fish > ~/.config/fish/completions/gpulaunch.fish", "install for fish"),
-    ),
-    "each": (
-        ("gpulaunch each jobs.txt", "run every line of jobs.txt, each on 1 GPU as GPUs free up; logs in ./gpulaunch-logs"),
-        ("gpulaunch each jobs.txt --gpus-per-job 2 --min-free 40GiB", "each job on 2 GPUs with 40 GiB free each"),
-        ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line"),
-        ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
-         "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
-    ),
-    "locks": (
-        ("gpulaunch locks init", "as root: root-owned /var/lib/gpulaunch/locks, a lock file per GPU; used when present"),
-        ("gpulaunch --snapshot dgx-h100 locks init /srv/gpulaunch", "as root: another directory, for a snapshot's GPUs"),
-    ),
-    "help": (
-        ("gpulaunch help ls", "the options and examples of one subcommand"),
-        ("gpulaunch --help", "everything a launch accepts"),
-    ),
-}
-
-
-#: Extra lines for ``gpulaunch SUBCOMMAND --help``, after the examples.
-_NOTES: dict[str, tuple[str, ...]] = {
-    "config": (
-        "The file: ~/.config/gpulaunch/config.toml ($XDG_CONFIG_HOME; GPULAUNCH_CONFIG=FILE picks another,",
-        "GPULAUNCH_CONFIG= none), TOML keys named like the long options:",
-        '    min-free = "20GiB"',
-        "    max-util = 30",
-        "    idle = true",
-        "Then GPULAUNCH_MIN_FREE=... variables, then flags: each overrides the one before.",
-        "--gpus, --auto, --fit, --dry-run, --explain, --json have no default.",
-    ),
-}
-_USAGE = {"completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
-          "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
-
-
-def usage(command: str = RUN) -> str:
-    """The help text for ``command``, generated from :data:`OPTIONS`."""
-    from gpu_launch import __version__
-
-    lines = [f"gpulaunch {__version__}: put a command on the right NVIDIA GPUs", ""]
-    if command == RUN:
-        lines += ["usage: gpulaunch [OPTIONS] [--] COMMAND [ARGS...]", "       gpulaunch [OPTIONS] SUBCOMMAND", ""]
-        lines += ["Subcommands:"] + [f"  {name:<12} {text}" for name, text in SUBCOMMANDS.items()] + [""]
-    else:
-        shown = _USAGE.get(command, f"gpulaunch {command} [OPTIONS]")
-        lines += [f"usage: {shown}", "", f"  {SUBCOMMANDS.get(command, '')}", ""]
-    groups: dict[str, list[Option]] = {}
-    for opt in options_for(command):
-        groups.setdefault(opt.group, []).append(opt)
-    for group, opts in groups.items():
-        lines.append(f"{group}:")
-        for opt in opts:
-            value = f"[{opt.metavar}]" if opt.optional else opt.metavar
-            flags = ", ".join(opt.names) + (f" {value}" if value else "")
-            lines.append(f"  {flags:<22} {opt.help}")
-        lines.append("")
-    lines.append("Examples:")
-    examples = (list(EXAMPLES) if command == RUN else list(COMMAND_EXAMPLES.get(command, ()))
-                or [e for e in EXAMPLES if f" {command}" in e[0]] or list(EXAMPLES[:1]))
-    for example, what in examples:
-        lines.append(f"  {example}")
-        lines.append(f"      {what}")
-    if command in _NOTES:
-        lines += ["", *_NOTES[command]]
-    lines += ["", "Defaults for most options can be set in ~/.config/gpulaunch/config.toml or as GPULAUNCH_*",
-              "environment variables (GPULAUNCH_MIN_FREE=20GiB); flags win. `gpulaunch config` shows the result."]
-    if command == RUN:
-        lines += ["", "CUDA's numbering then agrees with nvidia-smi's: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                  "are set for the command, the cuda:i → GPU mapping is printed on stderr, and the command is exec'd."]
-    return "\n".join(lines) + "\n"

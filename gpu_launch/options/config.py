@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 
+from gpu_launch.records import dataclass, replace
 from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
@@ -49,8 +49,8 @@ _FALSE = {"0", "false", "no", "off"}
 class Setting:
     """One option's effective value and where it came from.
 
-    This module is on every launch's path: a frozen dataclass costs ~0.4 ms to create at import
-    (dataclasses is imported anyway), a class-syntax NamedTuple would import typing (~3 ms).
+    This module is on every launch's path: a frozen record (:mod:`gpu_launch.records`) costs next to
+    nothing to create at import, a class-syntax NamedTuple would import typing (~3 ms).
     """
 
     option: str  # "--min-free"
@@ -124,6 +124,8 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
         raise UsageError(f"{label}: expected a string like {opt.metavar}, got {kind}",
                          hint=f'e.g. {key} = "..." (see `gpulaunch --help` for {opt.names[0]})')
     text = str(raw)
+    if opt.repeat:  # --sbatch-arg: one default holds several, split like a shell (as the README says)
+        return _words(text, label), text
     try:
         return (opt.convert(text, label) if opt.convert else text), text
     except UsageError as exc:
@@ -135,8 +137,22 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
         raise
 
 
+def _words(text: str, label: str) -> tuple[str, ...]:
+    """The arguments in one default of a repeatable option (``GPULAUNCH_SBATCH_ARG='--qos=high --account=lab'``)."""
+    from gpu_launch.text import split_words
+
+    try:
+        return tuple(split_words(text))
+    except ValueError as exc:
+        shown = repr(text) if len(text) <= 60 else repr(text[:57]) + "…"
+        raise UsageError(f"{label}: cannot split {shown} into arguments ({exc})",
+                         hint="check the quotes; it is split like a shell splits a command line") from None
+
+
 def read_file(path: str, explicit: bool = False) -> dict[str, Setting]:
     """The settings in the TOML file at ``path``; {} if it does not exist (unless ``explicit``)."""
+    if not explicit and not os.path.lexists(path):
+        return {}  # the usual case on a launch: no file, and no reader to import for it
     from gpu_launch.hardware.files import read_utf8
 
     try:
@@ -263,14 +279,17 @@ def as_json(settings: list[Setting], environ: Mapping[str, str]) -> dict[str, An
     }
 
 
-def as_text(settings: list[Setting], environ: Mapping[str, str]) -> str:
+def as_text(settings: list[Setting], environ: Mapping[str, str], built_in: Mapping[str, str] | None = None) -> str:
+    """The `config` table; an option left unset shows ``built_in[dest]`` (what gpulaunch does without it)."""
     doc = as_json(settings, environ)
     state = "" if doc["config_file_exists"] else " (not found)"
     lines = [f"config file: {doc['config_file'] or '(none: GPULAUNCH_CONFIG is empty)'}{state}"]
     rows = [("OPTION", "VALUE", "SOURCE")]
-    for s in doc["settings"]:
+    for s, setting in zip(doc["settings"], settings):
         value = s["value"]
         shown = "–" if value is None else ("on" if value is True else "off" if value is False else str(value))
+        if s["source"] == "default" and (built_in or {}).get(setting.dest):
+            shown = (built_in or {})[setting.dest]
         where = f" {s['where']}" if s["source"] in ("file", "env") else ""
         rows.append((s["option"], shown, s["source"] + where))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]

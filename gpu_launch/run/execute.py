@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -38,6 +37,8 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
         if os.path.isdir(name):
             raise NotExecutable(f"{shown}: is a directory, not a program")
         if not os.access(name, os.X_OK):
+            import shlex  # only for the hint: a launch that runs does not pay for it
+
             raise NotExecutable(f"{shown}: permission denied (not executable)", hint=f"chmod +x {shlex.quote(name)}")
         _check_interpreter(name, shown)
         return name
@@ -71,6 +72,8 @@ def _check_interpreter(path: str, shown: str) -> None:
     if not interpreter:
         raise NotExecutable(f"{shown}: its #! line names no interpreter", hint="write e.g. #!/bin/sh as its first line")
     if line.endswith(b"\r"):  # Windows line endings: '/bin/sh\r' does not exist; 'python3\r' is not on PATH
+        import shlex
+
         error = CommandNotFound if first.endswith("\r") else NotExecutable
         raise error(f"{shown}: its #! line ends in a carriage return (Windows line endings), so the kernel "
                     f"would run {os.fsdecode(line)!r}", hint=f"convert it: dos2unix {shlex.quote(path)}")
@@ -109,9 +112,41 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     streams.close_again()  # a descriptor the user closed (>&-) reaches the command closed
+    args, environ = list(argv), dict(env)
+    interruptible = _hand_ctrl_c_over()
     try:
-        os.execve(path, list(argv), dict(env))
+        os.execve(path, args, environ)
     except OSError as exc:
+        if interruptible:
+            import signal
+
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if exc.errno == errno.ENOENT:
             raise CommandNotFound(f"{_shown(argv[0])}: {exc.strerror}") from None
         raise NotExecutable(f"{_shown(argv[0])}: cannot execute ({exc.strerror})") from None
+
+
+def _hand_ctrl_c_over() -> bool:
+    """Give Ctrl-C back its default action (death by SIGINT) just before the exec; True if it was ours.
+
+    Python's handler only marks a signal, to raise KeyboardInterrupt at the next bytecode: one that
+    lands while ``execve`` runs would be marked in a process image about to vanish, and the command
+    would run on as if no Ctrl-C was pressed. So SIGINT is blocked (the kernel holds a new one), a
+    Ctrl-C that came before is raised as usual (``gpulaunch: interrupted``, 130) while Python's
+    handler is still in place, the default action is put back, and the unblock delivers a held one
+    now: gpulaunch dies of SIGINT, which a shell reports as 130 too. From then on it reaches the
+    command. An ignored SIGINT (``nohup``, a background job) is left ignored, for the command too.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return False
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # unchanged: what to put back
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # one from before is raised on return
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except ValueError:  # not the main thread (an embedding program's): its signals are not ours to change
+        return False
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # with SIG_DFL in place, a held Ctrl-C ends us here
+    return True

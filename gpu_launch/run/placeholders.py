@@ -12,15 +12,22 @@ GPUs ``--fit`` chose. The rules (README, "How --auto ranks"):
   so that the launcher can warn about them.
 * ``{{n}}`` is the escape: it becomes the literal ``{n}`` (and ``{{{n}}}`` becomes ``{{n}}``).
 * The program name (``argv[0]``) is never replaced.
+
+With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{gpu_layers}`` (llama.cpp
+``-ngl``: the output layer counts as one), ``{tensor_split}`` (layers per GPU, ``-ts``), ``{ctx}``
+(the context sized for), ``{gpu_mem_util}`` (vLLM's utilisation) and ``{max_memory}`` (Accelerate's
+map as JSON, keyed by the child's device numbers), under the same rules. Without a model they stay
+as written, and the launch refuses to run a command that uses them (:data:`MODEL_NAMES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-__all__ = ["NAMES", "substitute", "near_misses"]
+__all__ = ["NAMES", "MODEL_NAMES", "substitute", "near_misses", "model_names_used"]
 
 NAMES = ("n", "gpus")
+MODEL_NAMES = ("tp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
 
 
 def _values(count: int) -> dict[str, str]:
@@ -39,12 +46,35 @@ def _replace(arg: str, values: dict[str, str]) -> str:
     return "{" * (depth - 1) + name + "}" * (depth - 1)  # {{n}} → {n}: one level of escape off
 
 
-def substitute(argv: Sequence[str], count: int) -> tuple[str, ...]:
-    """``argv`` with its whole-argument placeholders replaced for ``count`` chosen devices."""
+def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``argv`` with its whole-argument placeholders replaced for ``count`` chosen devices, and the
+    plan's values (``model``: ``{"tp": "4", ...}``) when a model sized the choice."""
     if not argv:
         return tuple(argv)
-    values = _values(count)
-    return (argv[0], *(_replace(arg, values) for arg in argv[1:]))
+    values = {**_values(count), **{k: v for k, v in (model or {}).items() if k in MODEL_NAMES}}
+    out = [argv[0]]
+    for i, arg in enumerate(argv[1:], start=1):
+        if model and _is_overrides(argv, i):
+            out.append(_overrides(arg, values))
+        else:
+            out.append(_replace(arg, values))
+    return tuple(out)
+
+
+def _is_overrides(argv: Sequence[str], i: int) -> bool:
+    """MLC-LLM's ``--overrides "k=v;k=v"`` value: one argument that holds several settings."""
+    return argv[i].startswith("--overrides=") or argv[i - 1] == "--overrides" and i > 1
+
+
+def _overrides(arg: str, values: dict[str, str]) -> str:
+    """``tensor_parallel_shards={tp};context_window_size={ctx}``: each whole ``KEY={name}`` value is
+    replaced, as a whole argument would be (MLC-LLM takes its runtime settings so)."""
+    head, eq, rest = arg.partition("=") if arg.startswith("--overrides=") else ("", "", arg)
+    parts = []
+    for part in rest.split(";"):
+        key, sep, value = part.partition("=")
+        parts.append(key + sep + (_replace(value, values) if sep else value) if sep else part)
+    return head + eq + ";".join(parts)
 
 
 def near_misses(argv: Sequence[str]) -> tuple[str, ...]:
@@ -52,6 +82,11 @@ def near_misses(argv: Sequence[str]) -> tuple[str, ...]:
     misses = []
     for arg in argv[1:]:
         option, eq, value = arg.partition("=")
-        if eq and option.startswith("-") and value in ("{n}", "{gpus}"):
+        if eq and option.startswith("-") and value[1:-1] in (*NAMES, *MODEL_NAMES) and value[:1] + value[-1:] == "{}":
             misses.append(arg)
     return tuple(misses)
+
+
+def model_names_used(argv: Sequence[str]) -> tuple[str, ...]:
+    """The plan placeholders (``{tp}``...) ``argv`` uses as whole arguments: they need ``--fit MODEL``."""
+    return tuple(arg[1:-1] for arg in argv[1:] if arg[:1] == "{" and arg[-1:] == "}" and arg[1:-1] in MODEL_NAMES)

@@ -18,13 +18,14 @@ import math
 import os
 import time
 from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass, field
 
-from gpu_launch.share import nesting, reservations
+from gpu_launch.records import dataclass, field
+from gpu_launch.share import reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.hardware.model import Machine
+from gpu_launch import units
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
@@ -32,6 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO
 
+    from gpu_launch.fit.plan import Sizing
     from gpu_launch.hardware.model import Device
 
 __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
@@ -39,6 +41,7 @@ __all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attemp
 
 POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
 DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
+MIN_POLL = 0.05  # the shortest GPULAUNCH_POLL_INTERVAL
 FALLBACKS = ("cpu",)
 _UNMET = (NotEnoughGpus, ReservationConflict)
 
@@ -61,9 +64,12 @@ class Request:
     share: bool = False  # --gpus: use reserved GPUs anyway
     runner_ups: int = 0  # next-best sets to keep, for --explain
     mig: bool = False  # --mig: one MIG device rather than whole GPUs
+    #: --fit MODEL: the model, its engine and settings; the choice is then sized by it
+    model: Sizing | None = None
     #: --gpus with --wait: a named GPU that fails --min-free/--max-util/--idle is not ready yet (it is
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
+    exclude_source: str = "--exclude"  # where --exclude came from (the config file, GPULAUNCH_EXCLUDE), for messages
     #: a job that waits (``each``; ``--wait`` with --auto/--fit) gets only GPUs free for it: none busy
     #: or full with others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys).
     polite: bool = False
@@ -73,7 +79,8 @@ class Request:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
             if self.exclude else frozenset()
         return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved),
-                                      self.polite and self.gpus is None, allotted)
+                                      self.exclude_source, polite=self.polite and self.gpus is None,
+                                      allotted=allotted)
 
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
@@ -87,6 +94,8 @@ class Request:
             return f"need {labels}{with_desc if self.strict else ''}"
         if self.fit is not None:
             return f"need {self.fit} free on 1, 2, 4 or 8 GPUs{with_desc}"
+        if self.model is not None:
+            return f"need GPUs that hold {self.model.model.source}{with_desc}"
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
@@ -101,16 +110,19 @@ class Locking:
     take: bool = True
     #: (uuid, depth) locks this very process's Python API holds (``use()``, ``reserve()``): never this
     #: job's allotment, always taken (:mod:`gpu_launch.share.nesting`). A live container (threads add to it).
-    mine: Container[object] = frozenset()
+    mine: Container[object] = field(default=frozenset(), compare=False)
     #: the processes this one was forked from: what they hold is not its allotment
-    skip_pids: Container[int] = frozenset()
+    skip_pids: Container[int] = field(default=frozenset(), compare=False)
     #: look for this job's allotment among the held GPUs (off: every held GPU counts as reserved, the
     #: safe side; ``each`` turns it off once it knows it runs inside no job, to spare the /proc walk)
     nested: bool = True
 
     @staticmethod
-    def of(option: str | None, environ: Mapping[str, str], take: bool) -> Locking:
-        return Locking(reservations.lock_dir_path(option, environ), take)
+    def of(option: str | None, environ: Mapping[str, str], take: bool, snapshot: str | None = None) -> Locking:
+        """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
+        from gpu_launch.hardware.snapshot import is_example
+
+        return Locking(reservations.lock_dir_path(option, environ, example=is_example(snapshot)), take)
 
 
 @dataclass
@@ -125,17 +137,19 @@ class Acquired:
 
 
 def poll_interval(environ: Mapping[str, str]) -> float:
-    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2."""
+    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2; from MIN_POLL to 3600.
+
+    The floor keeps a typo (``1e-300``) from turning every waiter into a busy loop on a core.
+    """
     text = environ.get(POLL_ENV)
     if not text:
         return DEFAULT_POLL
     try:
         value = float(text)
     except ValueError:
-        raise UsageError(f"{POLL_ENV}={text!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
-    if not 0 < value <= 3600:
-        raise UsageError(f"{POLL_ENV}={text!r} must be between 0 and 3600 seconds")
-    return value
+        raise UsageError(f"{POLL_ENV}={text[:40]!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
+    return units.bounded(value, POLL_ENV, MIN_POLL, 3600, as_written=repr(text[:40]),
+                         limits=f"from {MIN_POLL} to 3600 seconds", hint=f"e.g. {POLL_ENV}=2")
 
 
 def _device_uuids(machine: Machine) -> list[str]:
@@ -150,6 +164,10 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
     """``--gpus``, ``--fit`` or ``--auto`` on the whole machine."""
     if request.gpus is not None:
         return gpu_select.check_explicit(gpu_spec.resolve(request.gpus, machine), machine, constraints)
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
@@ -166,7 +184,7 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
             if bad is not None and not request.share:
                 raise LockDirError(f"--gpus: {device.label} is {bad.describe()}", hint=bad.hint)
         taken = [d for d in devices if d.uuid in reserved]
-        who = "; ".join(f"{d.label} is {gpu_select.held_reason(reserved[d.uuid])}" for d in taken)
+        who = gpu_select.grouped(((d.label, gpu_select.held_reason(reserved[d.uuid])) for d in taken), " is ")
         if taken and not request.share:
             raise ReservationConflict(f"--gpus: {who}",
                                       hint="wait for it with --wait, pick another GPU, or use it anyway with --share")
@@ -208,20 +226,29 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
     # job's children: it locks them one level deeper, so two children never get the same one.
-    nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids) \
-        if found and locking.nested else nesting.Nesting()
-    reserved = {u: h.describe(now) for u, h in found.items() if u not in nest.depth}
-    reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
+    depth: dict[str, int] = {}  # a GPU of our job's, free within it -> the depth of the lock to take
+    allotted: frozenset[str] = frozenset()
+    if found and locking.nested:
+        from gpu_launch.share import nesting  # only when something is held: a lone launch does without
+
+        nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids)
+        depth, allotted = nest.depth, nest.allotted
+        reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
+    reserved.update((u, h.describe(now)) for u, h in found.items() if u not in depth and u not in reserved)
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
-        selection = _choose(request, machine, reserved, chooser, unusable, nest.allotted)
+        try:
+            selection = _choose(request, machine, reserved, chooser, unusable, allotted)
+        except _UNMET as exc:
+            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
+            raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
         # Reserved ones are only chosen with --share (and not locked); our job's are locked a level deeper.
         wanted = [d.uuid for d in selection.devices if d.uuid not in reserved]
         try:
-            got = reservations.lock_all(locking.lock_dir, wanted, nest.depth)
+            got = reservations.lock_all(locking.lock_dir, wanted, depth)
         except reservations.UnusableLockFile as exc:
             # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
             unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
@@ -230,7 +257,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = reservations.probe_at(locking.lock_dir, got, nest.depth.get(got, 0))
+        holder = reservations.probe_at(locking.lock_dir, got, depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
@@ -247,13 +274,36 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
     found, _unusable = reservations.scan(locking.lock_dir, _device_uuids(machine))
     if not found:
         return False
+    from gpu_launch.share import nesting
+
     return bool(nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids).allotted)
 
 
-def hopeless(request: Request, machine: Machine) -> str | None:
-    """Why the request can never be met on this machine, however long one waits; None if it can."""
+def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
+                     unusable: Mapping[str, reservations.Unusable]) -> None:
+    """Raise LockDirError when the request is unmet for want of lock files only root can add to a
+    hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
+    missing = frozenset(u for u, bad in unusable.items() if bad.missing)
+    if not missing or hopeless(request, machine, missing) is None:
+        return
+    from gpu_launch.hardware.model import Device
+
+    labels = [Device(g, m).label for g in machine.gpus for m in (None, *g.mig_devices)
+              if (m.uuid if m is not None else g.uuid) in missing]
+    have = "has" if len(labels) == 1 else "have"
+    raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
+                       "(GPUs changed since `locks init`?), so waiting cannot help",
+                       hint=reservations.admin_hint(lock_dir) + " again") from None
+
+
+def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = frozenset()) -> str | None:
+    """Why the request can never be met on this machine, however long one waits; None if it can.
+
+    ``unlockable``: devices that can never be reserved (no lock file in a hardened lock dir).
+    """
     excluded = frozenset(d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")) \
         if request.exclude else frozenset()
+    excluded |= unlockable
     usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded)]
     if request.gpus is not None:
         for device in gpu_spec.resolve(request.gpus, machine):
@@ -264,6 +314,10 @@ def hopeless(request: Request, machine: Machine) -> str | None:
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
+    if request.model is not None:
+        from gpu_launch.choose import by_model
+
+        return by_model.hopeless(request.model, usable)
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:
@@ -285,7 +339,7 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
     if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
         named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
         text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"
-        why = "; ".join(f"{e.gpu.label}: {e.reason}" for e in elig.excluded if e.gpu.uuid in named)
+        why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
     held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
@@ -333,7 +387,12 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
-        return Acquired(gpu_select.Selection(()), None, {}, exc.message)
+        selection = gpu_select.Selection(())
+        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
+            from gpu_launch.fit import plan as fit_plan
+
+            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
+        return Acquired(selection, None, {}, exc.message)
 
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
@@ -388,7 +447,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
                         if request.gpus is not None else []
                     if taken:
-                        what = "; ".join(f"{d.label} is reserved by {reserved[d.uuid]}" for d in taken)
+                        what = gpu_select.grouped(((d.label, f"reserved by {reserved[d.uuid]}") for d in taken), " is ")
                     else:
                         what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
                     if watch is not None:  # a GPU's lock freed: try again at once

@@ -1,13 +1,16 @@
 """The job file and the log files of ``gpulaunch each``, local or on Slurm.
 
-The job file has one command a line, split like a shell would split it (``shlex``) but never run
-through a shell; blank lines and ``#`` comments are skipped. Each job's output goes to
+The job file has one command a line, split like a shell would split it (``shlex``'s rules, in linear
+time: :func:`gpu_launch.text.split_words`) but never run through a shell; blank lines and ``#``
+comments are skipped, and a UTF-8 byte order mark at the start (Windows editors write one) is not
+part of the first command. Each job's output goes to
 ``DIR/job-N.log`` (N: the job's number, 1-based, in file order), never overwriting a file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import time
@@ -15,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
+from gpu_launch.text import printable, split_words
 
-__all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
+__all__ = ["Job", "JobState", "command_text", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,14 @@ class Job:
 
     @property
     def text(self) -> str:
-        return shlex.join(self.argv)
+        """The line as a shell would read it back to ``argv`` (the Slurm copy holds these lines)."""
+        return command_text(self.argv)
+
+
+def command_text(argv: tuple[str, ...]) -> str:
+    """``shlex.join(argv)``, except that a whole-argument placeholder stays as written: ``--tp {n}``, not
+    ``--tp '{n}'`` (braces mean nothing to a shell's or :func:`split_words`'s word splitting)."""
+    return " ".join(arg if _PLACEHOLDER.fullmatch(arg) else shlex.quote(arg) for arg in argv)
 
 
 @dataclass
@@ -43,7 +54,13 @@ class JobState:
     returncode: int | None = None
     note: str = ""
     node: str = ""  # each --slurm: the node it ran on
+    argv: tuple[str, ...] | None = None  # what it ran: {n} and {gpus} replaced (None: not started)
     proc: Any = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        """The command for the views: as it ran once started, as written before; escaped for a terminal."""
+        return printable(command_text(self.argv if self.argv is not None else self.job.argv))
 
     @property
     def seconds(self) -> float | None:
@@ -64,6 +81,8 @@ class JobState:
         return f"exit {self.returncode}"
 
 
+_PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no placeholder
+
 #: A job list is a text file of commands: refuse /dev/zero, a log file given by mistake, or endless stdin.
 MAX_JOB_BYTES = 64 * 1024 * 1024
 
@@ -75,13 +94,14 @@ def parse_jobs(text: str, source: str) -> list[Job]:
     would split on stays inside its line, so it can never split a quoted argument in two.
     """
     jobs: list[Job] = []
+    text = text[1:] if text.startswith("\ufeff") else text
     for lineno, line in enumerate(text.split("\n"), start=1):
         line = line[:-1] if line.endswith("\r") else line
         if "\0" in line:
             raise UsageError(f"{source}, line {lineno}: the command contains a NUL byte",
                              hint="no program or argument can hold one; is this a text file?")
         try:
-            argv = shlex.split(line, comments=True)
+            argv = split_words(line, comments=True)
         except ValueError as exc:
             raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
                              hint="check the quotes on that line") from None

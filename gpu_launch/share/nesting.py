@@ -24,7 +24,8 @@ from holds (a forked worker calling ``use(1)`` gets a GPU of its own, not its pa
 from __future__ import annotations
 
 from collections.abc import Container, Iterable
-from dataclasses import dataclass, field
+
+from gpu_launch.records import dataclass, field
 
 from gpu_launch.share import reservations
 from gpu_launch.share.reservations import Holder

@@ -17,17 +17,18 @@ from gpu_launch.errors import UsageError
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import IO
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any
 
     from gpu_launch.choose.select import Constraints, Selection
     from gpu_launch.choose.visibility import Visibility
-    from gpu_launch.hardware.model import Machine
+    from gpu_launch.hardware.model import Gpu, Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired, Locking, Request
 
 
-__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of", "choose", "tell"]
+__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
+           "named_indices", "choose", "tell"]
 
 
 def snapshot_source(inv: Invocation) -> str | None:
@@ -54,7 +55,7 @@ def require_rereadable(inv: Invocation, why: str) -> None:
                          hint="save it to a file first: --snapshot machine.json")
 
 
-def read_machine(inv: Invocation, **needs: bool) -> Machine:
+def read_machine(inv: Invocation, **needs: Any) -> Machine:
     """The machine, from the snapshot or NVML, querying only ``needs``; ``-v`` prints how long it took."""
     from gpu_launch.hardware.read import Needs, read_machine
 
@@ -83,7 +84,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     vis.require_some()
     scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
     if vis.slurm and vis.allowed is not None:  # a Slurm step's GPUs are the job's, whatever their load
-        from dataclasses import replace
+        from gpu_launch.records import replace
 
         constraints = replace(constraints, allotted=constraints.allotted | {d.gpu.uuid for d in vis.allowed})
     try:
@@ -91,6 +92,10 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
             devices = gpu_spec.resolve(request.gpus, machine)
             vis.check_allowed(devices)
             return select.check_explicit(devices, machine, constraints)
+        if request.model is not None:
+            from gpu_launch.choose import by_model
+
+            return by_model.choose_by_model(scope, request.model, constraints, request.runner_ups)
         if request.mig:
             from gpu_launch.choose import mig
 
@@ -101,6 +106,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     except NotEnoughGpus as exc:
         if vis.restricted:
             exc.message += f" (the parent's {vis.source} allows {visibility.describe_devices(vis.allowed or ())})"
+            exc.hint = f"{exc.hint}; {vis.lift_hint()}" if exc.hint else vis.lift_hint()
         raise
 
 
@@ -113,7 +119,19 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     auto = inv.get("auto")
     fit = inv.get("fit")
     explicit = inv.get("gpus")
-    if explicit is None and fit is None and auto is None:
+    model = None
+    if isinstance(fit, str):  # --fit MODEL: sized by the model's own files (imported only then)
+        from gpu_launch.share import sizing
+
+        if inv.get("mig"):
+            raise UsageError("--mig with --fit MODEL is not supported", hint="give a size: --fit 20GiB --mig")
+        model, fit = sizing.sizing_of(fit, inv.argv, inv.options), None
+    elif any(inv.get(d) is not None for d in ("ctx", "parallel", "kv_type", "engine", "reserve")) and inv.flags & {
+            "ctx", "parallel", "kv_type", "engine"}:
+        given = next(d for d in ("ctx", "parallel", "kv_type", "engine") if d in inv.flags)
+        raise UsageError(f"--{given.replace('_', '-')} sizes a model: it needs --fit MODEL",
+                         hint="e.g. gpulaunch --fit model --ctx 8192 -- llama-server -m ./q4.gguf")
+    if explicit is None and fit is None and auto is None and model is None:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
     if inv.get("share") and explicit is None:
         raise UsageError("--share is for --gpus", hint="--auto and --fit always skip GPUs reserved by others")
@@ -121,8 +139,48 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     return acquire.Request(auto=auto, fit=fit, gpus=explicit, min_free=inv.get("min_free"),
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
-                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting,
-                           polite=waiting and explicit is None)
+                           mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
+                           exclude_source=_exclude_source(inv), polite=waiting and explicit is None)
+
+
+def _exclude_source(inv: Invocation) -> str:
+    """Where the exclusions came from when not from the command line: the variable or the file's line."""
+    if inv.get("exclude") is None or "exclude" in inv.flags:
+        return "--exclude"
+    from gpu_launch.options import config
+
+    setting = config.layered(os.environ).get("exclude")
+    if setting is None:
+        return "--exclude"
+    if setting.source == "env":
+        return f"{setting.where}={setting.text}"
+    return f"exclude = {setting.text!r} in {setting.where}"
+
+
+def named_indices(request: Request, environ: Mapping[str, str]) -> frozenset[int] | None:
+    """The NVML indices ``--gpus`` names, when they are all a choice needs the state of; else None.
+
+    Only plain indices qualify: a UUID (prefix) is matched against every GPU and MIG device. And
+    only when no parent narrowed the view: its CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES is
+    resolved against every GPU, MIG devices included.
+    """
+    if request.gpus is None or "CUDA_VISIBLE_DEVICES" in environ or "NVIDIA_VISIBLE_DEVICES" in environ:
+        return None
+    named: set[int] = set()
+    for item in request.gpus:
+        if item.kind != "index" or item.last - item.first >= 1024:  # a range past any machine: resolve says so
+            return None
+        named.update(range(item.first, item.last + 1))
+    return frozenset(named)
+
+
+def _could_be_chosen(request: Request) -> Callable[[Gpu], bool]:
+    """Whether ``--auto``/``--fit`` could choose a GPU as read now (reservations aside): the GPUs whose
+    links are worth reading. Never narrower than the choice's own eligibility, which it mirrors."""
+    from gpu_launch.choose import select
+
+    plain = select.Constraints(request.min_free, request.max_util, request.idle)
+    return lambda gpu: select.could_ever_be_chosen(gpu) and select.constraint_failure(gpu, plain) is None
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
@@ -149,9 +207,13 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     def read() -> Machine:
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
         # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
+        # Temperatures and versions are never a choice (display=False); `--gpus 2` reads GPU 2's state only.
         return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
-                            topology=not explicit and (request.fit is not None or (request.auto or 1) > 1
-                                                       or bool(inv.get("explain"))))
+                            topology=not explicit and (request.fit is not None or request.model is not None
+                                                       or (request.auto or 1) > 1
+                                                       or bool(inv.get("explain"))),
+                            display=False, state_of=named_indices(request, parent),
+                            links_among=None if inv.get("explain") else _could_be_chosen(request))
 
     def chooser(request: Request, machine: Machine, constraints: Constraints) -> Selection:
         return choose_within_parent(request, machine, constraints, parent)

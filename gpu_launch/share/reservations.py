@@ -20,7 +20,10 @@ Safety on a directory every user can write to:
   Anything that is not a regular file is refused too, as is a file we cannot open read-write:
   that GPU alone becomes *unavailable for reservation* (:class:`Unusable`); the others go on.
 * In the sticky /tmp kind, whoever created a lock file can still remove or rename it; only the
-  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that.
+  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that. A
+  directory is of the hardened kind only when ``locks init`` made it: it bears the root-owned mark
+  :data:`HARDENED_MARK` that only root can have put there, never because of who owns it (root's own
+  ``mktemp -d`` is a private directory like any user's, and works for everything).
 * An existing file is opened without ``O_CREAT`` first, so Linux's ``fs.protected_regular``
   (which forbids ``O_CREAT`` on another user's file in a sticky directory) does not get in the way;
   a new one is created ``O_EXCL`` and ``fchmod``-ed to 0666 so every user can lock it later.
@@ -42,13 +45,14 @@ import re
 import stat
 import time
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-from gpu_launch.errors import LockDirError
+from gpu_launch.errors import LockDirError, UsageError
+from gpu_launch.records import dataclass
 
 __all__ = [
-    "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "Holder", "Reservation",
-    "lock_dir_path", "hardened_default", "is_hardened", "describe_dir", "queue_dir", "prepare_dir",
+    "DEFAULT_LOCK_DIR", "example_lock_dir", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK", "Holder",
+    "Reservation", "lock_dir_path", "hardened_default", "is_hardened", "admin_hint", "describe_dir", "shared_by",
+    "shared_note", "queue_dir", "prepare_dir",
     "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "lineage_holds", "nested_path", "probe_at", "try_lock", "lock_all",
     "current_user", "MAX_DEPTH",
 ]
@@ -59,6 +63,9 @@ ENV_LOCK_DIR = "GPULAUNCH_LOCK_DIR"
 HARDENED_LOCK_DIR = "/var/lib/gpulaunch/locks"
 ENV_HARDENED = "GPULAUNCH_HARDENED_LOCK_DIR"  # moves HARDENED_LOCK_DIR (tests; unusual layouts)
 QUEUE_SUBDIR = "queue"  # a hardened dir's sticky, world-writable place for waiters' tickets
+#: The file ``locks init`` leaves in a directory it set up (root-owned, 0444, written last): the one
+#: sign of the hardened kind. In a directory only root can write, only root can have made it.
+HARDENED_MARK = ".gpulaunch-locks-init"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 _FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 #: How often a failed non-blocking lock is retried before the GPU counts as taken. Another
@@ -68,22 +75,43 @@ _RETRY_DELAYS = (0.005, 0.02)
 
 def hardened_default(environ: Mapping[str, str]) -> str:
     """Where an admin's hardened lock directory lives (``GPULAUNCH_HARDENED_LOCK_DIR`` moves it, for tests)."""
-    return environ.get(ENV_HARDENED) or HARDENED_LOCK_DIR
+    path = environ.get(ENV_HARDENED) or HARDENED_LOCK_DIR
+    if not os.path.isabs(path):
+        raise UsageError(f"{ENV_HARDENED}: {path!r} is a relative path: jobs started elsewhere would not see its locks",
+                         hint=f"give an absolute path, e.g. {os.path.abspath(path)}")
+    return path
 
 
-def lock_dir_path(option: str | None, environ: Mapping[str, str]) -> str:
+def lock_dir_path(option: str | None, environ: Mapping[str, str], example: bool = False) -> str:
     """The lock directory: ``--lock-dir`` (or, through the option layer, ``GPULAUNCH_LOCK_DIR`` and the
-    config file), else ``GPULAUNCH_LOCK_DIR``, else the hardened directory if it exists, else /tmp's."""
+    config file), else ``GPULAUNCH_LOCK_DIR``, else the hardened directory if ``locks init`` made it,
+    else /tmp's. On a bundled ``example`` machine (``--snapshot dgx-h100``), instead of /tmp's, the
+    user's own :func:`example_lock_dir`: the demo GPUs are not real, so nobody else should be kept off
+    them. A directory named by the user or set up by the admin (hardened) still wins: it was chosen on purpose.
+
+    A relative path is refused: two jobs started in different directories would each lock files of
+    their own, and one GPU would go to both.
+    """
     chosen = option or environ.get(ENV_LOCK_DIR)
     if chosen:
+        if not os.path.isabs(chosen):
+            where = "--lock-dir" if option else ENV_LOCK_DIR
+            raise UsageError(f"{where}: {chosen!r} is a relative path: jobs started elsewhere would not see its locks",
+                             hint=f"give an absolute path, e.g. {os.path.abspath(chosen)}")
         return chosen
     hardened = hardened_default(environ)
-    try:
-        if stat.S_ISDIR(os.lstat(hardened).st_mode):
-            return hardened
-    except OSError:
-        pass
-    return DEFAULT_LOCK_DIR
+    if is_hardened(hardened):
+        return hardened
+    return example_lock_dir(environ) if example else DEFAULT_LOCK_DIR
+
+
+def example_lock_dir(environ: Mapping[str, str]) -> str:
+    """Where launches on the bundled example machines reserve: per user, so that one user's demo
+    never makes another's fail (their GPUs do not exist; only the user's own jobs share them)."""
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return os.path.join(runtime, "gpulaunch-example-locks")
+    return f"{DEFAULT_LOCK_DIR}-examples-{os.getuid()}"
 
 
 def _root_only(st: os.stat_result) -> bool:
@@ -92,21 +120,64 @@ def _root_only(st: os.stat_result) -> bool:
 
 
 def is_hardened(path: str) -> bool:
-    """A directory only root can write to (``gpulaunch locks init``): its files cannot be removed or renamed."""
+    """A directory ``gpulaunch locks init`` set up: only root can write it, and it bears root's mark.
+
+    Never inferred from ownership alone: root's own private directory (``mktemp -d``) is not one.
+    """
     try:
         st = os.lstat(path)
+        if not (stat.S_ISDIR(st.st_mode) and _root_only(st)):
+            return False
+        mark = os.lstat(os.path.join(path, HARDENED_MARK))
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and _root_only(st)
+    return stat.S_ISREG(mark.st_mode) and _root_only(mark)
+
+
+def admin_hint(lock_dir: str | None = None) -> str:
+    """The fix for a hardened directory that needs setting up again, worded for whoever reads it."""
+    target = "" if lock_dir is None or lock_dir == HARDENED_LOCK_DIR else f" {lock_dir}"
+    if os.geteuid() == 0:
+        return f"run `gpulaunch locks init{target}`"
+    return f"ask an admin to run `sudo gpulaunch locks init{target}`"
 
 
 def describe_dir(path: str) -> str:
-    """``PATH (hardened: …)`` / ``PATH (not hardened: …)``, for ``ls`` and ``config``."""
+    """``PATH (hardened: …)`` / ``PATH (not hardened: …)``, for ``config``."""
     if is_hardened(path):
-        return f"{path} (hardened: root-owned, its lock files cannot be removed or renamed)"
+        return f"{path} (hardened by `locks init`: its lock files cannot be removed or renamed)"
     if not os.path.lexists(path):
-        return f"{path} (not created yet; not hardened: see `sudo gpulaunch locks init`)"
-    return f"{path} (not hardened: whoever created a lock file can remove or rename it; see `sudo gpulaunch locks init`)"
+        return f"{path} (not created yet; not hardened)"
+    return f"{path} (not hardened: a lock file's owner can remove it)"
+
+
+def shared_by(lock_dir: str) -> frozenset[int]:
+    """The users (uids) who could remove or rename a lock file another user holds here: this user, the
+    owners of its lock files and, unless root, the directory's owner. Empty for a hardened directory
+    (no one can) and for one that is not there or cannot be listed (nothing known)."""
+    if is_hardened(lock_dir):
+        return frozenset()
+    try:
+        st = os.lstat(lock_dir)
+        names = [n for n in os.listdir(lock_dir) if n.endswith(".lock")]
+    except OSError:
+        return frozenset()
+    users = {os.getuid()} | ({st.st_uid} if st.st_uid != 0 else set())
+    for name in names[:4096]:  # one small file per GPU: a directory of thousands is not ours to read through
+        try:
+            users.add(os.lstat(os.path.join(lock_dir, name)).st_uid)
+        except OSError:
+            continue
+    return frozenset(users)
+
+
+def shared_note(lock_dir: str) -> str | None:
+    """One line for ``ls`` and ``--explain`` when users share a lock dir of the /tmp kind (a lock file's
+    owner could remove it while another user's job holds it); None when there is nothing to tell."""
+    users = len(shared_by(lock_dir))
+    if users < 2:
+        return None
+    return f"lock dir: {users} users can remove each other's locks (fix: sudo gpulaunch locks init)"
 
 
 def queue_dir(lock_dir: str) -> str:
@@ -120,7 +191,7 @@ def queue_dir(lock_dir: str) -> str:
         st = None
     if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_mode & 0o1002) != 0o1002:
         raise LockDirError(f"the hardened lock dir {lock_dir} has no usable {QUEUE_SUBDIR}/ for waiters",
-                           hint="ask an admin to run `sudo gpulaunch locks init`")
+                           hint=admin_hint(lock_dir) + " again")
     return sub
 
 
@@ -179,13 +250,12 @@ def prepare_dir(path: str, create: bool = True) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         raise LockDirError(f"lock dir {path} exists but is not a directory",
                            hint=f"remove it, or point --lock-dir / {ENV_LOCK_DIR} elsewhere")
-    if _root_only(st):
-        return True  # hardened (`gpulaunch locks init`): only root can add, remove or rename files
-    if st.st_uid != os.getuid() and (st.st_mode & 0o1002) != 0o1002:
+    if st.st_uid != os.getuid() and (st.st_mode & 0o1002) != 0o1002 and not is_hardened(path):
         raise LockDirError(
             f"lock dir {path} belongs to {_owner(st.st_uid)} and is not sticky and world-writable "
             f"(mode {stat.S_IMODE(st.st_mode):04o})",
-            hint=f"ask {_owner(st.st_uid)} to run `chmod 1777 {path}`, or use your own with --lock-dir",
+            hint=f"ask an admin to run `sudo gpulaunch locks init {path}`, or use your own with --lock-dir"
+            if st.st_uid == 0 else f"ask {_owner(st.st_uid)} to run `chmod 1777 {path}`, or use your own with --lock-dir",
         )
     return True
 
@@ -221,6 +291,8 @@ class Unusable:
     problem: str  # "is a symlink"
     owner: str
     hint: str
+    #: Absent from a hardened directory, which only root can add to: no wait can make it usable.
+    missing: bool = False
 
     def describe(self) -> str:
         from gpu_launch.choose.select import UNRESERVABLE
@@ -250,8 +322,11 @@ def _unusable(path: str, problem: str) -> UnusableLockFile:
     hardened = is_hardened(os.path.dirname(path))
     if uid == os.getuid() and not hardened:
         hint = f"it is yours: remove it (rm {path})"
-    elif hardened or uid == 0:
-        hint = "ask an admin to run `sudo gpulaunch locks init`, which puts it right"
+    elif hardened:
+        hint = admin_hint(os.path.dirname(path)) + ", which puts it right"
+    elif uid == 0:
+        hint = f"it is root's: remove it (rm {path})" if os.geteuid() == 0 else \
+            "ask an admin to remove it, or to run `sudo gpulaunch locks init`"
     else:
         hint = f"ask {owner} to remove it, or an admin to run `sudo gpulaunch locks init`"
     return UnusableLockFile(Unusable(path, problem, owner, hint))
@@ -292,7 +367,7 @@ def _open_error(path: str, exc: OSError) -> LockDirError:
     if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
         return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (a GPU added since it was set "
                                          "up?), and only root may create it", "root, the directory's",
-                                         "ask an admin to run `sudo gpulaunch locks init`"))
+                                         admin_hint(directory) + " again", missing=True))
     try:
         st = os.lstat(path)
     except OSError:
@@ -356,7 +431,11 @@ def _read_holder(fd: int) -> Holder:
         return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
     started = pick("started", (int, float))  # type: ignore[arg-type]
-    return Holder(pick("pid", int), pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
+    pid = pick("pid", int)
+    # Someone else's text: a number of 4000 digits is no time (float() overflows) and no pid.
+    started = started if started is not None and 0 <= started <= 1e11 else None  # type: ignore[operator]
+    pid = pid if pid is not None and 0 < pid < 2**32 else None  # type: ignore[operator]
+    return Holder(pid, pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
                   pick("command", str), pick("host", str))  # type: ignore[arg-type]
 
 

@@ -2,7 +2,9 @@
 
 On a terminal: a live rich panel (done / running / queued / failed, and the running jobs); otherwise
 one plain line per event. ``-q``: no progress and no summary (the exit status and the error line
-still tell). Only renders; :mod:`gpu_launch.commands.each` decides.
+still tell). ``--json``: the summary is a JSON document (:func:`summary_doc`, schema ``EACH`` in
+views/schemas.py) instead of the table, whatever ``-q`` says. Commands are shown as they ran (``{n}``
+and ``{gpus}`` replaced), escaped for the terminal. Only renders; :mod:`gpu_launch.commands.each` decides.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import IO, Any
 
 from gpu_launch.units import fmt_duration
 
-__all__ = ["View", "counts", "summary_rows"]
+__all__ = ["View", "counts", "summary_rows", "summary_doc", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
 
 _PREFIX = "gpulaunch each:"
 
@@ -24,6 +28,7 @@ def counts(scheduler: Any) -> dict[str, int]:
         "running": sum(1 for s in states if s.status == "running"),
         "queued": sum(1 for s in states if s.status == "queued"),
         "failed": sum(1 for s in states if s.status == "failed"),
+        "not_started": sum(1 for s in states if s.status == "not started"),
     }
 
 
@@ -39,12 +44,33 @@ def summary_rows(scheduler: Any) -> list[list[str]]:
     for s in scheduler.states:
         seconds = s.seconds
         rows.append([str(s.job.number), s.status, s.outcome, *([s.node or "–"] if nodes else []), s.gpus or "–",
-                     fmt_duration(seconds) if seconds is not None else "–", s.log or "–", s.job.text])
+                     fmt_duration(seconds) if seconds is not None else "–", s.log or "–", s.text])
     return rows
 
 
+def summary_doc(scheduler: Any, log_dir: str) -> dict[str, Any]:
+    """``each --json``: every job with what it ran, where, how it ended and how long it took."""
+    submitted = getattr(scheduler, "submitted", None)  # each --slurm
+    jobs = []
+    for s in scheduler.states:
+        seconds = s.seconds
+        signal_name = s.outcome[len("killed by "):] if s.returncode is not None and s.returncode < 0 else None
+        jobs.append({
+            "job": s.job.number, "line": s.job.line, "status": s.status,
+            "exit_code": s.returncode if s.returncode is not None and s.returncode >= 0 else None,
+            "signal": signal_name, "note": s.note or None, "node": s.node or None,
+            "gpus": [int(g) for g in s.gpus.split(",") if g.isascii() and g.isdigit() and len(g) <= 9],
+            "seconds": round(seconds, 3) if seconds is not None else None, "log": s.log or None,
+            "argv": list(s.argv if s.argv is not None else s.job.argv),
+        })
+    return {"schema": SCHEMA_VERSION, "log_dir": log_dir,
+            "slurm_job_id": submitted.job_id if submitted is not None else None,
+            "counts": counts(scheduler), "jobs": jobs}
+
+
 class View:
-    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True) -> None:
+    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True,
+                 json: bool = False) -> None:
         from gpu_launch.views.render import use_color
 
         self.err = err
@@ -53,6 +79,7 @@ class View:
         self.total = total
         self.log_dir = log_dir
         self.intro = intro  # "N jobs, logs in DIR" (each --slurm has said so on submitting)
+        self.json = json  # the summary as a JSON document
         self.rich = not quiet and use_color(err)
         self._live: Any = None
         self._last_refresh = 0.0
@@ -105,7 +132,7 @@ class View:
         self._last_waiting = ""
         where = f"{state.node} " if getattr(state, "node", "") else ""
         self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
-                  f"(log {state.log or '–'}): {state.job.text}")
+                  f"(log {state.log or '–'}): {state.text}")
         self.refresh(scheduler, force=True)
 
     def finished(self, scheduler: Any, state: Any) -> None:
@@ -147,12 +174,18 @@ class View:
         for state in scheduler.running:
             where = f"{state.node} " if getattr(state, "node", "") else ""
             table.add_row(f"job {state.job.number}", f"{where}GPU {state.gpus}", fmt_duration(state.seconds or 0),
-                          Text(state.job.text, overflow="ellipsis", no_wrap=True))
+                          Text(state.text, overflow="ellipsis", no_wrap=True))
         if self._last_waiting and c["queued"]:
             table.add_row("", "", "", Text(f"waiting for GPUs: {self._last_waiting}", style="dim"))
         self._live.update(table, refresh=True)
 
     def summary(self, scheduler: Any) -> None:
+        if self.json:
+            import json
+
+            self.out.write(json.dumps(summary_doc(scheduler, self.log_dir), indent=2) + "\n")
+            self.out.flush()
+            return
         if self.quiet:
             return
         from gpu_launch.views.render import use_color

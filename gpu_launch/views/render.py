@@ -11,8 +11,9 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 
-from gpu_launch.hardware.model import Device, Gpu, Machine
+from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.units import fmt_mib
+from gpu_launch.views.ls_table import RIGHT, fit_line, gpu_notes, layout, used_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 __all__ = ["use_color", "mapping_lines", "dry_run_text", "devices_json", "dry_run_json", "ls_plain", "ls_rich", "topo_plain",
-           "topo_rich", "LEGEND", "process_text", "gpu_notes", "mem_text"]
+           "topo_rich", "LEGEND"]
 
 LEGEND = (
     ("X", "self"),
@@ -45,55 +46,6 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
         return []
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-
-
-def mem_text(gpu: Gpu) -> str:
-    if gpu.memory_total_mib is None:
-        return "–"
-    return f"{fmt_mib(gpu.memory_used_mib)} / {fmt_mib(gpu.memory_total_mib)}"
-
-
-def process_text(gpu: Gpu) -> str:
-    """``alice:4242 14.2 GiB, ...``; ``–`` for none, ``?`` when NVML could not list them."""
-    if not gpu.processes_known:
-        return "?"
-    parts = []
-    for p in gpu.processes:
-        who = p.user or "?"
-        mem = f" {fmt_mib(p.used_memory_mib)}" if p.used_memory_mib is not None else ""
-        parts.append(f"{who}:{p.pid}{mem}")
-    return ", ".join(parts) if parts else "–"
-
-
-def gpu_notes(gpu: Gpu) -> list[tuple[str, str]]:
-    """What ``ls`` says about a GPU before its processes, each with a rich style: MIG mode (a GPU
-    in MIG mode runs CUDA work only on its MIG devices) and what is wrong with its health."""
-    notes = []
-    if gpu.in_mig_mode:
-        notes.append(("MIG mode" if gpu.mig_devices else "MIG mode, 0 MIG devices", "cyan"))
-    if gpu.health:
-        notes.append((f"unhealthy: {', '.join(gpu.health)}", "bold red"))
-    return notes
-
-
-def _last_column(gpu: Gpu, styled: bool = False) -> str:
-    """The PROCESSES cell: notes first, then the processes (``–`` is left out after a note, and
-    ``?`` becomes ``processes ?`` so that it cannot be read as part of the note)."""
-    notes = gpu_notes(gpu)
-    processes = process_text(gpu)
-    if notes and processes == "?":
-        processes = "processes ?"
-    if styled:
-        from rich.markup import escape
-
-        parts = [f"[{style}]{escape(text)}[/]" for text, style in notes]
-        shown = f"[yellow]{escape(processes)}[/]" if not gpu.processes_known else escape(processes)
-    else:
-        parts = [text for text, _ in notes]
-        shown = processes
-    if processes != "–" or not parts:
-        parts.append(shown)
-    return "; ".join(parts)
 
 
 def mapping_lines(devices: Sequence[Device], parent_labels: Mapping[str, str] | None = None) -> list[str]:
@@ -140,38 +92,24 @@ def _header(machine: Machine) -> str:
     return "  ".join(b for b in bits if b)
 
 
-def _free(free_mib: int | None) -> str:
-    """The FREE column, shown first after the name: it is what users look for first."""
-    return fmt_mib(free_mib)
-
-
-def _util(gpu: Gpu) -> str:
-    return f"{gpu.utilization_gpu}%" if gpu.utilization_gpu is not None else "–"
-
-
-def _temp(gpu: Gpu) -> str:
-    return f"{gpu.temperature_c}°C" if gpu.temperature_c is not None else "–"
-
-
-def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None) -> str:
-    """The `ls` table; with ``reserved`` (uuid -> holder) non-empty, a RESERVED BY column is added."""
-    extra = bool(reserved)
-    rows = [["GPU", "NAME", "FREE", "MEMORY USED/TOTAL", "UTIL", "TEMP", *(["RESERVED BY"] if extra else []),
-             "PROCESSES"]]
-    for g in machine.gpus:
-        held = [(reserved or {}).get(g.uuid) or "–"] if extra else []
-        if not g.available:
-            rows.append([str(g.index), g.name, "", "unavailable", "", "", *held, g.error or "NVML could not read it"])
-            continue
-        rows.append([str(g.index), g.name, _free(g.memory_free_mib), mem_text(g), _util(g), _temp(g), *held,
-                     _last_column(g)])
-        for m in g.mig_devices:
-            rows.append(["", f"└ MIG {m.profile or ''}".rstrip(), _free(m.memory_free_mib),
-                         f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                         "", "", *([(reserved or {}).get(m.uuid) or "–"] if extra else []), m.uuid])
-    out = [_header(machine)] + _table(rows)
-    out.extend(f"warning: {w}" for w in machine.warnings)
+def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None, width: int | None = None,
+             wide: bool = False) -> str:
+    """The `ls` table, one line per GPU within ``width`` columns (None: no limit); with ``reserved``
+    (uuid -> holder) non-empty, a RESERVED BY column is added (:mod:`gpu_launch.views.ls_table`)."""
+    table = layout(machine, reserved, width, wide)
+    out = [_header(machine)] + table.lines()
+    if width is not None:
+        out = [fit_line(line, width) for line in out]
+    out.extend(_wrapped(f"warning: {w}", width) for w in machine.warnings)
     return "\n".join(out) + "\n"
+
+
+def _wrapped(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def _bar(used: int | None, total: int | None, width: int = 12) -> str:
@@ -181,33 +119,52 @@ def _bar(used: int | None, total: int | None, width: int = 12) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | None = None) -> None:
+_BAR = 12
+
+
+def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | None = None, width: int | None = None,
+            wide: bool = False) -> None:
+    """The `ls` table for a terminal: the cells of :func:`ls_plain`, coloured, with a memory bar when there is room."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=stream, highlight=False)
-    table = Table(title=escape(_header(machine)), title_justify="left", box=None, header_style="bold", pad_edge=False)
-    extra = bool(reserved)
-    for column in ("GPU", "Name", "Free", "Memory", "", "Util", "Temp", *(["Reserved by"] if extra else []), "Processes"):
-        table.add_column(column, justify="right" if column in ("GPU", "Free", "Util", "Temp") else "left")
-    for g in machine.gpus:
-        holder = (reserved or {}).get(g.uuid)
-        held = [f"[magenta]{escape(holder)}[/]" if holder else "–"] if extra else []
-        if not g.available:
-            table.add_row(str(g.index), escape(g.name), "", "[red]unavailable[/]", "", "", "", *held,
-                          f"[red]{escape(g.error or '')}[/]")
-            continue
-        share = (g.memory_used_mib or 0) / g.memory_total_mib if g.memory_total_mib else 0
-        colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
-        table.add_row(str(g.index), escape(g.name), f"[bold]{_free(g.memory_free_mib)}[/]", mem_text(g),
-                      f"[{colour}]{_bar(g.memory_used_mib, g.memory_total_mib)}[/]",
-                      _util(g), _temp(g), *held, _last_column(g, styled=True))
-        for m in g.mig_devices:
-            table.add_row("", escape(f"└ MIG {m.profile or ''}"), _free(m.memory_free_mib),
-                          f"{fmt_mib(m.memory_used_mib)} / {fmt_mib(m.memory_total_mib)}",
-                          "", "", "", *([escape((reserved or {}).get(m.uuid) or "–")] if extra else []), escape(m.uuid))
-    console.print(table)
+    table = layout(machine, reserved, width, wide)
+    bar = width is None or table.width() + _BAR + 2 <= width
+    console = Console(file=stream, highlight=False, width=width or max(table.width() + _BAR + 2, 80))
+    header = _header(machine)
+    grid = Table(title=escape(fit_line(header, width) if width else header), title_justify="left", box=None,
+                 header_style="bold", pad_edge=False)
+    columns = list(table.header)
+    if bar:
+        columns.insert(columns.index("UTIL"), "")
+    for column in columns:
+        grid.add_column(column.title() if column not in ("GPU", "BUS ID", "SM/MEM MHz") else column,
+                        justify="right" if column in RIGHT else "left", no_wrap=True, overflow="ellipsis")
+    last = len(table.header) - 1
+    held = table.header.index("RESERVED BY") if "RESERVED BY" in table.header else None
+    for row, kind, g in zip(table.rows, table.kinds, table.gpus):
+        cells = [escape(c) for c in row]
+        if kind == "unavailable":
+            cells[3] = "[red]unavailable[/]"
+            cells[last] = f"[red]{cells[last]}[/]"
+        elif kind == "gpu":
+            cells[2] = f"[bold]{cells[2]}[/]"
+            if not g.processes_known:
+                cells[last] = f"[yellow]{cells[last]}[/]"
+            for text, style in gpu_notes(g):
+                cells[last] = cells[last].replace(escape(text), f"[{style}]{escape(text)}[/]", 1)
+        if held is not None and kind == "gpu" and row[held] != "–":
+            cells[held] = f"[magenta]{cells[held]}[/]"
+        if bar:
+            shown = ""
+            if kind == "gpu":
+                share = (used_mib(g) or 0) / g.memory_total_mib if g.memory_total_mib else 0
+                colour = "red" if share >= 0.5 else "yellow" if share > 0.05 else "green"
+                shown = f"[{colour}]{_bar(used_mib(g), g.memory_total_mib)}[/]"
+            cells.insert(columns.index(""), shown)
+        grid.add_row(*cells)
+    console.print(grid)
     for w in machine.warnings:
         console.print(f"[yellow]warning:[/] {escape(w)}")
 

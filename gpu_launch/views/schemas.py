@@ -13,6 +13,8 @@ dry run              ``--dry-run --json``                        :data:`DRY_RUN`
 explain              ``--explain --json``                        :data:`EXPLAIN`
 environment          ``env --json``                              :data:`ENV`
 config               ``config --json``                           :data:`CONFIG`
+each                 ``each --json`` (also with ``--slurm``)     :data:`EACH`
+plan                 ``plan --json``, ``--fit MODEL --explain``  :data:`PLAN`
 ===================  ==========================================  =====================
 
 Plain dicts, so the package needs no jsonschema at run time (the tests use it).
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "ALL"]
+__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "PLAN", "ALL"]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _INT = {"type": "integer"}
@@ -77,6 +79,8 @@ _GPU_KEYS = {
     "health": {"type": "array", "items": {"type": "string", "minLength": 1}},  # problems found; [] none (or unknown)
     "available": {"const": False},  # only for a GPU NVML could not read
     "error": _NSTR,  # with available
+    # ls --wide only, each when known:
+    "power_draw_w": _NINT, "power_limit_w": _NINT, "fan_percent": _NINT, "clock_sm_mhz": _NINT, "clock_memory_mhz": _NINT,
 }
 
 #: ``ls --json``: the machine, also the snapshot file format that ``--snapshot FILE`` reads.
@@ -86,7 +90,9 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "cuda_driver_version": _NSTR,
     "gpus": {"type": "array", "items": _obj(_GPU_KEYS, [k for k in _GPU_KEYS
                                                         if k not in ("memory_reserved_mib", "mig_mode", "mig_devices",
-                                                                     "health", "available", "error")])},
+                                                                     "health", "available", "error", "power_draw_w",
+                                                                     "power_limit_w", "fan_percent", "clock_sm_mhz",
+                                                                     "clock_memory_mhz")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
@@ -165,5 +171,66 @@ CONFIG = _doc("gpulaunch config (config --json)", 1, {
     "lock_dir": _obj({"path": _STR, "hardened": {"type": "boolean"}, "source": _STR}),
 })
 
+_COUNT = {"type": "integer", "minimum": 0}
+
+#: ``each --json``: every job of the sweep, in file order, with what it ran and how it ended. With
+#: ``--slurm`` and no ``--follow`` every job is still ``queued``; ``slurm_job_id`` is the array's id.
+EACH = _doc("gpulaunch each (each --json)", 1, {
+    "log_dir": _STR,
+    "slurm_job_id": _NSTR,
+    "counts": _obj({"done": _COUNT, "running": _COUNT, "queued": _COUNT, "failed": _COUNT, "not_started": _COUNT}),
+    "jobs": {"type": "array", "items": _obj({
+        "job": {"type": "integer", "minimum": 1},  # its number: job-N.log, Slurm task N
+        "line": {"type": "integer", "minimum": 1},  # its line in the job file
+        "status": {"enum": ["done", "failed", "not started", "queued", "running"]},
+        "exit_code": _NINT,  # the command's exit status; null: killed by a signal, or never ran
+        "signal": _NSTR,  # "SIGKILL" when a signal ended it
+        "note": _NSTR,  # why it never ran or did not finish ("could not start: ...", "time limit reached")
+        "node": _NSTR,  # each --slurm: the node it ran on
+        "gpus": _INDICES,  # the physical GPUs (each --slurm: the task's allocation)
+        "seconds": {"type": ["number", "null"], "minimum": 0},  # how long it ran
+        "log": _NSTR,  # its log file
+        "argv": {"type": "array", "items": _STR},  # what it ran: {n} and {gpus} replaced once it started
+    })},
+})
+
+_BYTES = _COUNT
+_LABEL = {"enum": ["exact", "rule", "allowance"]}
+
+#: ``plan --json`` (and ``--fit MODEL --explain --json``): the model's facts, where each part of it goes,
+#: and the placeholders' values. Every byte count says what kind of number it is in ``labels``:
+#: weights are exact (the files' tensor bytes), the KV cache a rule (the engine's formula),
+#: the allowance an allowance (compute buffers cannot be read from a file).
+PLAN = _doc("gpulaunch plan (plan --json)", 1, {
+    "model": _obj({
+        "source": _STR, "format": {"enum": ["gguf", "safetensors", "mlc"]}, "architecture": _STR, "name": _NSTR,
+        "layers": _INT, "weights_bytes": _BYTES,
+        "weights_by_kind": _obj({"layers": _BYTES, "token_embedding": _BYTES, "output": _BYTES, "other": _BYTES}),
+        "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
+        "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
+    }),
+    "engine": {"enum": ["llama.cpp", "vllm", "mlc", "tgi", "transformers"]},
+    "ctx": {"type": "integer", "minimum": 1},
+    "ctx_from": _STR,
+    "parallel": {"type": "integer", "minimum": 1},
+    "kv_type": _STR,
+    "kv_cache_bytes": _BYTES,
+    "kv_rules": {"type": "array", "items": _STR},
+    "labels": _obj({"weights": _LABEL, "kv": _LABEL, "allowance": _LABEL}),
+    "allowance": _obj({"bytes_per_gpu": _BYTES, "why": _STR}),
+    "gpus": _INDICES,
+    "per_gpu": {"type": "array", "items": _obj({
+        "gpu": {"type": "integer", "minimum": 0}, "weights_bytes": _BYTES, "kv_bytes": _BYTES,
+        "allowance_bytes": _BYTES, "free_bytes": _BYTES, "left_bytes": _INT, "layers": _NINT,
+    })},
+    "cpu_weights_bytes": _BYTES,
+    "cpu_kv_bytes": _BYTES,
+    "whole": {"type": "boolean"},
+    "gpu_layers": _NINT,
+    "tp": _NINT,
+    "placeholders": {"type": "object", "additionalProperties": _STR},
+    "notes": {"type": "array", "items": _STR},
+})
+
 ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
-                                  "config": CONFIG}
+                                  "config": CONFIG, "each": EACH, "plan": PLAN}

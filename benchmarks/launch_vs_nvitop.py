@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""A quiet launch against ``python -c "import nvitop"``, paired round by round (issue 21: ≤ 0.5×).
+
+    python benchmarks/launch_vs_nvitop.py [--rounds 40] [--source DIR ...] [--json FILE]
+
+Each round runs ``python -c "import nvitop"`` and then, for every ``--source`` (a gpulaunch checkout,
+put first on PYTHONPATH; default: the gpu_launch this interpreter imports),
+``python -m gpu_launch --snapshot dgx-h100 -q --auto 1 -- true``. Printed per row: median wall and
+CPU ms with the 25th-75th percentiles; per source: the launch over nvitop's import, the median and
+spread of the per-round ratios (wall and CPU). Several sources in one run compare two versions
+under the same load. Run it with the interpreter of an environment that has nvitop (pip install
+nvitop) and, for honest start-up numbers, no editable install of gpulaunch (its import finder
+preloads modules for every process, the floor included). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
+
+from timing import Bench, measure, paired_ratio, ratio_line, row_line  # noqa: E402
+
+LAUNCH = ["-m", "gpu_launch", "--snapshot", "dgx-h100", "-q", "--auto", "1", "--", "true"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
+    ap.add_argument("--source", action="append", default=[], metavar="DIR",
+                    help="a gpulaunch checkout to measure (repeatable; default: the installed one)")
+    ap.add_argument("--json", metavar="FILE", help="also write the samples and ratios as JSON")
+    args = ap.parse_args(argv)
+    py = sys.executable
+    nvitop = Bench("nvitop", 'python -c "import nvitop"', [py, "-c", "import nvitop"])
+    floor = Bench("floor", "python -c pass", [py, "-c", "pass"])
+    # Run from / : `python -m` puts the working directory first on sys.path, before PYTHONPATH.
+    launches = [Bench(f"launch{i}", f"launch ({src})", [py, *LAUNCH], env={"PYTHONPATH": str(Path(src).resolve())},
+                      cwd="/") for i, src in enumerate(args.source)] \
+        or [Bench("launch", "launch (installed)", [py, *LAUNCH], cwd="/")]
+    benches = [floor, nvitop, *launches]
+    measure(benches, args.rounds)
+    failed = [b for b in benches if b.error]
+    for b in failed:
+        print(f"{b.label}: {b.error}", file=sys.stderr)
+    if failed:
+        return 1
+    doc = {"rounds": args.rounds, "python": sys.version.split()[0], "rows": [b.as_json() for b in benches],
+           "ratios": {}}
+    for b in benches:
+        print(row_line(b))
+    for b in launches:
+        doc["ratios"][b.label] = r = paired_ratio(b, nvitop)
+        print(ratio_line(f"{b.label} / nvitop import", r))
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

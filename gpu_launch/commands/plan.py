@@ -1,0 +1,44 @@
+"""``gpulaunch plan MODEL`` / ``gpulaunch plan -- COMMAND...``: how a model would be laid out on the
+GPUs a launch would get, and the numbers the placeholders would receive. Nothing runs, nothing is reserved.
+
+``--gpus`` plans on exactly those GPUs (in that order); otherwise the GPUs are chosen as
+``gpulaunch --fit MODEL`` would choose them (constraints, ``--exclude``, others' reservations).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gpu_launch.errors import UsageError
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.options.args import Invocation
+
+__all__ = ["run"]
+
+
+def _what(inv: Invocation) -> tuple[str, tuple[str, ...]]:
+    """(model reference, command): ``plan MODEL`` or ``plan -- COMMAND...`` (the model read from it)."""
+    words = inv.positionals
+    if not words:
+        raise UsageError("plan: name a model or a command",
+                         hint="gpulaunch plan ./model.gguf, or gpulaunch plan -- llama-server -m ./model.gguf -c 8192")
+    if len(words) == 1:
+        return words[0], ()
+    return "model", tuple(words)
+
+
+def run(inv: Invocation) -> int:
+    ref, argv = _what(inv)
+    from gpu_launch.share import model_plan
+    from gpu_launch.views import plan_view
+
+    plan, why = model_plan.make_plan(inv, ref, argv)
+    if inv.get("json"):
+        sys.stdout.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
+    else:
+        sys.stdout.write(plan_view.as_text(plan, why))
+    return 0

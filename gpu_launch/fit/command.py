@@ -1,0 +1,96 @@
+"""What an engine's command line says about the model it will load: the model, the context, the
+sequences, the KV cache type, and the placement options the user wrote (or left as placeholders).
+
+Only the spellings each engine documents are read; anything else is left alone. A value that is a
+placeholder (``-c {ctx}``) is no number: gpulaunch decides it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpu_launch.fit.engines import Engine
+
+__all__ = ["CommandFacts", "read_command"]
+
+
+@dataclass(frozen=True)
+class CommandFacts:
+    """What the command names (None: not named). Numbers as written are kept as text where gpulaunch
+    must know whether the user left a placeholder (``gpu_layers``, ``gpu_mem_util``, ``tp``)."""
+
+    model: str | None = None
+    ctx: int | None = None
+    parallel: int | None = None
+    kv_type: str | None = None
+    ubatch: int | None = None
+    gpu_layers: str | None = None
+    gpu_mem_util: str | None = None
+    tp: str | None = None
+    kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
+
+
+_FIELDS: dict[str, dict[str, str]] = {
+    "llama.cpp": {"-m": "model", "--model": "model", "-c": "ctx", "--ctx-size": "ctx", "-np": "parallel",
+                  "--parallel": "parallel", "-ctk": "kv_type", "--cache-type-k": "kv_type", "-ub": "ubatch",
+                  "--ubatch-size": "ubatch", "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers",
+                  "--n-gpu-layers": "gpu_layers"},
+    "vllm": {"--model": "model", "--max-model-len": "ctx", "--kv-cache-dtype": "kv_type", "--max-num-seqs": "parallel",
+             "--gpu-memory-utilization": "gpu_mem_util", "--tensor-parallel-size": "tp", "-tp": "tp"},
+    "mlc": {"--model": "model"},
+    "tgi": {"--model-id": "model", "--max-total-tokens": "ctx", "--num-shard": "tp"},
+    # Transformers scripts have no one spelling; these are the examples' and most scripts' own
+    "transformers": {"--model": "model", "--model_name_or_path": "model", "--model-name-or-path": "model",
+                     "--model_id": "model", "--model-id": "model"},
+}
+_NUMBERS = {"ctx", "parallel", "ubatch"}
+_UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
+_MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
+
+
+def _int(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
+
+
+def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
+    """The facts ``argv`` (the whole command, program first) states for ``engine``."""
+    table = _FIELDS.get(engine.name, {})
+    found: dict[str, str] = {}
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, inline = arg.partition("=")
+        if arg.startswith("-") and name in table:
+            if eq:
+                value, i = inline, i + 1
+            elif i + 1 < len(args):
+                value, i = args[i + 1], i + 2
+            else:
+                break
+            found.setdefault(table[name], value)
+            continue
+        if engine.name == "llama.cpp" and arg in _UNIFIED:
+            found.setdefault("kv_unified", "1" if _UNIFIED[arg] else "")
+            i += 1
+            continue
+        if engine.name == "mlc" and name == "--overrides" and (eq or i + 1 < len(args)):
+            text = inline if eq else args[i + 1]
+            for part in text.split(";"):
+                key, _, value = part.partition("=")
+                if key.strip() in _MLC_OVERRIDES:
+                    found.setdefault(_MLC_OVERRIDES[key.strip()], value.strip())
+            i += 1 if eq else 2
+            continue
+        i += 1
+    model = found.get("model")
+    if model is None and engine.name in ("vllm", "mlc") and args[:1] in (["serve"], ["chat"]) and len(args) > 1 \
+            and not args[1].startswith("-"):
+        model = args[1]  # `vllm serve MODEL`, `mlc_llm serve MODEL`, `mlc_llm chat MODEL`: the word after the verb
+    numbers = {k: _int(v) for k, v in found.items() if k in _NUMBERS}
+    return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
+                        kv_type=found.get("kv_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
+                        gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
+                        kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))

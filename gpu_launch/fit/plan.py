@@ -1,0 +1,368 @@
+"""Where a model goes on a given list of GPUs (in the order the child will see them), per engine.
+
+:func:`place` answers for one set; :mod:`gpu_launch.choose.by_model` asks it about the sets the
+ranking offers and keeps the fewest GPUs that hold the model. Every number is labelled in
+:data:`LABELS`: weights are *exact* (the file's tensor bytes), the KV cache is a *rule* (the
+engine's own formula, fit/kv.py), compute buffers are an *allowance* (they cannot be read from a
+file; ``--reserve SIZE`` replaces it per GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from gpu_launch.fit import kv as kv_rules
+from gpu_launch.fit.engines import Engine
+from gpu_launch.modelfile.facts import ModelFacts
+
+__all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
+
+MiB = 1 << 20
+LABELS = {"weights": "exact", "kv": "rule", "allowance": "allowance"}
+VLLM_DEFAULT_UTIL = 0.9  # vLLM's --gpu-memory-utilization default
+VLLM_MAX_UTIL = 0.95  # what gpulaunch hands {gpu_mem_util} at most: the rest is the driver's and others'
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the engine will run the model: context, sequences, KV type, and what the command leaves to gpulaunch.
+
+    ``partial``: layers may stay on the CPU (llama.cpp with ``-ngl {gpu_layers}`` or no ``-ngl``).
+    ``gpu_mem_util``: vLLM's utilisation as the command fixes it; None with ``util_placeholder``
+    means gpulaunch picks it (``{gpu_mem_util}``), else vLLM's default 0.9.
+    """
+
+    ctx: int
+    seqs: int = 1
+    kv_type: str = "f16"
+    ubatch: int = 512
+    reserve: int | None = None  # bytes per GPU instead of the engine's allowance (--reserve)
+    partial: bool = False
+    gpu_mem_util: float | None = None
+    util_placeholder: bool = False
+    host_free: int | None = None  # bytes of host memory available (None: not checked)
+    ctx_from: str = "default"  # where ctx came from: "--ctx", "the command", "the model's trained context"
+    self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
+    unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A model, an engine and its settings: everything a choice needs, with the KV cache worked out."""
+
+    model: ModelFacts
+    engine: Engine
+    settings: Settings
+    kv: kv_rules.KvSize
+
+    def with_ctx(self, ctx: int) -> Sizing:
+        return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
+
+
+def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
+    kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
+                           ubatch=settings.ubatch, unified=settings.unified)
+    return Sizing(model, engine, settings, kv)
+
+
+@dataclass(frozen=True)
+class Room:
+    """One GPU as the plan sees it: its physical index, free and total bytes."""
+
+    gpu: int
+    free: int
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    gpu: int
+    weights_bytes: int
+    kv_bytes: int
+    allowance_bytes: int
+    free_bytes: int
+    units: int = 0  # llama.cpp: layers (the output layer counts as one) on this GPU
+
+    @property
+    def left_bytes(self) -> int:
+        return self.free_bytes - self.weights_bytes - self.kv_bytes - self.allowance_bytes
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The model on one set of GPUs. ``fits``: it runs as planned (wholly on the GPUs, or with the
+    rest on the CPU where the engine and command allow it and the host has room)."""
+
+    engine: str
+    per_gpu: tuple[GpuShare, ...]
+    cpu_weights_bytes: int = 0
+    cpu_kv_bytes: int = 0
+    gpu_layers: int | None = None
+    tp: int | None = None
+    tensor_split: tuple[int, ...] | None = None
+    gpu_mem_util: float | None = None
+    max_memory: dict[str, str] | None = None
+    whole: bool = False  # everything on the GPUs
+    fits: bool = False
+    need_bytes: int = 0  # what the GPUs would need to hold it whole (sum over the set)
+    short_bytes: int = 0  # how much is missing for that, 0 when whole
+    notes: tuple[str, ...] = field(default=())
+
+    def placeholders(self, ctx: int) -> dict[str, str]:
+        """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
+        ``{max_memory}`` for this placement (absent where the engine has no such number)."""
+        n = len(self.per_gpu)
+        values = {"ctx": str(ctx), "tp": str(self.tp if self.tp is not None else n)}
+        if self.gpu_layers is not None:
+            values["gpu_layers"] = str(self.gpu_layers)
+        if self.tensor_split is not None:
+            values["tensor_split"] = ",".join(str(x) for x in self.tensor_split)
+        if self.gpu_mem_util is not None:
+            values["gpu_mem_util"] = f"{self.gpu_mem_util:.2f}"
+        if self.max_memory is not None:
+            values["max_memory"] = json.dumps(self.max_memory, separators=(",", ":"))
+        return values
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A sizing and where it landed: what ``plan``, ``--explain`` and the placeholders show."""
+
+    sizing: Sizing
+    placement: Placement
+
+    def placeholders(self) -> dict[str, str]:
+        return self.placement.placeholders(self.sizing.settings.ctx)
+
+
+def tp_sizes(model: ModelFacts, most: int) -> list[int]:
+    """Tensor-parallel sizes 1, 2, 4, 8 (up to ``most``) that divide the attention heads, and whose
+    KV heads split evenly or replicate evenly (vLLM: kv_heads % tp == 0, or tp % kv_heads == 0 when
+    tp exceeds them); vLLM, MLC-LLM and TGI refuse the others."""
+    heads = model.hyper.n_heads
+    kv = max(model.hyper.kv_heads, default=0)
+    return [t for t in (1, 2, 4, 8) if t <= most and (heads <= 0 or heads % t == 0)
+            and (kv <= 0 or model.hyper.kv_lora_rank or kv % t == 0 or t % kv == 0)]
+
+
+def _allowance(s: Sizing) -> int:
+    return s.settings.reserve if s.settings.reserve is not None else s.engine.allowance
+
+
+def place(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    """``s``'s model on ``rooms`` (child order), the way its engine lays it out."""
+    if not rooms:  # the CPU only (--fallback cpu): no layer offloaded, no tensor parallelism
+        return Placement(s.engine.name, (), cpu_weights_bytes=s.model.weights.total, cpu_kv_bytes=s.kv.total,
+                         gpu_layers=0 if s.engine.layout == "layers" else None, tp=1,
+                         tensor_split=None, notes=("no GPU: everything on the CPU",))
+    if s.engine.layout == "tensor":
+        return _tensor(s, rooms)
+    if s.engine.layout == "layers":
+        return _llama(s, rooms)
+    return _sequential(s, rooms)
+
+
+def _units(s: Sizing) -> list[tuple[int, int]]:
+    """llama.cpp's offload units in the order it offloads them: the output layer first (output norm
+    and weight, the tied embedding duplicated there, and everything else the file holds), then
+    the layers from the last one. Each as (weights, KV)."""
+    w = s.model.weights
+    output = w.output + w.other + (w.token_embedding if w.tied_embeddings else 0)
+    layers = [(w.layers[i] if i < len(w.layers) else 0, s.kv.per_layer[i] if i < len(s.kv.per_layer) else 0)
+              for i in range(s.model.hyper.n_layers)]
+    return [(output, 0), *reversed(layers)]
+
+
+def _logits_buffer(s: Sizing) -> int:
+    """llama.cpp's compute buffer is mostly one micro-batch of logits: n_ubatch × n_vocab × 4 bytes
+    (MODEL-FACTS.md), on the device that holds the output layer. Part of the allowance."""
+    vocab = s.model.hyper.vocab_size or 0
+    return min(s.settings.ubatch, s.kv.cells) * vocab * 4
+
+
+def _fill(units: list[tuple[int, int]], caps: Sequence[float]) -> list[list[tuple[int, int]]]:
+    """Units into GPUs from the last one backwards, as many as each capacity takes, in order."""
+    out: list[list[tuple[int, int]]] = [[] for _ in caps]
+    j, room, k = len(caps) - 1, caps[-1], 0
+    while k < len(units) and j >= 0:
+        cost = units[k][0] + units[k][1]
+        if cost <= room:
+            out[j].append(units[k])
+            room -= cost
+            k += 1
+        else:
+            j -= 1
+            room = caps[j] if j >= 0 else 0
+    return out
+
+
+def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    base = _allowance(s)
+    logits = _logits_buffer(s) if s.settings.reserve is None else 0
+    units = _units(s)
+    need = sum(a + b for a, b in units)
+    # The logits buffer goes where the output unit goes: the last GPU, unless it has no room for it.
+    out_at = len(rooms) - 1
+    for _ in range(2):
+        extra = [logits if j == out_at else 0 for j in range(len(rooms))]
+        caps = [max(0, r.free - base - e) for r, e in zip(rooms, extra)]
+        filled = _spread(units, caps)
+        holders = [j for j, f in enumerate(filled) if f]
+        if not holders or holders[-1] == out_at:
+            break
+        out_at = holders[-1]
+    placed = len(_flatten(filled))
+    # A GPU that holds nothing is charged nothing: the allowance is for the buffers next to the layers.
+    allowance = [base + e if f else 0 for f, e in zip(filled, extra)]
+    shares = tuple(GpuShare(r.gpu, sum(u[0] for u in f), sum(u[1] for u in f), a, r.free, len(f))
+                   for r, f, a in zip(rooms, filled, allowance))
+    rest = units[placed:]
+    w = s.model.weights
+    # On the CPU a tied output reads the embedding itself: the copy exists only on a GPU.
+    copy = w.token_embedding if w.tied_embeddings and placed == 0 else 0
+    cpu_w = w.token_embedding + sum(u[0] for u in rest) - copy
+    cpu_kv = sum(u[1] for u in rest)
+    whole = placed == len(units)
+    notes = []
+    if s.settings.self_fit:
+        notes.append(f"the command gives no -ngl: llama.cpp fits the layers itself (--fit, on the devices in this "
+                     f"order); expect about {placed} of {len(units)} on the GPUs")
+    fits = whole
+    if not whole and s.settings.partial and placed > 0:
+        host = s.settings.host_free
+        fits = host is None or cpu_w + cpu_kv <= host
+        notes.append(f"{len(units) - placed} of {len(units)} units stay on the CPU")
+        if not fits:
+            notes.append("the host has too little memory for the CPU's share")
+    # MTP/next-token layers (GLM-4.5, DeepSeek-V3) are llama.cpp's last blocks: counted in -ngl, weighed here
+    # with the output unit (their weights are in ``other``), offloaded right after it.
+    nextn = getattr(s.model.hyper, "nextn_layers", 0) if placed else 0
+    split = [sh.units for sh in shares]
+    if nextn:
+        split[max(i for i, u in enumerate(split) if u)] += nextn  # the GPU with the output unit
+    return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
+                     tensor_split=tuple(split), whole=whole, fits=fits,
+                     need_bytes=need + base * len(rooms) + logits,
+                     short_bytes=max(0, need - sum(caps)) if not whole else 0, notes=tuple(notes))
+
+
+def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
+    """Units over the GPUs in proportion to what each can hold: the smallest scale of every capacity
+    at which all units still fit, so no GPU is filled to the brim while another has room to spare;
+    when they do not all fit, as many as fit, from the last GPU backwards."""
+    if len(_flatten(_fill(units, caps))) < len(units):
+        return _fill(units, caps)
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if len(_flatten(_fill(units, [c * mid for c in caps]))) == len(units):
+            hi = mid
+        else:
+            lo = mid
+    return _fill(units, [c * hi for c in caps])
+
+
+def _flatten(filled: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    return [u for f in filled for u in f]
+
+
+def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    """vLLM/MLC-LLM/TGI tensor parallelism over ``len(rooms)`` GPUs: 1/tp of the weights each, KV
+    heads max(1, kv_heads // tp) each (replicated beyond the KV head count), MLA's latent cache whole
+    on every rank."""
+    tp = len(rooms)
+    h = s.model.hyper
+    weights = -(-s.model.weights.total // tp)
+    kv = 0
+    for il, size in enumerate(s.kv.per_layer):
+        heads = h.kv_heads[il] if il < len(h.kv_heads) else 0
+        if h.kv_lora_rank or heads == 0:
+            kv += size if h.kv_lora_rank else -(-size // tp)
+        else:
+            kv += -(-size * max(1, heads // tp) // heads)
+    allowance = _allowance(s)
+    per_gpu = weights + kv + allowance
+    notes: list[str] = []
+    valid = tp in tp_sizes(s.model, tp) or tp > 8 and (h.n_heads <= 0 or h.n_heads % tp == 0)
+    if not valid:
+        notes.append(f"tensor parallelism {tp} does not divide the {h.n_heads} attention heads "
+                     f"and {max(h.kv_heads, default=0)} KV heads evenly")
+    util = None
+    budgets = [r.free for r in rooms]
+    if s.engine.name == "vllm":
+        util, budgets, why = _vllm_budget(s, rooms)
+        if why:
+            notes.append(why)
+    shares = tuple(GpuShare(r.gpu, weights, kv, allowance, r.free) for r in rooms)
+    short = max(0, max(per_gpu - b for b in budgets))
+    whole = valid and short == 0
+    return Placement(s.engine.name, shares, tp=tp, gpu_mem_util=util, whole=whole, fits=whole,
+                     need_bytes=per_gpu * tp, short_bytes=short * tp, notes=tuple(notes))
+
+
+def _vllm_budget(s: Sizing, rooms: Sequence[Room]) -> tuple[float, list[int], str]:
+    """What vLLM may use on each GPU: utilisation × total, and it refuses to start when a GPU has
+    less than that free. gpulaunch picks the utilisation for ``{gpu_mem_util}`` (the most every
+    GPU of the set has free, at most 0.95), else it is the command's value or vLLM's 0.9."""
+    totals = [r.total or r.free or 1 for r in rooms]  # a GPU whose total is unknown: its free memory is all
+    if s.settings.gpu_mem_util is not None:
+        util = s.settings.gpu_mem_util
+    elif s.settings.util_placeholder:
+        util = min(VLLM_MAX_UTIL, math.floor(min(r.free / t for r, t in zip(rooms, totals)) * 100) / 100)
+    else:
+        util = VLLM_DEFAULT_UTIL
+    budgets = []
+    why = ""
+    for r, t in zip(rooms, totals):
+        if r.free < util * t:
+            budgets.append(0)
+            why = f"GPU {r.gpu} has less than {util:.2f} of its memory free: vLLM would refuse to start"
+        else:
+            budgets.append(int(util * t))
+    return util, budgets, why
+
+
+def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    """Accelerate's ``device_map="auto"`` under a ``max_memory`` map: layers in order, the embedding
+    with the first, the output with the last, each layer's KV beside it; what is left to the CPU."""
+    allowance = _allowance(s)
+    caps = [max(0, r.free - allowance) for r in rooms]
+    w = s.model.weights
+    units = [(w.token_embedding, 0)]
+    units += [(w.layers[i] if i < len(w.layers) else 0, s.kv.per_layer[i] if i < len(s.kv.per_layer) else 0)
+              for i in range(s.model.hyper.n_layers)]
+    units.append((w.output + w.other, 0))
+    filled = _front_fill(units, caps)
+    placed = sum(len(f) for f in filled)
+    rest = units[placed:]
+    shares = tuple(GpuShare(r.gpu, sum(u[0] for u in f), sum(u[1] for u in f), allowance, r.free, len(f))
+                   for r, f in zip(rooms, filled))
+    need = sum(a + b for a, b in units)
+    whole = not rest
+    # Accelerate caps the *weights* per device; the KV cache grows there later, so it is kept out of the cap.
+    max_memory = {str(i): f"{max(0, c - sh.kv_bytes) // MiB}MiB" for i, (c, sh) in enumerate(zip(caps, shares))}
+    if s.settings.host_free is not None:
+        max_memory["cpu"] = f"{s.settings.host_free // MiB}MiB"
+    cpu_w, cpu_kv = sum(u[0] for u in rest), sum(u[1] for u in rest)
+    fits = whole or (s.settings.partial and (s.settings.host_free is None or cpu_w + cpu_kv <= s.settings.host_free))
+    return Placement(s.engine.name, shares, cpu_w, cpu_kv, whole=whole, fits=fits, max_memory=max_memory,
+                     need_bytes=need + allowance * len(rooms), short_bytes=max(0, need - sum(caps)) if not whole else 0)
+
+
+def _front_fill(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
+    out: list[list[tuple[int, int]]] = [[] for _ in caps]
+    j, k = 0, 0
+    room = caps[0] if caps else 0
+    while k < len(units) and j < len(caps):
+        cost = units[k][0] + units[k][1]
+        if cost <= room:
+            out[j].append(units[k])
+            room -= cost
+            k += 1
+        else:
+            j += 1
+            room = caps[j] if j < len(caps) else 0
+    return out

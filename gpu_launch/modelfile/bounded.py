@@ -1,0 +1,225 @@
+"""Bounded reads of model files: every count and length is checked against the file's size first.
+
+A model file is untrusted input: a crafted header can claim a tensor count of 2^60 or a string of
+2^40 bytes. Nothing here allocates on a claim before checking it against what the file can hold,
+and every failure is one :class:`~gpu_launch.errors.ModelFileError` line. Only regular files are
+opened (without blocking, so a FIFO with no writer cannot hang ``open``); reads go through
+``os.pread`` on the descriptor, with no hidden read-ahead, so :attr:`Cursor.bytes_read` is exactly
+what came off the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gpu_launch.errors import ModelFileError
+from gpu_launch.hardware.files import file_kind
+from gpu_launch.text import printable
+
+__all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "KIB", "MIB"]
+
+KIB = 1024
+MIB = 1024 * KIB
+#: How far one read looks ahead. Small, so that the bytes read past a header's end stay small
+#: (a test holds ``header_bytes`` to the header plus one read-ahead); large enough that a
+#: 150k-entry tokenizer array costs a few dozen reads.
+READ_AHEAD = 64 * KIB
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+def _open_regular(path: str, label: str) -> tuple[int, int]:
+    """(descriptor, size) of a regular file; ModelFileError for anything else."""
+    if not path or "\0" in path:
+        raise ModelFileError(f"{label}: not a usable path")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ModelFileError(f"{label}: no such file") from None
+    except OSError as exc:
+        raise ModelFileError(f"{label}: cannot open it ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise ModelFileError(f"{label}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ModelFileError(f"{label}: is {file_kind(st.st_mode)}, not a model file", hint="name a regular file")
+    return fd, st.st_size
+
+
+def regular_size(path: str, label: str) -> int:
+    """The size of a regular file, without reading it (ModelFileError when it is not one)."""
+    fd, size = _open_regular(path, label)
+    os.close(fd)
+    return size
+
+
+class Cursor:
+    """A position in one file, reading forward through a small window.
+
+    ``need(n)`` makes ``n`` bytes from the position available in ``buf`` (at ``off``), or raises
+    "truncated" when the file ends first; ``skip(n)`` moves past bytes without reading them.
+    """
+
+    def __init__(self, fd: int, size: int, label: str) -> None:
+        self.fd = fd
+        self.size = size
+        self.label = label
+        self.buf = b""
+        self.base = 0  # file offset of buf[0]
+        self.pos = 0  # file offset of the next byte to parse
+        self.bytes_read = 0
+        #: bytes to read beyond what is needed; 0 where the caller knows the header's exact length
+        self.read_ahead = READ_AHEAD
+
+    # -- window management -------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return self.size - self.pos
+
+    def fail(self, what: str, hint: str | None = None) -> ModelFileError:
+        """The error for this file; ``what`` may quote the file's own names, so it is made printable."""
+        return ModelFileError(printable(f"{self.label}: {what}"), hint=hint)
+
+    def truncated(self, what: str) -> ModelFileError:
+        return self.fail(f"truncated or corrupt header ({what} runs past the end of the file at byte {self.size})",
+                         hint="the file may be incomplete: download it again")
+
+    def need(self, n: int, what: str = "a field") -> int:
+        """Make ``buf[off:off+n]`` the next ``n`` bytes; returns ``off``."""
+        if n > self.size - self.pos:
+            raise self.truncated(what)
+        off = self.pos - self.base
+        if off >= 0 and off + n <= len(self.buf):
+            return off
+        keep = self.buf[off:] if 0 <= off < len(self.buf) else b""
+        start = self.pos + len(keep)
+        want = min(max(n - len(keep), self.read_ahead), self.size - start)
+        chunks = [keep]
+        got = 0
+        while got < want:
+            try:
+                chunk = os.pread(self.fd, want - got, start + got)
+            except OSError as exc:
+                raise self.fail(f"cannot read it ({exc.strerror})") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        self.bytes_read += got
+        self.buf = b"".join(chunks)
+        self.base = self.pos
+        if n > len(self.buf):
+            raise self.truncated(what)  # the file shrank under us
+        return 0
+
+    def take(self, n: int, what: str = "a field") -> bytes:
+        off = self.need(n, what)
+        self.pos += n
+        return self.buf[off:off + n]
+
+    def skip(self, n: int, what: str = "a field") -> None:
+        """Move past ``n`` bytes; reads nothing that is not already in the window."""
+        if n < 0 or n > self.size - self.pos:
+            raise self.truncated(what)
+        self.pos += n
+
+    def u32(self, what: str = "a field") -> int:
+        off = self.need(4, what)
+        self.pos += 4
+        return int(_U32.unpack_from(self.buf, off)[0])
+
+    def u64(self, what: str = "a field") -> int:
+        off = self.need(8, what)
+        self.pos += 8
+        return int(_U64.unpack_from(self.buf, off)[0])
+
+    def unpack(self, fmt: struct.Struct, what: str = "a value") -> Any:
+        off = self.need(fmt.size, what)
+        self.pos += fmt.size
+        return fmt.unpack_from(self.buf, off)[0]
+
+    def count(self, n: int, min_each: int, what: str) -> int:
+        """``n`` items of at least ``min_each`` bytes each must fit in the rest of the file."""
+        if n * min_each > self.size - self.pos:
+            raise self.fail(f"corrupt header: {what} is {n}, more than the file's {self.size} bytes can hold",
+                            hint="the file is damaged or not a model file")
+        return n
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Move past ``count`` length-prefixed strings (u64 length + bytes) without decoding them.
+
+        The hot loop of a 150k-token vocabulary (and its merges), kept to one ``unpack_from`` and
+        one addition per string: within a window, at most (window left) / 8 lengths can start, and
+        the first length that does not fit raises ``struct.error``, which ends the round; bytes of
+        a string that lie past the window are jumped over, not read. A crafted length sends the
+        position past the end of the file, which the next ``need`` reports.
+        """
+        unpack = _U64.unpack_from
+        left = count
+        while left:
+            off = self.need(8, f"a string of {what}")
+            buf, base = self.buf, self.base
+            rounds = min(left, (len(buf) - off) // 8)
+            done = 0
+            try:
+                for done in range(rounds):  # noqa: B007  (done counts the strings passed)
+                    off += 8 + unpack(buf, off)[0]
+                done = rounds
+            except struct.error:
+                pass
+            left -= done
+            self.pos = base + off
+            if self.pos > self.size:
+                raise self.fail(f"corrupt header: a string of {what} runs past the end of the file",
+                                hint="the file is damaged or not a model file")
+
+
+@contextmanager
+def open_cursor(path: str, label: str) -> Iterator[Cursor]:
+    fd, size = _open_regular(path, label)
+    try:
+        yield Cursor(fd, size, label)
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str, label: str, limit: int) -> bytes:
+    """The whole of a small regular file (a config.json, an index), refused past ``limit`` bytes."""
+    fd, size = _open_regular(path, label)
+    try:
+        if size > limit:
+            raise ModelFileError(f"{label}: {size} bytes is too large for this kind of file (limit {limit})",
+                                 hint="is this the right file?")
+        cur = Cursor(fd, size, label)
+        return cur.take(size, "the file") if size else b""
+    finally:
+        os.close(fd)
+
+
+def load_json(raw: bytes, label: str, what: str = "JSON object") -> Any:
+    """Parsed JSON; ModelFileError for bad UTF-8, bad JSON or nesting deep enough to exhaust recursion.
+
+    CPython's JSON scanner counts its recursion, so a 5000-deep document raises RecursionError
+    (caught here) instead of overflowing the C stack.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelFileError(f"{label}: not UTF-8 text (byte {exc.start + 1})") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ModelFileError(f"{label}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise ModelFileError(f"{label}: not valid JSON ({exc})", hint=f"it should be a {what}") from None
+

@@ -1,0 +1,227 @@
+"""A Transformers ``config.json`` (or an MLC-LLM ``model_config``) turned into :class:`Hyper`.
+
+The numbers engines size their KV cache with, which config.json states in many spellings:
+``head_dim`` set apart from hidden / heads (Qwen3, Gemma), ``num_key_value_heads`` absent (MHA),
+MLA ranks (DeepSeek V2/V3: one compressed row per token), interleaved sliding windows
+(``layer_types``, ``sliding_window_pattern``), recurrent layers of hybrids (Jamba's
+``attn_layer_period``/``offset``, ``layers_block_type``, Nemotron-H's ``hybrid_override_pattern``,
+Qwen3-Next's ``layer_types``/``full_attention_interval``), and vision-language models that nest
+the language model under ``text_config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_launch.errors import ModelFileError
+from gpu_launch.modelfile.facts import Hyper
+
+__all__ = ["text_config", "hyper_from_config", "architecture", "ARCHITECTURES"]
+
+#: config.json ``model_type`` -> GGUF ``general.architecture``, where llama.cpp names it otherwise.
+ARCHITECTURES = {
+    "mistral": "llama", "mixtral": "llama", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe",
+    "qwen3_next": "qwen3next", "gemma3_text": "gemma3", "gemma3n_text": "gemma3n", "gpt_oss": "gpt-oss",
+    "deepseek_v2": "deepseek2", "deepseek_v3": "deepseek2", "cohere": "command-r", "falcon_h1": "falcon-h1",
+    "granitemoehybrid": "granitehybrid", "gpt_neox": "gptneox", "glm4_moe": "glm4moe", "phimoe": "phimoe",
+    "qwen2_vl": "qwen2vl", "qwen2_5_vl": "qwen2vl", "qwen2_vl_text": "qwen2vl", "qwen2_5_vl_text": "qwen2vl",
+    "qwen3_vl": "qwen3vl", "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe": "qwen3vlmoe", "qwen3_vl_moe_text": "qwen3vlmoe",
+    "llama4_text": "llama4", "llava": "llama", "mllama": "mllama",
+}
+#: Whole-model recurrent families (no attention layer at all).
+_RECURRENT_TYPES = {"mamba", "mamba2", "rwkv", "rwkv6", "rwkv7"}
+#: Families whose config's ``sliding_window`` applies to every layer when nothing says otherwise.
+_ALL_SLIDING = {"mistral", "mixtral", "starcoder2"}
+#: Interleaved families whose config may carry no pattern: every n-th layer global (Transformers'
+#: defaults: Gemma 2 alternates, Gemma 3 and Cohere 2 state ``sliding_window_pattern``).
+_DEFAULT_PERIOD = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4}
+
+#: Transformers' class defaults for the numbers a config.json may leave out: a saved config omits a
+#: nested ``text_config``'s values that equal its class's defaults (Gemma 3 4B's text_config states
+#: neither heads nor head_dim), and Transformers fills them back in when it loads. From the
+#: ``__init__`` defaults of Gemma3TextConfig, Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "hidden_size": 2304, "vocab_size": 262208, "max_position_embeddings": 131072,
+                    "sliding_window": 4096},
+    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "hidden_size": 2304, "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096},
+    "llama": {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
+              "max_position_embeddings": 2048},
+    "mistral": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+                "vocab_size": 32000, "max_position_embeddings": 131072, "sliding_window": 4096},
+    "qwen2": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_size": 4096,
+              "vocab_size": 151936, "max_position_embeddings": 32768, "use_sliding_window": False},
+}
+#: Multimodal wrappers whose text_config, when it names no model_type, is that family's default.
+_WRAPPED = {"llava": "llama", "llava_next": "llama", "gemma3": "gemma3_text"}
+
+_ATTENTION = {"full_attention", "attention", "sliding_attention", "chunked_attention", "global", "local", "*"}
+_SLIDING = {"sliding_attention", "local"}
+_RECURRENT = {"mamba", "linear_attention", "conv", "ssm", "recurrent", "M", "mamba2", "gated_deltanet",
+              "short_conv", "rwkv"}
+
+
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's own settings: ``text_config`` (VLMs) or ``llm_config``, else the whole;
+    the values Transformers would fill in from its class defaults filled in too."""
+    merged: Mapping[str, Any] = config
+    for key in ("text_config", "llm_config", "language_config"):
+        nested = config.get(key)
+        if isinstance(nested, Mapping):
+            outer = str(config.get("model_type") or "")
+            inner = nested.get("model_type") or _WRAPPED.get(outer, outer)
+            merged = {**{k: v for k, v in config.items() if k not in ("text_config", "llm_config", "language_config")},
+                      **nested, "model_type": inner}
+            break
+    defaults = _DEFAULTS.get(str(merged.get("model_type") or ""))
+    return {**defaults, **merged} if defaults else merged
+
+
+def architecture(config: Mapping[str, Any]) -> str:
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        archs = config.get("architectures")
+        model_type = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
+    return ARCHITECTURES.get(model_type, model_type)
+
+
+def _first(config: Mapping[str, Any], label: str, *keys: str) -> int | None:
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 8.0: some converters write counts as floats
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 2**53:
+            raise ModelFileError(f"{label}: {key} is {str(value)[:40]!r}, not a count")
+        return value
+    return None
+
+
+def _kinds(config: Mapping[str, Any], n: int, model_type: str, label: str) -> list[str] | None:
+    """Per layer: "full", "sliding", "recurrent", "both" (attention and SSM side by side) or "none"."""
+    for key in ("layer_types", "layers_block_type"):
+        types = config.get(key)
+        if isinstance(types, list) and types:
+            if len(types) < n or not all(isinstance(t, str) for t in types):
+                raise ModelFileError(f"{label}: {key} has {len(types)} entries for {n} layers")
+            return [_kind(t) for t in types[:n]]
+    pattern = config.get("hybrid_override_pattern")  # Nemotron-H: M mamba, * attention, - MLP only
+    if isinstance(pattern, str) and pattern:
+        if len(pattern) < n:
+            raise ModelFileError(f"{label}: hybrid_override_pattern has {len(pattern)} layers for {n}")
+        return [{"M": "recurrent", "*": "full"}.get(c, "none") for c in pattern[:n]]
+    period = _first(config, label, "attn_layer_period")
+    if period:  # Jamba: attention where i % period == offset
+        offset = _first(config, label, "attn_layer_offset") or 0
+        return ["full" if i % period == offset else "recurrent" for i in range(n)]
+    if model_type == "qwen3_next":
+        interval = _first(config, label, "full_attention_interval") or 4
+        return ["full" if (i + 1) % interval == 0 else "recurrent" for i in range(n)]
+    if model_type in _RECURRENT_TYPES:
+        return ["recurrent"] * n
+    if model_type == "falcon_h1":
+        return ["both"] * n
+    return None
+
+
+def _kind(name: str) -> str:
+    if name in _SLIDING:
+        return "sliding"
+    if name in _ATTENTION:
+        return "full"
+    if name in _RECURRENT:
+        return "recurrent"
+    return "none"
+
+
+def _sliding(config: Mapping[str, Any], n: int, model_type: str, label: str) -> tuple[bool, ...]:
+    window = config.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return ()
+    if config.get("use_sliding_window") is False:
+        return ()
+    pattern = _first(config, label, "sliding_window_pattern", "_sliding_window_pattern")
+    if pattern is None:
+        pattern = _DEFAULT_PERIOD.get(model_type)
+    if pattern:  # every pattern-th layer is global (Transformers: (i + 1) % pattern == 0)
+        return tuple((i + 1) % pattern != 0 for i in range(n))
+    if model_type in _ALL_SLIDING:
+        return (True,) * n
+    return ()
+
+
+def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
+    """Hyper from a config.json object (its ``text_config`` already merged in by the caller)."""
+    model_type = str(config.get("model_type") or "")
+    n = _first(config, label, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    if n is None or n > 100_000:
+        raise ModelFileError(f"{label}: no num_hidden_layers", hint="is this a language model's config.json?")
+    heads = _first(config, label, "num_attention_heads", "n_head", "num_heads", "n_heads") or 0
+    kv = _first(config, label, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")
+    if kv is None:
+        kv = 1 if config.get("multi_query") is True else heads
+    hidden = _first(config, label, "hidden_size", "d_model", "n_embd")
+    per_head = hidden // heads if hidden and heads else 0
+    head_dim = _first(config, label, "head_dim", "attention_head_dim") or per_head
+    key_length = value_length = head_dim
+    kv_lora = _first(config, label, "kv_lora_rank")
+    rope_dim = None
+    if kv_lora:  # MLA: K = nope + rope per head, V its own size; the cache holds kv_lora_rank + rope
+        rope_dim = _first(config, label, "qk_rope_head_dim")
+        nope = _first(config, label, "qk_nope_head_dim")
+        if rope_dim is not None and nope is not None:
+            key_length = nope + rope_dim
+        value_length = _first(config, label, "v_head_dim") or value_length
+    kinds = _kinds(config, n, model_type, label)
+    if kinds is None:
+        sliding = _sliding(config, n, model_type, label)
+        kv_heads = (kv,) * n
+        recurrent: tuple[bool, ...] = ()
+    else:
+        has_window = isinstance(config.get("sliding_window"), int) and (config.get("sliding_window") or 0) > 0
+        sliding = tuple(k == "sliding" for k in kinds) if "sliding" in kinds and has_window else ()
+        kv_heads = tuple(kv if k in ("full", "sliding", "both") else 0 for k in kinds)
+        recurrent = tuple(k in ("recurrent", "both") for k in kinds) if any(
+            k in ("recurrent", "both") for k in kinds) else ()
+    window = config.get("sliding_window") if sliding else None
+    return Hyper(
+        n_layers=n, n_heads=heads, kv_heads=kv_heads, key_length=key_length, value_length=value_length,
+        hidden_size=hidden,
+        context_length=_first(config, label, "max_position_embeddings", "n_positions", "max_seq_len",
+                              "seq_length", "context_window_size", "max_sequence_length"),
+        vocab_size=_first(config, label, "vocab_size", "padded_vocab_size"),
+        sliding_window=window if isinstance(window, int) else None, sliding=sliding,
+        kv_lora_rank=kv_lora, rope_head_dim=rope_dim, recurrent=recurrent, ssm=_ssm(config, hidden, label),
+        expert_count=_first(config, label, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
+        nextn_layers=_first(config, label, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
+    )
+
+
+def _ssm(config: Mapping[str, Any], hidden: int | None, label: str) -> dict[str, int]:
+    """The recurrent block's numbers under GGUF's names (see Hyper.ssm)."""
+    names = {"conv_kernel": ("conv_kernel", "mamba_d_conv", "d_conv", "linear_conv_kernel_dim"),
+             "state_size": ("state_size", "mamba_d_state", "d_state", "ssm_state_size"),
+             "group_count": ("n_groups", "mamba_n_groups", "ngroups"),
+             "time_step_rank": ("time_step_rank", "mamba_dt_rank", "dt_rank"),
+             "head_count": ("mamba_n_heads", "num_heads_mamba", "linear_num_value_heads"),
+             "head_dim": ("mamba_head_dim", "linear_value_head_dim"),
+             "key_head_count": ("linear_num_key_heads",), "key_head_dim": ("linear_key_head_dim",)}
+    out: dict[str, int] = {}
+    for name, keys in names.items():
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                out[name] = value
+                break
+    inner = config.get("intermediate_size") if config.get("model_type") in _RECURRENT_TYPES else None
+    expand = config.get("mamba_expand", config.get("expand"))
+    if isinstance(inner, int) and not isinstance(inner, bool):
+        out["inner_size"] = inner
+    elif isinstance(expand, int) and not isinstance(expand, bool) and hidden:
+        out["inner_size"] = expand * hidden
+    if not out:
+        return {}
+    return out

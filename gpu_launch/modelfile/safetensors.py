@@ -1,0 +1,176 @@
+"""safetensors headers (+ the model's config.json), read without the weights.
+
+A safetensors file is a u64 little-endian header length, a JSON header
+``{name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}`` and the data; a
+tensor's bytes are exactly ``end - begin``. A sharded model lists its files in
+``model.safetensors.index.json`` (``weight_map``: tensor -> file). The hyperparameters come from
+config.json beside the weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpu_launch.errors import ModelFileError
+from gpu_launch.modelfile.bounded import MIB, load_json, open_cursor, read_small
+from gpu_launch.modelfile.facts import ModelFacts
+from gpu_launch.modelfile.grouping import group
+from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
+from gpu_launch.text import printable
+
+__all__ = ["SafeTensor", "read_header", "read_safetensors_file", "read_safetensors_dir", "read_config"]
+
+#: The safetensors library's own bound on the header (MAX_HEADER_SIZE, 100 MB).
+MAX_HEADER = 100_000_000
+MAX_CONFIG = 16 * MIB
+#: Bits per element of every dtype the safetensors format names.
+DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "F64": 64, "I64": 64, "U64": 64, "C64": 64,
+    "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4,
+}
+_TORCH_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F8_E4M3": "float8_e4m3fn",
+                "F8_E5M2": "float8_e5m2", "F64": "float64", "I8": "int8", "U8": "uint8", "I32": "int32"}
+
+
+@dataclass(frozen=True)
+class SafeTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def read_header(path: str) -> tuple[list[SafeTensor], int]:
+    """(tensors, bytes read) of one safetensors file; ModelFileError for anything unsound."""
+    label = f"model file {printable(path)}"
+    with open_cursor(path, label) as cur:
+        cur.read_ahead = 0  # the length says where the header ends: read exactly that
+        if cur.size < 8:
+            raise cur.fail(f"not a safetensors file (only {cur.size} bytes)")
+        n = cur.u64("the header length")
+        if n > MAX_HEADER or n > cur.size - 8:
+            raise cur.fail(f"not a safetensors file, or truncated (its header claims {n} bytes, the file has "
+                           f"{cur.size - 8} after the length)", hint="the file may be incomplete: download it again")
+        raw = cur.take(n, "the header")
+        header = load_json(raw, label, "safetensors header")
+        if not isinstance(header, dict):
+            raise cur.fail(f"not a safetensors header (a JSON {type(header).__name__}, not an object)")
+        tensors = _tensors(header, cur.size - 8 - n, label)
+        return tensors, cur.bytes_read
+
+
+def _tensors(header: dict[str, Any], data_size: int, label: str) -> list[SafeTensor]:
+    out: list[SafeTensor] = []
+    spans: list[tuple[int, int, str]] = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        shown = printable(name)
+        if not isinstance(info, dict):
+            raise ModelFileError(f"{label}: tensor {shown} is not described by an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(offsets, list):
+            raise ModelFileError(f"{label}: tensor {shown} lacks dtype, shape or data_offsets")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape):
+            raise ModelFileError(f"{label}: tensor {shown} has a negative or non-integer dimension in {shape!r}"[:300])
+        if (len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            raise ModelFileError(f"{label}: tensor {shown} has data_offsets {offsets!r}"[:300])
+        begin, end = offsets
+        if end > data_size:
+            raise ModelFileError(f"{label}: tensor {shown} ends at byte {end} of the data, past its end ({data_size})",
+                                 hint="the file may be incomplete: download it again")
+        elements = 1
+        for d in shape:
+            elements *= d
+        bits = DTYPE_BITS.get(dtype)
+        if bits is not None and elements * bits != (end - begin) * 8:
+            raise ModelFileError(f"{label}: tensor {shown} is {end - begin} bytes, its shape and {printable(dtype)} "
+                                 f"make {elements * bits / 8:g}")
+        spans.append((begin, end, name))
+        out.append(SafeTensor(name, printable(dtype), tuple(shape), end - begin))
+    spans.sort()
+    for (_, prev_end, prev), (begin, _, name) in zip(spans, spans[1:]):
+        if begin < prev_end:
+            raise ModelFileError(f"{label}: tensors {printable(prev)} and {printable(name)} overlap")
+    return out
+
+
+def read_config(folder: Path) -> tuple[dict[str, Any], int]:
+    """(config.json, bytes read) from ``folder``; ModelFileError when it is missing or not an object."""
+    path = folder / "config.json"
+    label = f"config {printable(str(path))}"
+    if not path.exists():
+        raise ModelFileError(f"{label}: missing", hint="the layer and head counts come from it: put the model's "
+                                                       "config.json beside its weights")
+    raw = read_small(str(path), label, MAX_CONFIG)
+    config = load_json(raw, label, "JSON object")
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{label}: a JSON {type(config).__name__}, not an object")
+    return config, len(raw)
+
+
+def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
+    config, config_bytes = read_config(folder)
+    text = text_config(config)
+    label = f"config {printable(str(folder / 'config.json'))}"
+    hyper = hyper_from_config(text, label)
+    tensors: list[SafeTensor] = []
+    read = config_bytes
+    for f in files:
+        found, n = read_header(f)
+        tensors += found
+        read += n
+    weights = group(((t.name, t.dtype, t.nbytes) for t in tensors), hyper.n_layers)
+    dtype = text.get("torch_dtype") or text.get("dtype")
+    if isinstance(text.get("quantization_config"), dict):
+        dtype = None  # torch_dtype names the unquantised parts; the weights' own types say more
+    if not isinstance(dtype, str) and weights.by_type:
+        top = max(weights.by_type, key=lambda k: weights.by_type[k])
+        dtype = _TORCH_NAMES.get(top, top)
+    name = config.get("_name_or_path")
+    return ModelFacts(source=source, files=(str(folder / "config.json"), *files), format="safetensors",
+                      architecture=printable(architecture(text)), hyper=hyper, weights=weights, header_bytes=read,
+                      name=printable(name) if isinstance(name, str) and name else None,
+                      dtype=printable(dtype) if isinstance(dtype, str) else None)
+
+
+def read_safetensors_file(source: str, path: str) -> ModelFacts:
+    """One .safetensors file, with the config.json beside it (a shard of an indexed set reads the set)."""
+    folder = Path(path).parent
+    if (folder / "model.safetensors.index.json").exists() and Path(path).name in _index_files(folder):
+        return read_safetensors_dir(source, folder)
+    return _facts(source, [path], folder)
+
+
+def _index_files(folder: Path) -> list[str]:
+    path = folder / "model.safetensors.index.json"
+    label = f"index {printable(str(path))}"
+    index = load_json(read_small(str(path), label, 64 * MIB), label)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ModelFileError(f"{label}: no weight_map of tensor names to files")
+    names = sorted(set(weight_map.values()))
+    for n in names:
+        if "/" in n or n in ("", ".", ".."):
+            raise ModelFileError(f"{label}: names a file outside its folder ({printable(n)!r})")
+    return names
+
+
+def read_safetensors_dir(source: str, folder: Path) -> ModelFacts:
+    """config.json + model.safetensors, or the shards model.safetensors.index.json lists."""
+    if (folder / "model.safetensors.index.json").exists():
+        names = _index_files(folder)
+        missing = [n for n in names if not (folder / n).exists()]
+        if missing:
+            raise ModelFileError(f"model directory {printable(str(folder))}: {len(missing)} of the {len(names)} "
+                                 f"shards its index lists are missing (first: {printable(missing[0])})",
+                                 hint="download every shard")
+    else:
+        found = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+        names = [n for n in found if not n.startswith(("adapter_", "consolidated"))] or found
+    return _facts(source, [str(folder / n) for n in names], folder)

@@ -1,0 +1,92 @@
+"""``gpulaunch plan``: a model's facts and where each part of it goes, as text or JSON (schema PLAN).
+
+Every byte count carries its kind: weights are *exact* (the files' tensor bytes), the KV cache a
+*rule* (the engine's own formula, fit/kv.py), compute buffers an *allowance*.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_launch.fit.plan import LABELS, Plan
+
+__all__ = ["as_json", "as_text"]
+
+GiB = 1 << 30
+
+
+def _gib(n: int) -> str:
+    if abs(n) >= GiB:
+        return f"{n / GiB:.2f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def as_json(p: Plan) -> dict[str, Any]:
+    s, pl = p.sizing, p.placement
+    m, w = s.model, s.model.weights
+    return {
+        "schema": 1,
+        "model": {
+            "source": m.source, "format": m.format, "architecture": m.architecture, "name": m.name,
+            "layers": m.hyper.n_layers, "weights_bytes": w.total,
+            "weights_by_kind": {"layers": sum(w.layers), "token_embedding": w.token_embedding, "output": w.output,
+                                "other": w.other},
+            "weights_by_type": dict(w.by_type),
+            "kv_bytes_per_token": s.kv.per_token, "recurrent_state_bytes": s.kv.state,
+        },
+        "engine": s.engine.name,
+        "ctx": s.settings.ctx,
+        "ctx_from": s.settings.ctx_from,
+        "parallel": s.settings.seqs,
+        "kv_type": s.settings.kv_type,
+        "kv_cache_bytes": s.kv.total,
+        "kv_rules": list(s.kv.rules),
+        "labels": dict(LABELS),
+        "allowance": {"bytes_per_gpu": s.settings.reserve if s.settings.reserve is not None else s.engine.allowance,
+                      "why": "--reserve" if s.settings.reserve is not None else s.engine.allowance_why},
+        "gpus": [sh.gpu for sh in pl.per_gpu],
+        "per_gpu": [{"gpu": sh.gpu, "weights_bytes": sh.weights_bytes, "kv_bytes": sh.kv_bytes,
+                     "allowance_bytes": sh.allowance_bytes, "free_bytes": sh.free_bytes, "left_bytes": sh.left_bytes,
+                     "layers": sh.units if s.engine.layout != "tensor" else None} for sh in pl.per_gpu],
+        "cpu_weights_bytes": pl.cpu_weights_bytes,
+        "cpu_kv_bytes": pl.cpu_kv_bytes,
+        "whole": pl.whole,
+        "gpu_layers": pl.gpu_layers,
+        "tp": pl.tp,
+        "placeholders": p.placeholders(),
+        "notes": list(pl.notes),
+    }
+
+
+def as_text(p: Plan, why: str = "") -> str:
+    s, pl = p.sizing, p.placement
+    m, w = s.model, s.model.weights
+    lines = [f"model: {m.name or m.source} ({m.format}, {m.architecture}, {m.hyper.n_layers} layers"
+             + (f", {m.dtype}" if m.dtype else "") + ")",
+             f"  weights {_gib(w.total)} [exact]: layers {_gib(sum(w.layers))}, token embedding "
+             f"{_gib(w.token_embedding)}, output {_gib(w.output)}" + (f", other {_gib(w.other)}" if w.other else "")
+             + (" (tied: the embedding doubles as the output)" if w.tied_embeddings else "")]
+    if w.by_type:
+        lines.append("  by type: " + ", ".join(f"{k} {_gib(v)}" for k, v in sorted(w.by_type.items(),
+                                                                                  key=lambda kv: -kv[1])))
+    lines.append(f"  KV cache {_gib(s.kv.total)} [rule] at {s.settings.ctx} tokens ({s.settings.ctx_from}), "
+                 f"{s.settings.seqs} sequence{'s' if s.settings.seqs != 1 else ''}, {s.settings.kv_type}; "
+                 f"{s.kv.per_token} bytes per token")
+    lines += [f"    {rule}" for rule in s.kv.rules]
+    allowance = s.settings.reserve if s.settings.reserve is not None else s.engine.allowance
+    lines.append(f"engine: {s.engine.name}; allowance {_gib(allowance)} per GPU [allowance: "
+                 f"{'--reserve' if s.settings.reserve is not None else s.engine.allowance_why}]")
+    lines.append(f"{'GPU':>5} {'weights':>11} {'KV':>11} {'allowance':>11} {'free':>11} {'left':>11}"
+                 + ("  layers" if s.engine.layout != "tensor" else ""))
+    for sh in pl.per_gpu:
+        lines.append(f"{sh.gpu:>5} {_gib(sh.weights_bytes):>11} {_gib(sh.kv_bytes):>11} {_gib(sh.allowance_bytes):>11} "
+                     f"{_gib(sh.free_bytes):>11} {_gib(sh.left_bytes):>11}"
+                     + (f"  {sh.units}" if s.engine.layout != "tensor" else ""))
+    if pl.cpu_weights_bytes or pl.cpu_kv_bytes:
+        lines.append(f"{'CPU':>5} {_gib(pl.cpu_weights_bytes):>11} {_gib(pl.cpu_kv_bytes):>11}"
+                     + ("  (the token embedding stays on the host)" if s.engine.layout == "layers" else ""))
+    lines += [f"note: {n}" for n in pl.notes]
+    values = p.placeholders()
+    lines.append("placeholders: " + " ".join(f"{{{k}}}={v}" for k, v in values.items()))
+    text = "\n".join(lines) + "\n"
+    return text + (why if why else "")

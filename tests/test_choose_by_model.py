@@ -1,0 +1,89 @@
+"""--fit MODEL: the fewest GPUs that hold the model, then the best of those by the ranking; one line when none."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_launch.choose import by_model, select
+from gpu_launch.errors import ExitCode, NotEnoughGpus
+from gpu_launch.fit import engines, plan
+from gpu_launch.hardware.read import Needs, read_machine
+from tests.fit_models import GiB, MiB, llama_70b, llama_like
+
+
+def machine(name: str):
+    return read_machine(name, Needs(topology=True))
+
+
+def chosen(sel) -> list[int]:
+    return [d.gpu.index for d in sel.devices]
+
+
+def test_vllm_70b_on_dgx_takes_4_idle_gpus_not_the_busy_ones() -> None:
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768))
+    sel = by_model.choose_by_model(machine("dgx-h100"), s, select.Constraints())
+    assert len(sel.devices) == 4  # tp 2 needs ~78 GiB a GPU, over vLLM's 0.9 x 80 GiB
+    assert set(chosen(sel)) <= {2, 3, 4, 6, 7}  # GPUs 0, 1, 5 have others' jobs on them
+    assert sel.plan.placement.tp == 4 and sel.plan.placement.whole
+
+
+def test_small_model_takes_one_gpu_the_rankings_best() -> None:
+    s = plan.sizing(llama_like(), engines.ENGINES["llama.cpp"], plan.Settings(ctx=8192))
+    m = machine("dgx-h100")
+    sel = by_model.choose_by_model(m, s, select.Constraints())
+    assert chosen(sel) == [d.gpu.index for d in select.choose_auto(m, 1, select.Constraints()).devices]
+    assert sel.plan.placement.gpu_layers == 33
+
+
+def test_llama_cpp_60_gib_on_48_gib_cards_takes_two_and_splits() -> None:
+    model = llama_like(layers=80, layer_bytes=750 * MiB, embedding=1 * GiB, output=1 * GiB, heads=64)
+    s = plan.sizing(model, engines.ENGINES["llama.cpp"], plan.Settings(ctx=8192))
+    sel = by_model.choose_by_model(machine("pcie-8x"), s, select.Constraints())
+    assert len(sel.devices) == 2
+    assert 6 not in chosen(sel) and 2 not in chosen(sel)  # nearly full / half full
+    assert sel.plan.placement.gpu_layers == 81 and sum(sel.plan.placement.tensor_split) == 81
+
+
+def test_reserved_gpus_are_skipped() -> None:
+    s = plan.sizing(llama_like(), engines.ENGINES["llama.cpp"], plan.Settings(ctx=8192))
+    m = machine("workstation-4x")
+    taken = {g.uuid: "alice (pid 1)" for g in m.gpus[:3]}
+    sel = by_model.choose_by_model(m, s, select.Constraints(reserved=taken))
+    assert chosen(sel) == [3]
+
+
+def test_too_big_says_the_shortfall_and_what_would_fit() -> None:
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=131072))
+    m = machine("workstation-4x")  # 4 x 48 GiB
+    with pytest.raises(NotEnoughGpus) as info:
+        by_model.choose_by_model(m, s, select.Constraints())
+    err = info.value
+    assert err.exit_code == ExitCode.NOT_ENOUGH_GPUS
+    assert "needs" in err.message and "on each of 4 GPUs at 131072 tokens" in err.message
+    assert "\n" not in err.message
+
+
+def test_shorter_context_is_offered_when_it_would_fit() -> None:
+    model = llama_like(layers=64, layer_bytes=1 * GiB, heads=32, kv_heads=32)  # MHA: a big KV cache
+    s = plan.sizing(model, engines.ENGINES["llama.cpp"], plan.Settings(ctx=131072))
+    m = machine("workstation-4x")
+    with pytest.raises(NotEnoughGpus) as info:
+        by_model.choose_by_model(m, s, select.Constraints())
+    assert "tokens it fits" in info.value.message
+
+
+def test_partial_offload_when_nothing_holds_it_whole() -> None:
+    model = llama_like(layers=80, layer_bytes=3 * GiB, heads=64)  # 241 GiB of weights
+    s = plan.sizing(model, engines.ENGINES["llama.cpp"], plan.Settings(ctx=4096, partial=True))
+    sel = by_model.choose_by_model(machine("workstation-4x"), s, select.Constraints())
+    p = sel.plan.placement
+    assert not p.whole and p.fits
+    assert 0 < p.gpu_layers < 81 and p.cpu_weights_bytes > 0
+    assert len(sel.devices) == 4  # the most layers: every GPU
+
+
+def test_hopeless_when_even_free_gpus_cannot_hold_it() -> None:
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=8192))
+    m = machine("workstation-4x")
+    assert by_model.hopeless(s, list(m.gpus[:1])) is not None
+    assert by_model.hopeless(s, list(m.gpus)) is None

@@ -1,0 +1,283 @@
+"""`gpulaunch ls` fits the terminal it is in (issue 19, item 4): one line per GPU at 80 columns and up,
+the full layout where there is room, --wide, used + free = total, --watch, and the no-driver demo."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_run import scrubbed
+
+from gpu_launch.hardware import snapshot
+from gpu_launch.views import ls_table, render
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = scrubbed()
+    env.pop("NO_COLOR", None)
+    env.pop("COLUMNS", None)
+    env.update(GPULAUNCH_CONFIG="", TERM="xterm-256color", **extra)
+    return env
+
+
+def gpulaunch(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_launch", *argv], capture_output=True, text=True,
+                          env=_env(**env), timeout=60)
+
+
+def _gpu_lines(text: str, machine_name: str) -> list[str]:
+    """The table rows of ``text``: one per GPU and per MIG device, each starting with its index (or └)."""
+    machine = snapshot.resolve(machine_name)
+    rows = [line for line in text.splitlines() if re.match(r"^\s*(\d+ |└)", line.lstrip(" ")[:4] + " ")
+            or line.strip().startswith("└")]
+    assert len(rows) == len(machine.gpus) + sum(len(g.mig_devices) for g in machine.gpus), text
+    return rows
+
+
+# -- plain text, at fixed widths ------------------------------------------------------------------
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+@pytest.mark.parametrize("machine", ["dgx-h100", "pcie-8x", "mig-a100", "workstation-4x"])
+def test_plain_ls_fits_the_width_one_line_per_gpu(machine: str, columns: int) -> None:
+    proc = gpulaunch("--snapshot", machine, "ls", COLUMNS=str(columns))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if len(line) > columns] == []
+    rows = _gpu_lines(proc.stdout, machine)
+    for gpu in snapshot.resolve(machine).gpus:  # each GPU's own line says its index and free memory
+        assert any(row.split()[0] == str(gpu.index) for row in rows)
+
+
+def test_full_layout_where_there_is_room_compact_at_80() -> None:
+    wide = gpulaunch("--snapshot", "dgx-h100", "ls", COLUMNS="160").stdout
+    narrow = gpulaunch("--snapshot", "dgx-h100", "ls", COLUMNS="80").stdout
+    assert "NVIDIA H100 80GB HBM3" in wide and "alice:2841173 64.7 GiB" in wide
+    assert "bob:1904417 12.0 GiB, ?:3377102 2.0 GiB" in wide
+    assert "NVIDIA" not in narrow.split("\n", 1)[1] and "H100 80GB HBM3" in narrow
+    row5 = next(line for line in narrow.splitlines() if line.split()[:1] == ["5"])
+    assert row5.endswith("bob 12.0 GiB +1")  # what does not fit is counted, not dropped silently
+
+
+def test_a_pipe_without_columns_gets_the_full_layout() -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "ls")
+    assert "alice:2841173 64.7 GiB" in proc.stdout and "NVIDIA H100 80GB HBM3" in proc.stdout
+
+
+def test_long_holders_and_many_processes_still_fit_80_columns() -> None:
+    machine = snapshot.resolve("dgx-h100")
+    holder = "alice (pid 4242 since 09:14, python train.py --config configs/very/long/name.yaml)"
+    text = render.ls_plain(machine, {g.uuid: holder for g in machine.gpus}, width=80)
+    assert max(map(len, text.splitlines())) <= 80
+    assert len(_gpu_lines(text, "dgx-h100")) == 8
+    assert "alice (pid" in text  # the holder is cut, not lost
+
+
+def test_used_and_free_add_up_to_total_with_reserved_memory(tmp_path: Path) -> None:
+    doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))
+    doc["gpus"][0].update(memory_total_mib=1000, memory_used_mib=300, memory_free_mib=600, memory_reserved_mib=100)
+    path = tmp_path / "reserved.json"
+    path.write_text(json.dumps(doc))
+    out = gpulaunch("--snapshot", str(path), "ls").stdout
+    row = next(line for line in out.splitlines() if line.split()[:1] == ["0"])
+    assert "600 MiB" in row and "400 MiB / 1000 MiB" in row  # used shown = 300 used + 100 reserved
+    wide = gpulaunch("--snapshot", str(path), "ls", "--wide", COLUMNS="200").stdout
+    header, row = wide.splitlines()[1], next(line for line in wide.splitlines() if line.split()[:1] == ["0"])
+    assert "RESERVED" in header and "100 MiB" in row
+
+
+# -- --wide ----------------------------------------------------------------------------------------
+
+def test_wide_shows_power_fan_clocks_and_bus_id() -> None:
+    out = gpulaunch("--snapshot", "workstation-4x", "ls", "--wide", COLUMNS="200").stdout
+    header = out.splitlines()[1].split()
+    for column in ("POWER", "FAN", "SM/MEM", "BUS"):
+        assert column in header
+    assert "70/300 W" in out and "30%" in out and "345/7251" in out and "00000000:01:00.0" in out
+    plain = gpulaunch("--snapshot", "workstation-4x", "ls", COLUMNS="200").stdout
+    assert "POWER" not in plain and "00000000:01:00.0" not in plain
+
+
+def test_wide_keys_round_trip_through_a_snapshot(tmp_path: Path) -> None:
+    machine = snapshot.resolve("workstation-4x")
+    again = snapshot.loads(snapshot.dump(machine))
+    assert again.gpus[0].power_limit_w == 300 and again.gpus[0].fan_percent == 30
+    bare = snapshot.to_dict(snapshot.resolve("pcie-8x"))  # a snapshot without them: nothing written
+    assert "power_draw_w" not in bare["gpus"][0]
+
+
+def test_nvml_reads_power_fan_clocks_only_for_wide() -> None:
+    sys.path.insert(0, TESTS)
+    from fake_pynvml import FakeNvml, make_gpu
+
+    from gpu_launch.hardware.model import Needs
+    from gpu_launch.hardware.nvml import NvmlBackend
+
+    plain = FakeNvml([make_gpu(0), make_gpu(1, fan_speed=55)])
+    machine = NvmlBackend(plain, Needs()).read_machine()
+    assert machine.gpus[0].power_draw_w is None and plain.called("nvmlDeviceGetPowerUsage") == 0
+    wide = FakeNvml([make_gpu(0), make_gpu(1, fan_speed=55)])
+    gpus = NvmlBackend(wide, Needs(extras=True)).read_machine().gpus
+    assert (gpus[0].power_draw_w, gpus[0].power_limit_w, gpus[0].clock_sm_mhz, gpus[0].clock_memory_mhz) == \
+        (250, 700, 1980, 2619)
+    assert (gpus[0].fan_percent, gpus[1].fan_percent) == (None, 55)  # no fan: NotSupported, shown as –
+
+
+# -- the rich table on a terminal -------------------------------------------------------------------
+
+def _pty_run(argv: list[str], env: dict[str, str], columns: int, interrupt_after: bytes | None = None,
+             timeout: float = 30, rows: int = 50) -> tuple[bytes, int]:
+    """Run gpulaunch on a terminal ``columns`` wide; with ``interrupt_after``, type Ctrl-C once that
+    many frames (or that text) showed. Returns what the terminal got and the exit status."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    out = b""
+    sent = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if interrupt_after is not None and not sent and out.count(interrupt_after) >= 2:
+            os.write(fd, b"\x03")  # Ctrl-C, as typed: the terminal sends SIGINT to the foreground job
+            sent = True
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return out, os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_rich_ls_on_a_terminal_fits_the_width(columns: int) -> None:
+    out, code = _pty_run(["--snapshot", "dgx-h100", "ls"], _env(), columns)
+    assert code == 0
+    text = ANSI.sub("", out.decode()).replace("\r", "")
+    assert "\x1b[" in out.decode()  # coloured: it is the rich table
+    assert [line for line in text.splitlines() if len(line) > columns] == []
+    assert len(_gpu_lines(text, "dgx-h100")) == 8
+
+
+# -- --watch -------------------------------------------------------------------------------------
+
+def test_watch_redraws_in_place_and_ctrl_c_leaves_cleanly() -> None:
+    out, code = _pty_run(["--snapshot", "dgx-h100", "ls", "--watch", "0.2"], _env(), 80,
+                         interrupt_after=b"(Ctrl-C to stop)")
+    assert code == 0
+    text = out.decode()
+    assert text.count("\x1b[H") >= 2  # redrawn from the top, not scrolled
+    assert text.startswith("\x1b[?25l") and text.rstrip("\r\n").endswith("\x1b[?25h")  # cursor hidden, then back
+    after = text.rsplit("\x1b[J", 1)[1]  # what follows the last frame: the echoed ^C and the cursor, nothing else
+    assert "interrupted" not in after and "Traceback" not in text
+    assert len(ANSI.sub("", after).replace("^C", "").strip()) == 0
+    frame = ANSI.sub("", text.split("\x1b[H")[-1]).replace("\r", "")
+    assert [line for line in frame.splitlines() if len(line) > 80] == []
+    assert len(_gpu_lines(frame, "dgx-h100")) == 8
+
+
+def test_watch_frames_never_outgrow_a_short_terminal() -> None:
+    out, code = _pty_run(["--snapshot", "dgx-h100", "ls", "--watch", "0.2"], _env(), 80,
+                         interrupt_after=b"(Ctrl-C to stop)", rows=8)
+    assert code == 0
+    frames = [ANSI.sub("", f).replace("\r", "") for f in out.decode().split("\x1b[H")[1:]]
+    assert len(frames) >= 2
+    for frame in frames:
+        lines = [line for line in frame.rstrip("\n").split("\n") if line != "^C"]  # (the terminal echoes Ctrl-C)
+        assert len(lines) <= 7  # rows - 1: the redraw never scrolls the screen
+    assert "more lines: make the terminal taller" in frames[-1]
+
+
+def test_watch_not_on_a_terminal_prints_frame_after_frame() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", "pcie-8x", "ls", "--watch", "0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if sum(1 for s in seen if s.startswith("--- ")) == 3:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and err == ""
+    assert "\x1b[" not in "".join(seen) + rest
+    assert sum(1 for s in seen if s.startswith("GPU ")) >= 2
+
+
+def test_watch_refuses_json_and_bad_intervals() -> None:
+    assert gpulaunch("--snapshot", "pcie-8x", "ls", "--watch", "--json").returncode == 2
+    bad = gpulaunch("--snapshot", "pcie-8x", "ls", "--watch=0")
+    assert bad.returncode == 2 and "--watch" in bad.stderr
+
+
+# -- no driver: the demo machine ------------------------------------------------------------------
+
+NO_DRIVER_PYNVML = """
+import sys
+sys.path.insert(0, {tests!r})
+from fake_pynvml import FakeNvml, make_gpu, NVML_ERROR_{error}
+_fake = FakeNvml([make_gpu(0)], errors={{("nvmlInit", None): NVML_ERROR_{error}}})
+
+
+def __getattr__(name):
+    return getattr(_fake, name)
+"""
+
+
+def _with_nvml(tmp_path: Path, error: str) -> dict[str, str]:
+    (tmp_path / "pynvml.py").write_text(NO_DRIVER_PYNVML.format(tests=TESTS, error=error))
+    return {"PYTHONPATH": str(tmp_path) + os.pathsep + _env().get("PYTHONPATH", "")}
+
+
+def test_ls_without_a_driver_shows_the_demo_machine_with_one_note(tmp_path: Path) -> None:
+    env = _with_nvml(tmp_path, "LIBRARY_NOT_FOUND")
+    proc = gpulaunch("ls", **env)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("dgx-h100-01  ") and "snapshot dgx-h100" in proc.stdout
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "gpulaunch: note: no NVIDIA driver here: showing the bundled example machine dgx-h100; --snapshot NAME")
+    strict = gpulaunch("ls", "--json", **env)  # scripts can tell: no JSON, exit 3
+    assert (strict.returncode, strict.stdout) == (3, "")
+
+
+def test_ls_with_a_broken_driver_is_still_an_error(tmp_path: Path) -> None:
+    proc = gpulaunch("ls", **_with_nvml(tmp_path, "NO_PERMISSION"))
+    assert proc.returncode == 3 and proc.stdout == "" and "no permission" in proc.stderr
+
+
+def test_watch_without_a_driver_notes_it_once(tmp_path: Path) -> None:
+    env = _env(**_with_nvml(tmp_path, "DRIVER_NOT_LOADED"))
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "ls", "--watch", "0.1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    frames = 0
+    for line in proc.stdout:
+        frames += line.startswith("--- ")
+        if frames == 3:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert err.count("no NVIDIA driver here") == 1, err
