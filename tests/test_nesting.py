@@ -223,3 +223,25 @@ def test_a_nested_waiter_takes_the_gpu_the_moment_its_sibling_gives_it_back(tmp_
     assert done.returncode == 0, done.stderr
     assert rec.read_text().split("\n")[:2] == ["first 2", "second 2"]
     assert time.monotonic() - started < 15  # woken by the sibling's lock, long before the minute's poll
+
+
+def test_the_readmes_python_example_runs_as_written(tmp_path: Path, locks: str) -> None:
+    """Issue 19 item 1: the example of README "Python and notebooks" (torch left out), on dgx-h100."""
+    import subprocess
+
+    example = """
+import os, subprocess, sys
+import gpu_launch
+
+gpus = gpu_launch.use(2, min_free="20GiB")
+devs = gpu_launch.select(2, idle=True)
+m = gpu_launch.machine()
+with gpu_launch.reserve(gpus="4-7", wait="30m") as r:
+    cmd = [sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"]
+    subprocess.run(cmd, env={**os.environ, **r.env})
+print([d.index for d in gpus], [d.index for d in devs], len(m.gpus))
+"""
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks}))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["4,5,6,7", "[2, 3] [4, 6] 8"]
