@@ -21,6 +21,11 @@ values are accepted too: an int or a list of ints for ``gpus``/``exclude``, byte
 sizes, seconds (int/float, ``datetime.timedelta``) or ``True`` (for ever) for ``wait``. A flag
 left at ``None`` takes the configured default (off unless ``GPULAUNCH_IDLE=1`` and so on).
 
+Every reservation is its own (a second ``reserve()``, one in another thread, one after ``use()``
+never gets a GPU this process holds); ``use()``'s GPUs are this process's and its children's, but
+never narrow this process's own later calls (see :func:`use`); ``reserve()``'s stay in this
+process unless ``inherit=True``; a forked worker holds none of them.
+
 Errors are the command line's, raised as they are: :class:`~gpu_launch.errors.GpuLaunchError` and
 its subclasses (``NotEnoughGpus``, ``Reserved``, ``WaitTimeout``, ``NoDriver``, ``UsageError``,
 ``CudaAlreadyInitialized``, ...), each with ``message``, ``hint`` and the CLI's ``exit_code``.
@@ -31,6 +36,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import weakref
 from dataclasses import dataclass
 
 from gpu_launch.errors import CudaAlreadyInitialized, UsageError
@@ -250,34 +257,109 @@ def _invocation(command: str, given: dict[str, object]) -> Invocation:
 
 # --- choosing and holding --------------------------------------------------------------------------
 
-def _choose(inv: Invocation, take: bool, choose_only: bool = False) -> tuple[Acquired, dict[str, str]]:
+class _Mine:
+    """What this process's API holds, for every thread: never this process's allotment, always taken.
+
+    ``keys`` are the (uuid, depth) locks held (a live container :func:`_choose` hands to the choice,
+    so a reservation another thread takes meanwhile counts too); ``forked_from``, the processes this
+    one was forked from (a forked worker's ``use()`` must not land on its parent's GPUs). A key is
+    added *before* its descriptor may become inheritable and removed only *after* it is closed, so no
+    thread ever sees one of them as an inherited lock (share/reservations.py, ``lineage_holds``).
+    """
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.keys: set[tuple[str, int]] = set()
+        self.locks: weakref.WeakSet[Locks] = weakref.WeakSet()
+        self.forked_from: set[int] = set()
+
+    def add(self, locks: Locks) -> None:
+        with self.guard:
+            self.keys.update(locks.keys)
+            self.locks.add(locks)
+
+    def give_back(self, locks: Locks) -> None:
+        keys = locks.keys
+        locks.release()
+        with self.guard:
+            self.keys.difference_update(keys)
+            self.locks.discard(locks)
+
+    def after_fork_in_child(self) -> None:
+        """A forked copy of this process holds none of what the API held: close its copies of the
+        descriptors (so the parent's ``release()`` frees the GPUs), and remember the parent, whose
+        reservations are its own."""
+        self.guard = threading.Lock()  # another thread may have held it at the fork
+        self.forked_from.add(os.getppid())
+        for locks in list(self.locks):
+            for fd in locks.fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            locks.fds.clear()
+        self.keys.clear()
+        self.locks = weakref.WeakSet()
+
+
+_MINE = _Mine()
+
+
+def _after_fork_in_child() -> None:
+    _MINE.after_fork_in_child()
+    _HELD.guard = threading.RLock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _parent_environ() -> dict[str, str]:
+    """The environment this process was given: ``os.environ`` with the variables :func:`use` set put
+    back as they were. So this process's own ``use()`` never narrows its later calls as a parent's
+    ``CUDA_VISIBLE_DEVICES`` would: what ``use()`` holds is simply taken, as another job's would be."""
+    environ = dict(os.environ)
+    for name, value in (_HELD.saved or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    return environ
+
+
+def _choose(inv: Invocation, take: bool, choose_only: bool = False,
+            inherit: bool = False) -> tuple[Acquired, dict[str, str]]:
     """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
-    acquired and the variables to set."""
+    acquired and the variables to set. ``inherit``: the lock descriptors are handed down to programs
+    this process starts (``use()``; ``reserve(inherit=True)``)."""
     from gpu_launch.share import acquire, pick
 
-    locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=take and not inv.get("no_lock"),
+    environ = _parent_environ()
+    locking = acquire.Locking.of(inv.get("lock_dir"), environ, take=take and not inv.get("no_lock"),
                                  snapshot=pick.snapshot_source(inv))
-    if _HELD.locks is not None:  # what use() holds is this process's own: choose within it, as a job inside a job
-        from gpu_launch.records import replace
+    from gpu_launch.records import replace
 
-        locking = replace(locking, own=frozenset(_HELD.locks.uuids))
+    locking = replace(locking, mine=_MINE.keys, skip_pids=_MINE.forked_from)
     _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
-                                          choose_only=choose_only)
+                                          choose_only=choose_only, environ=environ)
     try:
+        if got.reservation is not None:
+            _MINE.add(got.reservation)  # before anything can make its descriptors inheritable
         if got.fallback_reason is not None and not inv.get("quiet"):
             print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
             print("gpulaunch: fallback cpu: no GPU visible (CUDA_VISIBLE_DEVICES= empty)", file=sys.stderr)
         if vis is not None:
             pick.tell(inv, vis, got.selection, env)
         if got.reservation is not None:
-            # `gpulaunch ls` names this process (a notebook's kernel) as the holder; and the
-            # descriptors are kept across exec, as a launch's are, so that a gpulaunch started from
-            # here knows these GPUs for its job's (share/reservations.py, own_reservations).
+            # `gpulaunch ls` names this process (a notebook's kernel) as the holder.
             got.reservation.record(os.getpid(), _command_line())
-            got.reservation.make_inheritable()
+            if inherit:
+                # Kept across exec, as a launch's are: a program started from here holds them too, and a
+                # gpulaunch started from here shares these GPUs out as its job's (share/nesting.py).
+                got.reservation.make_inheritable()
     except BaseException:
         if got.reservation is not None:
-            got.reservation.release()
+            _MINE.give_back(got.reservation)
         raise
     return got, {name: env[name] for name in SET_VARIABLES}
 
@@ -293,6 +375,7 @@ class _Held:
         self.locks: Locks | None = None
         self.devices: tuple[Device, ...] = ()
         self.saved: dict[str, str | None] | None = None  # None: use() has not changed os.environ
+        self.guard = threading.RLock()
 
 
 _HELD = _Held()
@@ -312,6 +395,13 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     the process ends — a kernel restart ends it — or :func:`release`. A second call releases the
     first choice, and restores the variables, before it chooses again.
 
+    The GPUs are this process's and its children's: programs it starts inherit the locks, and a
+    ``gpulaunch`` started from here shares them out among its jobs, one each (its allotment). They
+    are not an allotment for this process's own later calls: :func:`select` and :func:`reserve`
+    choose as if ``use()`` had not set ``CUDA_VISIBLE_DEVICES``, and skip these GPUs as taken. A
+    forked copy of the process (a ``multiprocessing`` worker) holds none of them: its own ``use()``
+    gets GPUs of its own.
+
     ``n`` GPUs (default 1), or ``gpus=`` by number, or ``fit=`` the fewest that hold a size; the
     constraints and ``wait=`` as for ``gpulaunch``. ``model=`` (a model file or folder, or a cached
     Hugging Face id) chooses the fewest GPUs that hold that model at ``ctx`` tokens (default: its
@@ -323,18 +413,24 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
-    release()  # the first choice goes, and the parent's variables come back, before choosing again
-    saved = {name: os.environ.get(name) for name in SET_VARIABLES}
-    got, variables = _choose(inv, take=True)
-    _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, _devices(got.selection.devices), saved
-    os.environ.update(variables)
-    return _HELD.devices
+    with _HELD.guard:  # one process, one use(): threads calling it take turns
+        release()  # the first choice goes, and the parent's variables come back, before choosing again
+        saved = {name: os.environ.get(name) for name in SET_VARIABLES}
+        got, variables = _choose(inv, take=True, inherit=True)
+        _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, _devices(got.selection.devices), saved
+        os.environ.update(variables)
+        return _HELD.devices
 
 
 def release() -> None:
     """Give back what :func:`use` holds and restore the variables it set. Nothing held: nothing to do."""
+    with _HELD.guard:
+        _release_held()
+
+
+def _release_held() -> None:
     if _HELD.locks is not None:
-        _HELD.locks.release()
+        _MINE.give_back(_HELD.locks)
         _HELD.locks = None
     if _HELD.saved is not None:
         for name, value in _HELD.saved.items():
@@ -358,8 +454,9 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
            quiet: bool | None = None) -> tuple[Device, ...]:
     """Choose only, as ``gpulaunch env`` does: no reservation, no change to ``os.environ``.
 
-    GPUs that other gpulaunch jobs reserved are skipped (``gpus=`` on one only warns), but nothing
-    keeps the chosen ones for you. ``wait=`` waits until the request can be met. Prints the mapping
+    GPUs that other gpulaunch jobs reserved are skipped (``gpus=`` on one only warns), and so are
+    those this process holds (:func:`use`, :func:`reserve`): after ``use(2)``, ``select(2)`` gives two
+    other GPUs, chosen on the whole machine as the parent allows it. Nothing keeps the chosen ones for you. ``wait=`` waits until the request can be met. Prints the mapping
     table on stderr unless ``quiet``.
     """
     inv = _invocation("env", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
@@ -377,9 +474,10 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
 class Reservation:
     """GPUs held for a block (:func:`reserve`): ``devices``, and ``env``, the variables for a subprocess.
 
-    ``subprocess.run(cmd, env={**os.environ, **r.env})`` runs ``cmd`` on them. The lock descriptors
-    stay in this process (they are not inherited), so the reservation ends with the block, at
-    :meth:`release`, or when this process ends, whichever comes first.
+    ``subprocess.run(cmd, env={**os.environ, **r.env})`` runs ``cmd`` on them. Unless it was made with
+    ``inherit=True``, the lock descriptors stay in this process (no child inherits them), so the
+    reservation ends with the block, at :meth:`release`, or when this process ends, whichever comes
+    first, whatever children still run.
     """
 
     def __init__(self, devices: tuple[Device, ...], env: dict[str, str], locks: Locks | None) -> None:
@@ -394,7 +492,7 @@ class Reservation:
     def release(self) -> None:
         """Give the GPUs back (again: nothing happens)."""
         if self._locks is not None:
-            self._locks.release()
+            _MINE.give_back(self._locks)
             self._locks = None
 
     def __enter__(self) -> Reservation:
@@ -414,18 +512,29 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
             min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
             exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
             wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-            quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None) -> Reservation:
+            quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None,
+            inherit: bool = False) -> Reservation:
     """Choose and reserve GPUs for other processes, leaving this one's environment alone.
 
     Use it as a context manager (``with gpu_launch.reserve(2) as r:``), or call ``r.release()``.
     Options as for :func:`use`. This process's CUDA may already be running: the variables are for
     the subprocesses you start with ``r.env``. ``model=``/``ctx=`` as for :func:`use`.
+
+    Every reservation is its own: a second ``reserve()`` (or one after :func:`use`, or in another
+    thread) never gets a GPU this process already holds, and naming one with ``gpus=`` raises
+    :class:`~gpu_launch.errors.ReservationConflict`. The locks are *not* handed down to the programs
+    this process starts, so ``r.release()`` frees the GPUs at once. With ``inherit=True`` they are:
+    programs started from here (``os.system``, ``subprocess`` with ``close_fds=False``) hold them too,
+    so the GPUs stay reserved while such a program runs, and a ``gpulaunch`` started from here shares
+    these GPUs out among its jobs (the reservation is its allotment), as inside a launch.
     """
+    if not isinstance(inherit, bool):
+        raise UsageError(f"inherit: expected True or False, got {inherit!r}", hint="e.g. inherit=True")
     fit = _fit_or_model(fit, model)
     inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
-    got, variables = _choose(inv, take=True)
+    got, variables = _choose(inv, take=True, inherit=inherit)
     return Reservation(_devices(got.selection.devices), variables, got.reservation)
 
 

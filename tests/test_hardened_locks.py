@@ -118,7 +118,7 @@ def test_in_a_hardened_dir_other_users_lock_wait_but_cannot_remove_anything(shar
                   "    try:\n        f(); print('done')\n    except PermissionError:\n        print('refused')\n")
         tried = subprocess.run([*prefix, python, "-c", tamper, lock], capture_output=True, text=True, timeout=60)
         assert tried.stdout == "refused\nrefused\n", tried.stderr
-        waiter = subprocess.Popen([*prefix, python, "-m", "gpu_launch", "--snapshot", str(one), "--auto", "1",
+        waiter = subprocess.Popen([*prefix, python, "-m", "gpu_launch", "--snapshot", str(one), "--auto", "1", "--max-util", "100",
                                    "--wait", "60", "--", "true"], env=env(hardened), stderr=subprocess.PIPE, text=True,
                                   cwd=shared_dir)
         Lines(waiter.stderr).wait("waiting")

@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, start, write_snapshot
 from two_users import as_nobody, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -94,3 +96,32 @@ def test_waiters_do_not_wait_for_the_poll_interval_when_a_gpu_frees_or_their_tur
     assert holder.wait(timeout=60) == 0
     assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
     assert order.read_text() == "a\nb\n"
+
+
+def test_a_planted_live_ticket_at_the_top_number_does_not_reorder_later_waiters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 6: every later waiter got the top number, and pid text decided (pid 1 went first)."""
+    import fcntl
+
+    from gpu_launch.share import waitqueue
+
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    locks.chmod(0o1777)
+    planted = locks / f"ticket-{'9' * 30}-77-abcd"
+    fd = os.open(planted, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # live: someone holds it
+    try:
+        tickets = []
+        for pid in (50, 1):  # the earlier waiter's pid sorts after the later one's as text
+            monkeypatch.setattr(waitqueue.os, "getpid", lambda pid=pid: pid)
+            ticket = waitqueue.Ticket(str(locks))
+            ticket.join()
+            tickets.append(ticket)
+        monkeypatch.undo()
+        assert [t.ahead() for t in tickets] == [1, 2]  # the planted one, then arrival order
+        tickets[0].leave()
+        assert tickets[1].ahead() == 1
+        tickets[1].leave()
+    finally:
+        os.close(fd)

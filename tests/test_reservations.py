@@ -38,7 +38,8 @@ def locks(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def one_gpu(tmp_path: Path) -> Path:
-    return write_snapshot(tmp_path / "one.json", first_gpus(example("dgx-h100"), 1))
+    # an idle GPU: a waiting --auto waits for GPUs free for it, and dgx-h100's GPU 0 is alice's, at 98%
+    return write_snapshot(tmp_path / "one.json", first_gpus(example("dgx1-v100"), 1))
 
 
 def _uuids(name: str) -> list[str]:
@@ -69,7 +70,9 @@ def _stress_round(tmp_path: Path, locks: Path, n: int, wait: bool) -> list[tuple
     rec.mkdir()
     release = tmp_path / f"release-{n}"
     logs = [open(tmp_path / f"err-{n}-{i}.txt", "w+") for i in range(PROCESSES)]
-    args = ["--snapshot", "dgx-h100", "--auto", "1", "--lock-dir", str(locks), *(["--wait"] if wait else []),
+    # --max-util 100: a waiting --auto would otherwise (rightly) wait for GPUs 0 and 1 to stop being alice's
+    args = ["--snapshot", "dgx-h100", "--auto", "1", "--lock-dir", str(locks),
+            *(["--wait", "--max-util", "100"] if wait else []),
             "--", "python3", "-c", SPAN, str(rec), str(release)]
     procs = [subprocess.Popen(gl(*args), env=env(), stdout=subprocess.DEVNULL, stderr=log) for log in logs]
     try:
@@ -219,7 +222,7 @@ def test_a_planted_symlink_is_refused_not_followed(tmp_path: Path, locks: Path, 
     os.chmod(locks, 0o1777)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    (uuid,) = [g["uuid"] for g in first_gpus(example("dgx-h100"), 1)["gpus"]]
+    (uuid,) = [g["uuid"] for g in first_gpus(example("dgx1-v100"), 1)["gpus"]]
     planted = Path(reservations.lock_path(str(locks), uuid))
     planted.symlink_to(victim)
     # its GPU alone is unavailable for reservation (tests/test_bad_lock_files.py): the only GPU here

@@ -41,7 +41,7 @@ def test_a_gpu_that_frees_up_mid_wait_is_taken(full: Path, locks: Path) -> None:
     waiter = start(["--snapshot", str(full), "--auto", "1", "--min-free", "40GiB", "--wait", "--", *SHOW], locks)
     err = Lines(waiter.stderr)
     line = err.wait("waiting")
-    assert "need 1 GPU with ≥ 40.0 GiB free; eligible now: none" in line
+    assert "need 1 GPU with ≥ 40.0 GiB free, not busy or full with others' work; eligible now: none" in line
     assert waiter.poll() is None
     _free_gpu(full, 2)  # the snapshot file is re-read on every poll, as NVML would be
     assert waiter.wait(timeout=30) == 0

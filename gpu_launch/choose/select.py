@@ -40,6 +40,10 @@ class Constraints:
     reserved: dict[str, str] = field(default_factory=dict)  # UUID -> who holds it (reservations)
     #: Where ``exclude`` came from, for messages: ``--exclude``, ``GPULAUNCH_EXCLUDE=0``, ``exclude in FILE:LINE``.
     exclude_source: str = "--exclude"
+    #: a job that waits (``each``, ``--wait`` with ``--auto``/``--fit``) is only given GPUs free for it:
+    #: not busy or full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
+    polite: bool = False
+    allotted: frozenset[str] = frozenset()  # GPU UUIDs
 
     def describe(self) -> str:
         parts = []
@@ -135,7 +139,20 @@ def could_ever_hold(gpu: Gpu, min_free: Size | None) -> bool:
 
 def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
     """The first constraint ``gpu`` fails, as a phrase, or None when it may be used."""
-    return _unusable(gpu, c) or constraint_failure(gpu, c)
+    return _unusable(gpu, c) or constraint_failure(gpu, c) or _not_free_for_it(gpu, c)
+
+
+def _not_free_for_it(gpu: Gpu, c: Constraints) -> str | None:
+    """A waiting job's rule (``Constraints.polite``): a GPU busy or full with others' work is not free
+    for it; it waits rather than pile onto a colleague's run. Its own allotment's GPUs are its own."""
+    if not c.polite or gpu.uuid in c.allotted or c.max_util is not None:  # --max-util: the user's own bar
+        return None
+    level = availability(gpu)
+    if level < Availability.BUSY:
+        return None
+    users = sorted({p.user for p in gpu.processes if p.user})
+    who = f" by {', '.join(users)}" if users else ""
+    return f"{level.text}{who} ({gpu.utilization_gpu or 0}% utilisation; --max-util 100 takes it anyway)"
 
 
 def _unusable(gpu: Gpu, c: Constraints) -> str | None:

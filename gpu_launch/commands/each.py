@@ -11,6 +11,17 @@ files and closes its own copies. From then on the *job* holds its reservation: i
 job exits, crashes or is killed, whatever happens to this scheduler. So no two jobs (of this
 sweep, or anyone's gpulaunch) are ever on one GPU, and ``gpulaunch ls`` shows each job's pid.
 
+A sweep is polite: it waits for GPUs free for its jobs, never putting one on a GPU that is busy or
+full with someone's work (``--max-util`` sets the user's own bar instead). Inside a job (``gpulaunch
+--gpus 2,3 -- gpulaunch each jobs.txt``, a Slurm step, a process that called ``gpu_launch.use()``),
+the job's GPUs are its allotment: whatever their load they are the sweep's, shared out among its jobs
+one level deeper (:mod:`gpu_launch.share.nesting`), so two jobs never share one; and it waits without
+a ticket in the machine's queue, where it could stand behind someone waiting for its own job's GPUs.
+
+The loop sleeps until something happens: a job's end (SIGCHLD) or Ctrl-C wakes it at once through
+the interpreter's wake-up pipe, so a GPU is handed to the next job within milliseconds; only GPUs
+freed by others are looked for every ``GPULAUNCH_POLL_INTERVAL``.
+
 Each job runs in its own process group with stdin from /dev/null, and its stdout and stderr go to
 ``--log-dir``/job-N.log (N is the job's number, 1-based, in file order); an existing file is never
 overwritten (job-N.1.log, job-N.2.log, … are used instead). Ctrl-C (or SIGTERM) stops launching,
@@ -42,27 +53,58 @@ from gpu_launch.hardware.model import Machine
 
 __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "default_log_dir", "open_log"]
 
-_REAP_EVERY = 0.1  # seconds between checks for finished jobs and signals
+_REFRESH_EVERY = 0.25  # seconds between redraws of the live view while nothing else happens
 
 
 class _Signals:
-    """Turns SIGINT/SIGTERM into a counter the loop reads, so a signal never lands mid-spawn."""
+    """Turns SIGINT/SIGTERM into a counter the loop reads, so a signal never lands mid-spawn; and wakes
+    the loop the moment one arrives or a job ends (SIGCHLD), through the interpreter's wake-up pipe,
+    so finished jobs are reaped at once instead of at the next tick of a polling interval."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
         self._old: dict[int, Any] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._old_wakeup = -1
 
     def __enter__(self) -> _Signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self._handle)
+        read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pipe = (read_end, write_end)
+        # The C-level handler writes the signal's number to the pipe at once, even while this thread
+        # blocks in select(): a job that ends between the reap and the wait is never missed.
+        self._old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        self._old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._child)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        signal.set_wakeup_fd(self._old_wakeup)
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
 
     def _handle(self, signum: int, frame: object) -> None:
         self.received.append(signum)
+
+    def _child(self, signum: int, frame: object) -> None:
+        """A job ended: the wake-up byte is what matters; reaping happens in the loop."""
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until a signal (a job's end, Ctrl-C) arrives or ``timeout`` seconds pass."""
+        import select
+
+        assert self._pipe is not None
+        ready, _, _ = select.select([self._pipe[0]], [], [], max(0.0, timeout))
+        if ready:
+            try:
+                while os.read(self._pipe[0], 512):
+                    pass
+            except BlockingIOError:
+                pass
 
 
 class Scheduler:
@@ -83,6 +125,8 @@ class Scheduler:
         self.chooser = chooser
         self.interval = acquire.poll_interval(environ)
         self.ticket: Any = None
+        #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
+        self.queue = True
         self.stopping = 0  # signals received
 
     def run(self) -> None:
@@ -96,9 +140,18 @@ class Scheduler:
                         next_try = 0.0
                     if self.pending and not self.stopping and time.monotonic() >= next_try:
                         self._start_what_fits()
+                        # Jobs of ours ending wake us at once; GPUs others free are looked for every interval.
                         next_try = time.monotonic() + self.interval
                     self.view.refresh(self)
-                    time.sleep(_REAP_EVERY)
+                    if not (self.pending and not self.stopping or self.running):
+                        break
+                    if self._reap():  # ended while we were starting others: no sleep
+                        next_try = 0.0
+                        continue
+                    timeout = next_try - time.monotonic() if self.pending and not self.stopping else 3600.0
+                    if getattr(self.view, "_live", None) is not None:
+                        timeout = min(timeout, _REFRESH_EVERY)
+                    signals.wait(timeout)
             finally:
                 self._leave_queue()
         for state in self.pending:
@@ -134,13 +187,15 @@ class Scheduler:
     def _start_what_fits(self) -> None:
         from gpu_launch.share.waitqueue import Ticket
 
+        machine = None
         while self.pending:
-            if self.ticket is None:
+            if self.ticket is None and self.queue:
                 self.ticket = Ticket(self.locking.lock_dir)
                 self.ticket.join()
-            if self.ticket.ahead() > 0:
+            if self.ticket is not None and self.ticket.ahead() > 0:
                 return
-            machine = self.read()
+            if machine is None:  # once a round: the locks, re-read for every job, say who holds what
+                machine = self.read()
             try:
                 got = acquire.attempt(self.request, machine, self.locking, self.chooser)
             except (NotEnoughGpus, ReservationConflict):
@@ -148,6 +203,12 @@ class Scheduler:
                 return
             self._leave_queue()
             self._spawn(self.pending.popleft(), got)
+            elig = got.selection.eligibility
+            if self.pending and elig is not None and len(elig.eligible) < 2 * len(got.selection.devices):
+                # What was eligible a moment ago, less this job's: not enough for the next. Say so now
+                # rather than read the locks again to find it out; a job ending wakes the loop.
+                self.view.waiting(self, self.request.what(machine))
+                return
 
     def _spawn(self, state: JobState, got: acquire.Acquired) -> None:
         from gpu_launch.run import environment
@@ -323,8 +384,9 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
+    # A sweep waits for GPUs free for its jobs rather than pile onto others' work (``--max-util`` decides instead).
     request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
-                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"))
+                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True)
 
     def read() -> Machine:
         return read_machine(inv, processes=True, topology=k > 1)
@@ -342,7 +404,13 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir,
                 json=bool(inv.get("json")))
+    if not acquire.inside_allotment(locking, machine):
+        from gpu_launch.records import replace
+
+        # Inside no job: GPUs held later are others' or our own jobs', never an allotment of ours.
+        locking = replace(locking, nested=False)
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
+    scheduler.queue = not locking.nested
     with view:
         scheduler.run()
     view.summary(scheduler)

@@ -5,6 +5,11 @@ lock lost to a race (another gpulaunch locked the GPU between our read and our l
 everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
 :func:`acquire` adds ``--wait`` (re-read the machine every poll, first come first served through
 :mod:`gpu_launch.share.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
+
+Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
+deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue. A
+waiting ``--auto``/``--fit`` and ``each`` are polite (``Request.polite``): they wait for GPUs not busy
+or full with others' work, except their allotment's.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 
 from gpu_launch.records import dataclass, field
 from gpu_launch.share import reservations
@@ -65,17 +70,25 @@ class Request:
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
     exclude_source: str = "--exclude"  # where --exclude came from (the config file, GPULAUNCH_EXCLUDE), for messages
+    #: a job that waits (``each``; ``--wait`` with --auto/--fit) gets only GPUs free for it: none busy
+    #: or full with others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys).
+    polite: bool = False
 
-    def constraints(self, machine: Machine, reserved: Mapping[str, str]) -> gpu_select.Constraints:
+    def constraints(self, machine: Machine, reserved: Mapping[str, str],
+                    allotted: frozenset[str] = frozenset()) -> gpu_select.Constraints:
         excluded = frozenset(d.uuid for d in gpu_spec.resolve(self.exclude, machine, "--exclude")) \
             if self.exclude else frozenset()
         return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved),
-                                      self.exclude_source)
+                                      self.exclude_source, polite=self.polite and self.gpus is None,
+                                      allotted=allotted)
 
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
         desc = self.constraints(machine, {}).describe()
         with_desc = f" with {desc}" if desc else ""
+        if self.polite and self.gpus is None and self.max_util is None:
+            with_desc += "," if desc else ""
+            with_desc += " not busy or full with others' work"
         if self.gpus is not None:
             labels = ", ".join(d.label for d in gpu_spec.resolve(self.gpus, machine))
             return f"need {labels}{with_desc if self.strict else ''}"
@@ -95,9 +108,14 @@ class Locking:
 
     lock_dir: str
     take: bool = True
-    #: UUIDs this process holds already (the Python API's ``use()``): they count as its own, as a
-    #: parent job's do, so a choice made inside this process may use them and locks them no second time.
-    own: frozenset[str] = frozenset()
+    #: (uuid, depth) locks this very process's Python API holds (``use()``, ``reserve()``): never this
+    #: job's allotment, always taken (:mod:`gpu_launch.share.nesting`). A live container (threads add to it).
+    mine: Container[object] = field(default=frozenset(), compare=False)
+    #: the processes this one was forked from: what they hold is not its allotment
+    skip_pids: Container[int] = field(default=frozenset(), compare=False)
+    #: look for this job's allotment among the held GPUs (off: every held GPU counts as reserved, the
+    #: safe side; ``each`` turns it off once it knows it runs inside no job, to spare the /proc walk)
+    nested: bool = True
 
     @staticmethod
     def of(option: str | None, environ: Mapping[str, str], take: bool, snapshot: str | None = None) -> Locking:
@@ -156,8 +174,9 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
 
 
 def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
-            unusable: Mapping[str, reservations.Unusable] | None = None) -> gpu_select.Selection:
-    constraints = request.constraints(machine, reserved)
+            unusable: Mapping[str, reservations.Unusable] | None = None,
+            allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
+    constraints = request.constraints(machine, reserved, allotted)
     if request.gpus is not None:
         devices = gpu_spec.resolve(request.gpus, machine)
         for device in devices:
@@ -204,26 +223,32 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     if locking.take:
         reservations.prepare_dir(locking.lock_dir)
     found, unusable = reservations.scan(locking.lock_dir, uuids)
-    # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the
-    # GPUs that job holds: they are its own, as its lock descriptors (not the files' text) prove.
-    # It takes no second lock on them; nor on those this very process holds already (``locking.own``).
-    own = reservations.own_reservations(locking.lock_dir, found) if found else frozenset()
-    own = own | (locking.own & found.keys())
-    reserved = {u: h.describe(now) for u, h in found.items() if u not in own}
+    # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
+    # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
+    # job's children: it locks them one level deeper, so two children never get the same one.
+    depth: dict[str, int] = {}  # a GPU of our job's, free within it -> the depth of the lock to take
+    allotted: frozenset[str] = frozenset()
+    if found and locking.nested:
+        from gpu_launch.share import nesting  # only when something is held: a lone launch does without
+
+        nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids)
+        depth, allotted = nest.depth, nest.allotted
+        reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
+    reserved.update((u, h.describe(now)) for u, h in found.items() if u not in depth and u not in reserved)
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
         try:
-            selection = _choose(request, machine, reserved, chooser, unusable)
+            selection = _choose(request, machine, reserved, chooser, unusable, allotted)
         except _UNMET as exc:
             _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
             raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
-        # Reserved ones are only chosen with --share; they and our own job's are not locked again.
-        wanted = [d.uuid for d in selection.devices if d.uuid not in reserved and d.uuid not in own]
+        # Reserved ones are only chosen with --share (and not locked); our job's are locked a level deeper.
+        wanted = [d.uuid for d in selection.devices if d.uuid not in reserved]
         try:
-            got = reservations.lock_all(locking.lock_dir, wanted)
+            got = reservations.lock_all(locking.lock_dir, wanted, depth)
         except reservations.UnusableLockFile as exc:
             # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
             unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
@@ -232,10 +257,26 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = reservations.probe(locking.lock_dir, got)
+        holder = reservations.probe_at(locking.lock_dir, got, depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
+
+
+def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
+    """Whether this process runs inside a job that holds some of ``machine``'s GPUs (its allotment).
+
+    Such a process waits without a ticket in the machine's queue: a ticket would put it behind
+    outside waiters, who may be waiting for the very GPUs its own job holds until it is done.
+    """
+    if locking is None:
+        return False
+    found, _unusable = reservations.scan(locking.lock_dir, _device_uuids(machine))
+    if not found:
+        return False
+    from gpu_launch.share import nesting
+
+    return bool(nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids).allotted)
 
 
 def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
@@ -302,7 +343,11 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
     held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
-    return text + (f" ({held} reserved by other gpulaunch jobs)" if held else "")
+    notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
+    busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
+    if busy:
+        notes.append(f"{', '.join(busy)} busy or full with others' work")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 class _Sleeper:
@@ -359,9 +404,14 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
     started = time.monotonic()
     deadline = started + wait if math.isfinite(wait) else math.inf
     ticket = None
+    machine: Machine | None = None
+    inside = False
     if locking is not None and locking.take:
         reservations.prepare_dir(locking.lock_dir)
-        ticket = Ticket(locking.lock_dir)
+        machine = read()
+        inside = inside_allotment(locking, machine)
+        if not inside:
+            ticket = Ticket(locking.lock_dir)
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
         watch: reservations.LockWatch | None = None
@@ -369,17 +419,19 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
             if ticket is not None:
                 ticket.join()
             last: GpuLaunchError | None = None
-            machine: Machine | None = None
+            fresh = machine is not None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
                 wake: Callable[[float], bool] | None = None
-                if ahead == 0 or machine is None:
+                if (ahead == 0 or machine is None) and not fresh:
                     machine = read()  # only the head of line re-reads the machine (NVML is not free)
+                fresh = False
+                assert machine is not None
                 if ahead == 0:
                     if watch is not None:
                         watch.close()
                     # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
-                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine)) \
+                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine), nested=inside) \
                         if locking is not None else None
                     try:
                         return attempt(request, machine, locking, chooser)

@@ -69,16 +69,24 @@ def read_machine(inv: Invocation, **needs: Any) -> Machine:
     return machine
 
 
-def choose_within_parent(request: Request, machine: Machine, constraints: Constraints) -> Selection:
-    """The selection for ``request`` among the devices the parent's visibility allows (an acquire chooser)."""
+def choose_within_parent(request: Request, machine: Machine, constraints: Constraints,
+                         environ: Mapping[str, str] | None = None) -> Selection:
+    """The selection for ``request`` among the devices the parent's visibility allows (an acquire chooser).
+
+    ``environ``: the parent's environment (default ``os.environ``; the Python API passes it as it was
+    before its own ``use()`` changed it)."""
     from gpu_launch.choose import select
     from gpu_launch.choose import visibility
     from gpu_launch.choose import spec as gpu_spec
     from gpu_launch.errors import NotEnoughGpus
 
-    vis = visibility.resolve(machine, os.environ)
+    vis = visibility.resolve(machine, os.environ if environ is None else environ)
     vis.require_some()
     scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
+    if vis.slurm and vis.allowed is not None:  # a Slurm step's GPUs are the job's, whatever their load
+        from gpu_launch.records import replace
+
+        constraints = replace(constraints, allotted=constraints.allotted | {d.gpu.uuid for d in vis.allowed})
     try:
         if request.gpus is not None:
             devices = gpu_spec.resolve(request.gpus, machine)
@@ -132,7 +140,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
                            mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
-                           exclude_source=_exclude_source(inv))
+                           exclude_source=_exclude_source(inv), polite=waiting and explicit is None)
 
 
 def _exclude_source(inv: Invocation) -> str:
@@ -176,15 +184,16 @@ def _could_be_chosen(request: Request) -> Callable[[Gpu], bool]:
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
-           fallback: str | None = None, choose_only: bool | None = None,
+           fallback: str | None = None, choose_only: bool | None = None, environ: Mapping[str, str] | None = None,
            ) -> tuple[Machine | None, Visibility | None, Acquired, dict[str, str]]:
     """Read the machine, narrow it to what the parent allows, choose, reserve (``locking``), build the env.
 
     Returns the machine, the parent's visibility, what was acquired and the child's whole
-    environment (``os.environ`` plus the variables gpulaunch sets). The machine and visibility are
-    None only when ``fallback`` ran the request onto the CPU. ``choose_only`` defaults to
-    ``inv.command == "env"``.
+    environment (``environ``, default ``os.environ``, plus the variables gpulaunch sets). The machine
+    and visibility are None only when ``fallback`` ran the request onto the CPU. ``choose_only``
+    defaults to ``inv.command == "env"``.
     """
+    parent = os.environ if environ is None else environ
     from gpu_launch.share import acquire
     from gpu_launch.run import environment
     from gpu_launch.choose import visibility
@@ -203,15 +212,18 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
                             topology=not explicit and (request.fit is not None or request.model is not None
                                                        or (request.auto or 1) > 1
                                                        or bool(inv.get("explain"))),
-                            display=False, state_of=named_indices(request, os.environ),
+                            display=False, state_of=named_indices(request, parent),
                             links_among=None if inv.get("explain") else _could_be_chosen(request))
 
+    def chooser(request: Request, machine: Machine, constraints: Constraints) -> Selection:
+        return choose_within_parent(request, machine, constraints, parent)
+
     got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
-                          chooser=choose_within_parent)
+                          environ=parent, chooser=chooser)
     machine = got.machine
-    vis = visibility.resolve(machine, os.environ) if machine is not None else None
+    vis = visibility.resolve(machine, parent) if machine is not None else None
     # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
-    env = environment.build(got.selection.devices, os.environ,
+    env = environment.build(got.selection.devices, parent,
                             use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.restricted))
     return machine, vis, got, env
 

@@ -31,7 +31,8 @@ Safety on a directory every user can write to:
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
 what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
-job's reservations from lock descriptors (:func:`own_reservations`).
+job's reservations from lock descriptors (:func:`lineage_holds`), and shares them out among the
+job's children through locks one level deeper (:func:`nested_path`, :mod:`gpu_launch.share.nesting`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from gpu_launch.errors import LockDirError, UsageError
 from gpu_launch.records import dataclass
@@ -52,7 +53,8 @@ __all__ = [
     "DEFAULT_LOCK_DIR", "example_lock_dir", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK", "Holder",
     "Reservation", "lock_dir_path", "hardened_default", "is_hardened", "admin_hint", "describe_dir", "shared_by",
     "shared_note", "queue_dir", "prepare_dir",
-    "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "try_lock", "lock_all", "current_user",
+    "lock_path", "open_shared", "probe", "scan", "LockWatch", "Unusable", "UnusableLockFile", "holders", "ancestors", "own_reservations", "lineage_holds", "nested_path", "probe_at", "try_lock", "lock_all",
+    "current_user", "MAX_DEPTH",
 ]
 
 DEFAULT_LOCK_DIR = "/tmp/gpulaunch-locks"
@@ -263,6 +265,20 @@ def lock_path(lock_dir: str, uuid: str) -> str:
     return os.path.join(lock_dir, _SAFE_NAME.sub("_", uuid) + ".lock")
 
 
+#: How deep launches may nest inside one another's reservations (a job, a sweep in it, a launch in that, ...).
+MAX_DEPTH = 16
+
+
+def nested_path(lock_dir: str, uuid: str, depth: int) -> str:
+    """The lock file of ``uuid`` at nesting ``depth``: 0 is the machine-wide reservation (:func:`lock_path`);
+    depth d + 1 shares out, among the children of the job that holds depth d, that job's GPU
+    (:mod:`gpu_launch.share.nesting`). Those live where every user may create files (the lock dir, or a
+    hardened one's ``queue/``)."""
+    if depth == 0:
+        return lock_path(lock_dir, uuid)
+    return os.path.join(queue_dir(lock_dir), f"{_SAFE_NAME.sub('_', uuid)}.in{depth}.lock")
+
+
 @dataclass(frozen=True)
 class Unusable:
     """A lock file that cannot be used (a planted symlink, another user's read-only file, ...).
@@ -459,6 +475,24 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
         os.close(fd)
 
 
+def probe_at(lock_dir: str, uuid: str, depth: int) -> Holder | None:
+    """Who holds ``uuid`` at nesting ``depth`` (None: free, or no such file yet). Takes nothing."""
+    if depth == 0:
+        return probe(lock_dir, uuid)
+    fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+    if fd is None:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def scan(lock_dir: str, uuids: Iterable[str]) -> tuple[dict[str, Holder], dict[str, Unusable]]:
     """The reserved ones among ``uuids`` with their holders, and those whose lock file cannot be used."""
     if not prepare_dir(lock_dir, create=False):
@@ -481,21 +515,24 @@ class LockWatch:
 
     For the head of the wait queue: one non-blocking shared ``flock`` per device every tick, on
     descriptors opened once, instead of re-reading the machine. A file that does not exist yet has
-    never been locked: nothing to watch.
+    never been locked: nothing to watch. ``nested``: the locks one level deeper too (a waiter inside a
+    job, waiting for a sibling to give back one of the job's GPUs).
     """
 
-    def __init__(self, lock_dir: str, uuids: Iterable[str]) -> None:
-        self.fds: dict[str, int] = {}
+    def __init__(self, lock_dir: str, uuids: Iterable[str], nested: bool = False) -> None:
+        self.fds: dict[object, int] = {}
         for uuid in uuids:
-            try:
-                fd = open_shared(lock_path(lock_dir, uuid), create=False)
-            except LockDirError:
-                continue
-            if fd is not None:
-                self.fds[uuid] = fd
+            for depth in range(MAX_DEPTH if nested else 1):
+                try:
+                    fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+                except LockDirError:
+                    break
+                if fd is None:
+                    break  # no deeper file without this one
+                self.fds[(uuid, depth)] = fd
         self.held = self._held()
 
-    def _held(self) -> frozenset[str]:
+    def _held(self) -> frozenset[object]:
         held = set()
         for uuid, fd in self.fds.items():
             try:
@@ -537,13 +574,17 @@ def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
     return scan(lock_dir, uuids)[0]
 
 
-def ancestors() -> tuple[int, ...]:
+def ancestors(skip: Container[int] = ()) -> tuple[int, ...]:
     """The pids of this process's parent, grandparent, … as this PID namespace's /proc says (Linux; empty
-    where unreadable). Kernel facts, not the pid text of a lock file, which anyone can write."""
+    where unreadable). Kernel facts, not the pid text of a lock file, which anyone can write. Those in
+    ``skip`` are passed over (walked through, not listed)."""
     found: list[int] = []
+    seen: set[int] = set()
     pid = os.getppid()
-    while pid > 1 and pid not in found:
-        found.append(pid)
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        if pid not in skip:
+            found.append(pid)
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 stat_line = fh.read()
@@ -563,16 +604,16 @@ def _fd_numbers(pid: str) -> list[int]:
             return []
 
 
-def _file_keys(lock_dir: str, uuids: Iterable[str]) -> dict[tuple[int, int], str]:
-    """(device, inode) of each existing regular lock file -> its uuid."""
-    keys: dict[tuple[int, int], str] = {}
-    for uuid in uuids:
+def _file_keys(paths: Mapping[tuple[str, int], str]) -> dict[tuple[int, int], tuple[str, int]]:
+    """(device, inode) of each existing regular lock file -> its key."""
+    keys: dict[tuple[int, int], tuple[str, int]] = {}
+    for key, path in paths.items():
         try:
-            st = os.lstat(lock_path(lock_dir, uuid))
+            st = os.lstat(path)
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode):
-            keys[(st.st_dev, st.st_ino)] = uuid
+            keys[(st.st_dev, st.st_ino)] = key
     return keys
 
 
@@ -598,7 +639,13 @@ def _ancestor_holds(pid: int, fd: int) -> bool:
 
 
 def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
-    """Which of the ``held`` devices this process's job holds, decided by the locks themselves.
+    """Which of the ``held`` devices this process's job holds machine-wide (depth 0): see :func:`lineage_holds`."""
+    return frozenset(uuid for uuid, _ in lineage_holds({(uuid, 0): lock_path(lock_dir, uuid) for uuid in held}))
+
+
+def lineage_holds(paths: Mapping[tuple[str, int], str], mine: Container[object] = (),
+                  skip_pids: Container[int] = ()) -> set[tuple[str, int]]:
+    """Which of the held lock files ``paths`` ((uuid, depth) -> path) this process's job holds, decided by the locks.
 
     A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use its job's
     GPUs. It knows them from lock descriptors, never from the pid written in the file (anyone can
@@ -606,15 +653,22 @@ def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
 
     * an inherited descriptor (not close-on-exec) on the same file (device and inode): ``flock``
       on an open file description that already holds the lock succeeds, so a non-blocking
-      exclusive ``flock`` on it proves it is ours (the device is held, so it cannot be a fresh lock);
+      exclusive ``flock`` on it proves it is ours (the file is held, so it cannot be a fresh lock);
     * or one of this process's real ancestors (``/proc``, this PID namespace) holds the lock through
       a descriptor it hands down through exec, as shown by ``/proc/PID/fdinfo`` (for a job that
       started us with its descriptors closed, e.g. Python's ``subprocess``, which closes them).
+
+    Keys in ``mine`` are never the job's: they are this very process's own reservations (the Python
+    API's), taken for itself, not handed down to it. They are checked after the descriptors, so a
+    reservation another thread registers and then makes inheritable is never mistaken for an inherited
+    one. Ancestors in ``skip_pids`` (the processes this one was forked from, without an exec) are
+    passed over: what they hold through the API is theirs; what they had when they forked, this
+    process holds too, as inherited descriptors.
     """
-    keys = _file_keys(lock_dir, held)
+    keys = _file_keys(paths)
     if not keys:
-        return frozenset()
-    own: set[str] = set()
+        return set()
+    own: set[tuple[str, int]] = set()
     for fd in _fd_numbers("self"):
         try:
             st = os.fstat(fd)
@@ -622,31 +676,30 @@ def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
                 continue
         except OSError:
             continue
-        uuid = keys.get((st.st_dev, st.st_ino))
-        if uuid is None or uuid in own:
+        key = keys.get((st.st_dev, st.st_ino))
+        if key is None or key in own:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             continue
-        own.add(uuid)
-    if len(own) == len(keys):
-        return frozenset(own)
-    for pid in ancestors():
-        for fd in _fd_numbers(str(pid)):
-            try:
-                st = os.stat(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            uuid = keys.get((st.st_dev, st.st_ino))
-            if uuid is not None and uuid not in own and _ancestor_holds(pid, fd):
-                own.add(uuid)
-    return frozenset(own)
+        own.add(key)
+    if len(own) < len(keys):
+        for pid in ancestors(skip_pids):
+            for fd in _fd_numbers(str(pid)):
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                key = keys.get((st.st_dev, st.st_ino))
+                if key is not None and key not in own and _ancestor_holds(pid, fd):
+                    own.add(key)
+    return {key for key in own if key not in mine}
 
 
-def try_lock(lock_dir: str, uuid: str) -> int | None:
-    """Take ``uuid``'s reservation: the locked descriptor, or None when someone else holds it."""
-    fd = open_shared(lock_path(lock_dir, uuid))
+def try_lock(lock_dir: str, uuid: str, depth: int = 0) -> int | None:
+    """Take ``uuid``'s reservation (at nesting ``depth``): the locked descriptor, or None when someone else holds it."""
+    fd = open_shared(nested_path(lock_dir, uuid, depth))
     assert fd is not None
     try:
         for delay in (*_RETRY_DELAYS, None):
@@ -667,9 +720,16 @@ def try_lock(lock_dir: str, uuid: str) -> int | None:
 class Reservation:
     """Locks held on some devices. Close them with :meth:`release`, or hand them to the command."""
 
-    def __init__(self, lock_dir: str, fds: Mapping[str, int]) -> None:
+    def __init__(self, lock_dir: str, fds: Mapping[str, int], depths: Mapping[str, int] | None = None) -> None:
         self.lock_dir = lock_dir
         self.fds = dict(fds)  # uuid -> locked descriptor
+        #: uuid -> nesting depth of the lock held (0: machine-wide; absent: 0)
+        self.depths = {u: d for u, d in (depths or {}).items() if u in self.fds and d}
+
+    @property
+    def keys(self) -> tuple[tuple[str, int], ...]:
+        """(uuid, depth) of every lock held."""
+        return tuple((u, self.depths.get(u, 0)) for u in self.fds)
 
     @property
     def uuids(self) -> tuple[str, ...]:
@@ -696,15 +756,17 @@ class Reservation:
         self.fds.clear()
 
 
-def lock_all(lock_dir: str, uuids: Sequence[str]) -> Reservation | str:
-    """Lock every one of ``uuids`` or none: the Reservation, or the UUID that was lost to someone."""
+def lock_all(lock_dir: str, uuids: Sequence[str], depths: Mapping[str, int] | None = None) -> Reservation | str:
+    """Lock every one of ``uuids`` (each at its nesting depth in ``depths``, default 0) or none: the
+    Reservation, or the UUID that was lost to someone."""
     taken: dict[str, int] = {}
+    depths = depths or {}
     try:
         for uuid in uuids:
             if uuid in taken:
                 continue
             try:
-                fd = try_lock(lock_dir, uuid)
+                fd = try_lock(lock_dir, uuid, depths.get(uuid, 0))
             except LockDirError as exc:
                 exc.uuid = uuid  # type: ignore[attr-defined]  # which device's file, for the caller
                 raise
@@ -717,4 +779,4 @@ def lock_all(lock_dir: str, uuids: Sequence[str]) -> Reservation | str:
         # back what was taken.
         Reservation(lock_dir, taken).release()
         raise
-    return Reservation(lock_dir, taken)
+    return Reservation(lock_dir, taken, depths)

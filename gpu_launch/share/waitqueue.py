@@ -5,9 +5,13 @@ file ``ticket-<seq>-<pid>-<random>`` in the lock directory (a hardened one's ``q
 holds an exclusive ``flock`` on for as long as it waits. Only the waiter whose ticket is the lowest
 *live* one (head of line) may select and lock GPUs.
 
-The guarantee: tickets are numbered and published while holding the ``queue.lock`` file's
-exclusive lock, so a waiter that published its ticket before another one started waiting is
-always ahead of it; a waiter only leaves the queue (removes its ticket) after it holds its GPUs,
+The guarantee: tickets are published while holding the ``queue.lock`` file's exclusive lock, and
+ordered by the time the kernel stamped on each ticket when it was put in place (its ``ctime``, made
+strictly later than every live ticket's before ``queue.lock`` is let go), so a waiter that published
+its ticket before another one started waiting is always ahead of it. Nothing a user can write sets
+that order: a ``ctime`` can only be moved *later* (by the file's owner), and the sequence number in
+a name, which anyone can plant, only breaks ties (a planted ticket numbered at the very top no longer
+makes every later waiter share one number and be served in pid-text order); a waiter only leaves the queue (removes its ticket) after it holds its GPUs,
 gives up (timeout, Ctrl-C) or dies. A ticket is created under a temporary name, locked, then
 renamed into place, so no one ever sees an unlocked live ticket and takes it for a dead one.
 
@@ -56,6 +60,11 @@ _SEQ_MAX = 10 ** 30 - 1  # the most digits a name may have; numbering never goes
 class _Entry:
     seq: int
     name: str
+    ctime_ns: int = 0  # when the kernel put it in place (set for live tickets)
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        return (self.ctime_ns, self.seq, self.name)
 
 
 def _entries(directory: str) -> list[_Entry]:
@@ -75,23 +84,25 @@ def _entries(directory: str) -> list[_Entry]:
     return sorted(found, key=lambda e: (e.seq, e.name))
 
 
-def _alive(path: str) -> bool:
-    """Whether a waiter holds the ticket at ``path`` (a vanished, unreadable or special file is not alive)."""
+def _alive(path: str) -> int | None:
+    """The ``ctime`` (ns) of the ticket at ``path`` if a waiter holds it; None if not (a vanished,
+    unreadable or special file is not alive)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return False
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return True
+        return st.st_ctime_ns
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
-    return False
+    return None
 
 
 def _block_until_gone(path: str, done: Any) -> None:
@@ -113,6 +124,21 @@ def _block_until_gone(path: str, done: Any) -> None:
         done.set()
 
 
+def _later_than(fd: int, latest: int) -> int:
+    """Make our ticket's ``ctime`` strictly later than ``latest`` (the clock the kernel stamps with may be
+    coarse: a few ms); returns it. A ``fchmod`` to the same mode is a change of metadata: a new ctime."""
+    import time
+
+    ctime = os.fstat(fd).st_ctime_ns
+    for _ in range(100):  # bounded: a clock set back must not stall the queue (the number then orders it)
+        if ctime > latest:
+            break
+        time.sleep(0.001)
+        os.fchmod(fd, 0o644)
+        ctime = os.fstat(fd).st_ctime_ns
+    return ctime
+
+
 def _forget(path: str) -> None:
     """Remove a dead ticket if we may (our own user's, in a sticky dir); otherwise leave it: it is ignored."""
     try:
@@ -130,6 +156,7 @@ class Ticket:
         self.fd: int | None = None
         self.name = ""
         self.seq = -1
+        self.ctime_ns = 0
         self._ahead: str | None = None  # the live ticket just ahead of ours, watched for wait_turn()
         self._turn: Any = None  # threading.Event, set once that ticket's lock is gone
 
@@ -141,14 +168,16 @@ class Ticket:
         self.leave()
 
     def _live(self) -> list[_Entry]:
+        """The live tickets, in queue order (ours included once joined)."""
         live = []
         for entry in _entries(self.dir):
             path = os.path.join(self.dir, entry.name)
-            if entry.name == self.name or _alive(path):
-                live.append(entry)
+            ctime = self.ctime_ns if entry.name == self.name else _alive(path)
+            if ctime is not None:
+                live.append(_Entry(entry.seq, entry.name, ctime))
             else:
                 _forget(path)
-        return live
+        return sorted(live, key=lambda e: e.order)
 
     def join(self) -> None:
         queue_fd = open_shared(os.path.join(self.lock_dir, QUEUE_LOCK))
@@ -156,13 +185,14 @@ class Ticket:
         try:
             fcntl.flock(queue_fd, fcntl.LOCK_EX)  # held for a moment: number and publish
             live = self._live()
-            self.seq = min(live[-1].seq + 1, _SEQ_MAX) if live else 0
+            self.seq = min(max(e.seq for e in live) + 1, _SEQ_MAX) if live else 0
             self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
             temp = os.path.join(self.dir, f".{self.name}")
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(temp, os.path.join(self.dir, self.name))
             self.fd = fd
+            self.ctime_ns = _later_than(fd, max((e.ctime_ns for e in live), default=0))
         finally:
             os.close(queue_fd)
 
@@ -171,7 +201,7 @@ class Ticket:
         count = 0
         nearest = None
         for entry in self._live():
-            if (entry.seq, entry.name) >= (self.seq, self.name):
+            if entry.order >= (self.ctime_ns, self.seq, self.name):
                 break
             count += 1
             nearest = entry.name
