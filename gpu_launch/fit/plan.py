@@ -183,19 +183,23 @@ def _logits_buffer(s: Sizing) -> int:
     return min(s.settings.ubatch, s.kv.cells) * vocab * 4
 
 
-def _fill(units: list[tuple[int, int]], caps: Sequence[float]) -> list[list[tuple[int, int]]]:
-    """Units into GPUs from the last one backwards, as many as each capacity takes, in order."""
+def _fill(units: list[tuple[int, int]], caps: Sequence[float], backwards: bool = True) -> list[list[tuple[int, int]]]:
+    """Units into GPUs in order, as many as each capacity takes before the next GPU: from the last GPU
+    backwards (llama.cpp's offload) or from the first (Accelerate's device map)."""
     out: list[list[tuple[int, int]]] = [[] for _ in caps]
-    j, room, k = len(caps) - 1, caps[-1], 0
-    while k < len(units) and j >= 0:
+    order = iter(range(len(caps) - 1, -1, -1) if backwards else range(len(caps)))
+    j = next(order, None)
+    room = caps[j] if j is not None else 0
+    k = 0
+    while k < len(units) and j is not None:
         cost = units[k][0] + units[k][1]
         if cost <= room:
             out[j].append(units[k])
             room -= cost
             k += 1
         else:
-            j -= 1
-            room = caps[j] if j >= 0 else 0
+            j = next(order, None)
+            room = caps[j] if j is not None else 0
     return out
 
 
@@ -335,7 +339,7 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
     units += [(w.layers[i] if i < len(w.layers) else 0, s.kv.per_layer[i] if i < len(s.kv.per_layer) else 0)
               for i in range(s.model.hyper.n_layers)]
     units.append((w.output + w.other, 0))
-    filled = _front_fill(units, caps)
+    filled = _fill(units, caps, backwards=False)
     placed = sum(len(f) for f in filled)
     rest = units[placed:]
     shares = tuple(GpuShare(r.gpu, sum(u[0] for u in f), sum(u[1] for u in f), allowance, r.free, len(f))
@@ -350,19 +354,3 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
     fits = whole or (s.settings.partial and (s.settings.host_free is None or cpu_w + cpu_kv <= s.settings.host_free))
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, whole=whole, fits=fits, max_memory=max_memory,
                      need_bytes=need + allowance * len(rooms), short_bytes=max(0, need - sum(caps)) if not whole else 0)
-
-
-def _front_fill(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
-    out: list[list[tuple[int, int]]] = [[] for _ in caps]
-    j, k = 0, 0
-    room = caps[0] if caps else 0
-    while k < len(units) and j < len(caps):
-        cost = units[k][0] + units[k][1]
-        if cost <= room:
-            out[j].append(units[k])
-            room -= cost
-            k += 1
-        else:
-            j += 1
-            room = caps[j] if j < len(caps) else 0
-    return out
