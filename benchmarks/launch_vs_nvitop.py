@@ -16,13 +16,12 @@ preloads modules for every process, the floor included). Standard library only.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
 
-from timing import Bench, measure, paired_ratio, ratio_line, row_line  # noqa: E402
+from timing import Bench, paired_report  # noqa: E402
 
 LAUNCH = ["-m", "gpu_launch", "--snapshot", "dgx-h100", "-q", "--auto", "1", "--", "true"]
 
@@ -42,22 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                       cwd="/") for i, src in enumerate(args.source)] \
         or [Bench("launch", "launch (installed)", [py, *LAUNCH], cwd="/")]
     benches = [floor, nvitop, *launches]
-    measure(benches, args.rounds)
-    failed = [b for b in benches if b.error]
-    for b in failed:
-        print(f"{b.label}: {b.error}", file=sys.stderr)
-    if failed:
-        return 1
-    doc = {"rounds": args.rounds, "python": sys.version.split()[0], "rows": [b.as_json() for b in benches],
-           "ratios": {}}
-    for b in benches:
-        print(row_line(b))
-    for b in launches:
-        doc["ratios"][b.label] = r = paired_ratio(b, nvitop)
-        print(ratio_line(f"{b.label} / nvitop import", r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
+    return paired_report(benches, launches, nvitop, "nvitop import", args.rounds, args.json)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
 
-from timing import Bench, measure, paired_ratio, ratio_line, row_line  # noqa: E402
+from timing import Bench, paired_report  # noqa: E402
 
 MINIMAL = Path(__file__).resolve().parent / "minimal_nvml.py"
 LAUNCHES = {"--auto 1": ["--auto", "1"], "--auto 2": ["--auto", "2"], "--gpus 1": ["--gpus", "1"]}
@@ -63,22 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             launches.append(Bench(f"launch{i}{name}", f"-q {name} -- true ({src or 'installed'})",
                                   [py, "-m", "gpu_launch", "-q", *selection, "--", "true"], env=env, cwd="/"))
     benches = [minimal, *launches]
-    measure(benches, args.rounds)
-    failed = [b for b in benches if b.error]
-    for b in failed:
-        print(f"{b.label}: {b.error}", file=sys.stderr)
-    if failed:
-        return 1
-    doc = {"rounds": args.rounds, "python": sys.version.split()[0], "rows": [b.as_json() for b in benches],
-           "ratios": {}}
-    for b in benches:
-        print(row_line(b))
-    for b in launches:
-        doc["ratios"][b.label] = r = paired_ratio(b, minimal)
-        print(ratio_line(f"{b.label} / minimal", r))
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
+    return paired_report(benches, launches, minimal, "minimal", args.rounds, args.json)
 
 
 if __name__ == "__main__":

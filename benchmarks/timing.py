@@ -160,3 +160,28 @@ def measure(benches: Sequence[Bench], repeat: int, warmup: int = 2) -> None:
             b.samples.append(elapsed)
             b.cpu.append(cpu)
 
+
+def paired_report(benches: Sequence[Bench], launches: Sequence[Bench], baseline: Bench, baseline_name: str,
+                  rounds: int, json_path: str | None) -> int:
+    """Measure ``benches`` round by round, print one row each and each launch's ratio to ``baseline``
+    (paired per round), and write them as JSON when asked; 1 if any of them failed to run."""
+    import json
+    import sys
+    from pathlib import Path
+
+    measure(benches, rounds)
+    failed = [b for b in benches if b.error]
+    for b in failed:
+        print(f"{b.label}: {b.error}", file=sys.stderr)
+    if failed:
+        return 1
+    doc: dict[str, object] = {"rounds": rounds, "python": sys.version.split()[0],
+                              "rows": [b.as_json() for b in benches], "ratios": {}}
+    for b in benches:
+        print(row_line(b))
+    for b in launches:
+        doc["ratios"][b.label] = r = paired_ratio(b, baseline)  # type: ignore[index]
+        print(ratio_line(f"{b.label} / {baseline_name}", r))
+    if json_path:
+        Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
