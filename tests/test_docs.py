@@ -18,6 +18,11 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
   machine), ``env=NAME=VALUE`` (repeatable), ``real`` (no ``--dry-run`` added: the launch really
   execs, for examples about a missing command). ``<!-- not run: REASON -->`` skips the block and is
   listed in the test's output with its reason.
+- ``models=NAME:KIND,...`` (and ``files=NAME:KIND,...``) write the model files an example names before it
+  runs: header-only GGUF/safetensors layouts of real models, truncated up to their full size
+  (tests/docs_fixtures.py); an ``org/name`` NAME goes into the block's private Hugging Face cache.
+- ``output``: each ``$ `` command must print (stdout and stderr merged, ``COLUMNS=80``) the lines that follow
+  it; a line ``...`` stands for any lines, ``...`` within a line for any text on it.
 - Python blocks must compile, and those not marked ``not run`` run (in the same environment, exit 0
   or the ``exit=`` given); ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
   reader is available.
@@ -43,7 +48,7 @@ from cli_run import ROOT
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 #: Pages other branches add; a link to one of them counts as resolved while it is missing here.
-PAGES_FROM_OTHER_BRANCHES = {DOCS / "model-sizing.md"}
+PAGES_FROM_OTHER_BRANCHES: set[Path] = set()
 
 SHELL_TAGS = {"", "console", "sh", "bash", "shell"}
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
