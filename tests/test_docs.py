@@ -21,7 +21,8 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
 - ``models=NAME:KIND,...`` (and ``files=NAME:KIND,...``) write the model files an example names before it
   runs: header-only GGUF/safetensors layouts of real models, truncated up to their full size
   (tests/docs_fixtures.py); an ``org/name`` NAME goes into the block's private Hugging Face cache.
-- ``output``: each ``$ `` command must print (stdout and stderr merged, ``COLUMNS=80``) the lines that follow
+- ``output``: the block is a terminal session: every ``$ `` line runs (not only those calling gpulaunch),
+  and each must print (stdout and stderr merged, ``COLUMNS=80``) the lines that follow
   it; a line ``...`` stands for any lines, ``...`` within a line for any text on it.
 - Python blocks must compile, and those not marked ``not run`` run (in the same environment, exit 0
   or the ``exit=`` given); ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
@@ -258,8 +259,9 @@ def test_command_examples_run_as_documented(block: Block, sandbox: Path, tmp_pat
     s = settings(block)
     _prepare(s, tmp_path)
     env = _environment(sandbox, tmp_path / "home", s)
+    # An output block is a terminal session: every `$ ` line runs (a `printf > jobs.txt` set-up too).
     wanted = dict(transcript(block)) if s.output else {}
-    for command in commands(block):
+    for command in (list(wanted) if s.output else commands(block)):
         done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT if s.output else subprocess.PIPE,
                               text=True, errors="backslashreplace", timeout=120, stdin=subprocess.DEVNULL)
