@@ -17,7 +17,7 @@ from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.units import parse_duration, parse_size
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -42,7 +42,7 @@ SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
 SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
 CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
-# ...except these, which choose what one launch does and have no default (config.py, README).
+# ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
