@@ -48,9 +48,6 @@ from cli_run import ROOT
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
-#: Pages other branches add; a link to one of them counts as resolved while it is missing here.
-PAGES_FROM_OTHER_BRANCHES: set[Path] = set()
-
 SHELL_TAGS = {"", "console", "sh", "bash", "shell"}
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _CALLS_GPULAUNCH = re.compile(r"(^|[\s\"'(|;&`])gpulaunch(\s|$)")
@@ -433,8 +430,6 @@ def test_links_resolve(page: Path) -> None:
             continue  # an outside address: not checked here
         path_part, _, anchor = target.partition("#")
         dest = (page.parent / path_part).resolve() if path_part else page
-        if dest in PAGES_FROM_OTHER_BRANCHES and not dest.exists():
-            continue
         if not dest.exists():
             broken.append(f"{target}: no such file")
             continue
