@@ -20,7 +20,7 @@ in Q4_K_M-like types for GGUF and bf16 for safetensors, so the docs show the num
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def _safetensors_llama(folder: Path, config: dict[str, Any]) -> None:
     hd = hidden // config["num_attention_heads"]
     kv = config["num_key_value_heads"] * hd
     bf = "BF16"
-    t: dict[str, tuple[str, tuple[int, ...]]] = {"model.embed_tokens.weight": (bf, (VOCAB, hidden))}
+    t: dict[str, tuple[str, Sequence[int]]] = {"model.embed_tokens.weight": (bf, (VOCAB, hidden))}
     for i in range(layers):
         p = f"model.layers.{i}."
         t.update({p + "input_layernorm.weight": (bf, (hidden,)),
@@ -84,7 +84,7 @@ def _safetensors_llama(folder: Path, config: dict[str, Any]) -> None:
         f.truncate(len(header) + data)
 
 
-def _count(shape: tuple[int, ...]) -> int:
+def _count(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
         n *= d
