@@ -39,7 +39,7 @@ __all__ = [
 
 
 class ExitCode(enum.IntEnum):
-    """gpulaunch's own exit codes (documented in README.md, "Exit codes")."""
+    """gpulaunch's own exit codes (documented in docs/exit-codes.md)."""
 
     OK = 0
     USAGE = 2  # bad option, bad --gpus spec, bad size/duration, missing command

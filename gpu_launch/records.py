@@ -5,7 +5,7 @@
 is this module, because a launch cannot afford the real one: importing it pulls in ``inspect``
 (and with it ``ast``, ``dis``, ``tokenize``), ``re`` and ``copy``, and it compiles an ``__init__``,
 ``__repr__``, ``__eq__`` and ``__hash__`` with ``exec`` for every class, ~0.4 ms each; together
-more than a third of a quiet launch's own time (README, "Performance").
+more than a third of a quiet launch's own time (docs/performance.md).
 
 What it does, as :mod:`dataclasses` does it: fields are the class's annotations, in order, with
 their defaults (a plain value, ``field(default=...)`` or ``field(default_factory=...)``); the

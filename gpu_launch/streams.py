@@ -1,6 +1,6 @@
 """Standard streams that are closed or full: one error line for output, never a lost launch.
 
-gpulaunch's contract (README, "Exit codes"):
+gpulaunch's contract (docs/exit-codes.md):
 
 - **stdout** is what ``ls``, ``env``, ``config``, ``--help``, ``--json`` and ``--dry-run`` produce. If it
   cannot be written (closed: ``>&-``; a full disk: ``> /dev/full``) the command fails with one

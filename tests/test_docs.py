@@ -18,6 +18,12 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
   machine), ``env=NAME=VALUE`` (repeatable), ``real`` (no ``--dry-run`` added: the launch really
   execs, for examples about a missing command). ``<!-- not run: REASON -->`` skips the block and is
   listed in the test's output with its reason.
+- ``models=NAME:KIND,...`` (and ``files=NAME:KIND,...``) write the model files an example names before it
+  runs: header-only GGUF/safetensors layouts of real models, truncated up to their full size
+  (tests/docs_fixtures.py); an ``org/name`` NAME goes into the block's private Hugging Face cache.
+- ``output``: the block is a terminal session: every ``$ `` line runs (not only those calling gpulaunch),
+  and each must print (stdout and stderr merged, ``COLUMNS=80``) the lines that follow
+  it; a line ``...`` stands for any lines, ``...`` within a line for any text on it.
 - Python blocks must compile, and those not marked ``not run`` run (in the same environment, exit 0
   or the ``exit=`` given); ``json`` blocks must parse; ``toml`` blocks must parse where a TOML
   reader is available.
@@ -37,13 +43,11 @@ from pathlib import Path
 
 import pytest
 
+import docs_fixtures
 from cli_run import ROOT
 
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
-#: Pages other branches add; a link to one of them counts as resolved while it is missing here.
-PAGES_FROM_OTHER_BRANCHES = {DOCS / "model-sizing.md"}
-
 SHELL_TAGS = {"", "console", "sh", "bash", "shell"}
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _CALLS_GPULAUNCH = re.compile(r"(^|[\s\"'(|;&`])gpulaunch(\s|$)")
@@ -69,6 +73,9 @@ class Settings:
     snapshot: str = "dgx-h100"
     env: dict[str, str] = field(default_factory=dict)
     real: bool = False  # launch for real: no --dry-run added
+    output: bool = False  # the block's output lines must be what the commands print
+    models: list[tuple[str, str]] = field(default_factory=list)  # (name, kind): written before the block runs
+    files: list[tuple[str, str]] = field(default_factory=list)
 
 
 def blocks(page: Path) -> list[Block]:
@@ -121,6 +128,13 @@ def settings(block: Block) -> Settings:
                 s.snapshot = value
             elif key == "real":
                 s.real = True
+            elif key == "output":
+                s.output = True
+            elif key in ("models", "files"):
+                for item in value.split(","):
+                    name, sep, kind = item.rpartition(":")
+                    assert sep and name and kind, f"{block.where}: {key}= takes NAME:KIND,... not {item!r}"
+                    getattr(s, key).append((name, kind))
             elif key == "env":
                 name, _, val = value.partition("=")
                 s.env[name] = val
@@ -183,6 +197,9 @@ def _environment(base: Path, home: Path, s: Settings) -> dict[str, str]:
         "GPULAUNCH_LOCK_DIR": str(base / "locks"),
         "GPULAUNCH_HARDENED_LOCK_DIR": str(base / "no-hardened-dir"),
         "GPULAUNCH_SNAPSHOT": s.snapshot,
+        "COLUMNS": "80",  # the pages show output at 80 columns
+        # private (empty unless the block's marker names an `org/name` model), never the user's own cache
+        "HF_HUB_CACHE": str(home.parent / "hf-hub"),
     })
     env.update(s.env)
     if s.real:
@@ -190,24 +207,93 @@ def _environment(base: Path, home: Path, s: Settings) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.where for b in RUN_BLOCKS])
-def test_command_examples_run_as_documented(block: Block, sandbox: Path, tmp_path: Path) -> None:
-    s = settings(block)
-    home = tmp_path / "home"
+def transcript(block: Block) -> list[tuple[str, list[str]]]:
+    """An output block's prompt lines, each with the lines the page shows it printing."""
+    pairs: list[tuple[str, list[str]]] = []
+    for line in block.text.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:].strip(), []))
+        else:
+            assert pairs, f"{block.where}: an output block starts with its `$ ` command"
+            pairs[-1][1].append(line)
+    return pairs
+
+
+def shows(expected: list[str], printed: str) -> bool:
+    """Whether ``printed`` is what the page shows: line by line, trailing spaces aside; a line that
+    is only ``...`` stands for any number of lines the page leaves out, and ``...`` within a line for
+    any text on that line (a number that depends on the machine running the example)."""
+    def line(x: str) -> str:
+        if x.strip() == "...":
+            return r"(?:[^\n]*\n)*?"
+        return "[^\n]*?".join(re.escape(part) for part in x.rstrip().split("...")) + r"[ \t]*\n"
+    pattern = "".join(line(x) for x in expected)
+    text = "".join(x.rstrip() + "\n" for x in printed.splitlines())
+    return re.fullmatch(pattern, text) is not None
+
+
+def _prepare(s: Settings, workdir: Path) -> None:
+    """The working directory and environment a block runs in, with the files its marker names."""
+    home = workdir / "home"
     for d in (home / ".config", home / ".local/share/bash-completion/completions", home / ".zfunc",
               home / ".config/fish/completions"):
         d.mkdir(parents=True, exist_ok=True)
     for name, text in _FILES.items():
-        (tmp_path / name).write_text(text)
-    env = _environment(sandbox, home, s)
-    for command in commands(block):
+        (workdir / name).write_text(text)
+    hub = workdir / "hf-hub"
+    hub.mkdir()
+    if s.models:
+        pytest.importorskip("gguf")
+        pytest.importorskip("numpy")
+    for name, kind in s.models:
+        docs_fixtures.materialise(name, kind, workdir, hub, docs_fixtures.MODEL_KINDS)
+    for name, kind in s.files:
+        docs_fixtures.materialise(name, kind, workdir, hub, docs_fixtures.FILE_KINDS)
+
+
+@pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.where for b in RUN_BLOCKS])
+def test_command_examples_run_as_documented(block: Block, sandbox: Path, tmp_path: Path) -> None:
+    s = settings(block)
+    _prepare(s, tmp_path)
+    env = _environment(sandbox, tmp_path / "home", s)
+    # An output block is a terminal session: every `$ ` line runs (a `printf > jobs.txt` set-up too).
+    wanted = dict(transcript(block)) if s.output else {}
+    for command in (list(wanted) if s.output else commands(block)):
         done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, errors="backslashreplace", timeout=120,
-                              stdin=subprocess.DEVNULL)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT if s.output else subprocess.PIPE,
+                              text=True, errors="backslashreplace", timeout=120, stdin=subprocess.DEVNULL)
+        stderr = done.stderr or ""
         assert done.returncode == s.exit, (
             f"{block.where}: `{command}` exited {done.returncode}, the docs predict {s.exit}\n"
-            f"stdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}")
-        assert "Traceback" not in done.stderr, f"{block.where}: `{command}`\n{done.stderr}"
+            f"stdout: {done.stdout[-2000:]}\nstderr: {stderr[-2000:]}")
+        assert "Traceback" not in stderr + (done.stdout if s.output else ""), f"{block.where}: `{command}`\n{stderr}"
+        if s.output:
+            assert shows(wanted[command], done.stdout), (
+                f"{block.where}: `{command}` printed (stdout and stderr, as a terminal shows them):\n"
+                f"{done.stdout}\nthe page shows:\n" + "\n".join(wanted[command]))
+
+
+def test_output_comparison_can_fail() -> None:
+    """The output check is not vacuous: a changed number, a missing line or extra lines are caught."""
+    printed = "GPU  FREE\n0    14.4 GiB\n1    79.6 GiB\n"
+    assert shows(["GPU  FREE", "0    14.4 GiB", "1    79.6 GiB"], printed)
+    assert shows(["GPU  FREE", "...", "1    79.6 GiB"], printed)
+    assert shows(["...", "1    79.6 GiB  "], printed)
+    assert not shows(["GPU  FREE", "0    14.3 GiB", "1    79.6 GiB"], printed)
+    assert not shows(["GPU  FREE", "1    79.6 GiB"], printed)
+    assert not shows(["GPU  FREE", "0    14.4 GiB"], printed)
+    assert not shows(["GPU  FREE (.*)", "..."], printed)
+    assert shows(["GPU  FREE", "0    ... GiB", "1    79.6 GiB"], printed)
+    assert not shows(["GPU  FREE", "0    ... MiB", "1    79.6 GiB"], printed)
+
+
+def test_output_blocks_are_checked() -> None:
+    """The README's pictures of `ls` and of a launch are output blocks, so they cannot go stale."""
+    checked = [b for b in RUN_BLOCKS if settings(b).output]
+    readme = [c for b in checked if b.page.name == "README.md" for c, _ in transcript(b)]
+    assert any(c.endswith(" ls") for c in readme), readme
+    assert any("--auto 2 --" in c for c in readme), readme
+    assert any(b.page.name == "model-sizing.md" for b in checked)
 
 
 def test_examples_are_found_and_the_ones_not_run_say_why() -> None:
@@ -246,9 +332,8 @@ PY_RUN = [b for b in PY_BLOCKS if not (b.directive and b.directive[0] == "not ru
 @pytest.mark.parametrize("block", PY_RUN, ids=[b.where for b in PY_RUN])
 def test_python_examples_run(block: Block, sandbox: Path, tmp_path: Path) -> None:
     s = settings(block)
-    home = tmp_path / "home"
-    (home / ".config").mkdir(parents=True)
-    env = _environment(sandbox, home, s)
+    _prepare(s, tmp_path)
+    env = _environment(sandbox, tmp_path / "home", s)
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, "-c", block.text], cwd=tmp_path, env=env, capture_output=True,
                           text=True, errors="backslashreplace", timeout=120, stdin=subprocess.DEVNULL)
@@ -345,8 +430,6 @@ def test_links_resolve(page: Path) -> None:
             continue  # an outside address: not checked here
         path_part, _, anchor = target.partition("#")
         dest = (page.parent / path_part).resolve() if path_part else page
-        if dest in PAGES_FROM_OTHER_BRANCHES and not dest.exists():
-            continue
         if not dest.exists():
             broken.append(f"{target}: no such file")
             continue

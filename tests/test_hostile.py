@@ -281,7 +281,7 @@ def test_ctrl_c_during_start_up_exits_130_with_one_line() -> None:
     """SIGINT at moments from gpulaunch's first import on (found with -X importtime) to a few tens of ms later.
 
     (A Ctrl-C while the interpreter itself is still starting, before any gpulaunch code runs, is
-    Python's business: it dies of SIGINT, which a shell reports as 130 too. README, "Exit codes".)
+    Python's business: it dies of SIGINT, which a shell reports as 130 too. docs/exit-codes.md.)
     """
     outcomes = []
     for delay_ms in range(0, 60, 4):

@@ -8,7 +8,7 @@ nothing is exec'd in the test process.
 
 What must hold for every fault: ``ls`` still shows what it can, ``--auto`` never picks a GPU whose
 state could not be read, an explicit ``--gpus`` on such a GPU warns (unknown fields) or refuses
-(a lost GPU, documented in README), and every failure is one line with a documented exit code.
+(a lost GPU, documented in docs/choosing-gpus.md), and every failure is one line with a documented exit code.
 """
 
 from __future__ import annotations

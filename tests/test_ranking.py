@@ -142,12 +142,12 @@ def _random_machine(rng: random.Random, m: int) -> Machine:
     return replace(machine(gpus, lambda i, j: table[i, j]), nvswitch=rng.random() < 0.3)
 
 
-# The README's order, restated independently of ranking.py and availability.py.
+# The order of docs/choosing-gpus.md, restated independently of ranking.py and availability.py.
 _LINK_ORDER = [f"NV{k}" for k in range(18, 0, -1)] + ["PIX", "PXB", "PHB", "NODE", "SYS"]
 
 
 def _class(g: Gpu) -> int:
-    """0 idle, 1 partly used, 2 busy, 3 full (README, "How --auto ranks")."""
+    """0 idle, 1 partly used, 2 busy, 3 full (docs/choosing-gpus.md, "How --auto ranks")."""
     share = g.memory_used_mib / g.memory_total_mib
     if g.memory_free_mib == 0 or share >= 0.9:
         return 3

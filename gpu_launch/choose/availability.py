@@ -1,4 +1,4 @@
-"""How available one GPU is to a new job, from its load alone (README, "How --auto ranks").
+"""How available one GPU is to a new job, from its load alone (docs/choosing-gpus.md, "How --auto ranks").
 
 Its own module because both eligibility (:mod:`gpu_launch.choose.select`) and the ranking of sets
 (:mod:`gpu_launch.choose.ranking`) judge GPUs by it, and neither should import the other for it.
@@ -12,7 +12,7 @@ from gpu_launch.hardware.model import Gpu
 
 __all__ = ["Availability", "availability", "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FULL_MIN_USED"]
 
-# Availability thresholds (README, "How --auto ranks"). Memory "used" is what the NVML adapter
+# Availability thresholds (docs/choosing-gpus.md, "How --auto ranks"). Memory "used" is what the NVML adapter
 # made coherent (hardware/nvml.py): NVML's v1 "used" counts the driver's reserved memory, v2's does
 # not, so an untouched card may show a few hundred MiB used or almost none: both are idle here.
 IDLE_MAX_USED = 0.05  # idle: no compute process and at most 5 % of memory used

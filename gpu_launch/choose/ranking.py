@@ -1,6 +1,6 @@
 """Ranking candidate GPU sets for ``--auto N``: availability, one model, links, NUMA, memory.
 
-Sets are compared by a key, lower is better, criterion by criterion (README, "How --auto ranks"):
+Sets are compared by a key, lower is better, criterion by criterion (docs/choosing-gpus.md, "How --auto ranks"):
 
 1. availability of the least available GPU (idle < partly used < busy < full): the slowest GPU
    sets the pace of a synchronous job;

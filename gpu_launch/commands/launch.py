@@ -9,7 +9,7 @@ import sys
 from gpu_launch.share import pick
 from gpu_launch.errors import UsageError
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.choose.select import Selection

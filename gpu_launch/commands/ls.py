@@ -13,7 +13,7 @@ import sys
 from gpu_launch.share import pick
 from gpu_launch.errors import GpuLaunchError, NvmlUnavailable, UsageError
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO

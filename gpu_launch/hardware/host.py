@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from gpu_launch.text import printable
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TypeVar

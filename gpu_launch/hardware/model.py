@@ -11,7 +11,7 @@ from functools import cached_property
 
 from gpu_launch.records import dataclass, field
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable

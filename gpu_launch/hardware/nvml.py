@@ -34,7 +34,7 @@ from gpu_launch.hardware.nvml_answers import (ARGUMENT_VERSION_MISMATCH, EXAMPLE
                                               as_capability, as_int, as_text, bounded, debug, error_code, to_mib)
 from gpu_launch.hardware.nvml_calls import NvmlCalls
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

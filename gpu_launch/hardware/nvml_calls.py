@@ -19,7 +19,7 @@ from gpu_launch.hardware.nvml_answers import (DRIVER_NOT_LOADED, EXAMPLES_HINT, 
                                               INIT_FAILURES, INVALID_ARGUMENT, LIBRARY_NOT_FOUND, NOT_SUPPORTED,
                                               GpuFailed, debug, error_code)
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -19,7 +19,7 @@ from gpu_launch.records import dataclass, field
 from gpu_launch.hardware.host import parse_bus_id
 from gpu_launch.hardware.model import Gpu
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

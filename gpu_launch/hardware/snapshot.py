@@ -17,7 +17,7 @@ from gpu_launch.hardware.host import cpulist_ranges
 from gpu_launch.hardware.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
 from gpu_launch.text import printable
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -60,7 +60,7 @@ SELECTING = frozenset({RUN, "config"})
 CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
 SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
 CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
-# ...except these, which choose what one launch does and have no default (config.py, README).
+# ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run

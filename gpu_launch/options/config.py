@@ -26,7 +26,7 @@ from gpu_launch.records import dataclass, replace
 from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -35,7 +35,7 @@ __all__ = ["NOT_CONFIGURABLE", "SCHEMA_VERSION", "Setting", "configurable", "key
            "read_file", "read_env", "layered", "apply", "effective", "as_json", "as_text"]
 
 SCHEMA_VERSION = 1
-#: Options that choose what one command does; a default for them would surprise (documented in README).
+#: Options that choose what one command does; a default for them would surprise (documented in docs/configuration.md).
 NOT_CONFIGURABLE = PER_LAUNCH | {"json", "help", "version"}
 #: A default that makes no sense next to a flag the user did give: skipped, not an error.
 _SKIP_WITH = {"exclude": "gpus", "mig": "gpus"}
@@ -124,7 +124,7 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
         raise UsageError(f"{label}: expected a string like {opt.metavar}, got {kind}",
                          hint=f'e.g. {key} = "..." (see `gpulaunch --help` for {opt.names[0]})')
     text = str(raw)
-    if opt.repeat:  # --sbatch-arg: one default holds several, split like a shell (as the README says)
+    if opt.repeat:  # --sbatch-arg: one default holds several, split like a shell (as docs/configuration.md says)
         return _words(text, label), text
     try:
         return (opt.convert(text, label) if opt.convert else text), text

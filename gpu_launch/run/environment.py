@@ -15,7 +15,7 @@ from gpu_launch.hardware.model import Device
 
 __all__ = ["SET_VARIABLES", "visible_devices", "build"]
 
-#: Every variable gpulaunch sets or replaces in the child (README, "The child's environment").
+#: Every variable gpulaunch sets or replaces in the child (docs/choosing-gpus.md, "The child's environment").
 SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
 
 

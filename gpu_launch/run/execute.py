@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import CommandNotFound, NotExecutable, UsageError
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn

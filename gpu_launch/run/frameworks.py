@@ -2,7 +2,7 @@
 
 gpulaunch hands the command a ``CUDA_VISIBLE_DEVICES``; a few launchers replace it when told which
 GPUs to use, so the ids given to them then mean *physical* GPUs again, not gpulaunch's choice
-(README, "Frameworks"):
+(docs/frameworks.md):
 
 - ``accelerate launch --gpu_ids 0,1`` (or ``--gpu-ids``; accelerate takes both spellings) *sets*
   ``CUDA_VISIBLE_DEVICES=0,1`` for its workers (``utils/launch.py``: any value but ``all``);
@@ -13,7 +13,7 @@ GPUs to use, so the ids given to them then mean *physical* GPUs again, not gpula
 Only the launcher's own options count, those before its script: ``train.py --gpu_ids 0`` is the
 script's business. The launchers' parsers are not ours, so finding the script is best effort: a word
 that is no option and no option's value, or any word ending in ``.py``. Plain functions, no
-dataclass: this runs on the launch path (README, "Performance").
+dataclass: this runs on the launch path (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Placeholders in the command: ``{n}`` and ``{gpus}`` become what was chosen.
 
 ``gpulaunch --fit 60GiB -- vllm serve M --tensor-parallel-size {n}`` runs vLLM with the number of
-GPUs ``--fit`` chose. The rules (README, "How --auto ranks"):
+GPUs ``--fit`` chose. The rules (docs/choosing-gpus.md, "Placeholders: {n} and {gpus}"):
 
 * Only an argument that is exactly ``{n}`` or ``{gpus}`` is replaced: ``{n}`` by the number of
   devices chosen, ``{gpus}`` by the logical list the command sees, ``0,1,…,n-1`` (CUDA numbers

@@ -28,7 +28,7 @@ from gpu_launch.hardware.model import Machine
 from gpu_launch import units
 from gpu_launch.units import Size, fmt_duration, fmt_mib
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpu_launch.share import sizing
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.fit.plan import Plan

@@ -14,7 +14,7 @@ import time
 
 from gpu_launch.errors import UsageError
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

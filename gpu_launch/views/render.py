@@ -15,7 +15,7 @@ from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.units import fmt_mib
 from gpu_launch.views.ls_table import RIGHT, fit_line, gpu_notes, layout, used_mib
 
-# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any

@@ -20,8 +20,8 @@ plan                 ``plan --json``, ``--fit MODEL --explain``  :data:`PLAN`
 Plain dicts, so the package needs no jsonschema at run time (the tests use it).
 
 Nothing in the package imports this module (only tests/test_json.py does); it stays in ``views/``
-because it is the written contract of what the views print, shipped with them and linked from the
-README, so that a consumer can validate gpulaunch's output without reading the tests.
+because it is the written contract of what the views print, shipped with them and linked from
+docs/json.md, so that a consumer can validate gpulaunch's output without reading the tests.
 """
 
 from __future__ import annotations
