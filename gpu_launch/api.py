@@ -38,9 +38,9 @@ import os
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
 
 from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+from gpu_launch.in_process.devices import Device, in_cuda_order
 from gpu_launch.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import SET_VARIABLES
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from typing import Any, TypeAlias
 
     from gpu_launch.fit.plan import Plan
-    from gpu_launch.hardware.model import Device as ModelDevice
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
     from gpu_launch.share.acquire import Acquired
@@ -71,35 +70,6 @@ if TYPE_CHECKING:
 __all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
 
 _MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Device:
-    """A device you were given, in CUDA order: ``devices[i]`` is ``cuda:i`` once the variables apply.
-
-    ``index`` is the physical number (``gpulaunch ls``, ``nvidia-smi``); ``uuid`` names the GPU,
-    or the MIG device, in every view; memory is in MiB as read when it was chosen (None: unknown).
-    """
-
-    cuda: str  # "cuda:0": what torch.device() and friends take
-    index: int
-    uuid: str
-    name: str
-    pci_bus_id: str | None
-    memory_total_mib: int | None
-    memory_free_mib: int | None
-    mig_profile: str | None = None  # "1g.10gb" for a MIG device, None for a whole GPU
-
-    def __str__(self) -> str:
-        what = f"GPU {self.index}" + (f" MIG {self.mig_profile or self.uuid}" if self.mig_profile or
-                                      self.uuid.startswith("MIG-") else "")
-        return f"{self.cuda} → {what}  {self.name}"
-
-
-def _devices(devices: Sequence[ModelDevice]) -> tuple[Device, ...]:
-    return tuple(Device(f"cuda:{i}", d.gpu.index, d.uuid, d.gpu.name, d.gpu.pci_bus_id, d.memory_total_mib,
-                        d.memory_free_mib, d.mig.profile if d.mig is not None else None)
-                 for i, d in enumerate(devices))
 
 
 # --- is CUDA already running here? ----------------------------------------------------------------
@@ -417,7 +387,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
         release()  # the first choice goes, and the parent's variables come back, before choosing again
         saved = {name: os.environ.get(name) for name in SET_VARIABLES}
         got, variables = _choose(inv, take=True, inherit=True)
-        _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, _devices(got.selection.devices), saved
+        _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, in_cuda_order(got.selection.devices), saved
         os.environ.update(variables)
         return _HELD.devices
 
@@ -468,7 +438,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
     got, _variables = _choose(inv, take=False, choose_only=True)
-    return _devices(got.selection.devices)
+    return in_cuda_order(got.selection.devices)
 
 
 class Reservation:
@@ -535,7 +505,7 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     got, variables = _choose(inv, take=True, inherit=inherit)
-    return Reservation(_devices(got.selection.devices), variables, got.reservation)
+    return Reservation(in_cuda_order(got.selection.devices), variables, got.reservation)
 
 
 def _fit_or_model(fit: SizeSpec | None, model: PathSpec | None) -> SizeSpec | None:
