@@ -39,7 +39,8 @@ import sys
 import threading
 import weakref
 
-from gpu_launch.errors import CudaAlreadyInitialized, UsageError
+from gpu_launch.errors import UsageError
+from gpu_launch.in_process.cuda_state import cuda_started, refuse_if_cuda_started
 from gpu_launch.in_process.devices import Device, in_cuda_order
 from gpu_launch.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
 # The variables use() sets in os.environ are those a launch sets for its command.
@@ -70,45 +71,6 @@ if TYPE_CHECKING:
 __all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
 
 _MIB = 1024 * 1024
-
-
-# --- is CUDA already running here? ----------------------------------------------------------------
-
-def cuda_started() -> str | None:
-    """Why CUDA counts as initialised in this process (None: it does not). Imports nothing new.
-
-    CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, so after that changing the variable
-    silently does nothing. Two signs: the driver library ``libcuda.so`` is mapped into this
-    process (``/proc/self/maps``), or an already imported torch says ``torch.cuda.is_initialized()``.
-    A torch that was merely imported is fine: it starts CUDA at its first use.
-    """
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            for line in maps:
-                if b"libcuda.so" in line:
-                    path = line.split(maxsplit=5)[-1].strip().decode("utf-8", "replace")
-                    return f"the CUDA driver is loaded ({path})"
-    except OSError:
-        pass  # no /proc (not Linux): only the torch check can tell
-    torch = sys.modules.get("torch")
-    is_initialized = getattr(getattr(torch, "cuda", None), "is_initialized", None)
-    if callable(is_initialized):
-        try:
-            if is_initialized():
-                return "torch.cuda.is_initialized() is True"
-        except Exception:  # a half-imported or odd torch: no sign either way
-            pass
-    return None
-
-
-def _refuse_if_cuda_started(what: str) -> None:
-    why = cuda_started()
-    if why is not None:
-        raise CudaAlreadyInitialized(
-            f"{what}: CUDA is already initialised in this process: {why}; CUDA_VISIBLE_DEVICES set now "
-            "would have no effect",
-            hint="restart the kernel (or the Python process) and call gpu_launch.use() first, before anything "
-                 "touches CUDA; or start the work in a new process with gpu_launch.reserve() and r.env")
 
 
 # --- keyword arguments -> an invocation, through the command line's converters ---------------------
@@ -378,7 +340,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     own context), as ``gpulaunch --fit MODEL`` does; :func:`plan` shows the numbers. Returns the
     devices in CUDA order.
     """
-    _refuse_if_cuda_started("use()")
+    refuse_if_cuda_started("use()")
     fit = _fit_or_model(fit, model)
     inv = _invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
