@@ -35,13 +35,11 @@ Ctrl-C (a kernel interrupt) while waiting raises ``KeyboardInterrupt`` with noth
 from __future__ import annotations
 
 import os
-import sys
-import threading
-import weakref
 
 from gpu_launch.errors import UsageError
 from gpu_launch.in_process.cuda_state import cuda_started, refuse_if_cuda_started
 from gpu_launch.in_process.devices import Device, in_cuda_order
+from gpu_launch.in_process.holding import HELD, MINE, choose, release_held
 from gpu_launch.in_process.keywords import invocation, wait_seconds
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import SET_VARIABLES
@@ -55,8 +53,6 @@ if TYPE_CHECKING:
 
     from gpu_launch.fit.plan import Plan
     from gpu_launch.hardware.model import Machine
-    from gpu_launch.options.args import Invocation
-    from gpu_launch.share.acquire import Acquired
     from gpu_launch.share.reservations import Reservation as Locks
     from gpu_launch.units import Size
 
@@ -69,132 +65,6 @@ if TYPE_CHECKING:
     PathSpec: TypeAlias = "str | os.PathLike[str]"
 
 __all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
-
-
-# --- choosing and holding --------------------------------------------------------------------------
-
-class _Mine:
-    """What this process's API holds, for every thread: never this process's allotment, always taken.
-
-    ``keys`` are the (uuid, depth) locks held (a live container :func:`_choose` hands to the choice,
-    so a reservation another thread takes meanwhile counts too); ``forked_from``, the processes this
-    one was forked from (a forked worker's ``use()`` must not land on its parent's GPUs). A key is
-    added *before* its descriptor may become inheritable and removed only *after* it is closed, so no
-    thread ever sees one of them as an inherited lock (share/reservations.py, ``lineage_holds``).
-    """
-
-    def __init__(self) -> None:
-        self.guard = threading.Lock()
-        self.keys: set[tuple[str, int]] = set()
-        self.locks: weakref.WeakSet[Locks] = weakref.WeakSet()
-        self.forked_from: set[int] = set()
-
-    def add(self, locks: Locks) -> None:
-        with self.guard:
-            self.keys.update(locks.keys)
-            self.locks.add(locks)
-
-    def give_back(self, locks: Locks) -> None:
-        keys = locks.keys
-        locks.release()
-        with self.guard:
-            self.keys.difference_update(keys)
-            self.locks.discard(locks)
-
-    def after_fork_in_child(self) -> None:
-        """A forked copy of this process holds none of what the API held: close its copies of the
-        descriptors (so the parent's ``release()`` frees the GPUs), and remember the parent, whose
-        reservations are its own."""
-        self.guard = threading.Lock()  # another thread may have held it at the fork
-        self.forked_from.add(os.getppid())
-        for locks in list(self.locks):
-            for fd in locks.fds.values():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            locks.fds.clear()
-        self.keys.clear()
-        self.locks = weakref.WeakSet()
-
-
-_MINE = _Mine()
-
-
-def _after_fork_in_child() -> None:
-    _MINE.after_fork_in_child()
-    _HELD.guard = threading.RLock()  # another thread may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _parent_environ() -> dict[str, str]:
-    """The environment this process was given: ``os.environ`` with the variables :func:`use` set put
-    back as they were. So this process's own ``use()`` never narrows its later calls as a parent's
-    ``CUDA_VISIBLE_DEVICES`` would: what ``use()`` holds is simply taken, as another job's would be."""
-    environ = dict(os.environ)
-    for name, value in (_HELD.saved or {}).items():
-        if value is None:
-            environ.pop(name, None)
-        else:
-            environ[name] = value
-    return environ
-
-
-def _choose(inv: Invocation, take: bool, choose_only: bool = False,
-            inherit: bool = False) -> tuple[Acquired, dict[str, str]]:
-    """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
-    acquired and the variables to set. ``inherit``: the lock descriptors are handed down to programs
-    this process starts (``use()``; ``reserve(inherit=True)``)."""
-    from gpu_launch.share import acquire, pick
-
-    environ = _parent_environ()
-    locking = acquire.Locking.of(inv.get("lock_dir"), environ, take=take and not inv.get("no_lock"),
-                                 snapshot=pick.snapshot_source(inv))
-    from gpu_launch.records import replace
-
-    locking = replace(locking, mine=_MINE.keys, skip_pids=_MINE.forked_from)
-    _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),
-                                          choose_only=choose_only, environ=environ)
-    try:
-        if got.reservation is not None:
-            _MINE.add(got.reservation)  # before anything can make its descriptors inheritable
-        if got.fallback_reason is not None and not inv.get("quiet"):
-            print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
-            print("gpulaunch: fallback cpu: no GPU visible (CUDA_VISIBLE_DEVICES= empty)", file=sys.stderr)
-        if vis is not None:
-            pick.tell(inv, vis, got.selection, env)
-        if got.reservation is not None:
-            # `gpulaunch ls` names this process (a notebook's kernel) as the holder.
-            got.reservation.record(os.getpid(), _command_line())
-            if inherit:
-                # Kept across exec, as a launch's are: a program started from here holds them too, and a
-                # gpulaunch started from here shares these GPUs out as its job's (share/nesting.py).
-                got.reservation.make_inheritable()
-    except BaseException:
-        if got.reservation is not None:
-            _MINE.give_back(got.reservation)
-        raise
-    return got, {name: env[name] for name in SET_VARIABLES}
-
-
-def _command_line() -> list[str]:
-    return list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
-
-
-class _Held:
-    """What ``use()`` holds: the locks, and the variables as they were before it set them."""
-
-    def __init__(self) -> None:
-        self.locks: Locks | None = None
-        self.devices: tuple[Device, ...] = ()
-        self.saved: dict[str, str | None] | None = None  # None: use() has not changed os.environ
-        self.guard = threading.RLock()
-
-
-_HELD = _Held()
 
 
 def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | None = None,
@@ -229,38 +99,24 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
-    with _HELD.guard:  # one process, one use(): threads calling it take turns
+    with HELD.guard:  # one process, one use(): threads calling it take turns
         release()  # the first choice goes, and the parent's variables come back, before choosing again
         saved = {name: os.environ.get(name) for name in SET_VARIABLES}
-        got, variables = _choose(inv, take=True, inherit=True)
-        _HELD.locks, _HELD.devices, _HELD.saved = got.reservation, in_cuda_order(got.selection.devices), saved
+        got, variables = choose(inv, take=True, inherit=True)
+        HELD.locks, HELD.devices, HELD.saved = got.reservation, in_cuda_order(got.selection.devices), saved
         os.environ.update(variables)
-        return _HELD.devices
+        return HELD.devices
 
 
 def release() -> None:
     """Give back what :func:`use` holds and restore the variables it set. Nothing held: nothing to do."""
-    with _HELD.guard:
-        _release_held()
-
-
-def _release_held() -> None:
-    if _HELD.locks is not None:
-        _MINE.give_back(_HELD.locks)
-        _HELD.locks = None
-    if _HELD.saved is not None:
-        for name, value in _HELD.saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _HELD.saved = None
-    _HELD.devices = ()
+    with HELD.guard:
+        release_held()
 
 
 def held() -> tuple[Device, ...]:
     """The devices :func:`use` holds now (empty before it or after :func:`release`)."""
-    return _HELD.devices
+    return HELD.devices
 
 
 def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | None = None,
@@ -283,7 +139,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
         from gpu_launch.records import replace
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
-    got, _variables = _choose(inv, take=False, choose_only=True)
+    got, _variables = choose(inv, take=False, choose_only=True)
     return in_cuda_order(got.selection.devices)
 
 
@@ -308,7 +164,7 @@ class Reservation:
     def release(self) -> None:
         """Give the GPUs back (again: nothing happens)."""
         if self._locks is not None:
-            _MINE.give_back(self._locks)
+            MINE.give_back(self._locks)
             self._locks = None
 
     def __enter__(self) -> Reservation:
@@ -350,7 +206,7 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                               "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
                               "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
-    got, variables = _choose(inv, take=True, inherit=inherit)
+    got, variables = choose(inv, take=True, inherit=inherit)
     return Reservation(in_cuda_order(got.selection.devices), variables, got.reservation)
 
 
