@@ -97,8 +97,8 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     refuse_if_cuda_started("use()")
     fit = _fit_or_model(fit, model)
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
-                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
-                              "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+                             "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
+                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     with HELD.guard:  # one process, one use(): threads calling it take turns
         release()  # the first choice goes, and the parent's variables come back, before choosing again
         saved = {name: os.environ.get(name) for name in SET_VARIABLES}
@@ -132,8 +132,8 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
     table on stderr unless ``quiet``.
     """
     inv = invocation("env", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
-                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "snapshot": snapshot,
-                              "lock_dir": lock_dir, "quiet": quiet})
+                             "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "snapshot": snapshot,
+                             "lock_dir": lock_dir, "quiet": quiet})
     seconds = wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
         from gpu_launch.records import replace
@@ -204,8 +204,8 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
         raise UsageError(f"inherit: expected True or False, got {inherit!r}", hint="e.g. inherit=True")
     fit = _fit_or_model(fit, model)
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
-                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
-                              "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+                             "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
+                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     got, variables = choose(inv, take=True, inherit=inherit)
     return Reservation(in_cuda_order(got.selection.devices), variables, got.reservation)
 
@@ -243,8 +243,8 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
     if command is not None and (isinstance(command, str) or not all(isinstance(w, str) for w in command)):
         raise UsageError("plan(): command= is a list of words", hint='command=["vllm", "serve", "./M"]')
     inv = invocation("plan", {"ctx": ctx, "parallel": parallel, "kv_type": kv_type, "engine": engine,
-                               "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
-                               "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
+                              "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
+                              "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
     ref = "model" if model is None else (os.fspath(model) if isinstance(model, os.PathLike) else model)
     result, _why = model_plan.make_plan(inv, ref, tuple(command or ()))
     return result

@@ -96,7 +96,7 @@ def _parent_environ() -> dict[str, str]:
 
 
 def choose(inv: Invocation, take: bool, choose_only: bool = False,
-            inherit: bool = False) -> tuple[Acquired, dict[str, str]]:
+           inherit: bool = False) -> tuple[Acquired, dict[str, str]]:
     """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
     acquired and the variables to set. ``inherit``: the lock descriptors are handed down to programs
     this process starts (``use()``; ``reserve(inherit=True)``)."""
