@@ -1,5 +1,5 @@
-"""The package's layers import one way only: cli → commands (and the Python API, api) → share, options →
-views, run, choose →
+"""The package's layers import one way only: cli → commands (and the Python API, api, with its machinery
+in_process) → share, options → views, run, choose →
 hardware → units, errors (docs/design.md). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
