@@ -1,5 +1,5 @@
-"""The package's layers import one way only: cli → commands (and the Python API, api) → share, options →
-views, run, choose →
+"""The package's layers import one way only: cli → commands (and the Python API, api, with its machinery
+in_process) → share, options → views, run, choose →
 hardware → units, errors (docs/design.md). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpu_launch"
 #: lower number = higher layer; a module may import its own layer's package or any lower layer
 LAYERS = {
     "cli": 0, "__main__": 0,
-    "commands": 1, "api": 1,
+    "commands": 1, "api": 1, "in_process": 1,
     "share": 2, "options": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
