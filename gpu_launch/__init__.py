@@ -17,7 +17,7 @@ _LAZY = {
                      "Reservation", "plan"), "gpu_launch.api"),
     **dict.fromkeys(("GpuLaunchError", "UsageError", "SnapshotError", "ConfigError", "LockDirError",
                      "NotEnoughGpus", "WaitTimeout", "ReservationConflict", "Reserved", "NvmlUnavailable",
-                     "NoDriver", "CudaAlreadyInitialized", "Interrupted", "ExitCode"), "gpu_launch.errors"),
+                     "NoDriver", "CudaAlreadyInitialized", "Interrupted", "ModelFileError", "ExitCode"), "gpu_launch.errors"),
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, statically ("X 
     from gpu_launch.errors import ExitCode as ExitCode, GpuLaunchError as GpuLaunchError, Interrupted as Interrupted
     from gpu_launch.errors import LockDirError as LockDirError, NoDriver as NoDriver, NotEnoughGpus as NotEnoughGpus
     from gpu_launch.errors import NvmlUnavailable as NvmlUnavailable, Reserved as Reserved
+    from gpu_launch.errors import ModelFileError as ModelFileError
     from gpu_launch.errors import ReservationConflict as ReservationConflict, SnapshotError as SnapshotError
     from gpu_launch.errors import UsageError as UsageError, WaitTimeout as WaitTimeout
 

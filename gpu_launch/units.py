@@ -29,9 +29,9 @@ _MIB = 1024 * 1024
 # Binary units count in MiB directly; decimal ones (GB) are converted from bytes. A bare K/M/G/T
 # means the binary unit, as nvidia-smi and PyTorch users mean it.
 _UNITS: dict[str, float] = {
-    "b": 1 / _MIB, "kib": 1 / 1024, "mib": 1.0, "gib": 1024.0, "tib": 1024.0**2,
-    "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2,
-    "kb": 1e3 / _MIB, "mb": 1e6 / _MIB, "gb": 1e9 / _MIB, "tb": 1e12 / _MIB,
+    "b": 1 / _MIB, "kib": 1 / 1024, "mib": 1.0, "gib": 1024.0, "tib": 1024.0**2, "pib": 1024.0**3,
+    "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2, "p": 1024.0**3,
+    "kb": 1e3 / _MIB, "mb": 1e6 / _MIB, "gb": 1e9 / _MIB, "tb": 1e12 / _MIB, "pb": 1e15 / _MIB,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z%]*)\s*$")  # ASCII digits only
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")

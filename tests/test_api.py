@@ -374,7 +374,7 @@ def test_every_error_is_a_gpulaunch_error_with_the_clis_message_hint_and_code(py
         # One hierarchy, exported from the package, with the API's short names for two of them.
         assert child.value("[issubclass(getattr(gpu_launch, n), gpu_launch.GpuLaunchError) for n in ("
                            "'UsageError', 'NotEnoughGpus', 'Reserved', 'WaitTimeout', 'NoDriver', 'SnapshotError', "
-                           "'LockDirError', 'ConfigError', 'CudaAlreadyInitialized', 'Interrupted')]") == [True] * 10
+                           "'LockDirError', 'ConfigError', 'CudaAlreadyInitialized', 'Interrupted', 'ModelFileError')]") == [True] * 11
         assert child.value("gpu_launch.Reserved is gpu_launch.ReservationConflict and "
                            "gpu_launch.NoDriver is gpu_launch.NvmlUnavailable") is True
         assert child.value(ENV_NOW) == UNSET  # no failure changed the environment

@@ -79,6 +79,9 @@ def test_default_location_is_home_dot_config(tmp_path: Path) -> None:
     # GPULAUNCH_CONFIG="" switches the file off
     off = gpulaunch("config", "--json", home=tmp_path, env={"GPULAUNCH_CONFIG": ""})
     assert settings(off)["--snapshot"]["source"] == "default"
+    # and the table says so once, without calling the switched-off file "not found"
+    first = gpulaunch("config", home=tmp_path, env={"GPULAUNCH_CONFIG": ""}).stdout.splitlines()[0]
+    assert first == "config file: (none: GPULAUNCH_CONFIG is empty)"
 
 
 def test_environment_snapshot_and_flags(tmp_path: Path) -> None:

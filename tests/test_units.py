@@ -11,6 +11,7 @@ from gpu_launch.units import Size, fmt_mib, parse_duration, parse_size
 @pytest.mark.parametrize("text, mib", [
     ("20GiB", 20480), ("512MiB", 512), ("20G", 20480), ("1.5GiB", 1536), ("1TiB", 1024 * 1024),
     ("20GB", 20e9 / 2**20), ("500MB", 500e6 / 2**20), ("20gib", 20480), (" 8 GiB ", 8192),
+    ("1PiB", 1024**3),  # the largest size gpulaunch takes can be written in its own unit
 ])
 def test_sizes(text, mib):
     assert parse_size(text).mib == pytest.approx(mib)

@@ -282,7 +282,7 @@ def as_json(settings: list[Setting], environ: Mapping[str, str]) -> dict[str, An
 def as_text(settings: list[Setting], environ: Mapping[str, str], built_in: Mapping[str, str] | None = None) -> str:
     """The `config` table; an option left unset shows ``built_in[dest]`` (what gpulaunch does without it)."""
     doc = as_json(settings, environ)
-    state = "" if doc["config_file_exists"] else " (not found)"
+    state = "" if doc["config_file_exists"] or not doc["config_file"] else " (not found)"
     lines = [f"config file: {doc['config_file'] or '(none: GPULAUNCH_CONFIG is empty)'}{state}"]
     rows = [("OPTION", "VALUE", "SOURCE")]
     for s, setting in zip(doc["settings"], settings):
