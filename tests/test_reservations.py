@@ -12,7 +12,7 @@ import pytest
 
 from gpu_launch.share import acquire
 
-from gpu_launch.share import reservations
+from gpu_launch.share import lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.hardware import snapshot
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
@@ -223,7 +223,7 @@ def test_a_planted_symlink_is_refused_not_followed(tmp_path: Path, locks: Path, 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     (uuid,) = [g["uuid"] for g in first_gpus(example("dgx1-v100"), 1)["gpus"]]
-    planted = Path(reservations.lock_path(str(locks), uuid))
+    planted = Path(lockdir.lock_path(str(locks), uuid))
     planted.symlink_to(victim)
     # its GPU alone is unavailable for reservation (tests/test_bad_lock_files.py): the only GPU here
     result = run(["--snapshot", str(one_gpu), "--auto", "1", "--", "true"], locks)
@@ -280,7 +280,7 @@ def test_a_lost_race_reselects(locks: Path, monkeypatch: pytest.MonkeyPatch) -> 
     machine = snapshot.resolve("dgx-h100")
     request = acquire.Request(auto=1)
     best = acquire.attempt(request, machine, None).selection.devices[0].gpu
-    reservations.prepare_dir(str(locks))
+    lockdir.prepare_dir(str(locks))
     theirs = reservations.try_lock(str(locks), best.uuid)
     assert theirs is not None
     monkeypatch.setattr(reservations, "holders", lambda lock_dir, uuids: {})  # a stale read

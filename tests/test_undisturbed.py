@@ -31,7 +31,7 @@ import test_json
 import test_output
 from conftest import run_cli
 from gpu_launch.hardware import snapshot
-from gpu_launch.share.reservations import DEFAULT_LOCK_DIR
+from gpu_launch.share.lockdir import DEFAULT_LOCK_DIR
 
 HELD = ("workstation-4x", "dgx-h100")  # every GPU of these is held in the default directory
 INNER = "GPULAUNCH_TEST_INNER"  # set by the outer test in the child pytest

@@ -398,7 +398,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     from gpu_launch.share.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
-    from gpu_launch.share.reservations import prepare_dir
+    from gpu_launch.share.lockdir import prepare_dir
 
     prepare_dir(locking.lock_dir)
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())

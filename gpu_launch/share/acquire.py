@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Container, Mapping
 
 from gpu_launch.records import dataclass, field
-from gpu_launch.share import reservations
+from gpu_launch.share import lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
@@ -122,7 +122,7 @@ class Locking:
         """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
         from gpu_launch.hardware.snapshot import is_example
 
-        return Locking(reservations.lock_dir_path(option, environ, example=is_example(snapshot)), take)
+        return Locking(lockdir.lock_dir_path(option, environ, example=is_example(snapshot)), take)
 
 
 @dataclass
@@ -174,7 +174,7 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
 
 
 def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
-            unusable: Mapping[str, reservations.Unusable] | None = None,
+            unusable: Mapping[str, lockdir.Unusable] | None = None,
             allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
     constraints = request.constraints(machine, reserved, allotted)
     if request.gpus is not None:
@@ -221,7 +221,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     now = time.time()
     uuids = _device_uuids(machine)
     if locking.take:
-        reservations.prepare_dir(locking.lock_dir)
+        lockdir.prepare_dir(locking.lock_dir)
     found, unusable = reservations.scan(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
@@ -249,7 +249,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         wanted = [d.uuid for d in selection.devices if d.uuid not in reserved]
         try:
             got = reservations.lock_all(locking.lock_dir, wanted, depth)
-        except reservations.UnusableLockFile as exc:
+        except lockdir.UnusableLockFile as exc:
             # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
             unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
             reserved[exc.uuid] = exc.unusable.describe()  # type: ignore[attr-defined]
@@ -280,7 +280,7 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
 
 
 def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
-                     unusable: Mapping[str, reservations.Unusable]) -> None:
+                     unusable: Mapping[str, lockdir.Unusable]) -> None:
     """Raise LockDirError when the request is unmet for want of lock files only root can add to a
     hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
     missing = frozenset(u for u, bad in unusable.items() if bad.missing)
@@ -293,7 +293,7 @@ def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lo
     have = "has" if len(labels) == 1 else "have"
     raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
                        "(GPUs changed since `locks init`?), so waiting cannot help",
-                       hint=reservations.admin_hint(lock_dir) + " again") from None
+                       hint=lockdir.admin_hint(lock_dir) + " again") from None
 
 
 def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = frozenset()) -> str | None:
@@ -407,7 +407,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
     machine: Machine | None = None
     inside = False
     if locking is not None and locking.take:
-        reservations.prepare_dir(locking.lock_dir)
+        lockdir.prepare_dir(locking.lock_dir)
         machine = read()
         inside = inside_allotment(locking, machine)
         if not inside:

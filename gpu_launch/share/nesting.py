@@ -27,7 +27,9 @@ from collections.abc import Container, Iterable
 
 from gpu_launch.records import dataclass, field
 
+from gpu_launch.errors import LockDirError
 from gpu_launch.share import reservations
+from gpu_launch.share.lockdir import MAX_DEPTH, nested_path
 from gpu_launch.share.reservations import Holder
 
 __all__ = ["Nesting", "resolve"]
@@ -56,12 +58,12 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
     allotted: frozenset[str] = frozenset()
     free_at: dict[str, int] = {}
     taken: dict[str, Holder] = {}
-    for depth in range(reservations.MAX_DEPTH):
+    for depth in range(MAX_DEPTH):
         if not level:
             break
         try:
-            paths = {(u, depth): reservations.nested_path(lock_dir, u, depth) for u in level}
-        except reservations.LockDirError:
+            paths = {(u, depth): nested_path(lock_dir, u, depth) for u in level}
+        except LockDirError:
             break  # no place for nested locks (a hardened dir without queue/): nothing is shared out
         own = {u for (u, _d) in reservations.lineage_holds(paths, mine, skip_pids)}
         if depth == 0:
@@ -73,7 +75,7 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
         for uuid in own:
             try:
                 holder = reservations.probe_at(lock_dir, uuid, depth + 1)
-            except reservations.LockDirError:
+            except LockDirError:
                 holder = None  # unusable nested file: locking it says so
             if holder is None:
                 free_at[uuid] = depth + 1
