@@ -9,9 +9,9 @@ process holding them exits, crashes or is killed. No daemon, no stale locks, no 
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
 what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
-job's reservations from lock descriptors (:func:`lineage_holds`), and shares them out among the
-job's children through locks one level deeper (:func:`~gpu_launch.share.lockdir.nested_path`,
-:mod:`gpu_launch.share.nesting`).
+job's reservations from lock descriptors (:func:`~gpu_launch.share.nesting.lineage_holds`), and
+shares them out among the job's children through locks one level deeper
+(:func:`~gpu_launch.share.lockdir.nested_path`, :mod:`gpu_launch.share.nesting`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import errno
 import fcntl
 import json
 import os
-import stat
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from gpu_launch.errors import LockDirError
 from gpu_launch.records import dataclass
@@ -30,8 +29,8 @@ from gpu_launch.share.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_
                                       open_error, open_shared, prepare_dir)
 
 __all__ = [
-    "Holder", "Reservation", "probe", "scan", "LockWatch", "holders", "ancestors", "own_reservations", "lineage_holds",
-    "probe_at", "try_lock", "lock_all", "current_user",
+    "Holder", "Reservation", "probe", "scan", "LockWatch", "holders", "probe_at", "try_lock", "lock_all",
+    "current_user",
 ]
 
 #: How often a failed non-blocking lock is retried before the GPU counts as taken. Another
@@ -234,129 +233,6 @@ class LockWatch:
 def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
     """The reserved ones among ``uuids``, with their holders (an absent lock dir: none)."""
     return scan(lock_dir, uuids)[0]
-
-
-def ancestors(skip: Container[int] = ()) -> tuple[int, ...]:
-    """The pids of this process's parent, grandparent, … as this PID namespace's /proc says (Linux; empty
-    where unreadable). Kernel facts, not the pid text of a lock file, which anyone can write. Those in
-    ``skip`` are passed over (walked through, not listed)."""
-    found: list[int] = []
-    seen: set[int] = set()
-    pid = os.getppid()
-    while pid > 1 and pid not in seen:
-        seen.add(pid)
-        if pid not in skip:
-            found.append(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat_line = fh.read()
-            pid = int(stat_line[stat_line.rindex(b")") + 2:].split()[1])  # field 4: ppid
-        except (OSError, ValueError, IndexError):
-            break
-    return tuple(found)
-
-
-def _fd_numbers(pid: str) -> list[int]:
-    try:
-        return [int(name) for name in os.listdir(f"/proc/{pid}/fd") if name.isdigit()]
-    except OSError:
-        try:
-            return [int(name) for name in os.listdir("/dev/fd") if name.isdigit()] if pid == "self" else []
-        except OSError:
-            return []
-
-
-def _file_keys(paths: Mapping[tuple[str, int], str]) -> dict[tuple[int, int], tuple[str, int]]:
-    """(device, inode) of each existing regular lock file -> its key."""
-    keys: dict[tuple[int, int], tuple[str, int]] = {}
-    for key, path in paths.items():
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            keys[(st.st_dev, st.st_ino)] = key
-    return keys
-
-
-def _ancestor_holds(pid: int, fd: int) -> bool:
-    """Whether ``pid``'s descriptor ``fd`` holds an exclusive flock and is handed down through exec.
-
-    ``/proc/PID/fdinfo/FD`` lists the locks held by that very open file description (``lock:`` lines,
-    Linux ≥ 4.1). A close-on-exec descriptor is not counted: it is a gpulaunch's own working copy
-    (``each`` keeps one for a job it is about to start), not its job's reservation.
-    """
-    try:
-        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as fh:
-            info = fh.read(65536).decode("ascii", "replace")
-    except OSError:
-        return False
-    flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), None)
-    try:
-        if flags is None or int(flags, 8) & os.O_CLOEXEC:
-            return False
-    except ValueError:
-        return False
-    return any(line.startswith("lock:") and " FLOCK " in line and " WRITE " in line for line in info.splitlines())
-
-
-def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
-    """Which of the ``held`` devices this process's job holds machine-wide (depth 0): see :func:`lineage_holds`."""
-    return frozenset(uuid for uuid, _ in lineage_holds({(uuid, 0): lock_path(lock_dir, uuid) for uuid in held}))
-
-
-def lineage_holds(paths: Mapping[tuple[str, int], str], mine: Container[object] = (),
-                  skip_pids: Container[int] = ()) -> set[tuple[str, int]]:
-    """Which of the held lock files ``paths`` ((uuid, depth) -> path) this process's job holds, decided by the locks.
-
-    A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use its job's
-    GPUs. It knows them from lock descriptors, never from the pid written in the file (anyone can
-    write it, and a pid means nothing across PID namespaces):
-
-    * an inherited descriptor (not close-on-exec) on the same file (device and inode): ``flock``
-      on an open file description that already holds the lock succeeds, so a non-blocking
-      exclusive ``flock`` on it proves it is ours (the file is held, so it cannot be a fresh lock);
-    * or one of this process's real ancestors (``/proc``, this PID namespace) holds the lock through
-      a descriptor it hands down through exec, as shown by ``/proc/PID/fdinfo`` (for a job that
-      started us with its descriptors closed, e.g. Python's ``subprocess``, which closes them).
-
-    Keys in ``mine`` are never the job's: they are this very process's own reservations (the Python
-    API's), taken for itself, not handed down to it. They are checked after the descriptors, so a
-    reservation another thread registers and then makes inheritable is never mistaken for an inherited
-    one. Ancestors in ``skip_pids`` (the processes this one was forked from, without an exec) are
-    passed over: what they hold through the API is theirs; what they had when they forked, this
-    process holds too, as inherited descriptors.
-    """
-    keys = _file_keys(paths)
-    if not keys:
-        return set()
-    own: set[tuple[str, int]] = set()
-    for fd in _fd_numbers("self"):
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or not os.get_inheritable(fd):
-                continue
-        except OSError:
-            continue
-        key = keys.get((st.st_dev, st.st_ino))
-        if key is None or key in own:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue
-        own.add(key)
-    if len(own) < len(keys):
-        for pid in ancestors(skip_pids):
-            for fd in _fd_numbers(str(pid)):
-                try:
-                    st = os.stat(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                key = keys.get((st.st_dev, st.st_ino))
-                if key is not None and key not in own and _ancestor_holds(pid, fd):
-                    own.add(key)
-    return {key for key in own if key not in mine}
 
 
 def try_lock(lock_dir: str, uuid: str, depth: int = 0) -> int | None:
