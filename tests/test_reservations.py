@@ -12,7 +12,7 @@ import pytest
 
 from gpu_launch.share import acquire
 
-from gpu_launch.share import lockdir, reservations
+from gpu_launch.share import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.hardware import snapshot
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
@@ -89,8 +89,8 @@ def _stress_round(tmp_path: Path, locks: Path, n: int, wait: bool) -> list[tuple
         ready = {p.name.split("-")[1]: p.read_text() for p in rec.glob("ready-*")}
         assert len(ready) == eligible
         assert sorted(ready.values()) == [str(i) for i in range(8)]  # one child per GPU
-        holders = reservations.holders(str(locks), _uuids("dgx-h100"))
-        assert sorted(str(h.pid) for h in holders.values()) == sorted(ready)  # the children hold the locks
+        held = holders.holders(str(locks), _uuids("dgx-h100"))
+        assert sorted(str(h.pid) for h in held.values()) == sorted(ready)  # the children hold the locks
         if not wait:
             codes = [p.poll() for p in procs if p.poll() is not None]
             assert codes == [4] * (PROCESSES - eligible)
@@ -283,7 +283,7 @@ def test_a_lost_race_reselects(locks: Path, monkeypatch: pytest.MonkeyPatch) -> 
     lockdir.prepare_dir(str(locks))
     theirs = reservations.try_lock(str(locks), best.uuid)
     assert theirs is not None
-    monkeypatch.setattr(reservations, "holders", lambda lock_dir, uuids: {})  # a stale read
+    monkeypatch.setattr(holders, "holders", lambda lock_dir, uuids: {})  # a stale read
     got = acquire.attempt(request, machine, acquire.Locking(str(locks)))
     try:
         assert got.selection.devices[0].gpu.index != best.index
@@ -322,7 +322,7 @@ def test_env_avoids_reserved_gpus_and_warns_about_a_named_one(tmp_path: Path, lo
         named = run(["--snapshot", "dgx-h100", "env", "--gpus", first], locks)
         assert named.returncode == 0 and f"export CUDA_VISIBLE_DEVICES={first}\n" in named.stdout
         assert f"GPU {first} is reserved by" in named.stderr and "using it anyway" in named.stderr
-        assert reservations.holders(str(locks), _uuids("dgx-h100")).keys() == {
+        assert holders.holders(str(locks), _uuids("dgx-h100")).keys() == {
             g.uuid for g in snapshot.resolve("dgx-h100").gpus if str(g.index) == first}  # env took nothing
     finally:
         release.touch()

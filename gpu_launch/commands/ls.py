@@ -151,10 +151,10 @@ def _lock_dir(inv: Invocation) -> str:
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
-    from gpu_launch.share import reservations
+    from gpu_launch.share import holders
 
     try:
-        held, unusable = reservations.scan(_lock_dir(inv),
+        held, unusable = holders.scan(_lock_dir(inv),
                                            [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Container, Mapping
 
 from gpu_launch.records import dataclass, field
-from gpu_launch.share import lockdir, reservations
+from gpu_launch.share import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
@@ -222,7 +222,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     uuids = _device_uuids(machine)
     if locking.take:
         lockdir.prepare_dir(locking.lock_dir)
-    found, unusable = reservations.scan(locking.lock_dir, uuids)
+    found, unusable = holders.scan(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
     # job's children: it locks them one level deeper, so two children never get the same one.
@@ -257,7 +257,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = reservations.probe_at(locking.lock_dir, got, depth.get(got, 0))
+        holder = holders.probe_at(locking.lock_dir, got, depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
@@ -271,7 +271,7 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
     """
     if locking is None:
         return False
-    found, _unusable = reservations.scan(locking.lock_dir, _device_uuids(machine))
+    found, _unusable = holders.scan(locking.lock_dir, _device_uuids(machine))
     if not found:
         return False
     from gpu_launch.share import nesting
@@ -414,7 +414,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
             ticket = Ticket(locking.lock_dir)
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
-        watch: reservations.LockWatch | None = None
+        watch: holders.LockWatch | None = None
         try:
             if ticket is not None:
                 ticket.join()
@@ -431,7 +431,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     if watch is not None:
                         watch.close()
                     # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
-                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine), nested=inside) \
+                    watch = holders.LockWatch(locking.lock_dir, _device_uuids(machine), nested=inside) \
                         if locking is not None else None
                     try:
                         return attempt(request, machine, locking, chooser)
@@ -441,7 +441,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         if why is not None:
                             raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
                                              hint="relax the constraints, or ask for fewer GPUs") from None
-                    found = {} if locking is None else reservations.holders(locking.lock_dir, _device_uuids(machine))
+                    found = {} if locking is None else holders.holders(locking.lock_dir, _device_uuids(machine))
                     # No ages in the line: in plain mode a new line is printed only when it changes.
                     reserved = {u: h.describe(age=False) for u, h in found.items()}
                     taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \

@@ -31,9 +31,8 @@ from collections.abc import Container, Iterable, Mapping
 from gpu_launch.records import dataclass, field
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share import reservations
+from gpu_launch.share.holders import Holder, probe_at
 from gpu_launch.share.lockdir import MAX_DEPTH, lock_path, nested_path
-from gpu_launch.share.reservations import Holder
 
 __all__ = ["Nesting", "resolve", "lineage_holds", "own_reservations", "ancestors"]
 
@@ -73,11 +72,11 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
             allotted = frozenset(own)
         else:
             for uuid in level - own:
-                taken[uuid] = reservations.probe_at(lock_dir, uuid, depth) or Holder()
+                taken[uuid] = probe_at(lock_dir, uuid, depth) or Holder()
         level = set()
         for uuid in own:
             try:
-                holder = reservations.probe_at(lock_dir, uuid, depth + 1)
+                holder = probe_at(lock_dir, uuid, depth + 1)
             except LockDirError:
                 holder = None  # unusable nested file: locking it says so
             if holder is None:
