@@ -283,7 +283,8 @@ def test_a_lost_race_reselects(locks: Path, monkeypatch: pytest.MonkeyPatch) -> 
     lockdir.prepare_dir(str(locks))
     theirs = reservations.try_lock(str(locks), best.uuid)
     assert theirs is not None
-    monkeypatch.setattr(holders, "holders", lambda lock_dir, uuids: {})  # a stale read
+    # A stale read: the scan attempt() makes of the locks sees none held, as if it ran just before theirs.
+    monkeypatch.setattr(holders, "scan", lambda lock_dir, uuids: ({}, {}))
     got = acquire.attempt(request, machine, acquire.Locking(str(locks)))
     try:
         assert got.selection.devices[0].gpu.index != best.index
