@@ -398,7 +398,7 @@ def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
 @contextlib.contextmanager
 def _holding(index: int) -> Iterator[None]:
     """Another gpulaunch job holds GPU ``index`` of workstation-4x (its command waits on stdin)."""
-    from gpu_launch.share import reservations
+    from gpu_launch.share import holders
     from gpu_launch.hardware import snapshot
 
     uuid = snapshot.resolve("workstation-4x").gpus[index].uuid
@@ -407,13 +407,13 @@ def _holding(index: int) -> Iterator[None]:
                               stdin=subprocess.PIPE, env=clean_env())
     try:
         deadline = time.monotonic() + 30
-        while not reservations.holders(LOCK_DIR, [uuid]):
+        while not holders.holders(LOCK_DIR, [uuid]):
             assert holder.poll() is None and time.monotonic() < deadline, "the holder never took its GPU"
             time.sleep(0.02)
         yield
     finally:
         holder.communicate(timeout=30)  # closes stdin: the holder's command ends, and its lock with it
-    assert reservations.holders(LOCK_DIR, [uuid]) == {}, "the lock ends with the command that held it"
+    assert holders.holders(LOCK_DIR, [uuid]) == {}, "the lock ends with the command that held it"
 
 
 def _nvml_loads() -> bool:
@@ -457,11 +457,11 @@ def test_bad_input(row: Bad, files_dir: Path) -> None:
 
 def test_nothing_is_left_reserved_or_queued() -> None:
     """After every row above (failures, Ctrl-C, timeouts, holders): no GPU reserved, no waiter queued."""
-    from gpu_launch.share import reservations
+    from gpu_launch.share import holders
     from gpu_launch.hardware import snapshot
 
     uuids = [g.uuid for name in snapshot.example_names() for g in snapshot.resolve(name).gpus]
-    assert reservations.holders(LOCK_DIR, uuids) == {}
+    assert holders.holders(LOCK_DIR, uuids) == {}
     assert not list(Path(LOCK_DIR).glob("ticket-*"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import reservations
+from gpu_launch.share import lockdir
 from sharing_helpers import run
 from two_users import NOBODY, nobody_gpulaunch, shared_dir  # noqa: F401  (a fixture)
 
@@ -19,7 +19,7 @@ GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
 def _plant_symlink(locks: Path, victim: Path) -> Path:
     locks.mkdir(mode=0o1777, exist_ok=True)
     locks.chmod(0o1777)
-    planted = Path(reservations.lock_path(str(locks), GPU2))
+    planted = Path(lockdir.lock_path(str(locks), GPU2))
     planted.symlink_to(victim)
     if os.geteuid() == 0:
         os.lchown(planted, NOBODY, NOBODY)  # planted by another user
@@ -52,7 +52,7 @@ def test_a_read_only_lock_file_of_another_user_blocks_only_its_gpu(shared_dir: P
     locks = shared_dir / "locks"
     locks.mkdir()
     locks.chmod(0o1777)
-    bad = Path(reservations.lock_path(str(locks), GPU2))
+    bad = Path(lockdir.lock_path(str(locks), GPU2))
     bad.write_text("")
     bad.chmod(0o644)  # root's, and only root may write it: nobody cannot lock it
     named = nobody_gpulaunch(shared_dir, [*SNAP, "--gpus", "2", "--", "true"], locks)
@@ -70,7 +70,7 @@ def test_a_read_only_lock_file_of_another_user_blocks_only_its_gpu(shared_dir: P
 def test_a_lock_path_that_is_not_a_file_blocks_only_its_gpu(tmp_path: Path, kind: str) -> None:
     locks = tmp_path / "locks"
     locks.mkdir(mode=0o1777)
-    path = reservations.lock_path(str(locks), GPU2)
+    path = lockdir.lock_path(str(locks), GPU2)
     os.mkfifo(path) if kind == "fifo" else os.mkdir(path)
     named = run([*SNAP, "--gpus", "2", "--", "true"], locks, timeout=30)
     assert named.returncode == 7 and "GPU 2 is unavailable for reservation" in named.stderr, named.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.share import reservations
+from gpu_launch.share import holders
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.commands.each import parse_jobs
@@ -69,7 +69,7 @@ def test_jobs_never_share_a_gpu_and_hold_their_own_reservations(tmp_path: Path, 
         wait_for(lambda: len(list(rec.glob("[0-9]*"))) == 4, what="4 jobs to start")
         started = {p.name: p.read_text() for p in rec.glob("[0-9]*")}
         assert sorted(started.values()) == ["0", "1", "2", "3"]  # one job per GPU, two still queued
-        held = reservations.holders(str(locks), [g.uuid for g in snapshot.resolve("workstation-4x").gpus])
+        held = holders.holders(str(locks), [g.uuid for g in snapshot.resolve("workstation-4x").gpus])
         assert sorted(str(h.pid) for h in held.values()) == sorted(started)  # each job holds its own GPU
         clash = run(["--snapshot", "workstation-4x", "--auto", "1", "--", "true"], locks)
         assert clash.returncode == 4

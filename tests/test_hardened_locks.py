@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import reservations
+from gpu_launch.share import lockdir
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, write_snapshot
 from two_users import as_nobody, nobody_gpulaunch, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -43,12 +43,12 @@ def test_locks_init_makes_a_root_owned_dir_with_a_lock_file_per_gpu_and_mig_devi
     uuids = [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))]
     assert any(g.mig_devices for g in machine.gpus)
     for uuid in uuids:
-        lock = Path(reservations.lock_path(str(hardened), uuid)).lstat()
+        lock = Path(lockdir.lock_path(str(hardened), uuid)).lstat()
         assert stat.S_ISREG(lock.st_mode) and (lock.st_uid, stat.S_IMODE(lock.st_mode)) == (0, 0o666)
     assert stat.S_IMODE((hardened / "queue.lock").stat().st_mode) == 0o666
     assert stat.S_IMODE((hardened / "queue").stat().st_mode) == 0o1777
     # again, with a planted symlink at one lock path: the symlink goes, everything else is kept
-    planted = Path(reservations.lock_path(str(hardened), uuids[0]))
+    planted = Path(lockdir.lock_path(str(hardened), uuids[0]))
     planted.unlink()
     planted.symlink_to(tmp_path / "victim")
     again = _init(hardened, "mig-a100")
@@ -113,7 +113,7 @@ def test_in_a_hardened_dir_other_users_lock_wait_but_cannot_remove_anything(shar
                    hardened)
     try:
         Lines(holder.stdout).wait("CVD=0")
-        lock = reservations.lock_path(str(hardened), snapshot.resolve(str(one)).gpus[0].uuid)
+        lock = lockdir.lock_path(str(hardened), snapshot.resolve(str(one)).gpus[0].uuid)
         tamper = ("import os, sys\nfor f in (lambda: os.unlink(sys.argv[1]), lambda: os.rename(sys.argv[1], sys.argv[1] + '.x')):\n"
                   "    try:\n        f(); print('done')\n    except PermissionError:\n        print('refused')\n")
         tried = subprocess.run([*prefix, python, "-c", tamper, lock], capture_output=True, text=True, timeout=60)
@@ -204,14 +204,14 @@ def test_the_hardened_dir_variable_cannot_make_etc_hardened(tmp_path: Path) -> N
     # `config` only reads: safe to point at the real /etc
     conf = subprocess.run(gl("config", "--json"), env=_without_lock_dir(Path("/etc")), capture_output=True, text=True,
                           timeout=60)
-    assert json.loads(conf.stdout)["lock_dir"] == {"path": reservations.DEFAULT_LOCK_DIR, "hardened": False,
+    assert json.loads(conf.stdout)["lock_dir"] == {"path": lockdir.DEFAULT_LOCK_DIR, "hardened": False,
                                                  "source": "default (/etc was not set up by `locks init`)"}, conf.stderr
-    assert not reservations.is_hardened("/etc")
+    assert not lockdir.is_hardened("/etc")
     # a root-owned 0755 directory with files in it, like /etc: a launch never picks it as its lock dir
     etc = tmp_path / "etc"
     etc.mkdir(mode=0o755)
     (etc / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
-    assert reservations.lock_dir_path(None, {reservations.ENV_HARDENED: str(etc)}) == reservations.DEFAULT_LOCK_DIR
+    assert lockdir.lock_dir_path(None, {lockdir.ENV_HARDENED: str(etc)}) == lockdir.DEFAULT_LOCK_DIR
 
 
 # --- `locks init` works on descriptors (issue 20 item 5) ------------------------------------------------------
@@ -223,7 +223,7 @@ def test_locks_init_never_chmods_the_target_of_a_hard_link_at_a_lock_path(tmp_pa
     secret = tmp_path / "secret"
     secret.write_text("root only\n")
     secret.chmod(0o600)
-    lock = Path(reservations.lock_path(str(hardened), snapshot.resolve("dgx-h100").gpus[0].uuid))
+    lock = Path(lockdir.lock_path(str(hardened), snapshot.resolve("dgx-h100").gpus[0].uuid))
     lock.unlink()
     os.link(secret, lock)  # as a user who owned the directory before `locks init` might have left it
     again = _init(hardened)

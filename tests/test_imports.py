@@ -110,6 +110,7 @@ QUIET_LAUNCH_MODULES = {
     "gpu_launch.commands", "gpu_launch.commands.launch",
     "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",
     "gpu_launch.share", "gpu_launch.share.acquire", "gpu_launch.share.pick", "gpu_launch.share.reservations",
+    "gpu_launch.share.lockdir", "gpu_launch.share.holders", "gpu_launch.share.waiting",
     "gpu_launch.run", "gpu_launch.run.environment", "gpu_launch.run.execute", "gpu_launch.run.placeholders",
     "gpu_launch.choose", "gpu_launch.choose.availability", "gpu_launch.choose.pool", "gpu_launch.choose.ranking",
     "gpu_launch.choose.select", "gpu_launch.choose.spec", "gpu_launch.choose.visibility",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import reservations
+from gpu_launch.share import lockdir
 from sharing_helpers import HOLD, Lines, env, gl, run, start
 from two_users import as_nobody, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -24,7 +24,7 @@ SNAP = ["--snapshot", "dgx-h100"]
 
 
 def _holder_pid(locks: Path) -> int | None:
-    text = Path(reservations.lock_path(str(locks), GPU2)).read_text()
+    text = Path(lockdir.lock_path(str(locks), GPU2)).read_text()
     return json.loads(text.splitlines()[0]).get("pid") if text else None
 
 
@@ -91,7 +91,7 @@ def test_another_user_writing_their_pid_into_the_lock_file_does_not_get_the_gpu(
     holder = start([*SNAP, "--gpus", "2", "-q", "--", sys.executable, "-c", HOLD, str(release)], locks)
     try:
         Lines(holder.stdout).wait("CVD=2")
-        lock = reservations.lock_path(str(locks), GPU2)
+        lock = lockdir.lock_path(str(locks), GPU2)
         theirs = [python, "-m", "gpu_launch", *SNAP, "--gpus", "2", "--", "true"]
         attack = subprocess.run([*prefix, python, "-c", ATTACK, lock, *theirs],
                                 env=env(locks), capture_output=True, text=True, timeout=60)

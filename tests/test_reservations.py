@@ -12,7 +12,7 @@ import pytest
 
 from gpu_launch.share import acquire
 
-from gpu_launch.share import reservations
+from gpu_launch.share import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.hardware import snapshot
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
@@ -89,8 +89,8 @@ def _stress_round(tmp_path: Path, locks: Path, n: int, wait: bool) -> list[tuple
         ready = {p.name.split("-")[1]: p.read_text() for p in rec.glob("ready-*")}
         assert len(ready) == eligible
         assert sorted(ready.values()) == [str(i) for i in range(8)]  # one child per GPU
-        holders = reservations.holders(str(locks), _uuids("dgx-h100"))
-        assert sorted(str(h.pid) for h in holders.values()) == sorted(ready)  # the children hold the locks
+        held = holders.holders(str(locks), _uuids("dgx-h100"))
+        assert sorted(str(h.pid) for h in held.values()) == sorted(ready)  # the children hold the locks
         if not wait:
             codes = [p.poll() for p in procs if p.poll() is not None]
             assert codes == [4] * (PROCESSES - eligible)
@@ -223,7 +223,7 @@ def test_a_planted_symlink_is_refused_not_followed(tmp_path: Path, locks: Path, 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     (uuid,) = [g["uuid"] for g in first_gpus(example("dgx1-v100"), 1)["gpus"]]
-    planted = Path(reservations.lock_path(str(locks), uuid))
+    planted = Path(lockdir.lock_path(str(locks), uuid))
     planted.symlink_to(victim)
     # its GPU alone is unavailable for reservation (tests/test_bad_lock_files.py): the only GPU here
     result = run(["--snapshot", str(one_gpu), "--auto", "1", "--", "true"], locks)
@@ -280,10 +280,11 @@ def test_a_lost_race_reselects(locks: Path, monkeypatch: pytest.MonkeyPatch) -> 
     machine = snapshot.resolve("dgx-h100")
     request = acquire.Request(auto=1)
     best = acquire.attempt(request, machine, None).selection.devices[0].gpu
-    reservations.prepare_dir(str(locks))
+    lockdir.prepare_dir(str(locks))
     theirs = reservations.try_lock(str(locks), best.uuid)
     assert theirs is not None
-    monkeypatch.setattr(reservations, "holders", lambda lock_dir, uuids: {})  # a stale read
+    # A stale read: the scan attempt() makes of the locks sees none held, as if it ran just before theirs.
+    monkeypatch.setattr(holders, "scan", lambda lock_dir, uuids: ({}, {}))
     got = acquire.attempt(request, machine, acquire.Locking(str(locks)))
     try:
         assert got.selection.devices[0].gpu.index != best.index
@@ -322,7 +323,7 @@ def test_env_avoids_reserved_gpus_and_warns_about_a_named_one(tmp_path: Path, lo
         named = run(["--snapshot", "dgx-h100", "env", "--gpus", first], locks)
         assert named.returncode == 0 and f"export CUDA_VISIBLE_DEVICES={first}\n" in named.stdout
         assert f"GPU {first} is reserved by" in named.stderr and "using it anyway" in named.stderr
-        assert reservations.holders(str(locks), _uuids("dgx-h100")).keys() == {
+        assert holders.holders(str(locks), _uuids("dgx-h100")).keys() == {
             g.uuid for g in snapshot.resolve("dgx-h100").gpus if str(g.index) == first}  # env took nothing
     finally:
         release.touch()

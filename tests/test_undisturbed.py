@@ -31,7 +31,7 @@ import test_json
 import test_output
 from conftest import run_cli
 from gpu_launch.hardware import snapshot
-from gpu_launch.share.reservations import DEFAULT_LOCK_DIR
+from gpu_launch.share.lockdir import DEFAULT_LOCK_DIR
 
 HELD = ("workstation-4x", "dgx-h100")  # every GPU of these is held in the default directory
 INNER = "GPULAUNCH_TEST_INNER"  # set by the outer test in the child pytest
@@ -68,7 +68,7 @@ def test_every_helper_launches_on_gpus_held_in_the_default_directory() -> None:
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys, tempfile, time
     from gpu_launch.hardware import snapshot
-    from gpu_launch.share import reservations
+    from gpu_launch.share import holders
     lock_dir, held, namespace, pytest_args = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1", sys.argv[4:]
     if namespace:  # a fresh tmpfs at the default path, seen by this process and its children only
         # (where mounting is not allowed after all, the hold goes to the real default directory)
@@ -80,23 +80,23 @@ DRIVER = textwrap.dedent("""
         files[name] = os.path.join(tempfile.mkdtemp(), name + ".json")
         with open(files[name], "w") as f:
             f.write(snapshot.dump(snapshot.resolve(name)))
-    holders = [subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", files[name], "--gpus", "all", "-q",
+    holding = [subprocess.Popen([sys.executable, "-m", "gpu_launch", "--snapshot", files[name], "--gpus", "all", "-q",
                                  "--", "sleep", "600"], env=env) for name in held]
     uuids = [g.uuid for name in held for g in snapshot.resolve(name).gpus]
     try:
         deadline = time.monotonic() + 60
-        while len(reservations.holders(lock_dir, uuids)) < len(uuids):
-            assert time.monotonic() < deadline and all(h.poll() is None for h in holders), "no hold"
+        while len(holders.holders(lock_dir, uuids)) < len(uuids):
+            assert time.monotonic() < deadline and all(h.poll() is None for h in holding), "no hold"
             time.sleep(0.05)
         control = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", files[held[0]], "--gpus", "0", "-q",
                                   "--", "true"], env=env, capture_output=True, text=True)
         inner = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
                                env={**os.environ, "GPULAUNCH_TEST_INNER": "1"}, capture_output=True, text=True)
-        print(json.dumps({"held": len(reservations.holders(lock_dir, uuids)), "uuids": len(uuids),
+        print(json.dumps({"held": len(holders.holders(lock_dir, uuids)), "uuids": len(uuids),
                           "control": control.returncode, "control_err": control.stderr,
                           "inner": inner.returncode, "inner_out": inner.stdout[-3000:] + inner.stderr[-2000:]}))
     finally:
-        for h in holders:
+        for h in holding:
             h.terminate()
             h.wait()
 """)

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_launch.options import args
 
-from gpu_launch.share import reservations
+from gpu_launch.share import holders
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.errors import UsageError
@@ -73,7 +73,7 @@ def test_ctrl_c_while_waiting_exits_130_holding_nothing(full: Path, locks: Path)
     assert "gpulaunch: interrupted" in err.text()
     assert "Traceback" not in "".join(err.lines)
     uuids = [g.uuid for g in snapshot.resolve(str(full)).gpus]
-    assert reservations.holders(str(locks), uuids) == {}
+    assert holders.holders(str(locks), uuids) == {}
     assert not list(locks.glob("ticket-*"))
 
 

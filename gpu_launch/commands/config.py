@@ -46,31 +46,31 @@ def run(inv: Invocation) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(config.as_text(settings, os.environ, {**BUILT_IN, "lock_dir": lock_dir["path"]}))
-        from gpu_launch.share import reservations
+        from gpu_launch.share import lockdir
 
-        sys.stdout.write(f"lock dir in force: {reservations.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")
+        sys.stdout.write(f"lock dir in force: {lockdir.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")
     return 0
 
 
 def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir object of `config --json`
     """The lock directory a launch would use, whether it is hardened, and why it is that one."""
-    from gpu_launch.share import reservations
+    from gpu_launch.share import lockdir
 
     from gpu_launch.hardware.snapshot import is_example
 
     setting = next(s for s in settings if s.dest == "lock_dir")
     snapshot = next((s.value for s in settings if s.dest == "snapshot"), None) or os.environ.get("GPULAUNCH_SNAPSHOT")
     example = is_example(snapshot)
-    path = reservations.lock_dir_path(setting.value, os.environ, example=example)
+    path = lockdir.lock_dir_path(setting.value, os.environ, example=example)
     if setting.value:
         source = f"{setting.source} {setting.where}".strip()
-    elif example and path == reservations.example_lock_dir(os.environ):
+    elif example and path == lockdir.example_lock_dir(os.environ):
         source = f"default for the bundled example {snapshot} (yours alone: its GPUs are not real)"
-    elif path == reservations.DEFAULT_LOCK_DIR:
-        hardened = reservations.hardened_default(os.environ)
+    elif path == lockdir.DEFAULT_LOCK_DIR:
+        hardened = lockdir.hardened_default(os.environ)
         # One there that `locks init` did not make (or an older version's, without its mark) is not used.
         source = f"default ({hardened} was not set up by `locks init`)" if os.path.lexists(hardened) \
             else f"default (no hardened directory at {hardened})"
     else:
         source = "default (the hardened directory exists)"
-    return {"path": path, "hardened": reservations.is_hardened(path), "source": source}
+    return {"path": path, "hardened": lockdir.is_hardened(path), "source": source}

@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpu_launch.share import acquire
+from gpu_launch.share import acquire, waiting
 from gpu_launch.share.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
 from gpu_launch.errors import (GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, ReservationConflict,
                                UsageError)
@@ -123,7 +123,7 @@ class Scheduler:
         self.view = view
         self.environ = environ
         self.chooser = chooser
-        self.interval = acquire.poll_interval(environ)
+        self.interval = waiting.poll_interval(environ)
         self.ticket: Any = None
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
@@ -319,7 +319,7 @@ def submit_to_slurm(inv: Any) -> int:
     following = bool(inv.get("follow")) or "wait" in inv.flags
     if following:  # what following needs, found missing now rather than once the array has run
         slurm.require("scontrol", os.environ)
-        interval = acquire.poll_interval(os.environ)
+        interval = waiting.poll_interval(os.environ)
     log_dir = os.path.abspath(inv.get("log_dir") or default_log_dir())
     existed = os.path.isdir(log_dir)
     _make_log_dir(log_dir)
@@ -398,7 +398,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     from gpu_launch.share.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
-    from gpu_launch.share.reservations import prepare_dir
+    from gpu_launch.share.lockdir import prepare_dir
 
     prepare_dir(locking.lock_dir)
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())

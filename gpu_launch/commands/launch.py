@@ -93,9 +93,9 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write("\n")
     else:
         sys.stdout.write(explain.as_text(selection, machine))
-        from gpu_launch.share import reservations
+        from gpu_launch.share import lockdir
 
-        note = reservations.shared_note(reservations.lock_dir_path(inv.get("lock_dir"), os.environ))
+        note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ))
         if note:
             sys.stdout.write(f"{note}\n")
     return 0

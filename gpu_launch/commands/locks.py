@@ -18,7 +18,7 @@ __all__ = ["run"]
 
 
 def run(inv: Invocation) -> int:
-    from gpu_launch.share import hardening, reservations
+    from gpu_launch.share import hardening, lockdir
 
     words = inv.positionals
     if not words or words[0] != "init":
@@ -26,7 +26,7 @@ def run(inv: Invocation) -> int:
                          hint="the one action is `gpulaunch locks init [DIR]` (as root)")
     if len(words) > 2:
         raise UsageError(f"locks init takes one directory, got {len(words) - 1} arguments")
-    path = words[1] if len(words) == 2 else reservations.hardened_default(os.environ)
+    path = words[1] if len(words) == 2 else lockdir.hardened_default(os.environ)
     if not path:
         raise UsageError("locks init: empty directory name")
     if os.geteuid() != 0:  # before reading the machine: the answer does not depend on it
@@ -41,7 +41,7 @@ def run(inv: Invocation) -> int:
             parts.append(f"{len(report.replaced)} replaced (were not regular files)")
         print(f"gpulaunch: {report.path}: lock files for {len(machine.gpus)} GPUs and {mig} MIG devices "
               f"({', '.join(parts)}), queue.lock and queue/; root-owned, mode 0755", file=sys.stdout)
-        default = reservations.hardened_default(os.environ)
+        default = lockdir.hardened_default(os.environ)
         if report.path != os.path.realpath(default):
             print(f"gpulaunch: not the default {default}: point users at it with GPULAUNCH_LOCK_DIR={report.path} "
                   "or lock-dir in the config file", file=sys.stdout)

@@ -106,9 +106,9 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
         render.ls_rich(machine, out, reserved, width, wide=bool(inv.get("wide")))
     else:
         out.write(render.ls_plain(machine, reserved, width, wide=bool(inv.get("wide"))))
-    from gpu_launch.share import reservations
+    from gpu_launch.share import lockdir
 
-    note = reservations.shared_note(_lock_dir(inv))
+    note = lockdir.shared_note(_lock_dir(inv))
     if note:  # only where it tells the user something (`config` always names the lock dir)
         out.write(_wrap(note, width))
     _ls_parent_note(machine, out, width)
@@ -144,17 +144,17 @@ def _ls_parent_note(machine: Machine, out: IO[str], width: int | None = None) ->
 def _lock_dir(inv: Invocation) -> str:
     """The lock directory a launch with these options would use (a bundled example: the user's own)."""
     from gpu_launch.hardware.snapshot import is_example
-    from gpu_launch.share import reservations
+    from gpu_launch.share import lockdir
 
-    return reservations.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
+    return lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
 
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
-    from gpu_launch.share import reservations
+    from gpu_launch.share import holders
 
     try:
-        held, unusable = reservations.scan(_lock_dir(inv),
+        held, unusable = holders.scan(_lock_dir(inv),
                                            [u for g in machine.gpus for u in (g.uuid, *(m.uuid for m in g.mig_devices))])
     except GpuLaunchError as exc:
         print(f"gpulaunch: warning: reservations not shown: {exc.message}", file=sys.stderr)

@@ -32,7 +32,7 @@ class _Mine:
     so a reservation another thread takes meanwhile counts too); ``forked_from``, the processes this
     one was forked from (a forked worker's ``use()`` must not land on its parent's GPUs). A key is
     added *before* its descriptor may become inheritable and removed only *after* it is closed, so no
-    thread ever sees one of them as an inherited lock (share/reservations.py, ``lineage_holds``).
+    thread ever sees one of them as an inherited lock (share/nesting.py, ``lineage_holds``).
     """
 
     def __init__(self) -> None:

@@ -1,49 +1,40 @@
-"""Select GPUs and reserve them as one step; wait for them; fall back to the CPU.
+"""Select GPUs and reserve them as one step: the request, where reservations live, the outcome.
 
 :func:`attempt` reads who holds which GPU, selects among the rest, and locks the chosen set. A
 lock lost to a race (another gpulaunch locked the GPU between our read and our lock) releases
 everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
-:func:`acquire` adds ``--wait`` (re-read the machine every poll, first come first served through
-:mod:`gpu_launch.share.waitqueue`) and ``--fallback cpu``. Both are used by a launch and by ``each``.
+Waiting for GPUs (``--wait``) and ``--fallback cpu`` build on it (:mod:`gpu_launch.share.waiting`).
+Both are used by a launch and by ``each``.
 
 Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
 deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue. A
 waiting ``--auto``/``--fit`` and ``each`` are polite (``Request.polite``): they wait for GPUs not busy
 or full with others' work, except their allotment's.
 """
-
 from __future__ import annotations
 
-import math
-import os
 import time
 from collections.abc import Callable, Container, Mapping
 
 from gpu_launch.records import dataclass, field
-from gpu_launch.share import reservations
+from gpu_launch.share import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
-from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
+from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Machine
-from gpu_launch import units
-from gpu_launch.units import Size, fmt_duration, fmt_mib
+from gpu_launch.units import Size, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import IO
-
     from gpu_launch.fit.plan import Sizing
     from gpu_launch.hardware.model import Device
 
-__all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "acquire", "poll_interval",
-           "hopeless", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
+__all__ = ["Request", "Acquired", "Locking", "Chooser", "plain_chooser", "attempt", "hopeless", "inside_allotment",
+           "device_uuids", "UNMET"]
 
-POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
-DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
-MIN_POLL = 0.05  # the shortest GPULAUNCH_POLL_INTERVAL
-FALLBACKS = ("cpu",)
-_UNMET = (NotEnoughGpus, ReservationConflict)
+#: The errors of a request that cannot be met now (a wait may help)
+UNMET = (NotEnoughGpus, ReservationConflict)
 
 #: Chooses the devices for a request among a machine's GPUs under the given constraints (which
 #: carry the reservations seen). The CLI passes one that knows the parent's visibility and MIG.
@@ -122,7 +113,7 @@ class Locking:
         """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
         from gpu_launch.hardware.snapshot import is_example
 
-        return Locking(reservations.lock_dir_path(option, environ, example=is_example(snapshot)), take)
+        return Locking(lockdir.lock_dir_path(option, environ, example=is_example(snapshot)), take)
 
 
 @dataclass
@@ -136,23 +127,7 @@ class Acquired:
     machine: Machine | None = None  # the snapshot the selection was made on
 
 
-def poll_interval(environ: Mapping[str, str]) -> float:
-    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2; from MIN_POLL to 3600.
-
-    The floor keeps a typo (``1e-300``) from turning every waiter into a busy loop on a core.
-    """
-    text = environ.get(POLL_ENV)
-    if not text:
-        return DEFAULT_POLL
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{POLL_ENV}={text[:40]!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
-    return units.bounded(value, POLL_ENV, MIN_POLL, 3600, as_written=repr(text[:40]),
-                         limits=f"from {MIN_POLL} to 3600 seconds", hint=f"e.g. {POLL_ENV}=2")
-
-
-def _device_uuids(machine: Machine) -> list[str]:
+def device_uuids(machine: Machine) -> list[str]:
     uuids = []
     for gpu in machine.gpus:
         uuids.append(gpu.uuid)
@@ -174,7 +149,7 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
 
 
 def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
-            unusable: Mapping[str, reservations.Unusable] | None = None,
+            unusable: Mapping[str, lockdir.Unusable] | None = None,
             allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
     constraints = request.constraints(machine, reserved, allotted)
     if request.gpus is not None:
@@ -219,10 +194,10 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     if locking is None:
         return Acquired(_choose(request, machine, reserved, chooser), machine=machine)
     now = time.time()
-    uuids = _device_uuids(machine)
+    uuids = device_uuids(machine)
     if locking.take:
-        reservations.prepare_dir(locking.lock_dir)
-    found, unusable = reservations.scan(locking.lock_dir, uuids)
+        lockdir.prepare_dir(locking.lock_dir)
+    found, unusable = holders.scan(locking.lock_dir, uuids)
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
     # job's children: it locks them one level deeper, so two children never get the same one.
@@ -240,7 +215,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     for _ in range(len(uuids) + 2):
         try:
             selection = _choose(request, machine, reserved, chooser, unusable, allotted)
-        except _UNMET as exc:
+        except UNMET as exc:
             _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
             raise
         if not locking.take:
@@ -249,7 +224,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         wanted = [d.uuid for d in selection.devices if d.uuid not in reserved]
         try:
             got = reservations.lock_all(locking.lock_dir, wanted, depth)
-        except reservations.UnusableLockFile as exc:
+        except lockdir.UnusableLockFile as exc:
             # Became unusable since the scan (planted just now): skip that GPU too, or say so for --gpus.
             unusable[exc.uuid] = exc.unusable  # type: ignore[attr-defined]
             reserved[exc.uuid] = exc.unusable.describe()  # type: ignore[attr-defined]
@@ -257,7 +232,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         if isinstance(got, reservations.Reservation):
             return Acquired(selection, got, reserved, machine=machine)
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = reservations.probe_at(locking.lock_dir, got, depth.get(got, 0))
+        holder = holders.probe_at(locking.lock_dir, got, depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
@@ -271,7 +246,7 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
     """
     if locking is None:
         return False
-    found, _unusable = reservations.scan(locking.lock_dir, _device_uuids(machine))
+    found, _unusable = holders.scan(locking.lock_dir, device_uuids(machine))
     if not found:
         return False
     from gpu_launch.share import nesting
@@ -280,7 +255,7 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
 
 
 def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
-                     unusable: Mapping[str, reservations.Unusable]) -> None:
+                     unusable: Mapping[str, lockdir.Unusable]) -> None:
     """Raise LockDirError when the request is unmet for want of lock files only root can add to a
     hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
     missing = frozenset(u for u, bad in unusable.items() if bad.missing)
@@ -293,7 +268,7 @@ def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lo
     have = "has" if len(labels) == 1 else "have"
     raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
                        "(GPUs changed since `locks init`?), so waiting cannot help",
-                       hint=reservations.admin_hint(lock_dir) + " again") from None
+                       hint=lockdir.admin_hint(lock_dir) + " again") from None
 
 
 def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = frozenset()) -> str | None:
@@ -332,141 +307,3 @@ def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = fr
     if n > len(holding):  # --min-free above every card's total, or 100%
         return f"only {len(holding)} of {len(machine.gpus)} GPUs could ever have --min-free {request.min_free} free"
     return None
-
-
-def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str]) -> str:
-    elig = gpu_select.eligibility(machine, request.constraints(machine, reserved))
-    if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
-        named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
-        text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"
-        why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
-        return text + (f" ({why})" if why else "")
-    text = ", ".join(g.label for g in elig.eligible) or "none"
-    held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
-    notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
-    busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
-    if busy:
-        notes.append(f"{', '.join(busy)} busy or full with others' work")
-    return text + (f" ({'; '.join(notes)})" if notes else "")
-
-
-class _Sleeper:
-    """Sleep until something that may matter happens (``wake(timeout) -> bool`` says so) or the time
-    is up; the status line's clock is refreshed about once a second meanwhile."""
-
-    def __init__(self, status: object, started: float) -> None:
-        self.status = status
-        self.started = started
-
-    def sleep(self, seconds: float, what: str, wake: Callable[[float], bool] | None = None) -> None:
-        end = time.monotonic() + seconds
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            step = min(left, 1.0)
-            if wake is not None:
-                if wake(step):
-                    return
-            else:
-                time.sleep(step)
-            self.status.update(time.monotonic() - self.started, what)  # type: ignore[attr-defined]
-
-
-def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
-            wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
-            quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser) -> Acquired:
-    """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
-
-    Ctrl-C while waiting raises KeyboardInterrupt with nothing held and the queue left.
-    """
-    try:
-        if wait is None:
-            return attempt(request, read(), locking, chooser)
-        return _wait(request, read, locking, wait, stream, quiet, environ, chooser)
-    except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
-        if fallback != "cpu":
-            raise
-        selection = gpu_select.Selection(())
-        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
-            from gpu_launch.fit import plan as fit_plan
-
-            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
-        return Acquired(selection, None, {}, exc.message)
-
-
-def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
-          stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser) -> Acquired:
-    from gpu_launch.views.status_line import StatusLine
-    from gpu_launch.share.waitqueue import Ticket
-
-    interval = poll_interval(environ)
-    started = time.monotonic()
-    deadline = started + wait if math.isfinite(wait) else math.inf
-    ticket = None
-    machine: Machine | None = None
-    inside = False
-    if locking is not None and locking.take:
-        reservations.prepare_dir(locking.lock_dir)
-        machine = read()
-        inside = inside_allotment(locking, machine)
-        if not inside:
-            ticket = Ticket(locking.lock_dir)
-    with StatusLine(stream, quiet) as status:
-        sleeper = _Sleeper(status, started)
-        watch: reservations.LockWatch | None = None
-        try:
-            if ticket is not None:
-                ticket.join()
-            last: GpuLaunchError | None = None
-            fresh = machine is not None
-            while True:
-                ahead = ticket.ahead() if ticket is not None else 0
-                wake: Callable[[float], bool] | None = None
-                if (ahead == 0 or machine is None) and not fresh:
-                    machine = read()  # only the head of line re-reads the machine (NVML is not free)
-                fresh = False
-                assert machine is not None
-                if ahead == 0:
-                    if watch is not None:
-                        watch.close()
-                    # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
-                    watch = reservations.LockWatch(locking.lock_dir, _device_uuids(machine), nested=inside) \
-                        if locking is not None else None
-                    try:
-                        return attempt(request, machine, locking, chooser)
-                    except _UNMET as exc:
-                        last = exc
-                        why = hopeless(request, machine)
-                        if why is not None:
-                            raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
-                                             hint="relax the constraints, or ask for fewer GPUs") from None
-                    found = {} if locking is None else reservations.holders(locking.lock_dir, _device_uuids(machine))
-                    # No ages in the line: in plain mode a new line is printed only when it changes.
-                    reserved = {u: h.describe(age=False) for u, h in found.items()}
-                    taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
-                        if request.gpus is not None else []
-                    if taken:
-                        what = gpu_select.grouped(((d.label, f"reserved by {reserved[d.uuid]}") for d in taken), " is ")
-                    else:
-                        what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
-                    if watch is not None:  # a GPU's lock freed: try again at once
-                        from gpu_launch.share.waitqueue import TICK
-
-                        wake = lambda timeout, w=watch: w.wait(timeout, TICK)  # noqa: E731
-                else:
-                    what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
-                    assert ticket is not None
-                    wake = ticket.wait_turn  # the waiter just ahead left: count again at once
-                now = time.monotonic()
-                if now >= deadline:
-                    reason = last.message if last is not None else what
-                    raise WaitTimeout(f"waited {fmt_duration(wait)}, and the request still cannot be met: {reason}",
-                                      hint="wait longer (e.g. --wait 2h), ask for less, or run anyway with --fallback cpu")
-                status.update(now - started, what)
-                sleeper.sleep(min(interval, deadline - now), what, wake)
-        finally:
-            if watch is not None:
-                watch.close()
-            if ticket is not None:
-                ticket.leave()

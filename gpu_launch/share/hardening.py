@@ -7,7 +7,7 @@ owned by root and writable by root alone (mode 0755), with one root-owned 0666 l
 MIG device of the machine and the queue's files made in advance. Everyone can open and lock them;
 only root can add, remove or rename anything. Waiters' tickets go in its ``queue/`` subdirectory
 (sticky and world-writable, like /tmp: a ticket is not a reservation, so its owner removing it only
-gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.reservations.HARDENED_MARK`),
+gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
 the one thing that makes gpulaunch treat a directory as hardened.
 
 Running it again is safe while jobs hold GPUs: existing lock files are kept (their locks stay valid)
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share.reservations import HARDENED_MARK, QUEUE_SUBDIR, lock_path
+from gpu_launch.share.lockdir import HARDENED_MARK, QUEUE_SUBDIR, lock_path
 from gpu_launch.share.waitqueue import QUEUE_LOCK
 
 __all__ = ["InitReport", "init_dir"]

@@ -7,7 +7,7 @@ GPUs (a nested launch, a job of a nested ``gpulaunch each``, an API call in a st
 use the job's GPUs, its *allotment*, but two of those children must never get the same GPU.
 
 The rule: a lock held by this process's own lineage (an inherited descriptor, or an ancestor's
-descriptor it hands down through exec, as :func:`~gpu_launch.share.reservations.lineage_holds`
+descriptor it hands down through exec, as :func:`lineage_holds`
 decides from the kernel's records) is the allotment at that depth; within it, a child takes the
 *next* depth's lock on the GPU (``UUID.in1.lock``, ``UUID.in2.lock``, … in the lock dir, or a
 hardened one's world-writable ``queue/``). Siblings thus exclude each other exactly as unrelated
@@ -23,14 +23,18 @@ from holds (a forked worker calling ``use(1)`` gets a GPU of its own, not its pa
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+import fcntl
+import os
+import stat
+from collections.abc import Container, Iterable, Mapping
 
 from gpu_launch.records import dataclass, field
 
-from gpu_launch.share import reservations
-from gpu_launch.share.reservations import Holder
+from gpu_launch.errors import LockDirError
+from gpu_launch.share.holders import Holder, probe_at
+from gpu_launch.share.lockdir import MAX_DEPTH, lock_path, nested_path
 
-__all__ = ["Nesting", "resolve"]
+__all__ = ["Nesting", "resolve", "lineage_holds", "own_reservations", "ancestors"]
 
 
 @dataclass(frozen=True)
@@ -56,24 +60,24 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
     allotted: frozenset[str] = frozenset()
     free_at: dict[str, int] = {}
     taken: dict[str, Holder] = {}
-    for depth in range(reservations.MAX_DEPTH):
+    for depth in range(MAX_DEPTH):
         if not level:
             break
         try:
-            paths = {(u, depth): reservations.nested_path(lock_dir, u, depth) for u in level}
-        except reservations.LockDirError:
+            paths = {(u, depth): nested_path(lock_dir, u, depth) for u in level}
+        except LockDirError:
             break  # no place for nested locks (a hardened dir without queue/): nothing is shared out
-        own = {u for (u, _d) in reservations.lineage_holds(paths, mine, skip_pids)}
+        own = {u for (u, _d) in lineage_holds(paths, mine, skip_pids)}
         if depth == 0:
             allotted = frozenset(own)
         else:
             for uuid in level - own:
-                taken[uuid] = reservations.probe_at(lock_dir, uuid, depth) or Holder()
+                taken[uuid] = probe_at(lock_dir, uuid, depth) or Holder()
         level = set()
         for uuid in own:
             try:
-                holder = reservations.probe_at(lock_dir, uuid, depth + 1)
-            except reservations.LockDirError:
+                holder = probe_at(lock_dir, uuid, depth + 1)
+            except LockDirError:
                 holder = None  # unusable nested file: locking it says so
             if holder is None:
                 free_at[uuid] = depth + 1
@@ -82,3 +86,126 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
     for uuid in level:  # nested deeper than MAX_DEPTH: count it as taken
         taken[uuid] = Holder()
     return Nesting(allotted, free_at, taken)
+
+
+def ancestors(skip: Container[int] = ()) -> tuple[int, ...]:
+    """The pids of this process's parent, grandparent, … as this PID namespace's /proc says (Linux; empty
+    where unreadable). Kernel facts, not the pid text of a lock file, which anyone can write. Those in
+    ``skip`` are passed over (walked through, not listed)."""
+    found: list[int] = []
+    seen: set[int] = set()
+    pid = os.getppid()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        if pid not in skip:
+            found.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat_line = fh.read()
+            pid = int(stat_line[stat_line.rindex(b")") + 2:].split()[1])  # field 4: ppid
+        except (OSError, ValueError, IndexError):
+            break
+    return tuple(found)
+
+
+def _fd_numbers(pid: str) -> list[int]:
+    try:
+        return [int(name) for name in os.listdir(f"/proc/{pid}/fd") if name.isdigit()]
+    except OSError:
+        try:
+            return [int(name) for name in os.listdir("/dev/fd") if name.isdigit()] if pid == "self" else []
+        except OSError:
+            return []
+
+
+def _file_keys(paths: Mapping[tuple[str, int], str]) -> dict[tuple[int, int], tuple[str, int]]:
+    """(device, inode) of each existing regular lock file -> its key."""
+    keys: dict[tuple[int, int], tuple[str, int]] = {}
+    for key, path in paths.items():
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            keys[(st.st_dev, st.st_ino)] = key
+    return keys
+
+
+def _ancestor_holds(pid: int, fd: int) -> bool:
+    """Whether ``pid``'s descriptor ``fd`` holds an exclusive flock and is handed down through exec.
+
+    ``/proc/PID/fdinfo/FD`` lists the locks held by that very open file description (``lock:`` lines,
+    Linux ≥ 4.1). A close-on-exec descriptor is not counted: it is a gpulaunch's own working copy
+    (``each`` keeps one for a job it is about to start), not its job's reservation.
+    """
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as fh:
+            info = fh.read(65536).decode("ascii", "replace")
+    except OSError:
+        return False
+    flags = next((line.split()[1] for line in info.splitlines() if line.startswith("flags:")), None)
+    try:
+        if flags is None or int(flags, 8) & os.O_CLOEXEC:
+            return False
+    except ValueError:
+        return False
+    return any(line.startswith("lock:") and " FLOCK " in line and " WRITE " in line for line in info.splitlines())
+
+
+def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
+    """Which of the ``held`` devices this process's job holds machine-wide (depth 0): see :func:`lineage_holds`."""
+    return frozenset(uuid for uuid, _ in lineage_holds({(uuid, 0): lock_path(lock_dir, uuid) for uuid in held}))
+
+
+def lineage_holds(paths: Mapping[tuple[str, int], str], mine: Container[object] = (),
+                  skip_pids: Container[int] = ()) -> set[tuple[str, int]]:
+    """Which of the held lock files ``paths`` ((uuid, depth) -> path) this process's job holds, decided by the locks.
+
+    A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use its job's
+    GPUs. It knows them from lock descriptors, never from the pid written in the file (anyone can
+    write it, and a pid means nothing across PID namespaces):
+
+    * an inherited descriptor (not close-on-exec) on the same file (device and inode): ``flock``
+      on an open file description that already holds the lock succeeds, so a non-blocking
+      exclusive ``flock`` on it proves it is ours (the file is held, so it cannot be a fresh lock);
+    * or one of this process's real ancestors (``/proc``, this PID namespace) holds the lock through
+      a descriptor it hands down through exec, as shown by ``/proc/PID/fdinfo`` (for a job that
+      started us with its descriptors closed, e.g. Python's ``subprocess``, which closes them).
+
+    Keys in ``mine`` are never the job's: they are this very process's own reservations (the Python
+    API's), taken for itself, not handed down to it. They are checked after the descriptors, so a
+    reservation another thread registers and then makes inheritable is never mistaken for an inherited
+    one. Ancestors in ``skip_pids`` (the processes this one was forked from, without an exec) are
+    passed over: what they hold through the API is theirs; what they had when they forked, this
+    process holds too, as inherited descriptors.
+    """
+    keys = _file_keys(paths)
+    if not keys:
+        return set()
+    own: set[tuple[str, int]] = set()
+    for fd in _fd_numbers("self"):
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or not os.get_inheritable(fd):
+                continue
+        except OSError:
+            continue
+        key = keys.get((st.st_dev, st.st_ino))
+        if key is None or key in own:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue
+        own.add(key)
+    if len(own) < len(keys):
+        for pid in ancestors(skip_pids):
+            for fd in _fd_numbers(str(pid)):
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                key = keys.get((st.st_dev, st.st_ino))
+                if key is not None and key not in own and _ancestor_holds(pid, fd):
+                    own.add(key)
+    return {key for key in own if key not in mine}

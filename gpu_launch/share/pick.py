@@ -194,7 +194,7 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     defaults to ``inv.command == "env"``.
     """
     parent = os.environ if environ is None else environ
-    from gpu_launch.share import acquire
+    from gpu_launch.share import waiting
     from gpu_launch.run import environment
     from gpu_launch.choose import visibility
 
@@ -218,7 +218,7 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     def chooser(request: Request, machine: Machine, constraints: Constraints) -> Selection:
         return choose_within_parent(request, machine, constraints, parent)
 
-    got = acquire.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
+    got = waiting.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
                           environ=parent, chooser=chooser)
     machine = got.machine
     vis = visibility.resolve(machine, parent) if machine is not None else None

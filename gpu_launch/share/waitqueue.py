@@ -45,7 +45,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from gpu_launch.share.reservations import open_shared, queue_dir
+from gpu_launch.share.lockdir import open_shared, queue_dir
 
 __all__ = ["Ticket", "QUEUE_LOCK", "TICK"]
 

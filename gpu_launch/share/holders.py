@@ -1,0 +1,222 @@
+"""Who holds a reservation: the holder record in each lock file, and looking at locks without taking them.
+
+Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
+after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
+what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
+job's reservations from lock descriptors (:func:`~gpu_launch.share.nesting.lineage_holds`), and
+shares them out among the job's children through locks one level deeper
+(:func:`~gpu_launch.share.lockdir.nested_path`, :mod:`gpu_launch.share.nesting`).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+
+from gpu_launch.errors import LockDirError
+from gpu_launch.records import dataclass
+from gpu_launch.share.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_hardened, lock_path, nested_path,
+                                      open_error, open_shared, prepare_dir)
+
+__all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "scan", "holders", "LockWatch"]
+
+
+def current_user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a reservation, as its lock file says. Fields are None when the text was unreadable."""
+
+    pid: int | None = None
+    user: str | None = None
+    started: float | None = None  # seconds since the epoch
+    command: str | None = None
+    host: str | None = None
+
+    def describe(self, now: float | None = None, age: bool = True) -> str:
+        """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown."""
+        if self.pid is None and self.user is None:
+            return "another gpulaunch job"
+        bits = []
+        if self.pid is not None:
+            bits.append(f"pid {self.pid}")
+        if self.started is not None and age:
+            from gpu_launch.units import fmt_duration
+
+            bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
+        from gpu_launch.text import printable  # another user's text: escaped, never raw on a terminal
+
+        detail = ", ".join(bits)
+        if self.command:
+            command = printable(" ".join(self.command.split()))  # one line, and no raw escapes
+            command = command if len(command) <= 40 else command[:39] + "…"
+            detail += f": {command}"
+        return f"{printable(self.user) if self.user else '?'} ({detail})"
+
+
+def _read_holder(fd: int) -> Holder:
+    try:
+        raw = os.pread(fd, 4096, 0)
+        doc = json.loads(raw.decode("utf-8", "replace").splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return Holder()
+    if not isinstance(doc, dict):
+        return Holder()
+
+    def pick(key: str, kind: type) -> object:
+        value = doc.get(key)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+    started = pick("started", (int, float))  # type: ignore[arg-type]
+    pid = pick("pid", int)
+    # Someone else's text: a number of 4000 digits is no time (float() overflows) and no pid.
+    started = started if started is not None and 0 <= started <= 1e11 else None  # type: ignore[operator]
+    pid = pid if pid is not None and 0 < pid < 2**32 else None  # type: ignore[operator]
+    return Holder(pid, pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
+                  pick("command", str), pick("host", str))  # type: ignore[arg-type]
+
+
+def write_holder(fd: int, pid: int, argv: Sequence[str]) -> None:
+    import shlex
+
+    doc = {"pid": pid, "user": current_user(), "uid": os.getuid(), "started": round(time.time(), 3),
+           "command": shlex.join(argv), "host": os.uname().nodename}
+    data = (json.dumps(doc) + "\n").encode("utf-8")
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    except OSError:
+        pass  # the lock is what counts; a missing note only makes `ls` say "another gpulaunch job"
+
+
+def probe(lock_dir: str, uuid: str) -> Holder | None:
+    """Who holds ``uuid``'s reservation, or None when it is free. Creates nothing, takes nothing.
+
+    A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
+    exclusive one; it is dropped at once.
+    """
+    path = lock_path(lock_dir, uuid)
+    fd = open_shared(path, create=False)
+    if fd is None:
+        if os.geteuid() != 0 and is_hardened(lock_dir):  # we could not create it: say so now, not at lock time
+            raise open_error(path, OSError(errno.EACCES, "Permission denied"))
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def probe_at(lock_dir: str, uuid: str, depth: int) -> Holder | None:
+    """Who holds ``uuid`` at nesting ``depth`` (None: free, or no such file yet). Takes nothing."""
+    if depth == 0:
+        return probe(lock_dir, uuid)
+    fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+    if fd is None:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_holder(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def scan(lock_dir: str, uuids: Iterable[str]) -> tuple[dict[str, Holder], dict[str, Unusable]]:
+    """The reserved ones among ``uuids`` with their holders, and those whose lock file cannot be used."""
+    if not prepare_dir(lock_dir, create=False):
+        return {}, {}
+    found: dict[str, Holder] = {}
+    unusable: dict[str, Unusable] = {}
+    for uuid in uuids:
+        try:
+            holder = probe(lock_dir, uuid)
+        except UnusableLockFile as exc:
+            unusable[uuid] = exc.unusable
+            continue
+        if holder is not None:
+            found[uuid] = holder
+    return found, unusable
+
+
+class LockWatch:
+    """Tells cheaply whether a lock among some devices' has been released since the last look.
+
+    For the head of the wait queue: one non-blocking shared ``flock`` per device every tick, on
+    descriptors opened once, instead of re-reading the machine. A file that does not exist yet has
+    never been locked: nothing to watch. ``nested``: the locks one level deeper too (a waiter inside a
+    job, waiting for a sibling to give back one of the job's GPUs).
+    """
+
+    def __init__(self, lock_dir: str, uuids: Iterable[str], nested: bool = False) -> None:
+        self.fds: dict[object, int] = {}
+        for uuid in uuids:
+            for depth in range(MAX_DEPTH if nested else 1):
+                try:
+                    fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+                except LockDirError:
+                    break
+                if fd is None:
+                    break  # no deeper file without this one
+                self.fds[(uuid, depth)] = fd
+        self.held = self._held()
+
+    def _held(self) -> frozenset[object]:
+        held = set()
+        for uuid, fd in self.fds.items():
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.add(uuid)
+                continue
+            except OSError:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return frozenset(held)
+
+    def freed(self) -> bool:
+        """Whether a lock held at the last look is free now."""
+        now = self._held()
+        gone = self.held - now
+        self.held = now
+        return bool(gone)
+
+    def wait(self, timeout: float, tick: float) -> bool:
+        """Check every ``tick`` seconds for up to ``timeout``: True as soon as a lock was freed."""
+        end = time.monotonic() + timeout
+        while True:
+            if self.freed():
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(tick, left))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+def holders(lock_dir: str, uuids: Iterable[str]) -> dict[str, Holder]:
+    """The reserved ones among ``uuids``, with their holders (an absent lock dir: none)."""
+    return scan(lock_dir, uuids)[0]

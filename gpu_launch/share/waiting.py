@@ -1,0 +1,191 @@
+"""Waiting for GPUs (``--wait``) and falling back to the CPU (``--fallback cpu``).
+
+:func:`acquire` is :func:`~gpu_launch.share.acquire.attempt` (select and reserve as one step) with
+``--wait``: re-read the machine every poll, first come first served through
+:mod:`gpu_launch.share.waitqueue`, and try again at once when a GPU's lock is freed; and
+``--fallback cpu``. Inside a job, a waiter takes no ticket in the machine's queue
+(:func:`~gpu_launch.share.acquire.inside_allotment` says why). Used by a launch and by ``each``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+
+from gpu_launch.choose import select as gpu_select
+from gpu_launch.choose import spec as gpu_spec
+from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
+from gpu_launch.hardware.model import Machine
+from gpu_launch import units
+from gpu_launch.share import holders, lockdir
+from gpu_launch.share.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
+                                      inside_allotment, plain_chooser)
+from gpu_launch.units import fmt_duration
+
+# Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
+
+__all__ = ["acquire", "poll_interval", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
+
+POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
+DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
+MIN_POLL = 0.05  # the shortest GPULAUNCH_POLL_INTERVAL
+FALLBACKS = ("cpu",)
+
+
+def poll_interval(environ: Mapping[str, str]) -> float:
+    """Seconds between polls while waiting: ``GPULAUNCH_POLL_INTERVAL``, else 2; from MIN_POLL to 3600.
+
+    The floor keeps a typo (``1e-300``) from turning every waiter into a busy loop on a core.
+    """
+    text = environ.get(POLL_ENV)
+    if not text:
+        return DEFAULT_POLL
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{POLL_ENV}={text[:40]!r} is not a number of seconds", hint=f"e.g. {POLL_ENV}=2") from None
+    return units.bounded(value, POLL_ENV, MIN_POLL, 3600, as_written=repr(text[:40]),
+                         limits=f"from {MIN_POLL} to 3600 seconds", hint=f"e.g. {POLL_ENV}=2")
+
+
+def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str]) -> str:
+    elig = gpu_select.eligibility(machine, request.constraints(machine, reserved))
+    if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
+        named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
+        text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"
+        why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
+        return text + (f" ({why})" if why else "")
+    text = ", ".join(g.label for g in elig.eligible) or "none"
+    held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
+    notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
+    busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
+    if busy:
+        notes.append(f"{', '.join(busy)} busy or full with others' work")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+class _Sleeper:
+    """Sleep until something that may matter happens (``wake(timeout) -> bool`` says so) or the time
+    is up; the status line's clock is refreshed about once a second meanwhile."""
+
+    def __init__(self, status: object, started: float) -> None:
+        self.status = status
+        self.started = started
+
+    def sleep(self, seconds: float, what: str, wake: Callable[[float], bool] | None = None) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            step = min(left, 1.0)
+            if wake is not None:
+                if wake(step):
+                    return
+            else:
+                time.sleep(step)
+            self.status.update(time.monotonic() - self.started, what)  # type: ignore[attr-defined]
+
+
+def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
+            wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
+            quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser) -> Acquired:
+    """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
+
+    Ctrl-C while waiting raises KeyboardInterrupt with nothing held and the queue left.
+    """
+    try:
+        if wait is None:
+            return attempt(request, read(), locking, chooser)
+        return _wait(request, read, locking, wait, stream, quiet, environ, chooser)
+    except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
+        if fallback != "cpu":
+            raise
+        selection = gpu_select.Selection(())
+        if request.model is not None:  # --fit MODEL: the plan on no GPU, for {gpu_layers}=0, {ctx}...
+            from gpu_launch.fit import plan as fit_plan
+
+            selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
+        return Acquired(selection, None, {}, exc.message)
+
+
+def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
+          stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser) -> Acquired:
+    from gpu_launch.views.status_line import StatusLine
+    from gpu_launch.share.waitqueue import Ticket
+
+    interval = poll_interval(environ)
+    started = time.monotonic()
+    deadline = started + wait if math.isfinite(wait) else math.inf
+    ticket = None
+    machine: Machine | None = None
+    inside = False
+    if locking is not None and locking.take:
+        lockdir.prepare_dir(locking.lock_dir)
+        machine = read()
+        inside = inside_allotment(locking, machine)
+        if not inside:
+            ticket = Ticket(locking.lock_dir)
+    with StatusLine(stream, quiet) as status:
+        sleeper = _Sleeper(status, started)
+        watch: holders.LockWatch | None = None
+        try:
+            if ticket is not None:
+                ticket.join()
+            last: GpuLaunchError | None = None
+            fresh = machine is not None
+            while True:
+                ahead = ticket.ahead() if ticket is not None else 0
+                wake: Callable[[float], bool] | None = None
+                if (ahead == 0 or machine is None) and not fresh:
+                    machine = read()  # only the head of line re-reads the machine (NVML is not free)
+                fresh = False
+                assert machine is not None
+                if ahead == 0:
+                    if watch is not None:
+                        watch.close()
+                    # Watch the locks from before the attempt on, so a GPU freed meanwhile is not missed.
+                    watch = holders.LockWatch(locking.lock_dir, device_uuids(machine), nested=inside) \
+                        if locking is not None else None
+                    try:
+                        return attempt(request, machine, locking, chooser)
+                    except UNMET as exc:
+                        last = exc
+                        why = hopeless(request, machine)
+                        if why is not None:
+                            raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
+                                             hint="relax the constraints, or ask for fewer GPUs") from None
+                    found = {} if locking is None else holders.holders(locking.lock_dir, device_uuids(machine))
+                    # No ages in the line: in plain mode a new line is printed only when it changes.
+                    reserved = {u: h.describe(age=False) for u, h in found.items()}
+                    taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
+                        if request.gpus is not None else []
+                    if taken:
+                        what = gpu_select.grouped(((d.label, f"reserved by {reserved[d.uuid]}") for d in taken), " is ")
+                    else:
+                        what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
+                    if watch is not None:  # a GPU's lock freed: try again at once
+                        from gpu_launch.share.waitqueue import TICK
+
+                        wake = lambda timeout, w=watch: w.wait(timeout, TICK)  # noqa: E731
+                else:
+                    what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
+                    assert ticket is not None
+                    wake = ticket.wait_turn  # the waiter just ahead left: count again at once
+                now = time.monotonic()
+                if now >= deadline:
+                    reason = last.message if last is not None else what
+                    raise WaitTimeout(f"waited {fmt_duration(wait)}, and the request still cannot be met: {reason}",
+                                      hint="wait longer (e.g. --wait 2h), ask for less, or run anyway with --fallback cpu")
+                status.update(now - started, what)
+                sleeper.sleep(min(interval, deadline - now), what, wake)
+        finally:
+            if watch is not None:
+                watch.close()
+            if ticket is not None:
+                ticket.leave()
