@@ -135,3 +135,15 @@ def test_the_check_catches_a_cycle(tmp_path: Path) -> None:
         "choose/ranking.py": "from gpu_launch.choose.select import availability\n",
     })
     assert cycles(root)
+
+
+#: A module holds one idea; past this many lines it holds several (docs/design.md). Tests, fakes and
+#: generated files are not modules of the package and may be longer.
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_of_the_package_or_its_benchmarks_is_over_450_lines() -> None:
+    roots = (PACKAGE, PACKAGE.parent / "benchmarks")
+    long = {str(p.relative_to(PACKAGE.parent)): n for root in roots for p in root.rglob("*.py")
+            if (n := len(p.read_text("utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, "split these along their seams (one idea a module)"
