@@ -120,6 +120,20 @@ def test_model_placeholders_need_a_model() -> None:
     assert "--fit" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("flag", [["--ctx", "8192"], ["--reserve", "2GiB"], ["--engine", "vllm"]])
+def test_sizing_options_without_a_model_are_refused_not_ignored(flag: list[str]) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "--auto", "1", *flag, "--dry-run", "--", "true")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"{flag[0]} sizes a model: it needs --fit MODEL" in proc.stderr
+
+
+def test_a_reserve_default_from_the_environment_does_not_stop_other_launches() -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", "dgx-h100", "--auto", "1", "--dry-run",
+                           "--", "true"], capture_output=True, text=True, timeout=60,
+                          env=clean_env({"GPULAUNCH_RESERVE": "2GiB"}))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_fit_model_with_a_command_that_names_none() -> None:
     proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "python", "serve.py")
     assert proc.returncode == 2 and "names no model" in proc.stderr

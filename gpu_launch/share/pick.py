@@ -126,9 +126,9 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
         if inv.get("mig"):
             raise UsageError("--mig with --fit MODEL is not supported", hint="give a size: --fit 20GiB --mig")
         model, fit = sizing.sizing_of(fit, inv.argv, inv.options), None
-    elif any(inv.get(d) is not None for d in ("ctx", "parallel", "kv_type", "engine", "reserve")) and inv.flags & {
-            "ctx", "parallel", "kv_type", "engine"}:
-        given = next(d for d in ("ctx", "parallel", "kv_type", "engine") if d in inv.flags)
+    elif sizing_flags := [d for d in ("ctx", "parallel", "kv_type", "engine", "reserve") if d in inv.flags]:
+        # Given on the command line only: a --reserve default from the config file applies when there is a model.
+        given = sizing_flags[0]
         raise UsageError(f"--{given.replace('_', '-')} sizes a model: it needs --fit MODEL",
                          hint="e.g. gpulaunch --fit model --ctx 8192 -- llama-server -m ./q4.gguf")
     if explicit is None and fit is None and auto is None and model is None:
