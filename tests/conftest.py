@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,14 @@ from collections.abc import Iterator
 import pytest
 
 from cli_run import CONFIG_HOME, HERMETIC, LOCK_DIR, ROOT, clean_env  # noqa: F401  (one hermetic environment)
+
+
+# The Ctrl-C tests send SIGINT to a child gpulaunch, as a terminal does. A runner that starts the suite as
+# a background job (nohup, `cmd &` in a script, some CI agents) has SIGINT ignored, an ignored signal stays
+# ignored across exec, and gpulaunch, like any program, keeps it so (tests/test_hostile.py checks that). Handled
+# here, it is back to its default action in every child, as under a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)
