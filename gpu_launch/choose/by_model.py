@@ -30,10 +30,15 @@ def rooms(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[fit_plan.Room]:
 
 
 def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
-    """``s`` with the host memory a snapshot states (it describes its own host, not this one)."""
-    if machine.host_memory_available_mib is None or s.settings.host_free is None:
-        return s
-    return fit_plan.sizing(s.model, s.engine, replace(s.settings, host_free=machine.host_memory_available_mib * MiB))
+    """``s`` with the host memory a snapshot states (it describes its own host, not this one), and
+    with vLLM's default batched tokens for this machine's GPUs where the command sets none."""
+    settings = s.settings
+    if machine.host_memory_available_mib is not None and settings.host_free is not None:
+        settings = replace(settings, host_free=machine.host_memory_available_mib * MiB)
+    if s.engine.name == "vllm" and settings.batched_tokens is None:
+        settings = replace(settings, batched_tokens=fit_plan.vllm_batched_default(
+            [(g.name, g.memory_total_mib) for g in machine.gpus]))
+    return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
 
 
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:

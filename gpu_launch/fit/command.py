@@ -29,6 +29,7 @@ class CommandFacts:
     gpu_mem_util: str | None = None
     tp: str | None = None
     kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
+    batched_tokens: int | None = None  # vLLM --max-num-batched-tokens
 
 
 _FIELDS: dict[str, dict[str, str]] = {
@@ -37,14 +38,15 @@ _FIELDS: dict[str, dict[str, str]] = {
                   "--ubatch-size": "ubatch", "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers",
                   "--n-gpu-layers": "gpu_layers"},
     "vllm": {"--model": "model", "--max-model-len": "ctx", "--kv-cache-dtype": "kv_type", "--max-num-seqs": "parallel",
-             "--gpu-memory-utilization": "gpu_mem_util", "--tensor-parallel-size": "tp", "-tp": "tp"},
+             "--gpu-memory-utilization": "gpu_mem_util", "--tensor-parallel-size": "tp", "-tp": "tp",
+             "--max-num-batched-tokens": "batched_tokens"},
     "mlc": {"--model": "model"},
     "tgi": {"--model-id": "model", "--max-total-tokens": "ctx", "--num-shard": "tp"},
     # Transformers scripts have no one spelling; these are the examples' and most scripts' own
     "transformers": {"--model": "model", "--model_name_or_path": "model", "--model-name-or-path": "model",
                      "--model_id": "model", "--model-id": "model"},
 }
-_NUMBERS = {"ctx", "parallel", "ubatch"}
+_NUMBERS = {"ctx", "parallel", "ubatch", "batched_tokens"}
 _UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
 _MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
 
@@ -93,4 +95,5 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
     return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
                         kv_type=found.get("kv_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
                         gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
+                        batched_tokens=numbers.get("batched_tokens"),
                         kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))

@@ -47,6 +47,7 @@ class Settings:
     ctx_from: str = "default"  # where ctx came from: "--ctx", "the command", "the model's trained context"
     self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
+    batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,23 @@ class Sizing:
         return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
 
 
+#: ``vllm serve``'s default --max-num-batched-tokens, which sizes its sliding-window layers: 8192 on GPUs
+#: of 70 GiB or more other than the A100, else 2048 (vllm/engine/arg_utils.py,
+#: EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER). Where the GPUs are not known yet,
+#: the larger: a sliding layer sized for 2048 on an H100 would be 2-3x short.
+VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL = 8192, 2048
+
+
+def vllm_batched_default(gpus: Sequence[tuple[str, int | None]]) -> int:
+    """vLLM's default batched tokens on these GPUs, as (name, total MiB): the larger if any GPU takes it."""
+    big = any((mib or 0) >= 70 * 1024 and "a100" not in name.lower() for name, mib in gpus)
+    return VLLM_BATCHED_BIG if big or not gpus else VLLM_BATCHED_SMALL
+
+
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
+    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch, unified=settings.unified)
+                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched)
     return Sizing(model, engine, settings, kv)
 
 

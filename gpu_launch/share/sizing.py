@@ -96,7 +96,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
-                             ctx_from=ctx_from, self_fit=engine.name == "llama.cpp" and bool(argv)
+                             batched_tokens=said.batched_tokens, ctx_from=ctx_from, self_fit=engine.name == "llama.cpp" and bool(argv)
                              and said.gpu_layers is None)
     return plan.sizing(model, engine, settings)
 
