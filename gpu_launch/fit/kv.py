@@ -134,6 +134,12 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
         raise UsageError(f"the context ({ctx}) and the number of sequences ({seqs}) must be 1 or more")
     llama = engine == "llama.cpp"
     cells = round_ctx(ctx, LLAMA_CTX_PAD if llama else VLLM_BLOCK)
+    per_stream = cells
+    if llama and not unified and seqs > 1:
+        # one stream per sequence, each of pad256(n_ctx / n_seq) cells (llama-context.cpp, the
+        # llama_context constructor: n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), n_ctx = n_ctx_seq × n_seq_max)
+        per_stream = round_ctx(max(1, cells // seqs), LLAMA_CTX_PAD)
+        cells = per_stream * seqs
     if state_type is None:
         state_type = "f32" if llama else "f16"
     mla = bool(h.kv_lora_rank)
@@ -161,8 +167,8 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
             window = h.sliding_window or 0
             if llama:
                 streams = 1 if unified else seqs
-                per_stream = cells if unified else max(1, cells // seqs)
-                want = window * (seqs if unified else 1) + min(ubatch, cells)
+                # n_ubatch is capped by the requested context before it is padded (llama_context constructor)
+                want = window * (seqs if unified else 1) + min(ubatch, ctx)
                 swa_cells = round_ctx(min(per_stream, want), 256) * streams
             else:
                 swa_cells = round_ctx(min(window - 1 + batched_tokens, ctx), VLLM_BLOCK) + VLLM_BLOCK
@@ -183,5 +189,6 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
         rules.append(f"recurrent layers: a fixed state per sequence ({state_type}), not per token")
     if cells != ctx:
         rules.append(f"context {ctx} rounded up to {cells} "
-                     + ("(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
+                     + (f"(llama.cpp: {seqs} sequences of {per_stream} cells, each padded to 256)" if per_stream != cells
+                        else "(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
     return KvSize(tuple(per_layer), cells, per_token, state, tuple(rules), kv_type)
