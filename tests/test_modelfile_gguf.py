@@ -229,3 +229,12 @@ def test_errors_are_one_line_with_exit_code_7(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError) as err:
         read_model(str(tmp_path / "absent.gguf"))
     assert err.value.exit_code == ExitCode.BAD_FILE and "\n" not in str(err.value)
+
+
+def test_vocabulary_from_the_embedding_when_the_file_has_no_tokenizer(tmp_path: Path) -> None:
+    """The vocabulary sizes llama.cpp's logits buffer (n_ubatch x n_vocab x 4, part of the GPU's allowance):
+    a file without tokenizer strings still states it as token_embd's outer dimension."""
+    model = Gguf("llama", {"llama.block_count": 2, "llama.embedding_length": 256, "llama.attention.head_count": 8},
+                 llama_tensors(2, 256, 8, 8, 512, 3000))
+    [path] = write_gguf(tmp_path / "notok.gguf", model)
+    assert read_model(str(path)).hyper.vocab_size == 3000

@@ -122,7 +122,11 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
            if k.startswith(p + "ssm.") and isinstance(v, int) and not isinstance(v, bool)}
     ssm.update({k[len(p):]: v for k, v in kv.items()
                 if k.startswith((p + "wkv.", p + "shortconv.")) and isinstance(v, int) and not isinstance(v, bool)})
-    vocab = _int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
+    # llama.cpp's n_vocab is the tokenizer's; a file without one still says it in the embedding's
+    # outer dimension (token_embd is n_embd x n_vocab, innermost first), which sizes the logits buffer.
+    embd = next((t.dims for t in h.tensors if t.name == "token_embd.weight" and len(t.dims) == 2), None)
+    vocab = (_int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
+             or (embd[1] if embd else None))
     return Hyper(
         n_layers=n, n_heads=n_heads, kv_heads=kv_heads,
         key_length=key_length if key_length is not None else per_head,
