@@ -194,6 +194,24 @@ def test_a_fixed_ngl_must_fit_whole(models: dict[str, str], tmp_path: Path) -> N
     assert "-ngl {gpu_layers}" in proc.stderr  # the hint: let gpulaunch say how many layers fit
 
 
+def test_a_fixed_ngl_below_the_models_units_offloads_only_those(models: dict[str, str], tmp_path: Path) -> None:
+    """-ngl 20 puts 20 units on the GPU and keeps the rest on the CPU (llama-model.cpp load_tensors: layers
+    below n_layer + 1 - N stay on the CPU): a 6 GiB card runs it, so it is no shortfall."""
+    snap = _laptop(tmp_path, 16384)
+    doc = plan_json("--snapshot", snap, "plan", "--json", "--", "llama-server", "-m", models["8b"], "-c", "8192",
+                    "-ngl", "20")
+    assert doc["gpu_layers"] == 20 and doc["per_gpu"][0]["layers"] == 20 and not doc["whole"]
+    assert doc["per_gpu"][0]["kv_bytes"] == 19 * 8192 * 2 * 8 * 128 * 2  # the 19 offloaded layers' KV
+    assert doc["cpu_kv_bytes"] == 13 * 8192 * 2 * 8 * 128 * 2
+    proc = gpulaunch("--snapshot", snap, "--fit", "model", "--dry-run", "--", "llama-server", "-m", models["8b"],
+                     "-c", "8192", "-ngl", "20")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].endswith("-ngl 20"), proc.stderr
+    # -ngl 30 asks for more than the card holds at this context: one line, and a context at which it fits
+    proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["8b"], "-c", "8192", "-ngl", "30")
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "-ngl 30" in proc.stderr, proc.stderr
+    assert "tokens it fits" in proc.stderr
+
+
 def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
     # A Gemma-3-4B layout (34 layers, 4 KV heads of 256, window 1024): the file carries no pattern, every 6th
     # layer is global. llama.cpp logs 160.00 MiB (8192 cells, 5 layers) + 174.00 MiB (1536 cells, 29 layers).

@@ -48,6 +48,7 @@ class Settings:
     self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
+    gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: at most N offloaded, the rest on the CPU
 
 
 @dataclass(frozen=True)
@@ -222,13 +223,17 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     base = _allowance(s)
     logits = _logits_buffer(s) if s.settings.reserve is None else 0
     units = _units(s)
-    need = sum(a + b for a, b in units)
+    cap = s.settings.gpu_layers_cap
+    # -ngl N offloads the first N units of this order and keeps the rest on the CPU (llama-model.cpp,
+    # llama_model::load_tensors: layers below n_layer + 1 - N stay on the CPU), whatever the GPUs could hold
+    offload = units if cap is None else units[:max(0, cap)]
+    need = sum(a + b for a, b in offload)
     # The logits buffer goes where the output unit goes: the last GPU, unless it has no room for it.
     out_at = len(rooms) - 1
     for _ in range(2):
         extra = [logits if j == out_at else 0 for j in range(len(rooms))]
         caps = [max(0, r.free - base - e) for r, e in zip(rooms, extra)]
-        filled = _spread(units, caps)
+        filled = _spread(offload, caps)
         holders = [j for j, f in enumerate(filled) if f]
         if not holders or holders[-1] == out_at:
             break
@@ -250,7 +255,14 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
         notes.append(f"the command gives no -ngl: llama.cpp fits the layers itself (--fit, on the devices in this "
                      f"order); expect about {placed} of {len(units)} on the GPUs")
     fits = whole
-    if not whole and s.settings.partial and placed > 0:
+    if cap is not None and not whole:
+        host = s.settings.host_free
+        fits = placed == len(offload) and (host is None or cpu_w + cpu_kv <= host)
+        notes.append(f"-ngl {cap}: {len(units) - len(offload)} of {len(units)} units stay on the CPU"
+                     + ("" if placed == len(offload) else f"; only {placed} of the {len(offload)} fit on these GPUs"))
+        if placed == len(offload) and not fits:
+            notes.append("the host has too little memory for the CPU's share")
+    elif not whole and s.settings.partial and placed > 0:
         host = s.settings.host_free
         fits = host is None or cpu_w + cpu_kv <= host
         notes.append(f"{len(units) - placed} of {len(units)} units stay on the CPU")
@@ -265,7 +277,7 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
                      tensor_split=tuple(split), whole=whole, fits=fits,
                      need_bytes=need + base * len(rooms) + logits,
-                     short_bytes=max(0, need - sum(caps)) if not whole else 0, notes=tuple(notes))
+                     short_bytes=max(0, need - sum(caps)) if placed < len(offload) else 0, notes=tuple(notes))
 
 
 def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:

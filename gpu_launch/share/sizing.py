@@ -91,13 +91,18 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     unified = said.kv_unified if said.kv_unified is not None else (auto_slots or seqs == 1)
     reserve = options.get("reserve")
     util = _float(said.gpu_mem_util)
-    partial = engine.layout == "layers" and (said.gpu_layers is None or said.gpu_layers == _PLACEHOLDER)
+    ngl = (said.gpu_layers or "").strip().lower()
+    units = model.hyper.n_layers + 1 + model.hyper.nextn_layers  # llama.cpp's -ngl units: all of them offloads all
+    # -ngl N below that keeps the rest on the CPU by request: size what it asks for, not the whole model
+    cap = int(ngl) if engine.layout == "layers" and ngl.isascii() and ngl.isdigit() and int(ngl) < units else None
+    self_fit = engine.name == "llama.cpp" and bool(argv) and ngl in ("", "auto")
+    partial = engine.layout == "layers" and (ngl in ("", "auto", _PLACEHOLDER) or cap is not None)
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
-                             batched_tokens=said.batched_tokens, ctx_from=ctx_from, self_fit=engine.name == "llama.cpp" and bool(argv)
-                             and said.gpu_layers is None)
+                             batched_tokens=said.batched_tokens, gpu_layers_cap=cap, ctx_from=ctx_from,
+                             self_fit=self_fit)
     return plan.sizing(model, engine, settings)
 
 
