@@ -119,3 +119,14 @@ def test_vllm_batched_tokens_from_the_command_win() -> None:
     s = by_model.for_machine(s, machine("dgx-h100"))
     page = 16 * 2 * 16 * 128 * 2
     assert s.kv.total == 10 * 2048 * page + 52 * (-(-(1023 + 4096) // 16) + 1) * page
+
+
+@pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
+                                        ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None)])
+def test_vllm_max_model_len_with_its_suffixes(text: str, value: int | None) -> None:
+    # vLLM parses --max-model-len with human_readable_int (vllm/engine/arg_utils.py; newer: vllm/utils/argparse_utils.py): 1k = 1000,
+    # 1K = 1024, decimals only with the lowercase (decimal) suffixes
+    from gpu_launch.fit import command
+
+    said = command.read_command(["vllm", "serve", "m", "--max-model-len", text], engines.ENGINES["vllm"])
+    assert said.ctx == value

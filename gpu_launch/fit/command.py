@@ -51,8 +51,20 @@ _UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unifi
 _MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
 
 
-def _int(text: str) -> int | None:
+#: vLLM's numbers may carry a suffix: lowercase decimal (``25.6k``), uppercase binary (``32K``)
+#: (human_readable_int in vllm/engine/arg_utils.py, in newer releases vllm/utils/argparse_utils.py).
+_VLLM_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _int(text: str, suffixes: bool = False) -> int | None:
     text = text.strip()
+    if suffixes and text[-1:] in _VLLM_SUFFIX and text.isascii() and len(text) <= 12:
+        number, mult = text[:-1], _VLLM_SUFFIX[text[-1]]
+        whole, dot, frac = number.partition(".")
+        if whole.isdigit() and (not dot or (frac.isdigit() and text[-1].islower())):
+            value = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if dot else 0)
+            return value if value < 10**9 else None
+        return None
     return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
@@ -91,7 +103,7 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
     if model is None and engine.name in ("vllm", "mlc") and args[:1] in (["serve"], ["chat"]) and len(args) > 1 \
             and not args[1].startswith("-"):
         model = args[1]  # `vllm serve MODEL`, `mlc_llm serve MODEL`, `mlc_llm chat MODEL`: the word after the verb
-    numbers = {k: _int(v) for k, v in found.items() if k in _NUMBERS}
+    numbers = {k: _int(v, suffixes=engine.name == "vllm") for k, v in found.items() if k in _NUMBERS}
     return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
                         kv_type=found.get("kv_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
                         gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
