@@ -124,7 +124,8 @@ def test_vllm_batched_tokens_from_the_command_win() -> None:
 @pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
                                         ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None)])
 def test_vllm_max_model_len_with_its_suffixes(text: str, value: int | None) -> None:
-    # vLLM parses --max-model-len with human_readable_int (vllm/engine/arg_utils.py; newer: vllm/utils/argparse_utils.py): 1k = 1000,
+    # vLLM parses --max-model-len with human_readable_int (vllm/engine/arg_utils.py; newer releases:
+    # vllm/utils/argparse_utils.py): 1k = 1000,
     # 1K = 1024, decimals only with the lowercase (decimal) suffixes
     from gpu_launch.fit import command
 

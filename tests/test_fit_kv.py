@@ -177,4 +177,5 @@ def test_llama_cpp_split_cache_pads_each_sequences_share(ctx: int, seqs: int) ->
     # sliding layers: per stream pad256(min(n_ctx_seq, window + ubatch)) cells (llama-kv-cache-iswa.cpp)
     row = 2 * 4 * 256 * 2
     swa = -(-min(n_ctx_seq, 1024 + min(512, ctx)) // 256) * 256
-    assert kv.kv_cache(gemma3_4b(), ctx, seqs, unified=False).total == 5 * n_ctx_seq * seqs * row + 29 * swa * seqs * row
+    want = 5 * n_ctx_seq * seqs * row + 29 * swa * seqs * row
+    assert kv.kv_cache(gemma3_4b(), ctx, seqs, unified=False).total == want

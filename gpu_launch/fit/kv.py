@@ -189,6 +189,6 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
         rules.append(f"recurrent layers: a fixed state per sequence ({state_type}), not per token")
     if cells != ctx:
         rules.append(f"context {ctx} rounded up to {cells} "
-                     + (f"(llama.cpp: {seqs} sequences of {per_stream} cells, each padded to 256)" if per_stream != cells
-                        else "(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
+                     + (f"(llama.cpp: {seqs} sequences of {per_stream} cells, each padded to 256)"
+                        if per_stream != cells else "(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
     return KvSize(tuple(per_layer), cells, per_token, state, tuple(rules), kv_type)

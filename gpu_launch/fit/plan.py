@@ -48,7 +48,7 @@ class Settings:
     self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
-    gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: at most N offloaded, the rest on the CPU
+    gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: N offloaded, the rest on the CPU
 
 
 @dataclass(frozen=True)
