@@ -212,6 +212,16 @@ def test_a_fixed_ngl_below_the_models_units_offloads_only_those(models: dict[str
     assert "tokens it fits" in proc.stderr
 
 
+@pytest.mark.parametrize("flags,k_bytes,v_bytes", [(["-ctk", "q8_0"], 34, 64), (["-ctk", "q8_0", "-ctv", "q8_0"], 34, 34),
+                                                    (["--cache-type-v", "q4_0"], 64, 18)])
+def test_llama_cpp_types_k_and_v_apart(models: dict[str, str], flags: list[str], k_bytes: int, v_bytes: int) -> None:
+    """-ctk types the K cache only; V stays f16 unless -ctv says (llama.cpp common/arg.cpp, --cache-type-k/-v;
+    llama-kv-cache.cpp makes K of type_k and V of type_v). Bytes per 32 values: f16 64, q8_0 34, q4_0 18."""
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", models["8b"], "-c", "8192",
+                    *flags)
+    assert doc["kv_cache_bytes"] == 32 * 8192 * (8 * 128 // 32) * (k_bytes + v_bytes)
+
+
 def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
     # A Gemma-3-4B layout (34 layers, 4 KV heads of 256, window 1024): the file carries no pattern, every 6th
     # layer is global. llama.cpp logs 160.00 MiB (8192 cells, 5 layers) + 174.00 MiB (1536 cells, 29 layers).

@@ -24,6 +24,7 @@ class CommandFacts:
     ctx: int | None = None
     parallel: int | None = None
     kv_type: str | None = None
+    v_type: str | None = None  # llama.cpp -ctv
     ubatch: int | None = None
     gpu_layers: str | None = None
     gpu_mem_util: str | None = None
@@ -34,7 +35,8 @@ class CommandFacts:
 
 _FIELDS: dict[str, dict[str, str]] = {
     "llama.cpp": {"-m": "model", "--model": "model", "-c": "ctx", "--ctx-size": "ctx", "-np": "parallel",
-                  "--parallel": "parallel", "-ctk": "kv_type", "--cache-type-k": "kv_type", "-ub": "ubatch",
+                  "--parallel": "parallel", "-ctk": "kv_type", "--cache-type-k": "kv_type",
+                  "-ctv": "v_type", "--cache-type-v": "v_type", "-ub": "ubatch",
                   "--ubatch-size": "ubatch", "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers",
                   "--n-gpu-layers": "gpu_layers"},
     "vllm": {"--model": "model", "--max-model-len": "ctx", "--kv-cache-dtype": "kv_type", "--max-num-seqs": "parallel",
@@ -105,7 +107,7 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
         model = args[1]  # `vllm serve MODEL`, `mlc_llm serve MODEL`, `mlc_llm chat MODEL`: the word after the verb
     numbers = {k: _int(v, suffixes=engine.name == "vllm") for k, v in found.items() if k in _NUMBERS}
     return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
-                        kv_type=found.get("kv_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
+                        kv_type=found.get("kv_type"), v_type=found.get("v_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
                         gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
                         batched_tokens=numbers.get("batched_tokens"),
                         kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))

@@ -106,7 +106,7 @@ def _state_per_seq(h: Hyper) -> tuple[int, int]:
 
 def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine: str = "llama.cpp",
              ubatch: int = 512, unified: bool = True, state_type: str | None = None, batched_tokens: int = 2048,
-             full_swa: bool = False) -> KvSize:
+             full_swa: bool = False, v_type: str | None = None) -> KvSize:
     """The cache ``engine`` allocates for ``ctx`` tokens in all (llama.cpp: shared by ``seqs``
     sequences in one unified cache; vLLM: ``ctx`` is ``--max-model-len``, one sequence's worth is the
     least it starts with).
@@ -132,6 +132,9 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     """
     if ctx < 1 or seqs < 1:
         raise UsageError(f"the context ({ctx}) and the number of sequences ({seqs}) must be 1 or more")
+    # llama.cpp types K and V apart (-ctk, -ctv: llama-kv-cache.cpp makes K of type_k, V of type_v);
+    # vLLM's --kv-cache-dtype is both. None: V as K.
+    v_type = v_type or kv_type
     llama = engine == "llama.cpp"
     cells = round_ctx(ctx, LLAMA_CTX_PAD if llama else VLLM_BLOCK)
     per_stream = cells
@@ -161,7 +164,7 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
         if mla:
             row = row_bytes(kv_type, (h.kv_lora_rank or 0) + (h.rope_head_dim or 0))
         else:
-            row = row_bytes(kv_type, h.key_length * heads) + row_bytes(kv_type, h.value_length * heads)
+            row = row_bytes(kv_type, h.key_length * heads) + row_bytes(v_type, h.value_length * heads)
         sliding = bool(h.sliding) and il < len(h.sliding) and h.sliding[il] and bool(h.sliding_window)
         if sliding and not full_swa:
             window = h.sliding_window or 0
@@ -179,7 +182,8 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     if mla:
         rules.append(f"MLA latent cache: {h.kv_lora_rank} + {h.rope_head_dim} values per token per layer, K only")
     elif per_token:
-        rules.append(f"attention: {per_token} bytes per token ({kv_type}) over the full-attention layers, "
+        types = kv_type if v_type == kv_type else f"K {kv_type}, V {v_type}"
+        rules.append(f"attention: {per_token} bytes per token ({types}) over the full-attention layers, "
                      "key and value lengths as the file states them")
     if any(h.sliding) and h.sliding_window and not full_swa:
         rules.append(f"sliding-window layers: window {h.sliding_window} "

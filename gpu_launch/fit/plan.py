@@ -38,6 +38,7 @@ class Settings:
     ctx: int
     seqs: int = 1
     kv_type: str = "f16"
+    v_type: str | None = None  # llama.cpp's V cache type when it differs from K's (-ctv); None: as K
     ubatch: int = 512
     reserve: int | None = None  # bytes per GPU instead of the engine's allowance (--reserve)
     partial: bool = False
@@ -80,7 +81,8 @@ def vllm_batched_default(gpus: Sequence[tuple[str, int | None]]) -> int:
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
     batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched)
+                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched,
+                           v_type=settings.v_type)
     return Sizing(model, engine, settings, kv)
 
 

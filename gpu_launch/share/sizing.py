@@ -83,6 +83,10 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         ctx, ctx_from = DEFAULT_CTX, "gpulaunch's default"
     kv_type = options.get("kv_type") or (kv.parse_kv_type(said.kv_type, "the command's KV cache type")
                                          if said.kv_type and not said.kv_type.startswith("{") else "f16")
+    # llama.cpp's -ctk types only K: V stays f16 unless -ctv says otherwise (--kv-type sets both)
+    v_type = None if options.get("kv_type") else (
+        kv.parse_kv_type(said.v_type, "the command's V cache type") if said.v_type and not said.v_type.startswith("{")
+        else "f16" if engine.name == "llama.cpp" else None)
     # llama-server with no -np runs 4 slots over one unified cache ("n_parallel is set to auto, using
     # n_parallel = 4 and kv_unified = true", tools/server); with -np N the cache is split N ways unless -kvu.
     auto_slots = engine.name == "llama.cpp" and bool(argv) and os.path.basename(argv[0]) == "llama-server" \
@@ -97,7 +101,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     cap = int(ngl) if engine.layout == "layers" and ngl.isascii() and ngl.isdigit() and int(ngl) < units else None
     self_fit = engine.name == "llama.cpp" and bool(argv) and ngl in ("", "auto")
     partial = engine.layout == "layers" and (ngl in ("", "auto", _PLACEHOLDER) or cap is not None)
-    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type,
+    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
