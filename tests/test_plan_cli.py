@@ -307,27 +307,12 @@ def test_explain_on_a_launch_with_a_model(models: dict[str, str]) -> None:
 
 
 def test_an_mlc_folder_named_by_mlc_llm_serve(tmp_path: Path) -> None:
-    import os
+    from tests.model_fixtures import write_mlc_folder
 
     folder = tmp_path / "Llama-3-8B-q4f16_1-MLC"
-    folder.mkdir()
-    config = {"model_type": "llama", "quantization": "q4f16_1", "context_window_size": 8192, "prefill_chunk_size": 2048,
-              "tensor_parallel_shards": 1, "vocab_size": 128256,
-              "model_config": {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
-                               "num_key_value_heads": 8, "head_dim": 128, "context_window_size": 8192,
-                               "vocab_size": 128256}}
-    (folder / "mlc-chat-config.json").write_text(json.dumps(config))
-    params = [("model.embed_tokens.q_weight", 1000), ("model.layers.0.self_attn.qkv_proj.q_weight", 4000),
-              ("model.layers.1.mlp.down_proj.q_weight", 3000), ("lm_head.q_weight", 1200)]
-    offset, records = 0, []
-    for name, n in params:
-        records.append({"name": name, "shape": [n], "dtype": "uint32", "format": "raw", "nbytes": n,
-                        "byteOffset": offset})
-        offset += n
-    (folder / "params_shard_0.bin").write_bytes(b"")
-    os.truncate(folder / "params_shard_0.bin", offset)
-    (folder / "tensor-cache.json").write_text(json.dumps({"metadata": {}, "records": [
-        {"dataPath": "params_shard_0.bin", "format": "raw-shard", "nbytes": offset, "records": records}]}))
+    write_mlc_folder(folder, [("model.embed_tokens.q_weight", 1000),
+                              ("model.layers.0.self_attn.qkv_proj.q_weight", 4000),
+                              ("model.layers.1.mlp.down_proj.q_weight", 3000), ("lm_head.q_weight", 1200)])
     proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "mlc_llm", "serve", str(folder),
                      "--overrides", "tensor_parallel_shards={tp};context_window_size={ctx}")
     assert proc.returncode == 0, proc.stderr
