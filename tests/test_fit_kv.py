@@ -179,3 +179,9 @@ def test_llama_cpp_split_cache_pads_each_sequences_share(ctx: int, seqs: int) ->
     swa = -(-min(n_ctx_seq, 1024 + min(512, ctx)) // 256) * 256
     want = 5 * n_ctx_seq * seqs * row + 29 * swa * seqs * row
     assert kv.kv_cache(gemma3_4b(), ctx, seqs, unified=False).total == want
+
+
+def test_vllm_fp8_ds_mla_is_656_bytes_a_token() -> None:
+    # vllm/v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes: block_size * 656 for fp8_ds_mla
+    assert kv.parse_kv_type("fp8_ds_mla") == "fp8_ds_mla"
+    assert kv.kv_cache(deepseek_v3(), 4096, kv_type="fp8_ds_mla", engine="vllm").total == 61 * 4096 * 656

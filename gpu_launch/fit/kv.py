@@ -21,10 +21,13 @@ __all__ = ["KV_TYPES", "KvSize", "kv_cache", "row_bytes", "parse_kv_type", "roun
 KV_TYPES: dict[str, tuple[int, int]] = {
     "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2),
     "q8_0": (32, 34), "q5_0": (32, 22), "q5_1": (32, 24), "q4_0": (32, 18), "q4_1": (32, 20), "iq4_nl": (32, 18),
-    "fp8": (1, 1), "fp8_e4m3": (1, 1), "fp8_e5m2": (1, 1),
+    "fp8": (1, 1), "fp8_e4m3": (1, 1), "fp8_e5m2": (1, 1), "fp8_ds_mla": (1, 1),
 }
+#: vLLM's fp8_ds_mla cache (DeepSeek V3.2's sparse MLA) stores 656 bytes a token, not 576 values of
+#: one byte (vllm/v1/kv_cache_interface.py, MLAAttentionSpec.real_page_size_bytes).
+FP8_DS_MLA_ROW = 656
 _ALIASES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32", "float": "f32",
-            "fp16": "f16", "fp32": "f32", "fp8_inc": "fp8", "fp8_ds_mla": "fp8"}
+            "fp16": "f16", "fp32": "f32", "fp8_inc": "fp8"}
 
 #: llama.cpp rounds the context up to a multiple of 256 before it sizes the cache
 #: (llama-context.cpp: ``n_ctx = GGML_PAD(n_ctx, 256)``; measured: 3000 → 3072, MODEL-FACTS.md).
@@ -162,7 +165,8 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
             per_layer.append(0)
             continue
         if mla:
-            row = row_bytes(kv_type, (h.kv_lora_rank or 0) + (h.rope_head_dim or 0))
+            row = FP8_DS_MLA_ROW if kv_type == "fp8_ds_mla" else row_bytes(
+                kv_type, (h.kv_lora_rank or 0) + (h.rope_head_dim or 0))
         else:
             row = row_bytes(kv_type, h.key_length * heads) + row_bytes(v_type, h.value_length * heads)
         sliding = bool(h.sliding) and il < len(h.sliding) and h.sliding[il] and bool(h.sliding_window)
