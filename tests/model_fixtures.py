@@ -142,3 +142,30 @@ def safetensors_header(tensors: dict[str, tuple[str, Sequence[int]]], itemsize: 
 
 def all_quant_types() -> Iterable[GGMLQuantizationType]:
     return list(GGML_QUANT_SIZES)
+
+
+MLC_CONFIG = {"model_type": "llama", "quantization": "q4f16_1", "context_window_size": 8192, "prefill_chunk_size": 2048,
+              "tensor_parallel_shards": 1, "vocab_size": 128256,
+              "model_config": {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
+                               "num_key_value_heads": 8, "head_dim": 128, "context_window_size": 8192,
+                               "vocab_size": 128256}}
+
+
+def write_mlc_folder(folder: Path, params: Sequence[tuple[str, int]], config: dict[str, Any] | None = None) -> int:
+    """An MLC-LLM compiled folder as mlc_llm's converter leaves it: ``mlc-chat-config.json`` and one
+    ``params_shard_0.bin`` (a hole of the right size) indexed by ``tensor-cache.json`` (one record per
+    parameter: name, shape, dtype, nbytes, byteOffset). Returns the shard's size."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mlc-chat-config.json").write_text(json.dumps(config or MLC_CONFIG))
+    offset, records = 0, []
+    for name, n in params:
+        records.append({"name": name, "shape": [n], "dtype": "uint32", "format": "raw", "nbytes": n,
+                        "byteOffset": offset})
+        offset += n
+    (folder / "params_shard_0.bin").write_bytes(b"")
+    os.truncate(folder / "params_shard_0.bin", offset)
+    (folder / "tensor-cache.json").write_text(json.dumps({"metadata": {}, "records": [
+        {"dataPath": "params_shard_0.bin", "format": "raw-shard", "nbytes": offset, "records": records}]}))
+    return offset

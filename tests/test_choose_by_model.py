@@ -87,3 +87,47 @@ def test_hopeless_when_even_free_gpus_cannot_hold_it() -> None:
     m = machine("workstation-4x")
     assert by_model.hopeless(s, list(m.gpus[:1])) is not None
     assert by_model.hopeless(s, list(m.gpus)) is None
+
+
+def _gemma3_27b():
+    from dataclasses import replace as _replace
+
+    m = llama_like(layers=62, layer_bytes=800 * MiB, heads=32, kv_heads=16, head_dim=128, fmt="safetensors",
+                   arch="gemma3")
+    sliding = tuple(il % 6 < 5 for il in range(62))
+    return _replace(m, hyper=_replace(m.hyper, sliding_window=1024, sliding=sliding))
+
+
+@pytest.mark.parametrize("snapshot,batched", [("dgx-h100", 8192), ("workstation-4x", 2048)])
+def test_vllm_sliding_layers_use_vllm_serves_batched_tokens_for_these_gpus(snapshot: str, batched: int) -> None:
+    # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: `vllm serve` batches 8192 tokens on GPUs
+    # of 70 GiB or more (not A100), else 2048; vllm/v1/kv_cache_interface.py SlidingWindowSpec
+    # .max_memory_usage_bytes: (cdiv(min(window - 1 + batched, max_model_len), 16) + 1) pages.
+    s = plan.sizing(_gemma3_27b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768))
+    s = by_model.for_machine(s, machine(snapshot))
+    page = 16 * 2 * 16 * 128 * 2
+    swa_blocks = -(-min(1024 - 1 + batched, 32768) // 16) + 1
+    assert s.kv.total == 10 * (32768 // 16) * page + 52 * swa_blocks * page
+
+
+def test_vllm_batched_tokens_from_the_command_win() -> None:
+    from gpu_launch.fit import command
+
+    said = command.read_command(["vllm", "serve", "m", "--max-num-batched-tokens", "4096"], engines.ENGINES["vllm"])
+    assert said.batched_tokens == 4096
+    s = plan.sizing(_gemma3_27b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768, batched_tokens=4096))
+    s = by_model.for_machine(s, machine("dgx-h100"))
+    page = 16 * 2 * 16 * 128 * 2
+    assert s.kv.total == 10 * 2048 * page + 52 * (-(-(1023 + 4096) // 16) + 1) * page
+
+
+@pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
+                                        ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None)])
+def test_vllm_max_model_len_with_its_suffixes(text: str, value: int | None) -> None:
+    # vLLM parses --max-model-len with human_readable_int (vllm/engine/arg_utils.py; newer releases:
+    # vllm/utils/argparse_utils.py): 1k = 1000,
+    # 1K = 1024, decimals only with the lowercase (decimal) suffixes
+    from gpu_launch.fit import command
+
+    said = command.read_command(["vllm", "serve", "m", "--max-model-len", text], engines.ENGINES["vllm"])
+    assert said.ctx == value

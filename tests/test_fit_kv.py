@@ -163,3 +163,25 @@ def test_jamba_attention_layers_per_token_mamba_layers_per_sequence(ctx: int, se
     mamba = 28 * ((4 - 1) * 8192 + 16 * 8192) * 4 * seqs
     assert near(kv.kv_cache(jamba_mini(), ctx, seqs).total, attention + mamba)
     assert kv.kv_cache(jamba_mini(), ctx, seqs).total < 32 * ctx * 2 * 8 * 128 * 2 or ctx < 8192
+
+
+@pytest.mark.parametrize("ctx,seqs", [(8192, 3), (3000, 4), (1000, 3), (8192, 4)])
+def test_llama_cpp_split_cache_pads_each_sequences_share(ctx: int, seqs: int) -> None:
+    # llama-context.cpp, llama_context constructor: with -np N and no -kvu the cache is N streams of
+    # n_ctx_seq = GGML_PAD(GGML_PAD(ctx, 256) / N, 256) cells each (llama-model.cpp create_memory passes
+    # n_ctx_seq as kv_size; llama-kv-cache.cpp allocates kv_size x n_stream); -c 8192 -np 3 is 3 x 2816.
+    n_ctx = -(-ctx // 256) * 256
+    n_ctx_seq = -(-(n_ctx // seqs) // 256) * 256
+    want = 32 * n_ctx_seq * seqs * (8 * 128 + 8 * 128) * 2
+    assert kv.kv_cache(llama31_8b(), ctx, seqs, unified=False).total == want
+    # sliding layers: per stream pad256(min(n_ctx_seq, window + ubatch)) cells (llama-kv-cache-iswa.cpp)
+    row = 2 * 4 * 256 * 2
+    swa = -(-min(n_ctx_seq, 1024 + min(512, ctx)) // 256) * 256
+    want = 5 * n_ctx_seq * seqs * row + 29 * swa * seqs * row
+    assert kv.kv_cache(gemma3_4b(), ctx, seqs, unified=False).total == want
+
+
+def test_vllm_fp8_ds_mla_is_656_bytes_a_token() -> None:
+    # vllm/v1/kv_cache_interface.py MLAAttentionSpec.real_page_size_bytes: block_size * 656 for fp8_ds_mla
+    assert kv.parse_kv_type("fp8_ds_mla") == "fp8_ds_mla"
+    assert kv.kv_cache(deepseek_v3(), 4096, kv_type="fp8_ds_mla", engine="vllm").total == 61 * 4096 * 656

@@ -17,6 +17,7 @@ pytest.importorskip("gguf")
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as Q  # noqa: E402
 
 from gpu_launch.errors import ExitCode, ModelFileError  # noqa: E402
+from gpu_launch.fit import kv  # noqa: E402
 from gpu_launch.modelfile import bounded  # noqa: E402
 from gpu_launch.modelfile.gguf import GGML_TYPES, read_header  # noqa: E402
 from gpu_launch.modelfile.read import read_model  # noqa: E402
@@ -155,12 +156,28 @@ def test_gemma2_and_cohere2_patterns_and_an_explicit_pattern_array(tmp_path: Pat
 
 
 def test_deepseek_mla_ranks(tmp_path: Path) -> None:
-    h = _hyper(tmp_path, "deepseek2", {"attention.head_count": 128, "attention.head_count_kv": 128,
-                                       "attention.key_length": 192, "attention.value_length": 128,
+    # Today's convert_hf_to_gguf.py (DeepseekV2Model.set_gguf_parameters) writes the latent row as
+    # one KV head (key_length = kv_lora_rank + rope, value_length = kv_lora_rank) and the per-head
+    # sizes under key_length_mla / value_length_mla: llama.cpp's is_mla() (src/llama-hparams.cpp).
+    h = _hyper(tmp_path, "deepseek2", {"attention.head_count": 128, "attention.head_count_kv": 1,
+                                       "attention.key_length": 576, "attention.value_length": 512,
+                                       "attention.key_length_mla": 192, "attention.value_length_mla": 128,
                                        "attention.kv_lora_rank": 512, "rope.dimension_count": 64,
                                        "expert_count": 256}, 61)
-    assert (h.kv_lora_rank, h.rope_head_dim, h.n_heads, h.key_length) == (512, 64, 128, 192)
+    assert (h.kv_lora_rank, h.rope_head_dim, h.n_heads) == (512, 64, 128)
     assert h.kv_lora_rank + h.rope_head_dim == 576
+    assert kv.kv_cache(h, 4096).total == 61 * 4096 * 576 * 2  # one latent row per token, K only
+
+
+def test_old_deepseek_gguf_without_mla_keys_caches_full_k_and_v(tmp_path: Path) -> None:
+    """A DeepSeek GGUF converted before the MLA keys existed (kv_lora_rank, but no key_length_mla):
+    llama.cpp's is_mla() is false and src/models/deepseek2.cpp runs it as multi-head attention,
+    caching K (192) and V (128) for all 16 KV heads: 9x the latent row, which would under-size it."""
+    h = _hyper(tmp_path, "deepseek2", {"attention.head_count": 16, "attention.head_count_kv": 16,
+                                       "attention.key_length": 192, "attention.value_length": 128,
+                                       "attention.kv_lora_rank": 512, "rope.dimension_count": 64}, 27)
+    assert not h.kv_lora_rank
+    assert kv.kv_cache(h, 4096).total == 27 * 4096 * 16 * (192 + 128) * 2
 
 
 def test_multi_token_prediction_blocks_are_not_trunk_layers(tmp_path: Path) -> None:
@@ -212,3 +229,12 @@ def test_errors_are_one_line_with_exit_code_7(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError) as err:
         read_model(str(tmp_path / "absent.gguf"))
     assert err.value.exit_code == ExitCode.BAD_FILE and "\n" not in str(err.value)
+
+
+def test_vocabulary_from_the_embedding_when_the_file_has_no_tokenizer(tmp_path: Path) -> None:
+    """The vocabulary sizes llama.cpp's logits buffer (n_ubatch x n_vocab x 4, part of the GPU's allowance):
+    a file without tokenizer strings still states it as token_embd's outer dimension."""
+    model = Gguf("llama", {"llama.block_count": 2, "llama.embedding_length": 256, "llama.attention.head_count": 8},
+                 llama_tensors(2, 256, 8, 8, 512, 3000))
+    [path] = write_gguf(tmp_path / "notok.gguf", model)
+    assert read_model(str(path)).hyper.vocab_size == 3000

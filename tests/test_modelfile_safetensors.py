@@ -243,27 +243,31 @@ def test_jamba_qwen3_next_and_nemotron_h_layouts(tmp_path: Path) -> None:
     assert n.kv_heads == (0, 0, 0, 8, 0, 0)
 
 
+def test_qwen3_next_gated_delta_net_state_from_config(tmp_path: Path) -> None:
+    """Qwen3-Next's config states its linear-attention layers as linear_* keys, no Mamba numbers: the
+    per-sequence state must still come out (vLLM's gated delta-net state, vllm/model_executor/layers/
+    mamba/mamba_utils.py gated_delta_net_state_shape: conv (kernel - 1) x (2 x key_dim + value_dim),
+    recurrent v_heads x k_dim x v_dim), not zero."""
+    from gpu_launch.fit import kv
+
+    q = _hyper(tmp_path, {"model_type": "qwen3_next", "num_hidden_layers": 48, "num_attention_heads": 16,
+                          "num_key_value_heads": 2, "head_dim": 256, "hidden_size": 2048, "full_attention_interval": 4,
+                          "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                          "linear_num_key_heads": 16, "linear_num_value_heads": 32})
+    conv = (4 - 1) * (2 * 16 * 128 + 32 * 128)
+    state = 32 * 128 * 128
+    # llama.cpp (llama-hparams.cpp n_embd_r/n_embd_s, llama-memory-recurrent.cpp: f32 rows) holds the same elements
+    assert kv.kv_cache(q, 4096).state == 36 * (conv + state) * 4  # 36 linear-attention layers, one sequence
+
+
 def test_mlc_folder(tmp_path: Path) -> None:
+    from tests.model_fixtures import write_mlc_folder
+
     folder = tmp_path / "Llama-3-8B-q4f16_1-MLC"
-    folder.mkdir()
-    config = {"model_type": "llama", "quantization": "q4f16_1", "context_window_size": 8192,
-              "prefill_chunk_size": 2048, "tensor_parallel_shards": 1, "vocab_size": 128256,
-              "model_config": {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
-                               "num_key_value_heads": 8, "head_dim": 128, "context_window_size": 8192,
-                               "vocab_size": 128256}}
-    (folder / "mlc-chat-config.json").write_text(json.dumps(config))
     params = [("model.embed_tokens.q_weight", 1000), ("model.embed_tokens.q_scale", 100),
               ("model.layers.0.self_attn.qkv_proj.q_weight", 4000), ("model.layers.1.mlp.down_proj.q_weight", 3000),
               ("model.norm.weight", 64), ("lm_head.q_weight", 1200)]
-    offset, records = 0, []
-    for name, n in params:
-        records.append({"name": name, "shape": [n], "dtype": "uint32", "format": "raw", "nbytes": n,
-                        "byteOffset": offset})
-        offset += n
-    (folder / "params_shard_0.bin").write_bytes(b"")
-    os.truncate(folder / "params_shard_0.bin", offset)
-    (folder / "tensor-cache.json").write_text(json.dumps({"metadata": {}, "records": [
-        {"dataPath": "params_shard_0.bin", "format": "raw-shard", "nbytes": offset, "records": records}]}))
+    offset = write_mlc_folder(folder, params)
     facts = read_model(str(folder))
     assert (facts.format, facts.architecture, facts.dtype) == ("mlc", "llama", "q4f16_1")
     assert facts.weights.layers == (4000, 3000) and facts.weights.token_embedding == 1100

@@ -208,6 +208,34 @@ def test_a_fixed_ngl_must_fit_whole(models: dict[str, str], tmp_path: Path) -> N
     assert "-ngl {gpu_layers}" in proc.stderr  # the hint: let gpulaunch say how many layers fit
 
 
+def test_a_fixed_ngl_below_the_models_units_offloads_only_those(models: dict[str, str], tmp_path: Path) -> None:
+    """-ngl 20 puts 20 units on the GPU and keeps the rest on the CPU (llama-model.cpp load_tensors: layers
+    below n_layer + 1 - N stay on the CPU): a 6 GiB card runs it, so it is no shortfall."""
+    snap = _laptop(tmp_path, 16384)
+    doc = plan_json("--snapshot", snap, "plan", "--json", "--", "llama-server", "-m", models["8b"], "-c", "8192",
+                    "-ngl", "20")
+    assert doc["gpu_layers"] == 20 and doc["per_gpu"][0]["layers"] == 20 and not doc["whole"]
+    assert doc["per_gpu"][0]["kv_bytes"] == 19 * 8192 * 2 * 8 * 128 * 2  # the 19 offloaded layers' KV
+    assert doc["cpu_kv_bytes"] == 13 * 8192 * 2 * 8 * 128 * 2
+    proc = gpulaunch("--snapshot", snap, "--fit", "model", "--dry-run", "--", "llama-server", "-m", models["8b"],
+                     "-c", "8192", "-ngl", "20")
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1].endswith("-ngl 20"), proc.stderr
+    # -ngl 30 asks for more than the card holds at this context: one line, and a context at which it fits
+    proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["8b"], "-c", "8192", "-ngl", "30")
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "-ngl 30" in proc.stderr, proc.stderr
+    assert "tokens it fits" in proc.stderr
+
+
+@pytest.mark.parametrize("flags,k_bytes,v_bytes", [(["-ctk", "q8_0"], 34, 64), (["-ctk", "q8_0", "-ctv", "q8_0"], 34, 34),
+                                                    (["--cache-type-v", "q4_0"], 64, 18)])
+def test_llama_cpp_types_k_and_v_apart(models: dict[str, str], flags: list[str], k_bytes: int, v_bytes: int) -> None:
+    """-ctk types the K cache only; V stays f16 unless -ctv says (llama.cpp common/arg.cpp, --cache-type-k/-v;
+    llama-kv-cache.cpp makes K of type_k and V of type_v). Bytes per 32 values: f16 64, q8_0 34, q4_0 18."""
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", models["8b"], "-c", "8192",
+                    *flags)
+    assert doc["kv_cache_bytes"] == 32 * 8192 * (8 * 128 // 32) * (k_bytes + v_bytes)
+
+
 def test_gemma3_header_to_kv_matches_llama_cpps_log(tmp_path: Path) -> None:
     # A Gemma-3-4B layout (34 layers, 4 KV heads of 256, window 1024): the file carries no pattern, every 6th
     # layer is global. llama.cpp logs 160.00 MiB (8192 cells, 5 layers) + 174.00 MiB (1536 cells, 29 layers).
@@ -293,27 +321,12 @@ def test_explain_on_a_launch_with_a_model(models: dict[str, str]) -> None:
 
 
 def test_an_mlc_folder_named_by_mlc_llm_serve(tmp_path: Path) -> None:
-    import os
+    from tests.model_fixtures import write_mlc_folder
 
     folder = tmp_path / "Llama-3-8B-q4f16_1-MLC"
-    folder.mkdir()
-    config = {"model_type": "llama", "quantization": "q4f16_1", "context_window_size": 8192, "prefill_chunk_size": 2048,
-              "tensor_parallel_shards": 1, "vocab_size": 128256,
-              "model_config": {"hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32,
-                               "num_key_value_heads": 8, "head_dim": 128, "context_window_size": 8192,
-                               "vocab_size": 128256}}
-    (folder / "mlc-chat-config.json").write_text(json.dumps(config))
-    params = [("model.embed_tokens.q_weight", 1000), ("model.layers.0.self_attn.qkv_proj.q_weight", 4000),
-              ("model.layers.1.mlp.down_proj.q_weight", 3000), ("lm_head.q_weight", 1200)]
-    offset, records = 0, []
-    for name, n in params:
-        records.append({"name": name, "shape": [n], "dtype": "uint32", "format": "raw", "nbytes": n,
-                        "byteOffset": offset})
-        offset += n
-    (folder / "params_shard_0.bin").write_bytes(b"")
-    os.truncate(folder / "params_shard_0.bin", offset)
-    (folder / "tensor-cache.json").write_text(json.dumps({"metadata": {}, "records": [
-        {"dataPath": "params_shard_0.bin", "format": "raw-shard", "nbytes": offset, "records": records}]}))
+    write_mlc_folder(folder, [("model.embed_tokens.q_weight", 1000),
+                              ("model.layers.0.self_attn.qkv_proj.q_weight", 4000),
+                              ("model.layers.1.mlp.down_proj.q_weight", 3000), ("lm_head.q_weight", 1200)])
     proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "mlc_llm", "serve", str(folder),
                      "--overrides", "tensor_parallel_shards={tp};context_window_size={ctx}")
     assert proc.returncode == 0, proc.stderr

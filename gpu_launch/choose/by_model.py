@@ -30,10 +30,15 @@ def rooms(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[fit_plan.Room]:
 
 
 def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
-    """``s`` with the host memory a snapshot states (it describes its own host, not this one)."""
-    if machine.host_memory_available_mib is None or s.settings.host_free is None:
-        return s
-    return fit_plan.sizing(s.model, s.engine, replace(s.settings, host_free=machine.host_memory_available_mib * MiB))
+    """``s`` with the host memory a snapshot states (it describes its own host, not this one), and
+    with vLLM's default batched tokens for this machine's GPUs where the command sets none."""
+    settings = s.settings
+    if machine.host_memory_available_mib is not None and settings.host_free is not None:
+        settings = replace(settings, host_free=machine.host_memory_available_mib * MiB)
+    if s.engine.name == "vllm" and settings.batched_tokens is None:
+        settings = replace(settings, batched_tokens=fit_plan.vllm_batched_default(
+            [(g.name, g.memory_total_mib) for g in machine.gpus]))
+    return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
 
 
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:
@@ -78,13 +83,18 @@ def _search(machine: Machine, s: fit_plan.Sizing, eligible: tuple[Gpu, ...], run
         most: _Tried | None = None  # of this count: the best-ranked set that holds the most layers
         for cand in ranked.candidates:
             tried = _Tried(n, cand.gpus, fit_plan.place(s, rooms(cand.gpus)))
-            if tried.placement.whole:
+            if holds(s, tried.placement):
                 return tried, best_per_count
             if most is None or _layers(tried) > _layers(most):
                 most = tried
         if most is not None:
             best_per_count.append(most)
     return None, best_per_count
+
+
+def holds(s: fit_plan.Sizing, p: fit_plan.Placement) -> bool:
+    """The set runs what the command asks for: the whole model, or the units a fixed ``-ngl N`` offloads."""
+    return p.whole or (s.settings.gpu_layers_cap is not None and p.fits)
 
 
 def _layers(t: _Tried) -> tuple[bool, int]:
@@ -159,7 +169,7 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
     smaller = ctx // 2
     while smaller >= 512:
         shorter = s.with_ctx(smaller)
-        if fit_plan.place(shorter, rooms(last.gpus)).whole:
+        if holds(shorter, fit_plan.place(shorter, rooms(last.gpus))):
             alternatives.append(f"at {smaller} tokens it fits")
             break
         smaller //= 2
@@ -169,12 +179,14 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
             continue
         full = [replace(g, memory_free_mib=g.memory_total_mib) for g in
                 sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:n]]
-        if fit_plan.place(s, rooms(full)).whole:
+        if holds(s, fit_plan.place(s, rooms(full))):
             alternatives.append(f"or use {n} GPUs" if alternatives else f"it would fit on {n} free GPUs")
             break
     if alternatives:
         msg += "; " + ", ".join(alternatives)
-    if s.engine.layout == "layers" and not s.settings.partial:
+    if s.settings.gpu_layers_cap is not None:
+        hint = "a smaller -ngl, -ngl {gpu_layers} to let gpulaunch count them, or a shorter context (--ctx)"
+    elif s.engine.layout == "layers" and not s.settings.partial:
         hint = "let llama.cpp keep the rest on the CPU: -ngl {gpu_layers}, or a shorter context (--ctx)"
     else:
         hint = "wait with --wait, a shorter context (--ctx), a smaller KV type (--kv-type q8_0), or a smaller quantisation"

@@ -21,10 +21,13 @@ __all__ = ["KV_TYPES", "KvSize", "kv_cache", "row_bytes", "parse_kv_type", "roun
 KV_TYPES: dict[str, tuple[int, int]] = {
     "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2),
     "q8_0": (32, 34), "q5_0": (32, 22), "q5_1": (32, 24), "q4_0": (32, 18), "q4_1": (32, 20), "iq4_nl": (32, 18),
-    "fp8": (1, 1), "fp8_e4m3": (1, 1), "fp8_e5m2": (1, 1),
+    "fp8": (1, 1), "fp8_e4m3": (1, 1), "fp8_e5m2": (1, 1), "fp8_ds_mla": (1, 1),
 }
+#: vLLM's fp8_ds_mla cache (DeepSeek V3.2's sparse MLA) stores 656 bytes a token, not 576 values of
+#: one byte (vllm/v1/kv_cache_interface.py, MLAAttentionSpec.real_page_size_bytes).
+FP8_DS_MLA_ROW = 656
 _ALIASES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32", "float": "f32",
-            "fp16": "f16", "fp32": "f32", "fp8_inc": "fp8", "fp8_ds_mla": "fp8"}
+            "fp16": "f16", "fp32": "f32", "fp8_inc": "fp8"}
 
 #: llama.cpp rounds the context up to a multiple of 256 before it sizes the cache
 #: (llama-context.cpp: ``n_ctx = GGML_PAD(n_ctx, 256)``; measured: 3000 → 3072, MODEL-FACTS.md).
@@ -106,7 +109,7 @@ def _state_per_seq(h: Hyper) -> tuple[int, int]:
 
 def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine: str = "llama.cpp",
              ubatch: int = 512, unified: bool = True, state_type: str | None = None, batched_tokens: int = 2048,
-             full_swa: bool = False) -> KvSize:
+             full_swa: bool = False, v_type: str | None = None) -> KvSize:
     """The cache ``engine`` allocates for ``ctx`` tokens in all (llama.cpp: shared by ``seqs``
     sequences in one unified cache; vLLM: ``ctx`` is ``--max-model-len``, one sequence's worth is the
     least it starts with).
@@ -132,8 +135,17 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     """
     if ctx < 1 or seqs < 1:
         raise UsageError(f"the context ({ctx}) and the number of sequences ({seqs}) must be 1 or more")
+    # llama.cpp types K and V apart (-ctk, -ctv: llama-kv-cache.cpp makes K of type_k, V of type_v);
+    # vLLM's --kv-cache-dtype is both. None: V as K.
+    v_type = v_type or kv_type
     llama = engine == "llama.cpp"
     cells = round_ctx(ctx, LLAMA_CTX_PAD if llama else VLLM_BLOCK)
+    per_stream = cells
+    if llama and not unified and seqs > 1:
+        # one stream per sequence, each of pad256(n_ctx / n_seq) cells (llama-context.cpp, the
+        # llama_context constructor: n_ctx_seq = GGML_PAD(n_ctx / n_seq_max, 256), n_ctx = n_ctx_seq × n_seq_max)
+        per_stream = round_ctx(max(1, cells // seqs), LLAMA_CTX_PAD)
+        cells = per_stream * seqs
     if state_type is None:
         state_type = "f32" if llama else "f16"
     mla = bool(h.kv_lora_rank)
@@ -153,16 +165,17 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
             per_layer.append(0)
             continue
         if mla:
-            row = row_bytes(kv_type, (h.kv_lora_rank or 0) + (h.rope_head_dim or 0))
+            row = FP8_DS_MLA_ROW if kv_type == "fp8_ds_mla" else row_bytes(
+                kv_type, (h.kv_lora_rank or 0) + (h.rope_head_dim or 0))
         else:
-            row = row_bytes(kv_type, h.key_length * heads) + row_bytes(kv_type, h.value_length * heads)
+            row = row_bytes(kv_type, h.key_length * heads) + row_bytes(v_type, h.value_length * heads)
         sliding = bool(h.sliding) and il < len(h.sliding) and h.sliding[il] and bool(h.sliding_window)
         if sliding and not full_swa:
             window = h.sliding_window or 0
             if llama:
                 streams = 1 if unified else seqs
-                per_stream = cells if unified else max(1, cells // seqs)
-                want = window * (seqs if unified else 1) + min(ubatch, cells)
+                # n_ubatch is capped by the requested context before it is padded (llama_context constructor)
+                want = window * (seqs if unified else 1) + min(ubatch, ctx)
                 swa_cells = round_ctx(min(per_stream, want), 256) * streams
             else:
                 swa_cells = round_ctx(min(window - 1 + batched_tokens, ctx), VLLM_BLOCK) + VLLM_BLOCK
@@ -173,7 +186,8 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
     if mla:
         rules.append(f"MLA latent cache: {h.kv_lora_rank} + {h.rope_head_dim} values per token per layer, K only")
     elif per_token:
-        rules.append(f"attention: {per_token} bytes per token ({kv_type}) over the full-attention layers, "
+        types = kv_type if v_type == kv_type else f"K {kv_type}, V {v_type}"
+        rules.append(f"attention: {per_token} bytes per token ({types}) over the full-attention layers, "
                      "key and value lengths as the file states them")
     if any(h.sliding) and h.sliding_window and not full_swa:
         rules.append(f"sliding-window layers: window {h.sliding_window} "
@@ -183,5 +197,6 @@ def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine:
         rules.append(f"recurrent layers: a fixed state per sequence ({state_type}), not per token")
     if cells != ctx:
         rules.append(f"context {ctx} rounded up to {cells} "
-                     + ("(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
+                     + (f"(llama.cpp: {seqs} sequences of {per_stream} cells, each padded to 256)"
+                        if per_stream != cells else "(llama.cpp pads to 256)" if llama else "(vLLM allocates 16-token blocks)"))
     return KvSize(tuple(per_layer), cells, per_token, state, tuple(rules), kv_type)

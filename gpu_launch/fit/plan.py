@@ -38,6 +38,7 @@ class Settings:
     ctx: int
     seqs: int = 1
     kv_type: str = "f16"
+    v_type: str | None = None  # llama.cpp's V cache type when it differs from K's (-ctv); None: as K
     ubatch: int = 512
     reserve: int | None = None  # bytes per GPU instead of the engine's allowance (--reserve)
     partial: bool = False
@@ -47,6 +48,8 @@ class Settings:
     ctx_from: str = "default"  # where ctx came from: "--ctx", "the command", "the model's trained context"
     self_fit: bool = False  # llama.cpp given no -ngl: it fits the layers itself (its --fit, on by default)
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
+    batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
+    gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: N offloaded, the rest on the CPU
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,24 @@ class Sizing:
         return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
 
 
+#: ``vllm serve``'s default --max-num-batched-tokens, which sizes its sliding-window layers: 8192 on GPUs
+#: of 70 GiB or more other than the A100, else 2048 (vllm/engine/arg_utils.py,
+#: EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER). Where the GPUs are not known yet,
+#: the larger: a sliding layer sized for 2048 on an H100 would be 2-3x short.
+VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL = 8192, 2048
+
+
+def vllm_batched_default(gpus: Sequence[tuple[str, int | None]]) -> int:
+    """vLLM's default batched tokens on these GPUs, as (name, total MiB): the larger if any GPU takes it."""
+    big = any((mib or 0) >= 70 * 1024 and "a100" not in name.lower() for name, mib in gpus)
+    return VLLM_BATCHED_BIG if big or not gpus else VLLM_BATCHED_SMALL
+
+
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
+    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch, unified=settings.unified)
+                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched,
+                           v_type=settings.v_type)
     return Sizing(model, engine, settings, kv)
 
 
@@ -207,13 +225,17 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     base = _allowance(s)
     logits = _logits_buffer(s) if s.settings.reserve is None else 0
     units = _units(s)
-    need = sum(a + b for a, b in units)
+    cap = s.settings.gpu_layers_cap
+    # -ngl N offloads the first N units of this order and keeps the rest on the CPU (llama-model.cpp,
+    # llama_model::load_tensors: layers below n_layer + 1 - N stay on the CPU), whatever the GPUs could hold
+    offload = units if cap is None else units[:max(0, cap)]
+    need = sum(a + b for a, b in offload)
     # The logits buffer goes where the output unit goes: the last GPU, unless it has no room for it.
     out_at = len(rooms) - 1
     for _ in range(2):
         extra = [logits if j == out_at else 0 for j in range(len(rooms))]
         caps = [max(0, r.free - base - e) for r, e in zip(rooms, extra)]
-        filled = _spread(units, caps)
+        filled = _spread(offload, caps)
         holders = [j for j, f in enumerate(filled) if f]
         if not holders or holders[-1] == out_at:
             break
@@ -235,7 +257,14 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
         notes.append(f"the command gives no -ngl: llama.cpp fits the layers itself (--fit, on the devices in this "
                      f"order); expect about {placed} of {len(units)} on the GPUs")
     fits = whole
-    if not whole and s.settings.partial and placed > 0:
+    if cap is not None and not whole:
+        host = s.settings.host_free
+        fits = placed == len(offload) and (host is None or cpu_w + cpu_kv <= host)
+        notes.append(f"-ngl {cap}: {len(units) - len(offload)} of {len(units)} units stay on the CPU"
+                     + ("" if placed == len(offload) else f"; only {placed} of the {len(offload)} fit on these GPUs"))
+        if placed == len(offload) and not fits:
+            notes.append("the host has too little memory for the CPU's share")
+    elif not whole and s.settings.partial and placed > 0:
         host = s.settings.host_free
         fits = host is None or cpu_w + cpu_kv <= host
         notes.append(f"{len(units) - placed} of {len(units)} units stay on the CPU")
@@ -250,7 +279,7 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
                      tensor_split=tuple(split), whole=whole, fits=fits,
                      need_bytes=need + base * len(rooms) + logits,
-                     short_bytes=max(0, need - sum(caps)) if not whole else 0, notes=tuple(notes))
+                     short_bytes=max(0, need - sum(caps)) if placed < len(offload) else 0, notes=tuple(notes))
 
 
 def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:

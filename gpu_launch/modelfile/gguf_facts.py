@@ -111,12 +111,22 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         recurrent = tuple(k == 0 for k in kv_heads)
     sliding, window = _sliding(arch, kv, n_all, label)
     sliding = sliding[:n]
-    kv_lora = _int(kv, p + "attention.kv_lora_rank", label)
+    # llama.cpp caches the MLA latent row (K only) only when the file carries the per-head sizes under
+    # attention.key_length_mla / value_length_mla (src/llama-hparams.cpp, llama_hparams::is_mla; the
+    # deepseek2 loader reads them as optional keys). Older DeepSeek conversions state kv_lora_rank but
+    # not those: llama.cpp then runs them as plain multi-head attention and caches full K and V for
+    # every KV head (src/models/deepseek2.cpp, the !is_mla branch), 10-70x the latent row.
+    mla = kv.get(p + "attention.key_length_mla") is not None and kv.get(p + "attention.value_length_mla") is not None
+    kv_lora = _int(kv, p + "attention.kv_lora_rank", label) if mla else None
     ssm = {k[len(p) + 4:]: v for k, v in kv.items()
            if k.startswith(p + "ssm.") and isinstance(v, int) and not isinstance(v, bool)}
     ssm.update({k[len(p):]: v for k, v in kv.items()
                 if k.startswith((p + "wkv.", p + "shortconv.")) and isinstance(v, int) and not isinstance(v, bool)})
-    vocab = _int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
+    # llama.cpp's n_vocab is the tokenizer's; a file without one still says it in the embedding's
+    # outer dimension (token_embd is n_embd x n_vocab, innermost first), which sizes the logits buffer.
+    embd = next((t.dims for t in h.tensors if t.name == "token_embd.weight" and len(t.dims) == 2), None)
+    vocab = (_int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
+             or (embd[1] if embd else None))
     return Hyper(
         n_layers=n, n_heads=n_heads, kv_heads=kv_heads,
         key_length=key_length if key_length is not None else per_head,

@@ -222,6 +222,15 @@ def _ssm(config: Mapping[str, Any], hidden: int | None, label: str) -> dict[str,
         out["inner_size"] = inner
     elif isinstance(expand, int) and not isinstance(expand, bool) and hidden:
         out["inner_size"] = expand * hidden
-    if not out:
-        return {}
+    # Gated delta-net layers (Qwen3-Next) state no Mamba numbers: llama.cpp's converter maps them
+    # (convert_hf_to_gguf.py, Qwen3NextModel.set_gguf_parameters: state_size = linear_key_head_dim,
+    # group_count = linear_num_key_heads, inner_size = linear_value_head_dim x linear_num_value_heads),
+    # and with those the Mamba formula gives the engines' state (vLLM's gated delta-net conv state
+    # key_dim x 2 + value_dim wide, recurrent state v_heads x k_dim x v_dim). Without them it was zero.
+    if "inner_size" not in out and out.get("head_count") and out.get("head_dim"):
+        out["inner_size"] = out["head_count"] * out["head_dim"]
+    if "state_size" not in out and out.get("key_head_dim"):
+        out["state_size"] = out["key_head_dim"]
+    if "group_count" not in out and out.get("key_head_count"):
+        out["group_count"] = out["key_head_count"]
     return out

@@ -83,6 +83,10 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         ctx, ctx_from = DEFAULT_CTX, "gpulaunch's default"
     kv_type = options.get("kv_type") or (kv.parse_kv_type(said.kv_type, "the command's KV cache type")
                                          if said.kv_type and not said.kv_type.startswith("{") else "f16")
+    # llama.cpp's -ctk types only K: V stays f16 unless -ctv says otherwise (--kv-type sets both)
+    v_type = None if options.get("kv_type") else (
+        kv.parse_kv_type(said.v_type, "the command's V cache type") if said.v_type and not said.v_type.startswith("{")
+        else "f16" if engine.name == "llama.cpp" else None)
     # llama-server with no -np runs 4 slots over one unified cache ("n_parallel is set to auto, using
     # n_parallel = 4 and kv_unified = true", tools/server); with -np N the cache is split N ways unless -kvu.
     auto_slots = engine.name == "llama.cpp" and bool(argv) and os.path.basename(argv[0]) == "llama-server" \
@@ -91,13 +95,18 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     unified = said.kv_unified if said.kv_unified is not None else (auto_slots or seqs == 1)
     reserve = options.get("reserve")
     util = _float(said.gpu_mem_util)
-    partial = engine.layout == "layers" and (said.gpu_layers is None or said.gpu_layers == _PLACEHOLDER)
-    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type,
+    ngl = (said.gpu_layers or "").strip().lower()
+    units = model.hyper.n_layers + 1 + model.hyper.nextn_layers  # llama.cpp's -ngl units: all of them offloads all
+    # -ngl N below that keeps the rest on the CPU by request: size what it asks for, not the whole model
+    cap = int(ngl) if engine.layout == "layers" and ngl.isascii() and ngl.isdigit() and int(ngl) < units else None
+    self_fit = engine.name == "llama.cpp" and bool(argv) and ngl in ("", "auto")
+    partial = engine.layout == "layers" and (ngl in ("", "auto", _PLACEHOLDER) or cap is not None)
+    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
-                             ctx_from=ctx_from, self_fit=engine.name == "llama.cpp" and bool(argv)
-                             and said.gpu_layers is None)
+                             batched_tokens=said.batched_tokens, gpu_layers_cap=cap, ctx_from=ctx_from,
+                             self_fit=self_fit)
     return plan.sizing(model, engine, settings)
 
 
