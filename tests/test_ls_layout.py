@@ -181,6 +181,23 @@ def test_rich_ls_on_a_terminal_fits_the_width(columns: int) -> None:
     assert len(_gpu_lines(text, "dgx-h100")) == 8
 
 
+@pytest.mark.parametrize("snapshot", ["dgx-h100", "workstation-4x"])
+def test_rich_ls_wide_at_80_columns_cuts_lines_at_the_right_not_every_column(snapshot: str) -> None:
+    """--wide cannot fit 80 columns: like the plain table, each line is cut at the right edge, and the
+    GPU number, name, memory and utilisation stay whole (rich used to squeeze every column to "…")."""
+    out, code = _pty_run(["--snapshot", snapshot, "ls", "--wide"], _env(), 80)
+    assert code == 0
+    text = ANSI.sub("", out.decode()).replace("\r", "")
+    assert [line for line in text.splitlines() if len(line) > 80] == []
+    header = text.splitlines()[1]
+    assert header.split()[:3] == ["GPU", "Name", "Free"] and header.endswith("…")
+    rows = _gpu_lines(text, snapshot)
+    assert len(rows) == (8 if snapshot == "dgx-h100" else 4)
+    first = rows[0].split()
+    assert first[0] == "0" and first[-1].endswith("…")
+    assert ("98%" in rows[0]) if snapshot == "dgx-h100" else ("0%" in rows[0])
+
+
 # -- --watch -------------------------------------------------------------------------------------
 
 def test_watch_redraws_in_place_and_ctrl_c_leaves_cleanly() -> None:
