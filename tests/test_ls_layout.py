@@ -273,8 +273,8 @@ def test_ls_without_a_driver_shows_the_demo_machine_with_one_note(tmp_path: Path
     proc = gpulaunch("ls", **env)
     assert proc.returncode == 0
     assert proc.stdout.startswith("dgx-h100-01  ") and "snapshot dgx-h100" in proc.stdout
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
-        "gpulaunch: note: no NVIDIA driver here: showing the bundled example machine dgx-h100; --snapshot NAME")
+    assert proc.stderr == "gpulaunch: note: no NVIDIA driver here, so this is the example machine dgx-h100\n"
+    assert len(proc.stderr) <= 81  # one short note: it fits an 80-column terminal (it took three lines)
     strict = gpulaunch("ls", "--json", **env)  # scripts can tell: no JSON, exit 3
     assert (strict.returncode, strict.stdout) == (3, "")
 
