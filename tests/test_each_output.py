@@ -195,3 +195,33 @@ def test_ctrl_c_with_no_scancel_says_the_array_goes_on(tmp_path: Path) -> None:
     err = lines.text()
     assert "scancel 77 failed: Slurm is not available: no scancel on PATH" in err, err
     assert "gpulaunch: error: stopped following; Slurm job array 77 goes on (squeue -j 77)" in err, err
+
+
+def test_terminal_summary_names_the_log_dir_once_and_each_log_by_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At an 80-column terminal the summary's LOG column held the whole path on every row, folded
+    mid-path ("gpulaunch-logs/2026112" / "4-043920/job-1.log"); now the title names the directory."""
+    import io
+    import re
+    from types import SimpleNamespace
+
+    from gpu_launch.views.each_view import View
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log_dir = "gpulaunch-logs/20261124-043920"
+    states = [SimpleNamespace(job=SimpleNamespace(number=n), status="done", outcome="exit 0", node="", gpus=f"{n},{n + 4}",
+                              seconds=1.0, log=f"{log_dir}/job-{n}.log",
+                              text=f"python train.py --lr 1e-{n} --epochs 30 --batch-size 64") for n in (1, 2, 3)]
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    view = View(io.StringIO(), out, quiet=False, total=3, log_dir=log_dir)
+    view.summary(SimpleNamespace(states=states))
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert lines[0] == f"3 done, 0 running, 0 queued, 0 failed; logs in {log_dir}/"
+    for n in (1, 2, 3):
+        row = next(line for line in lines[2:] if line.split()[:1] == [str(n)])
+        assert f" job-{n}.log " in row, text
+    assert max(len(line) for line in lines) <= 80, text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_cli
 from gpu_launch.choose import explain
 from gpu_launch.hardware import snapshot
@@ -106,3 +108,13 @@ def test_single_gpu_explanation_has_no_links():
     doc = explain.as_json(selection, machine)
     assert doc["set"]["links"] == [] and doc["set"]["worst_link"] is None
     assert "links: single GPU" in explain.as_text(selection, machine)
+
+
+@pytest.mark.parametrize(("columns", "widest"), [("80", 80), ("60", 60), ("200", 100)])
+def test_explain_text_wraps_to_the_terminal_at_most_100_columns(columns: str, widest: int) -> None:
+    """At an 80-column terminal the explanation wraps at 80 (it wrapped at 100, and the terminal then
+    broke words mid-line); a wide one still gets at most 100 columns."""
+    for snap, count in (("dgx-h100", "2"), ("dgx1-v100", "4"), ("pcie-8x", "3")):
+        text = run_cli("--snapshot", snap, "--auto", count, "--explain", env={"COLUMNS": columns}).stdout
+        assert "ranked by:" in text
+        assert max(len(line) for line in text.splitlines()) <= widest, text

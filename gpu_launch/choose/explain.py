@@ -118,7 +118,8 @@ def _pairs(count: int) -> str:
     return f"{count} pair{'s' if count != 1 else ''}"
 
 
-#: The widest line --explain writes (it once wrote 434-character lines): longer ones wrap, indented.
+#: The widest line --explain writes (it once wrote 434-character lines): longer ones wrap, indented;
+#: the CLI passes the terminal's width when that is narrower.
 WIDTH = 100
 
 
@@ -150,20 +151,22 @@ def _versus(theirs: str, ours: str, s: dict[str, Any], best: dict[str, Any], cri
 _AS_IS = "\x00"
 
 
-def _wrap(line: str) -> list[str]:
-    """``line`` in lines of at most WIDTH columns, continued four columns further in; a parenthesis
-    (``(worst SYS on 4 pairs, 0 NVLinks inside)``) is kept on one line."""
+def _wrap(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` in lines of at most ``width`` columns, continued four columns further in; a parenthesis
+    (``(worst SYS on 4 pairs, 0 NVLinks inside)``) is kept on one line where it fits one."""
     if line.startswith(_AS_IS):
         return [line[1:]]
-    if len(line) <= WIDTH:
+    if len(line) <= width:
         return [line]
     import re
     import textwrap
 
-    glued = re.sub(r"\([^()]*\)", lambda m: m.group(0).replace(" ", _AS_IS), line)
     indent = " " * (len(line) - len(line.lstrip(" ")))
+    room = width - len(indent) - 4
+    glued = re.sub(r"\([^()]*\)", lambda m: m.group(0).replace(" ", _AS_IS) if len(m.group(0)) <= room
+                   else m.group(0), line)
     return [part.replace(_AS_IS, " ") for part in
-            textwrap.wrap(glued, WIDTH, initial_indent="", subsequent_indent=indent + "    ",
+            textwrap.wrap(glued, width, initial_indent="", subsequent_indent=indent + "    ",
                           break_on_hyphens=False, break_long_words=False)]
 
 
@@ -179,8 +182,9 @@ def _describe(s: dict[str, Any]) -> list[str]:
     ]
 
 
-def as_text(selection: Selection, machine: Machine) -> str:
-    """The explanation for people: the set and why, exclusions, and the next-best sets."""
+def as_text(selection: Selection, machine: Machine, width: int = WIDTH) -> str:
+    """The explanation for people: the set and why, exclusions, and the next-best sets, wrapped to
+    ``width`` columns (at most WIDTH)."""
     doc = as_json(selection, machine)
     lines = [f"chosen: {_gpus(doc['chosen'])} ({doc['how']})"]
     if "set" in doc:
@@ -209,4 +213,5 @@ def as_text(selection: Selection, machine: Machine) -> str:
             theirs, ours = _versus(_value(s, lost), _value(doc["set"], lost), s, doc["set"], lost)
             lines.append(f"  {_gpus(s['gpus'])}: lost on {lost} ({theirs} vs {ours})")
             lines += [f"      {line}" for line in _describe(s)]
-    return "\n".join(wrapped for line in lines for wrapped in _wrap(line)) + "\n"
+    width = min(width, WIDTH)
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line, width)) + "\n"

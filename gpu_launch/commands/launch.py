@@ -82,6 +82,13 @@ def run(inv: Invocation) -> int:
     exec_command(argv, env)
 
 
+def _columns(unknown: int) -> int:
+    """The terminal's width (or ``COLUMNS``), ``unknown`` when output goes to a file or pipe."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((unknown, 24)).columns)
+
+
 def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> int:
     """``--explain``: why these GPUs, as text or JSON on stdout; nothing runs."""
     if machine is None:  # fell back to the CPU: nothing was chosen to explain
@@ -92,7 +99,7 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         json.dump(explain.as_json(selection, machine), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(explain.as_text(selection, machine))
+        sys.stdout.write(explain.as_text(selection, machine, _columns(explain.WIDTH)))
         from gpu_launch.share import lockdir
 
         note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ))
@@ -113,7 +120,7 @@ def _explain_plan(inv: Invocation, plan: object, selection: Selection, machine: 
     if machine is not None and selection.ranking is not None:
         from gpu_launch.choose import explain
 
-        sys.stdout.write(explain.as_text(selection, machine))
+        sys.stdout.write(explain.as_text(selection, machine, _columns(explain.WIDTH)))
     return 0
 
 

@@ -92,9 +92,7 @@ def _read_or_demo(inv: Invocation, topo: bool, note: bool = True) -> Machine:
     from gpu_launch.hardware import snapshot
 
     if note and not inv.get("quiet"):
-        print(f"gpulaunch: note: no NVIDIA driver here: showing the bundled example machine {DEMO}; "
-              f"--snapshot NAME picks another ({', '.join(n for n in snapshot.example_names() if n != DEMO)})",
-              file=sys.stderr)
+        print(f"gpulaunch: note: no NVIDIA driver here, so this is the example machine {DEMO}", file=sys.stderr)
     return snapshot.resolve(DEMO)
 
 

@@ -196,8 +196,15 @@ class View:
             from rich.table import Table
             from rich.text import Text
 
-            table = Table(box=None, header_style="bold", pad_edge=False, title=_counts_text(scheduler),
-                          title_justify="left")
+            # The log directory once, in the title, and each LOG cell as the file in it: a whole path
+            # per row took ~40 columns and was folded mid-path at 80.
+            prefix = self.log_dir.rstrip("/") + "/"
+            log = rows[0].index("LOG")
+            title = _counts_text(scheduler)
+            if all(row[log].startswith(prefix) for row in rows[1:] if row[log] != "–"):
+                rows = [rows[0], *([*row[:log], row[log].removeprefix(prefix), *row[log + 1:]] for row in rows[1:])]
+                title += f"; logs in {prefix}"
+            table = Table(box=None, header_style="bold", pad_edge=False, title=title, title_justify="left")
             for column in rows[0]:
                 table.add_column(column.capitalize() if column != "GPUS" else "GPUs", overflow="fold")
             style = {"done": "green", "failed": "red", "running": "cyan"}

@@ -131,7 +131,9 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
 
     table = layout(machine, reserved, width, wide)
     bar = width is None or table.width() + _BAR + 2 <= width
-    console = Console(file=stream, highlight=False, width=width or max(table.width() + _BAR + 2, 80))
+    cut = width is not None and table.width() > width  # (--wide at 80 columns) cut lines as ls_plain does
+    console = Console(file=stream, highlight=False,
+                      width=table.width() if cut else width or max(table.width() + _BAR + 2, 80))
     header = _header(machine)
     grid = Table(title=escape(fit_line(header, width) if width else header), title_justify="left", box=None,
                  header_style="bold", pad_edge=False)
@@ -164,9 +166,20 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
                 shown = f"[{colour}]{_bar(used_mib(g), g.memory_total_mib)}[/]"
             cells.insert(columns.index(""), shown)
         grid.add_row(*cells)
-    console.print(grid)
+    if cut:  # rich would squeeze every column to "…" (the GPU number too): render whole, cut at the right
+        from rich.segment import Segment, Segments
+
+        assert width is not None
+        for line in console.render_lines(grid, pad=False, new_lines=False):
+            if len("".join(segment.text for segment in line).rstrip()) > width:
+                line = [*Segment.adjust_line_length(line, width - 1, pad=False), Segment("…")]
+            else:
+                line = Segment.adjust_line_length(line, width, pad=False)
+            console.print(Segments([*line, Segment.line()]), end="")
+    else:
+        console.print(grid)
     for w in machine.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}")
+        console.print(f"[yellow]warning:[/] {escape(w)}", width=width)
 
 
 def _topo_rows(machine: Machine) -> list[list[str]]:

@@ -44,6 +44,18 @@ def _stamp(interval: float) -> str:
     return f"every {interval:g}s  {time.strftime('%H:%M:%S')}  (Ctrl-C to stop)"
 
 
+def _leaving() -> None:
+    """After the Ctrl-C that ends the watch, ignore another: we are already leaving with 0. A second
+    SIGINT in that moment (Ctrl-C pressed twice, or `timeout -s INT`, which signals the command and
+    then its whole process group) would otherwise end the process by SIGINT, status 130, silently."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to guard
+        pass
+
+
 def run(frame: Callable[[int | None], str], interval: float, out: IO[str]) -> int:
     """Draw ``frame(width)`` every ``interval`` seconds until Ctrl-C; returns the exit code (0)."""
     tty = bool(getattr(out, "isatty", lambda: False)())
@@ -61,6 +73,7 @@ def run(frame: Callable[[int | None], str], interval: float, out: IO[str]) -> in
             out.flush()
             time.sleep(interval)
     except KeyboardInterrupt:
+        _leaving()
         return 0
     finally:
         if tty:
