@@ -318,3 +318,59 @@ def test_a_launch_started_from_a_reserving_process_keeps_its_gpu_after_the_relea
     finally:
         (tmp_path / "stop").touch()
         parent.wait(timeout=30)
+
+
+_LATE_CHILD = """
+import os, sys, time
+from gpu_launch.share import reservations
+real = reservations.lock_all
+
+def paused(*args, **kwargs):  # the allotment has been read; the test ends the parent job now
+    open(sys.argv[1] + "/resolved", "w").close()
+    while not os.path.exists(sys.argv[1] + "/go"):
+        time.sleep(0.02)
+    return real(*args, **kwargs)
+
+reservations.lock_all = paused
+from gpu_launch.cli import main
+main(["-q", "--auto", "1", "--", "sh", "-c", "echo late $GPULAUNCH_GPUS"])
+"""
+
+
+def test_a_nested_launch_whose_job_ends_before_it_locks_does_not_take_the_gpu(tmp_path: Path, locks: str) -> None:
+    """The job above a nested launch ends between the launch's read of its allotment and its lock, and
+    an outside job takes the GPU meanwhile: the nested launch must not run there too."""
+    import signal
+    import subprocess
+
+    (tmp_path / "late.py").write_text(_LATE_CHILD)
+    env = clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks})
+    code = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, {str(tmp_path / 'late.py')!r}, "
+            f"{str(tmp_path)!r}], stdout=open({str(tmp_path / 'late.out')!r}, 'w'), stderr=subprocess.STDOUT); "
+            "time.sleep(60)")
+    parent = subprocess.Popen(_gl("--gpus", "2", "-q", "--", sys.executable, "-c", code), cwd=ROOT, env=env)
+    outside = None
+    try:
+        end = time.monotonic() + 30
+        while not (tmp_path / "resolved").exists():
+            assert time.monotonic() < end and parent.poll() is None, "the nested launch never read its allotment"
+            time.sleep(0.02)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        outside = subprocess.Popen(_gl("--gpus", "2", "-q", "--", "sh", "-c", _held_script(tmp_path)), cwd=ROOT,
+                                   env=env)
+        assert _wait_for_lines(tmp_path / "ready", 1) == ["2"]
+        (tmp_path / "go").touch()
+        end = time.monotonic() + 30
+        while not (tmp_path / "late.out").read_text():
+            assert time.monotonic() < end, "the nested launch did not finish"
+            time.sleep(0.02)
+        time.sleep(0.2)
+        late = (tmp_path / "late.out").read_text()
+        assert "late 2" not in late and "reserved by root" in late, late
+    finally:
+        (tmp_path / "stop").touch()
+        (tmp_path / "go").touch()
+        for proc in (parent, outside):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
