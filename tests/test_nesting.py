@@ -245,3 +245,132 @@ print([d.index for d in gpus], [d.index for d in devs], len(m.gpus))
                           env=clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks}))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["4,5,6,7", "[2, 3] [4, 6] 8"]
+
+
+# --- a job nested in a job outlives its parent --------------------------------------------------
+
+def _wait_for_lines(path: Path, n: int, timeout: float = 30) -> list[str]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= n:
+            return lines
+        time.sleep(0.02)
+    raise AssertionError(f"{path}: fewer than {n} lines after {timeout} s")
+
+
+def _held_script(tmp_path: Path) -> str:
+    """A job that says which GPU it got, then runs until the test creates ``stop`` (at most a minute)."""
+    return (f"echo $GPULAUNCH_GPUS >> {tmp_path / 'ready'}; i=0; "
+            f"while [ ! -e {tmp_path / 'stop'} ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done")
+
+
+def test_a_killed_sweep_inside_a_job_leaves_its_running_jobs_gpus_taken(tmp_path: Path, locks: str) -> None:
+    """`gpulaunch --gpus 2,3 -- gpulaunch each` killed with -9 while its jobs run: the jobs hold only the
+    locks one level deeper, and the machine-wide ones went with the sweep. Their GPUs were free to
+    anyone else at once (a second job on each); they stay taken until the jobs end."""
+    import signal
+    import subprocess
+
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text(f"sh -c '{_held_script(tmp_path)}'\n" * 2)
+    env = clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks})
+    sweep = subprocess.Popen(_gl("--gpus", "2,3", "-q", "--", *_gl("each", str(jobs), "-q", "--log-dir",
+                                                                     str(tmp_path / "logs"))),
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert sorted(_wait_for_lines(tmp_path / "ready", 2)) == ["2", "3"]
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait(timeout=30)
+        for gpu in ("2", "3"):
+            second = _run(_gl("--gpus", gpu, "-q", "--", "true"), locks)
+            assert second.returncode == 6 and "reserved by" in second.stderr, (gpu, second.stderr)
+        other = _run(_gl("--auto", "2", "--max-util", "100", "-q", "--", "sh", "-c", "echo $GPULAUNCH_GPUS"), locks)
+        assert other.returncode == 0 and not {"2", "3"} & set(other.stdout.strip().split(",")), other
+    finally:
+        (tmp_path / "stop").touch()
+        if sweep.poll() is None:
+            sweep.kill()
+    end = time.monotonic() + 30  # the jobs end: their GPUs are free again
+    while _run(_gl("--gpus", "2,3", "-q", "--", "true"), locks).returncode != 0:
+        assert time.monotonic() < end, "GPUs 2 and 3 still taken after the jobs ended"
+
+
+def test_a_launch_started_from_a_reserving_process_keeps_its_gpu_after_the_release(tmp_path: Path,
+                                                                                  locks: str) -> None:
+    """reserve(inherit=True), a gpulaunch started with subprocess (descriptors closed) gets its GPU as
+    its allotment, then the parent releases: the child's job still runs there, so no one else gets it."""
+    code = ("import gpu_launch, os, subprocess, sys; r = gpu_launch.reserve(gpus=2, inherit=True, quiet=True); "
+            "p = subprocess.Popen([sys.executable, '-m', 'gpu_launch', '-q', '--auto', '1', '--', 'sh', '-c', "
+            f"{_held_script(tmp_path)!r}], env={{**os.environ, **r.env}}); "
+            f"import time\nwhile not os.path.exists({str(tmp_path / 'ready')!r}) and p.poll() is None: "
+            "time.sleep(0.02)\n"
+            "r.release(); print('released', flush=True); p.wait()")
+    import subprocess
+
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env=clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks}))
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "released"
+        assert (tmp_path / "ready").read_text().split() == ["2"]
+        second = _run(_gl("--gpus", "2", "-q", "--", "true"), locks)
+        assert second.returncode == 6 and "reserved by" in second.stderr, second.stderr
+    finally:
+        (tmp_path / "stop").touch()
+        parent.wait(timeout=30)
+
+
+_LATE_CHILD = """
+import os, sys, time
+from gpu_launch.share import reservations
+real = reservations.lock_all
+
+def paused(*args, **kwargs):  # the allotment has been read; the test ends the parent job now
+    open(sys.argv[1] + "/resolved", "w").close()
+    while not os.path.exists(sys.argv[1] + "/go"):
+        time.sleep(0.02)
+    return real(*args, **kwargs)
+
+reservations.lock_all = paused
+from gpu_launch.cli import main
+main(["-q", "--auto", "1", "--", "sh", "-c", "echo late $GPULAUNCH_GPUS"])
+"""
+
+
+def test_a_nested_launch_whose_job_ends_before_it_locks_does_not_take_the_gpu(tmp_path: Path, locks: str) -> None:
+    """The job above a nested launch ends between the launch's read of its allotment and its lock, and
+    an outside job takes the GPU meanwhile: the nested launch must not run there too."""
+    import signal
+    import subprocess
+
+    (tmp_path / "late.py").write_text(_LATE_CHILD)
+    env = clean_env({"GPULAUNCH_SNAPSHOT": SNAP, "GPULAUNCH_LOCK_DIR": locks})
+    code = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, {str(tmp_path / 'late.py')!r}, "
+            f"{str(tmp_path)!r}], stdout=open({str(tmp_path / 'late.out')!r}, 'w'), stderr=subprocess.STDOUT); "
+            "time.sleep(60)")
+    parent = subprocess.Popen(_gl("--gpus", "2", "-q", "--", sys.executable, "-c", code), cwd=ROOT, env=env)
+    outside = None
+    try:
+        end = time.monotonic() + 30
+        while not (tmp_path / "resolved").exists():
+            assert time.monotonic() < end and parent.poll() is None, "the nested launch never read its allotment"
+            time.sleep(0.02)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        outside = subprocess.Popen(_gl("--gpus", "2", "-q", "--", "sh", "-c", _held_script(tmp_path)), cwd=ROOT,
+                                   env=env)
+        assert _wait_for_lines(tmp_path / "ready", 1) == ["2"]
+        (tmp_path / "go").touch()
+        end = time.monotonic() + 30
+        while not (tmp_path / "late.out").read_text():
+            assert time.monotonic() < end, "the nested launch did not finish"
+            time.sleep(0.02)
+        time.sleep(0.2)
+        late = (tmp_path / "late.out").read_text()
+        assert "late 2" not in late and "reserved by root" in late, late
+    finally:
+        (tmp_path / "stop").touch()
+        (tmp_path / "go").touch()
+        for proc in (parent, outside):
+            if proc is not None and proc.poll() is None:
+                proc.kill()

@@ -230,12 +230,36 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
             reserved[exc.uuid] = exc.unusable.describe()  # type: ignore[attr-defined]
             continue
         if isinstance(got, reservations.Reservation):
-            return Acquired(selection, got, reserved, machine=machine)
+            gone = _allotment_gone(locking, got, depth)
+            if not gone:
+                return Acquired(selection, got, reserved, machine=machine)
+            got.release()
+            for uuid in gone:  # its job ended, and someone else took it meanwhile
+                holder = holders.probe(locking.lock_dir, uuid)
+                reserved[uuid] = holder.describe(now) if holder is not None else "another gpulaunch job"
+            continue
         # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
         holder = holders.probe_at(locking.lock_dir, got, depth.get(got, 0))
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
+
+
+def _allotment_gone(locking: Locking, got: reservations.Reservation, depth: Mapping[str, int]) -> list[str]:
+    """The GPUs locked one level deeper whose allotment this job's lineage no longer holds.
+
+    Checked after locking (the lock first): the job holding the level above may have ended since the
+    allotment was read, and someone else have taken the GPU machine-wide meanwhile, who checked the
+    deeper locks before ours was there (reservations.try_lock). One of the two always sees the other.
+    """
+    deeper = {u: d for u, d in depth.items() if d > 0 and u in got.fds}
+    if not deeper:
+        return []
+    from gpu_launch.share import nesting
+
+    above = {(u, d - 1): lockdir.nested_path(locking.lock_dir, u, d - 1) for u, d in deeper.items()}
+    still = nesting.lineage_holds(above, locking.mine, locking.skip_pids)
+    return [u for u, d in deeper.items() if (u, d - 1) not in still]
 
 
 def inside_allotment(locking: Locking | None, machine: Machine) -> bool:

@@ -22,7 +22,8 @@ from gpu_launch.records import dataclass
 from gpu_launch.share.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_hardened, lock_path, nested_path,
                                       open_error, open_shared, prepare_dir)
 
-__all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "scan", "holders", "LockWatch"]
+__all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "nested_holder", "scan", "holders",
+           "LockWatch"]
 
 
 def current_user() -> str:
@@ -104,7 +105,8 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
     """Who holds ``uuid``'s reservation, or None when it is free. Creates nothing, takes nothing.
 
     A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
-    exclusive one; it is dropped at once.
+    exclusive one; it is dropped at once. A GPU whose machine-wide lock is free but on which a job
+    nested in a job that has ended still runs (:func:`nested_holder`) is held by that job.
     """
     path = lock_path(lock_dir, uuid)
     fd = open_shared(path, create=False)
@@ -118,9 +120,36 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
         except BlockingIOError:
             return _read_holder(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
     finally:
         os.close(fd)
+    return nested_holder(lock_dir, uuid)
+
+
+def nested_holder(lock_dir: str, uuid: str) -> Holder | None:
+    """Who holds ``uuid`` one level or more deeper than machine-wide, or None.
+
+    A job nested in a job holds only the deeper lock when it was started with its parent's
+    descriptors closed (Python's ``subprocess``, a nested ``each``'s jobs): once the parent job ends,
+    its machine-wide lock is free while the nested job still runs on the GPU. Such a GPU is not
+    free: it is taken until the last job on it ends. (A deeper lock is only ever taken inside the
+    machine-wide holder, so a held one without it is such an orphan.)
+    """
+    for depth in range(1, MAX_DEPTH):
+        try:
+            fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
+        except LockDirError:
+            return None  # no usable place for nested locks: none can be held there
+        if fd is None:
+            return None  # no deeper file without this one
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_holder(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return None
 
 
 def probe_at(lock_dir: str, uuid: str, depth: int) -> Holder | None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share.holders import write_holder
+from gpu_launch.share.holders import nested_holder, write_holder
 from gpu_launch.share.lockdir import nested_path, open_shared
 
 __all__ = ["Reservation", "try_lock", "lock_all"]
@@ -34,11 +34,16 @@ def try_lock(lock_dir: str, uuid: str, depth: int = 0) -> int | None:
         for delay in (*_RETRY_DELAYS, None):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
             except BlockingIOError:
                 if delay is None:
                     break
                 time.sleep(delay)
+                continue
+            # Taken machine-wide, checked deeper only now (the lock first): a job nested in a job that
+            # has ended may still run on it (holders.nested_holder), and it is not free until that ends.
+            if depth == 0 and nested_holder(lock_dir, uuid) is not None:
+                break
+            return fd
     except BaseException:  # interrupted (Ctrl-C) between the open and the return: hold nothing
         os.close(fd)
         raise
