@@ -85,8 +85,10 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     ``gpulaunch`` started from here shares them out among its jobs, one each (its allotment). They
     are not an allotment for this process's own later calls: :func:`select` and :func:`reserve`
     choose as if ``use()`` had not set ``CUDA_VISIBLE_DEVICES``, and skip these GPUs as taken. A
-    forked copy of the process (a ``multiprocessing`` worker) holds none of them: its own ``use()``
-    gets GPUs of its own.
+    forked copy of the process (a ``multiprocessing`` worker started by ``fork``) holds none of them:
+    its own ``use()`` gets GPUs of its own. A worker started by ``spawn`` or ``forkserver`` (Python
+    3.14's default on Linux) is a new program started from here: its ``use()`` gets one of these GPUs,
+    one each among its siblings.
 
     ``n`` GPUs (default 1), or ``gpus=`` by number, or ``fit=`` the fewest that hold a size; the
     constraints and ``wait=`` as for ``gpulaunch``. ``model=`` (a model file or folder, or a cached
