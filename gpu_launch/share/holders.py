@@ -104,9 +104,8 @@ def write_holder(fd: int, pid: int, argv: Sequence[str]) -> None:
 def probe(lock_dir: str, uuid: str) -> Holder | None:
     """Who holds ``uuid``'s reservation, or None when it is free. Creates nothing, takes nothing.
 
-    A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
-    exclusive one; it is dropped at once. A GPU whose machine-wide lock is free but on which a job
-    nested in a job that has ended still runs (:func:`nested_holder`) is held by that job.
+    A GPU whose machine-wide lock is free but on which a job nested in a job that has ended still
+    runs (:func:`nested_holder`) is held by that job.
     """
     path = lock_path(lock_dir, uuid)
     fd = open_shared(path, create=False)
@@ -114,15 +113,7 @@ def probe(lock_dir: str, uuid: str) -> Holder | None:
         if os.geteuid() != 0 and is_hardened(lock_dir):  # we could not create it: say so now, not at lock time
             raise open_error(path, OSError(errno.EACCES, "Permission denied"))
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_holder(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-    return nested_holder(lock_dir, uuid)
+    return _held_by(fd) or nested_holder(lock_dir, uuid)
 
 
 def nested_holder(lock_dir: str, uuid: str) -> Holder | None:
@@ -141,14 +132,9 @@ def nested_holder(lock_dir: str, uuid: str) -> Holder | None:
             return None  # no usable place for nested locks: none can be held there
         if fd is None:
             return None  # no deeper file without this one
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return _read_holder(fd)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        holder = _held_by(fd)
+        if holder is not None:
+            return holder
     return None
 
 
@@ -157,8 +143,15 @@ def probe_at(lock_dir: str, uuid: str, depth: int) -> Holder | None:
     if depth == 0:
         return probe(lock_dir, uuid)
     fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
-    if fd is None:
-        return None
+    return None if fd is None else _held_by(fd)
+
+
+def _held_by(fd: int) -> Holder | None:
+    """The holder of the lock file open on ``fd`` (None: free), and ``fd`` closed.
+
+    A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
+    exclusive one; it is dropped at once.
+    """
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
