@@ -34,7 +34,7 @@ from gpu_launch.errors import LockDirError
 from gpu_launch.share.holders import Holder, probe_at
 from gpu_launch.share.lockdir import MAX_DEPTH, lock_path, nested_path
 
-__all__ = ["Nesting", "resolve", "lineage_holds", "own_reservations", "ancestors"]
+__all__ = ["Nesting", "resolve", "lineage_holds", "ancestors"]
 
 
 @dataclass(frozen=True)
@@ -150,11 +150,6 @@ def _ancestor_holds(pid: int, fd: int) -> bool:
     except ValueError:
         return False
     return any(line.startswith("lock:") and " FLOCK " in line and " WRITE " in line for line in info.splitlines())
-
-
-def own_reservations(lock_dir: str, held: Iterable[str]) -> frozenset[str]:
-    """Which of the ``held`` devices this process's job holds machine-wide (depth 0): see :func:`lineage_holds`."""
-    return frozenset(uuid for uuid, _ in lineage_holds({(uuid, 0): lock_path(lock_dir, uuid) for uuid in held}))
 
 
 def lineage_holds(paths: Mapping[tuple[str, int], str], mine: Container[object] = (),
