@@ -32,7 +32,7 @@ from gpu_launch.records import dataclass, field
 
 from gpu_launch.errors import LockDirError
 from gpu_launch.share.holders import Holder, probe_at
-from gpu_launch.share.lockdir import MAX_DEPTH, lock_path, nested_path
+from gpu_launch.share.lockdir import MAX_DEPTH, nested_path
 
 __all__ = ["Nesting", "resolve", "lineage_holds", "ancestors"]
 
