@@ -4,7 +4,6 @@ comes alone on stdout, and keeps its keys in the schema's order."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import Any

@@ -8,12 +8,10 @@ Each test runs real processes and checks from outside what a second job would ge
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from api_helpers import SNAP, cli
 from cli_run import ROOT, clean_env
