@@ -301,7 +301,9 @@ def test_a_launch_started_from_a_reserving_process_keeps_its_gpu_after_the_relea
     code = ("import gpu_launch, os, subprocess, sys; r = gpu_launch.reserve(gpus=2, inherit=True, quiet=True); "
             "p = subprocess.Popen([sys.executable, '-m', 'gpu_launch', '-q', '--auto', '1', '--', 'sh', '-c', "
             f"{_held_script(tmp_path)!r}], env={{**os.environ, **r.env}}); "
-            f"import time\nwhile not os.path.exists({str(tmp_path / 'ready')!r}) and p.poll() is None: "
+            # until the job's whole line is there: `>>` creates the file before echo writes to it
+            f"import time\nready = {str(tmp_path / 'ready')!r}\n"
+            "while not (os.path.exists(ready) and open(ready).read().endswith('\\n')) and p.poll() is None: "
             "time.sleep(0.02)\n"
             "r.release(); print('released', flush=True); p.wait()")
     import subprocess
