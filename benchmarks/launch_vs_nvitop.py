@@ -15,24 +15,18 @@ preloads modules for every process, the floor included). Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
 
-from timing import Bench, paired_report  # noqa: E402
+from timing import Bench, paired_args, paired_report  # noqa: E402
 
 LAUNCH = ["-m", "gpu_launch", "--snapshot", "dgx-h100", "-q", "--auto", "1", "--", "true"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
-    ap.add_argument("--source", action="append", default=[], metavar="DIR",
-                    help="a gpulaunch checkout to measure (repeatable; default: the installed one)")
-    ap.add_argument("--json", metavar="FILE", help="also write the samples and ratios as JSON")
-    args = ap.parse_args(argv)
+    args = paired_args(__doc__.split("\n\n")[0], argv)
     py = sys.executable
     nvitop = Bench("nvitop", 'python -c "import nvitop"', [py, "-c", "import nvitop"])
     floor = Bench("floor", "python -c pass", [py, "-c", "pass"])

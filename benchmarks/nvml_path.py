@@ -15,7 +15,6 @@ reason) where no libnvidia-ml.so.1 can be loaded. Standard library only.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, however it is started
 
-from timing import Bench, paired_report  # noqa: E402
+from timing import Bench, paired_args, paired_report  # noqa: E402
 
 MINIMAL = Path(__file__).resolve().parent / "minimal_nvml.py"
 LAUNCHES = {"--auto 1": ["--auto", "1"], "--auto 2": ["--auto", "2"], "--gpus 1": ["--gpus", "1"]}
@@ -39,12 +38,7 @@ def nvml_loadable() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
-    ap.add_argument("--source", action="append", default=[], metavar="DIR",
-                    help="a gpulaunch checkout to measure (repeatable; default: the installed one)")
-    ap.add_argument("--json", metavar="FILE", help="also write the samples and ratios as JSON")
-    args = ap.parse_args(argv)
+    args = paired_args(__doc__.split("\n\n")[0], argv)
     why = nvml_loadable()
     if why is not None:
         print(f"nvml_path: skipped: {why}")

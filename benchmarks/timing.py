@@ -4,6 +4,7 @@ other work falls on all of them alike. Standard library only."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import statistics
@@ -185,3 +186,13 @@ def paired_report(benches: Sequence[Bench], launches: Sequence[Bench], baseline:
     if json_path:
         Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
+
+
+def paired_args(description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The options every paired benchmark takes: --rounds, --source (repeatable), --json."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
+    ap.add_argument("--source", action="append", default=[], metavar="DIR",
+                    help="a gpulaunch checkout to measure (repeatable; default: the installed one)")
+    ap.add_argument("--json", metavar="FILE", help="also write the samples and ratios as JSON")
+    return ap.parse_args(argv)

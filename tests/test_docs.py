@@ -38,6 +38,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -365,9 +366,9 @@ _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _INLINE_CODE = re.compile(r"`+[^`]*`+")
 
 
-def _prose(page: Path) -> str:
-    """The page without its code blocks and inline code (a `[x](y)` there is not a link)."""
-    out, fence = [], None
+def _outside_code_blocks(page: Path) -> Iterator[str]:
+    """The page's lines that are not in a fenced code block (nor its fences)."""
+    fence = None
     for line in page.read_text("utf-8").splitlines():
         m = _FENCE.match(line)
         if fence is None and m:
@@ -377,8 +378,12 @@ def _prose(page: Path) -> str:
             if line.strip().startswith(fence):
                 fence = None
             continue
-        out.append(_INLINE_CODE.sub("", line))
-    return "\n".join(out)
+        yield line
+
+
+def _prose(page: Path) -> str:
+    """The page without its code blocks and inline code (a `[x](y)` there is not a link)."""
+    return "\n".join(_INLINE_CODE.sub("", line) for line in _outside_code_blocks(page))
 
 
 def _slug(heading: str) -> str:
@@ -405,16 +410,7 @@ def anchors(page: Path) -> set[str]:
 def _headings_with_code(page: Path) -> set[str]:
     """Anchors of headings, computed from the raw text (inline code in a heading is kept as text)."""
     result = set()
-    fence = None
-    for line in page.read_text("utf-8").splitlines():
-        m = _FENCE.match(line)
-        if fence is None and m:
-            fence = m.group(2)
-            continue
-        if fence is not None:
-            if line.strip().startswith(fence):
-                fence = None
-            continue
+    for line in _outside_code_blocks(page):
         h = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
         if h:
             result.add(_slug(h.group(1)))

@@ -60,12 +60,7 @@ class _Mine:
         self.guard = threading.Lock()  # another thread may have held it at the fork
         self.forked_from.add(os.getppid())
         for locks in list(self.locks):
-            for fd in locks.fds.values():
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            locks.fds.clear()
+            locks.release()  # this copy's descriptors only: the parent's locks stay
         self.keys.clear()
         self.locks = weakref.WeakSet()
 
