@@ -25,17 +25,14 @@ __all__ = ["main", "run"]
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point. Exits with gpulaunch's code, or becomes the command."""
-    from gpu_launch import streams
+    from gpu_launch import interrupt, streams
 
     try:
-        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now),
-        # unless it was ignored when we started (a background job of a script): then gpulaunch and the
-        # command it execs ignore it too, as any program started so would.
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
+        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
+        interrupt.install()
         code = run(sys.argv[1:] if argv is None else list(argv))
         sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
     except GpuLaunchError as exc:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -341,6 +342,36 @@ def test_ctrl_c_at_the_hand_over_is_never_lost() -> None:
     assert set(codes) <= {ExitCode.INTERRUPTED, -signal.SIGINT}, codes
 
 
+
+def test_a_ctrl_c_that_python_dropped_still_stops_the_exec() -> None:
+    """A KeyboardInterrupt raised inside a finaliser is printed as "Exception ignored" and dropped; the
+    Ctrl-C must still stop the launch at the hand-over, not let the command run as if none had come."""
+    program = textwrap.dedent("""
+        import os, signal
+        from gpu_launch import interrupt
+        from gpu_launch.run.execute import exec_command
+
+        interrupt.install()
+
+        def finalised():
+            try:
+                yield
+            finally:  # runs when the generator is freed: what it raises is dropped
+                os.kill(os.getpid(), signal.SIGINT)
+                sum(range(100000))
+
+        gen = finalised()
+        next(gen)
+        del gen
+        print("dropped", flush=True)
+        exec_command(["echo", "the command ran"], dict(os.environ))
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=clean_env(),
+                          timeout=60, cwd=ROOT)
+    assert done.stdout == "dropped\n", (done.stdout, done.stderr)
+    assert "Exception ignored" in done.stderr and done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
+
+
 # --- closed and full streams ----------------------------------------------------------------------
 
 def _sh(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -631,3 +662,14 @@ def test_a_launch_started_with_ctrl_c_ignored_leaves_it_ignored_for_the_command(
                           capture_output=True, text=True, env=clean_env(), timeout=60,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.returncode == 0 and done.stdout == "True\n", done.stderr
+
+
+def test_the_command_gets_default_signal_actions_not_pythons() -> None:
+    """Python ignores SIGPIPE and SIGXFSZ at start-up; an exec keeps ignored signals ignored. The command
+    must start as it would from a shell: `yes | head` ends by SIGPIPE, `ulimit -f` ends a writer by SIGXFSZ."""
+    done = subprocess.run(gpulaunch_argv(*S, "--auto", "1", "-q", "--", "grep", "^SigIgn:", "/proc/self/status"),
+                          capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    ignored = int(done.stdout.split()[1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), (sig, done.stdout)

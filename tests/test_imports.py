@@ -105,7 +105,7 @@ def test_quiet_launch_on_a_snapshot_imports_no_rich_pynvml_psutil(selection: lis
 #: Every gpu_launch module a quiet launch on a snapshot may import (issue 21). A module added to the
 #: launch path must be added here on purpose: each costs start-up (finder calls, unmarshalling).
 QUIET_LAUNCH_MODULES = {
-    "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.records", "gpu_launch.streams",
+    "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.records", "gpu_launch.streams", "gpu_launch.interrupt",
     "gpu_launch.text", "gpu_launch.units",
     "gpu_launch.commands", "gpu_launch.commands.launch",
     "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",

@@ -17,7 +17,7 @@ LAYERS = {
     "share": 2, "options": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
-    "units": 5, "errors": 5, "streams": 5, "text": 5, "records": 5, "__init__": 5,
+    "units": 5, "errors": 5, "streams": 5, "interrupt": 5, "text": 5, "records": 5, "__init__": 5,
 }
 
 

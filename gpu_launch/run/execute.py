@@ -106,24 +106,36 @@ def _which(name: str, path: str) -> str | None:
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     """Replace this process with ``argv``; raises only if the exec itself fails."""
-    from gpu_launch import streams
+    from gpu_launch import interrupt, streams
 
     path = resolve_command(argv, env)
     sys.stdout.flush()
     sys.stderr.flush()
     streams.close_again()  # a descriptor the user closed (>&-) reaches the command closed
     args, environ = list(argv), dict(env)
+    _undo_pythons_ignored_signals()
     interruptible = _hand_ctrl_c_over()
     try:
         os.execve(path, args, environ)
     except OSError as exc:
         if interruptible:
-            import signal
-
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            interrupt.install()
         if exc.errno == errno.ENOENT:
             raise CommandNotFound(f"{_shown(argv[0])}: {exc.strerror}") from None
         raise NotExecutable(f"{_shown(argv[0])}: cannot execute ({exc.strerror})") from None
+
+
+def _undo_pythons_ignored_signals() -> None:
+    """Give SIGXFSZ back its default action before the exec, as subprocess does for its children.
+
+    Python ignores it at start-up, and an ignored signal stays ignored across exec: the command
+    would get EFBIG where it should die at the file-size limit (``ulimit -f``). SIGPIPE, which
+    Python ignores too, is already the default again (``cli.main``).
+    """
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 
 
 def _hand_ctrl_c_over() -> bool:
@@ -133,17 +145,23 @@ def _hand_ctrl_c_over() -> bool:
     lands while ``execve`` runs would be marked in a process image about to vanish, and the command
     would run on as if no Ctrl-C was pressed. So SIGINT is blocked (the kernel holds a new one), a
     Ctrl-C that came before is raised as usual (``gpulaunch: interrupted``, 130) while Python's
-    handler is still in place, the default action is put back, and the unblock delivers a held one
-    now: gpulaunch dies of SIGINT, which a shell reports as 130 too. From then on it reaches the
-    command. An ignored SIGINT (``nohup``, a background job) is left ignored, for the command too.
+    handler is still in place, and so is one that reached gpulaunch but was lost on the way (see
+    :mod:`gpu_launch.interrupt`); then the default action is put back, and the
+    unblock delivers a held one now: gpulaunch dies of SIGINT, which a shell reports as 130 too.
+    From then on it reaches the command. An ignored SIGINT (``nohup``, a background job) is left
+    ignored, for the command too.
     """
     import signal
 
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    from gpu_launch import interrupt
+
+    if not interrupt.ours():
         return False
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # unchanged: what to put back
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # one from before is raised on return
+        if interrupt.seen():  # came before, but never became a KeyboardInterrupt that ended us
+            raise KeyboardInterrupt
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     except ValueError:  # not the main thread (an embedding program's): its signals are not ours to change
         return False
