@@ -260,7 +260,7 @@ CATALOGUE: tuple[Bad, ...] = (
         env={"CUDA_VISIBLE_DEVICES": "1"}),
     # no driver on this machine: the real pynvml fails to load libnvidia-ml.so.1
     Bad("no-driver-ls-json", ("ls", "--json"), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
-    Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try the bundled examples",
+    Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try an example machine",
         no_driver=True),
     Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "NVML unavailable", no_driver=True),
     # options
@@ -449,6 +449,8 @@ def test_bad_input(row: Bad, files_dir: Path) -> None:
     assert len(errors) == 1, result.stderr
     assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0], "the error is the last line"
     assert row.fragment in errors[0]
+    if row.no_driver:  # most new users' first line: two rows of a terminal at most, said once
+        assert len(errors[0]) <= 160 and errors[0].count("libnvidia-ml") <= 1, errors[0]
     assert result.stdout == "", "a failed run prints nothing on stdout"
     if row.code in (ExitCode.NOT_EXECUTABLE, ExitCode.COMMAND_NOT_FOUND):
         assert "cuda:0" not in result.stderr, "no mapping is shown for a command that cannot run"

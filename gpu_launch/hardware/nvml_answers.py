@@ -40,10 +40,9 @@ GPU_FATAL = frozenset({GPU_IS_LOST, RESET_REQUIRED})  # the GPU is gone, not jus
 MIB = 1024 * 1024
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong (older pynvml passes it through)
 
-EXAMPLES_HINT = "no NVIDIA driver here? try the bundled examples: gpulaunch --snapshot dgx-h100 ls"
+EXAMPLES_HINT = "no NVIDIA driver here? try an example machine: gpulaunch --snapshot dgx-h100 ls"
 INIT_FAILURES: dict[int, tuple[str, str]] = {
-    LIBRARY_NOT_FOUND: ("the NVML library libnvidia-ml.so.1 was not found; is the NVIDIA driver installed?",
-                         EXAMPLES_HINT),
+    LIBRARY_NOT_FOUND: ("libnvidia-ml.so.1 was not found", EXAMPLES_HINT),
     DRIVER_NOT_LOADED: ("the NVIDIA kernel driver is not loaded",
                          ("load it (sudo modprobe nvidia) or reboot; " + EXAMPLES_HINT)),
     LIB_RM_VERSION_MISMATCH: ("the NVML library and the NVIDIA kernel driver have different versions",

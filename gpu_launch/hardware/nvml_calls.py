@@ -59,7 +59,8 @@ class NvmlCalls:
                 nvml.nvmlInit()
             except nvml.NVMLError as exc:
                 cause, hint = INIT_FAILURES.get(error_code(exc), ("NVML failed to initialize", EXAMPLES_HINT))
-                failed = NvmlUnavailable(f"NVML unavailable: {cause} (NVML: {exc})", hint=hint)
+                said = "" if error_code(exc) == LIBRARY_NOT_FOUND else f" (NVML: {exc})"  # it would say it again
+                failed = NvmlUnavailable(f"NVML unavailable: {cause}{said}", hint=hint)
                 failed.no_driver = error_code(exc) in (LIBRARY_NOT_FOUND, DRIVER_NOT_LOADED)  # `ls` shows the demo
                 raise failed from exc
         try:
