@@ -199,6 +199,15 @@ def test_seed_case_6_gib_card_and_16_gib_of_ram(models: dict[str, str], tmp_path
     proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["70b"], "-c", "8192", "-ngl",
                      "{gpu_layers}")
     assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "host" in proc.stderr, proc.stderr
+    # said as what runs out (the host), not as what the GPUs would need for the whole model
+    line = proc.stderr
+    assert "does not fit at 8192 tokens (llama.cpp): the best GPU (6.0 GiB free) takes " in line, line
+    assert " left on the CPU need " in line and "the host has 16.0 GiB available" in line, line
+    assert "needs" not in line and "a smaller -ngl" not in line, line
+    # -ngl 0 keeps everything on the CPU: the same story, and no advice to lower -ngl further
+    proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["70b"], "-c", "8192", "-ngl", "0")
+    assert proc.returncode == 4 and "takes 0 of its 81 layers; the 81 left on the CPU" in proc.stderr, proc.stderr
+    assert "(hint: -ngl {gpu_layers} to put as many layers on the GPUs as fit" in proc.stderr, proc.stderr
 
 
 def test_a_fixed_ngl_must_fit_whole(models: dict[str, str], tmp_path: Path) -> None:
@@ -223,7 +232,8 @@ def test_a_fixed_ngl_below_the_models_units_offloads_only_those(models: dict[str
     # -ngl 30 asks for more than the card holds at this context: one line, and a context at which it fits
     proc = gpulaunch("--snapshot", snap, "plan", "--", "llama-server", "-m", models["8b"], "-c", "8192", "-ngl", "30")
     assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "-ngl 30" in proc.stderr, proc.stderr
-    assert "tokens it fits" in proc.stderr
+    assert "-ngl 30 puts 30 of its 33 layers on the GPUs, the best GPU (6.0 GiB free) takes " in proc.stderr
+    assert "tokens it fits" in proc.stderr and "(hint: a smaller -ngl" in proc.stderr
 
 
 @pytest.mark.parametrize("flags,k_bytes,v_bytes", [(["-ctk", "q8_0"], 34, 64), (["-ctk", "q8_0", "-ctv", "q8_0"], 34, 34),

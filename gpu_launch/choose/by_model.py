@@ -160,11 +160,23 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
         msg = (f"{name} needs {_gib(each)} on each of {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
                f"({s.engine.name}, tp {last.n}: weights {_gib(sh.weights_bytes)}, KV {_gib(sh.kv_bytes)}, allowance "
                f"{_gib(sh.allowance_bytes)}); {limit}")
+    elif _short_of_ngl(s, p):
+        asked = min(s.settings.gpu_layers_cap or 0, p.units)
+        msg = (f"{name} at {ctx} tokens ({s.engine.name}): -ngl {s.settings.gpu_layers_cap} puts {asked} of its "
+               f"{p.units} layers on the GPUs, the best {sets} ({_gib(free)} free) takes {p.gpu_layers or 0}")
+    elif _host_short(s, p):
+        # Layers would stay on the CPU, as the command allows, but the host cannot hold them: say that,
+        # not what the GPUs would need for the whole model (which the command never asked for).
+        host = s.settings.host_free or 0
+        on_gpus = p.gpu_layers or 0
+        msg = (f"{name} does not fit at {ctx} tokens ({s.engine.name}): the best {sets} ({_gib(free)} free) takes "
+               f"{on_gpus} of its {p.units} layers; the {p.units - on_gpus} left on the CPU need "
+               f"{_gib(p.cpu_weights_bytes + p.cpu_kv_bytes)}, the host has {_gib(host)} available")
     else:
         msg = (f"{name} needs {_gib(p.need_bytes)} on {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
                f"({s.engine.name}); the best {sets} has {_gib(free)} free")
-    if p.notes:
-        msg += f" ({'; '.join(p.notes)})"
+        if p.notes:
+            msg += f" ({'; '.join(p.notes)})"
     alternatives = []
     smaller = ctx // 2
     while smaller >= 512:
@@ -184,13 +196,30 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
             break
     if alternatives:
         msg += "; " + ", ".join(alternatives)
-    if s.settings.gpu_layers_cap is not None:
+    if _host_short(s, p) and not _short_of_ngl(s, p):
+        hint = ("-ngl {gpu_layers} to put as many layers on the GPUs as fit, " if s.settings.gpu_layers_cap is not None
+                else "") + "a shorter context (--ctx), a smaller KV type (--kv-type q8_0), or a smaller quantisation"
+    elif s.settings.gpu_layers_cap is not None:
         hint = "a smaller -ngl, -ngl {gpu_layers} to let gpulaunch count them, or a shorter context (--ctx)"
     elif s.engine.layout == "layers" and not s.settings.partial:
         hint = "let llama.cpp keep the rest on the CPU: -ngl {gpu_layers}, or a shorter context (--ctx)"
     else:
         hint = "wait with --wait, a shorter context (--ctx), a smaller KV type (--kv-type q8_0), or a smaller quantisation"
     return NotEnoughGpus(msg, hint=hint)
+
+
+def _short_of_ngl(s: fit_plan.Sizing, p: fit_plan.Placement) -> bool:
+    """``-ngl N`` asks for more layers on the GPUs than they can take."""
+    cap = s.settings.gpu_layers_cap
+    return cap is not None and p.units > 0 and (p.gpu_layers or 0) < min(cap, p.units)
+
+
+def _host_short(s: fit_plan.Sizing, p: fit_plan.Placement) -> bool:
+    """Layers fit on the GPUs and may stay on the CPU, but the host's memory is what runs out."""
+    host = s.settings.host_free
+    return (p.units > 0 and (bool(p.gpu_layers) or s.settings.gpu_layers_cap == 0) and not p.whole and host is not None
+            and (s.settings.partial or s.settings.gpu_layers_cap is not None)
+            and p.cpu_weights_bytes + p.cpu_kv_bytes > host)
 
 
 def hopeless(s: fit_plan.Sizing, usable: list[Gpu]) -> str | None:

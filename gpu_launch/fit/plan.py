@@ -128,6 +128,7 @@ class Placement:
     need_bytes: int = 0  # what the GPUs would need to hold it whole (sum over the set)
     short_bytes: int = 0  # how much is missing for that, 0 when whole
     notes: tuple[str, ...] = field(default=())
+    units: int = 0  # llama.cpp's offload units in all (the layers and the output); 0 for the other engines
 
     def placeholders(self, ctx: int) -> dict[str, str]:
         """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
@@ -279,7 +280,8 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
                      tensor_split=tuple(split), whole=whole, fits=fits,
                      need_bytes=need + base * len(rooms) + logits,
-                     short_bytes=max(0, need - sum(caps)) if placed < len(offload) else 0, notes=tuple(notes))
+                     short_bytes=max(0, need - sum(caps)) if placed < len(offload) else 0, notes=tuple(notes),
+                     units=len(units))
 
 
 def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
