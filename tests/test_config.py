@@ -69,6 +69,9 @@ def test_config_text_names_sources(tmp_path: Path) -> None:
     assert "on" in lines["--idle"] and f"file {cfg}:1" in lines["--idle"]
     assert "30" in lines["--max-util"] and "env GPULAUNCH_MAX_UTIL" in lines["--max-util"]
     assert lines["--uuid"].split()[1:] == ["off", "default"]
+    # 80 columns hold every line but the ones that show the user's own paths
+    own = (str(cfg), os.environ["GPULAUNCH_LOCK_DIR"])
+    assert [line for line in proc.stdout.splitlines() if len(line) > 80 and not any(p in line for p in own)] == []
 
 
 def test_default_location_is_home_dot_config(tmp_path: Path) -> None:

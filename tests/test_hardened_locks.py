@@ -88,15 +88,14 @@ def test_the_hardened_dir_is_used_when_present_and_ls_and_config_say_so(tmp_path
                                                      "source": "default (the hardened directory exists)"}
         text = subprocess.run(gl("config"), env=_without_lock_dir(hardened), capture_output=True, text=True,
                               timeout=60).stdout
-        assert f"lock dir in force: {hardened} (hardened by `locks init`" in text
+        assert f"lock dir in force: {hardened}\n  hardened by `locks init`" in text
         # GPULAUNCH_LOCK_DIR (like --lock-dir and the config file) still wins over the hardened dir
         other = tmp_path / "other"
         mine = _without_lock_dir(hardened, GPULAUNCH_LOCK_DIR=str(other))
         ls2 = subprocess.run(gl("--snapshot", "dgx-h100", "ls"), env=mine, capture_output=True, text=True, timeout=60)
         assert "RESERVED BY" not in ls2.stdout and "lock dir" not in ls2.stdout
         text = subprocess.run(gl("config"), env=mine, capture_output=True, text=True, timeout=60).stdout
-        assert f"lock dir in force: {other} (not created yet; not hardened)" in text
-        assert "from env GPULAUNCH_LOCK_DIR" in text
+        assert f"lock dir in force: {other}\n  not created yet; not hardened\n  from env GPULAUNCH_LOCK_DIR\n" in text
     finally:
         release.touch()
         holder.wait(timeout=30)

@@ -22,7 +22,7 @@ __all__ = ["run", "BUILT_IN"]
 BUILT_IN = {
     "gpus_per_job": "1",
     "log_dir": "./gpulaunch-logs/TIMESTAMP",
-    "bind": "auto (off on a bundled example)",
+    "bind": "auto (off on examples)",
     "shell": "sh (bash, zsh)",
     "wait": "off (fail at once)",
     "watch": "off (2s when given alone)",
@@ -48,7 +48,8 @@ def run(inv: Invocation) -> int:
         sys.stdout.write(config.as_text(settings, os.environ, {**BUILT_IN, "lock_dir": lock_dir["path"]}))
         from gpu_launch.share import lockdir
 
-        sys.stdout.write(f"lock dir in force: {lockdir.describe_dir(lock_dir['path'])}; from {lock_dir['source']}\n")
+        sys.stdout.write(f"lock dir in force: {lock_dir['path']}\n  {lockdir.describe_dir(lock_dir['path'])}\n"
+                         f"  from {lock_dir['source']}\n")
     return 0
 
 

@@ -279,6 +279,10 @@ def as_json(settings: list[Setting], environ: Mapping[str, str]) -> dict[str, An
     }
 
 
+#: the VALUE column's width at most, in ``config``'s table (the built-in values all fit)
+VALUE_WIDTH = 26
+
+
 def as_text(settings: list[Setting], environ: Mapping[str, str], built_in: Mapping[str, str] | None = None) -> str:
     """The `config` table; an option left unset shows ``built_in[dest]`` (what gpulaunch does without it)."""
     doc = as_json(settings, environ)
@@ -293,6 +297,10 @@ def as_text(settings: list[Setting], environ: Mapping[str, str], built_in: Mappi
         where = f" {s['where']}" if s["source"] in ("file", "env") else ""
         rows.append((s["option"], shown, s["source"] + where))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
+    # A long value (a lock directory or log path of the user's) widens its own row, not the whole table:
+    # the rest stays within 80 columns.
+    widths[1] = min(widths[1], VALUE_WIDTH)
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append("keys: the long option names (min-free = \"20GiB\"); variables: GPULAUNCH_MIN_FREE=20GiB")
+    lines.append("keys in the file: the long option names (min-free = \"20GiB\")")
+    lines.append("variables: GPULAUNCH_ + the name in capitals, _ for - (GPULAUNCH_MIN_FREE=20GiB)")
     return "\n".join(lines) + "\n"

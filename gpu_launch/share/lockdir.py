@@ -126,12 +126,12 @@ def admin_hint(lock_dir: str | None = None) -> str:
 
 
 def describe_dir(path: str) -> str:
-    """``PATH (hardened: …)`` / ``PATH (not hardened: …)``, for ``config``."""
+    """What protects ``path``'s locks, for ``config``: hardened, or not (and why)."""
     if is_hardened(path):
-        return f"{path} (hardened by `locks init`: its lock files cannot be removed or renamed)"
+        return "hardened by `locks init`: its lock files cannot be removed or renamed"
     if not os.path.lexists(path):
-        return f"{path} (not created yet; not hardened)"
-    return f"{path} (not hardened: a lock file's owner can remove it)"
+        return "not created yet; not hardened"
+    return "not hardened: a lock file's owner can remove it"
 
 
 def shared_by(lock_dir: str) -> frozenset[int]:
