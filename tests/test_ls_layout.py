@@ -285,20 +285,26 @@ def test_ls_with_a_broken_driver_is_still_an_error(tmp_path: Path) -> None:
     assert proc.returncode == 3 and proc.stdout == "" and "no permission" in proc.stderr
 
 
-def test_watch_without_a_driver_notes_it_once(tmp_path: Path) -> None:
+def test_watch_without_a_driver_says_so_in_every_frame(tmp_path: Path) -> None:
+    """On stderr the note would be wiped off the screen by the first redraw: it is part of each frame."""
     env = _env(**_with_nvml(tmp_path, "DRIVER_NOT_LOADED"))
     proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "ls", "--watch", "0.1"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
-    frames = 0
+    frames: list[list[str]] = []
     for line in proc.stdout:
-        frames += line.startswith("--- ")
-        if frames == 3:
-            break
+        if line.startswith("--- "):
+            frames.append([])
+            if len(frames) == 3:
+                break
+        elif frames:
+            frames[-1].append(line)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0
-    assert err.count("no NVIDIA driver here") == 1, err
+    note = "note: no NVIDIA driver here, so this is the example machine dgx-h100\n"
+    assert [frame[-1] for frame in frames[:2]] == [note, note], frames
+    assert "no NVIDIA driver" not in err, err
 
 
 def test_watch_ignores_a_second_ctrl_c_while_it_leaves() -> None:

@@ -26,6 +26,7 @@ __all__ = ["run", "DEMO"]
 
 #: The bundled machine a plain `ls` shows where there is no NVIDIA driver.
 DEMO = "dgx-h100"
+DEMO_NOTE = f"note: no NVIDIA driver here, so this is the example machine {DEMO}"
 
 
 def run(inv: Invocation) -> int:
@@ -38,14 +39,7 @@ def run(inv: Invocation) -> int:
                              hint="for a series of JSON snapshots, run `gpulaunch ls --json` in a loop")
         from gpu_launch.views import watch
 
-        noted: list[bool] = []  # the no-driver note, if any, once: not under every frame
-
-        def frame(width: int | None) -> str:
-            text = _frame(inv, width, note=not noted)
-            noted.append(True)
-            return text
-
-        return watch.run(frame, inv.get("watch"), sys.stdout)
+        return watch.run(lambda width: _frame(inv, width), inv.get("watch"), sys.stdout)
     topo = inv.command == "topo" or bool(inv.get("topo"))
     out = sys.stdout
     if inv.get("json"):
@@ -63,7 +57,9 @@ def run(inv: Invocation) -> int:
     from gpu_launch.views.ls_table import fit_width
 
     width = fit_width(out)
-    machine = _read_or_demo(inv, topo)
+    machine, demo = _read_or_demo(inv, topo)
+    if demo and not inv.get("quiet"):
+        print(f"gpulaunch: {DEMO_NOTE}", file=sys.stderr)
     if inv.command == "ls":
         _listing(inv, machine, out, width, render.use_color(out))
     if topo:
@@ -82,18 +78,17 @@ def _read(inv: Invocation, topo: bool) -> Machine:
                              **({"extras": True} if inv.get("wide") else {}))
 
 
-def _read_or_demo(inv: Invocation, topo: bool, note: bool = True) -> Machine:
-    """The machine; where NVML says there is no driver and no snapshot was asked for, the bundled demo."""
+def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool]:
+    """The machine, and whether it is the bundled demo: shown where NVML says there is no driver and no
+    snapshot was asked for."""
     try:
-        return _read(inv, topo)
+        return _read(inv, topo), False
     except NvmlUnavailable as exc:
         if pick.snapshot_source(inv) is not None or not exc.no_driver:
             raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
     from gpu_launch.hardware import snapshot
 
-    if note and not inv.get("quiet"):
-        print(f"gpulaunch: note: no NVIDIA driver here, so this is the example machine {DEMO}", file=sys.stderr)
-    return snapshot.resolve(DEMO)
+    return snapshot.resolve(DEMO), True
 
 
 def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool) -> None:
@@ -121,12 +116,16 @@ def _wrap(text: str, width: int | None) -> str:
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)) + "\n"
 
 
-def _frame(inv: Invocation, width: int | None, note: bool) -> str:
-    """One `ls --watch` frame, as plain text (colour would need rich on every redraw)."""
+def _frame(inv: Invocation, width: int | None) -> str:
+    """One `ls --watch` frame, as plain text (colour would need rich on every redraw). The demo's note
+    is part of every frame: on stderr, the first redraw would wipe it off the screen."""
     import io
 
     buf = io.StringIO()
-    _listing(inv, _read_or_demo(inv, False, note), buf, width, rich_ok=False)
+    machine, demo = _read_or_demo(inv, False)
+    _listing(inv, machine, buf, width, rich_ok=False)
+    if demo:
+        buf.write(_wrap(DEMO_NOTE, width))
     return buf.getvalue()
 
 
