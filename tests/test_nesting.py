@@ -91,23 +91,27 @@ def test_release_frees_the_gpu_while_an_os_system_child_lives(py, locks: str) ->
 
 _FORK_USE = """
 def fork_use(k):
-    import os, time
+    import os
     r, w = os.pipe()
+    hold_r, hold_w = os.pipe()  # each child holds its GPU until the parent has every answer
     pids = []
     for _ in range(k):
         pid = os.fork()
         if pid == 0:
+            os.close(hold_w)
             try:
                 line = b"%d\\n" % gpu_launch.use(1, snapshot=S, lock_dir=L, quiet=True)[0].index
             except BaseException as exc:
                 line = ("E " + type(exc).__name__ + "\\n").encode()
             os.write(w, line)
-            time.sleep(1)  # holding it while the sibling chooses
+            os.read(hold_r, 1)  # EOF once the parent closes its end: the siblings have all chosen
             os._exit(0)
         pids.append(pid)
+    os.close(hold_r)
     with os.fdopen(r) as got:
         os.close(w)
         lines = [got.readline().strip() for _ in range(k)]
+    os.close(hold_w)
     for pid in pids:
         os.waitpid(pid, 0)
     return lines
@@ -362,10 +366,10 @@ def test_a_nested_launch_whose_job_ends_before_it_locks_does_not_take_the_gpu(tm
         assert _wait_for_lines(tmp_path / "ready", 1) == ["2"]
         (tmp_path / "go").touch()
         end = time.monotonic() + 30
-        while not (tmp_path / "late.out").read_text():
+        while not any(word in (tmp_path / "late.out").read_text() for word in ("late ", "error")):
             assert time.monotonic() < end, "the nested launch did not finish"
             time.sleep(0.02)
-        time.sleep(0.2)
+        time.sleep(0.2)  # the rest of its one line
         late = (tmp_path / "late.out").read_text()
         assert "late 2" not in late and "reserved by root" in late, late
     finally:

@@ -202,13 +202,16 @@ def test_a_named_gpu_is_taken_once_it_meets_the_constraints(tmp_path: Path, lock
     assert waiter.returncode == 0 and out == "CVD=2\n"
 
 
-def test_a_named_gpu_reserved_by_a_real_job_is_taken_when_the_job_ends(locks: Path) -> None:
+def test_a_named_gpu_reserved_by_a_real_job_is_taken_when_the_job_ends(locks: Path, tmp_path: Path) -> None:
+    release = tmp_path / "release"
     holder = start(["--snapshot", "dgx-h100", "--gpus", "3", "--", "python3", "-c",
-                    "import time; print('held', flush=True); time.sleep(1)"], locks)
+                    "import os, sys, time; print('held', flush=True)\n"
+                    "while not os.path.exists(sys.argv[1]): time.sleep(0.02)", str(release)], locks)
     Lines(holder.stdout).wait("held")
-    started = time.monotonic()
-    result = run(["--snapshot", "dgx-h100", "--gpus", "3", "--idle", "--wait", "30", "--", *SHOW], locks)
-    waited = time.monotonic() - started
-    assert result.returncode == 0 and result.stdout == "CVD=3\n", result.stderr
-    assert "GPU 3 is reserved by" in result.stderr  # it did wait for the holder...
-    assert holder.wait(timeout=30) == 0 and waited < 25  # ...and ran once the holder's command ended
+    waiter = start(["--snapshot", "dgx-h100", "--gpus", "3", "--idle", "--wait", "30", "--", *SHOW], locks)
+    Lines(waiter.stderr).wait("GPU 3 is reserved by")  # it waits for the holder...
+    assert waiter.poll() is None
+    release.touch()
+    assert holder.wait(timeout=30) == 0
+    out, err = waiter.communicate(timeout=30)  # ...and runs once the holder's command has ended
+    assert waiter.returncode == 0 and out == "CVD=3\n", err
