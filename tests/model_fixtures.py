@@ -127,6 +127,21 @@ def llama70b(vocab: int = 128256) -> Gguf:
     return Gguf("llama", kv, llama_tensors(80, 8192, 64, 8, 28672, vocab), vocab=vocab, merges=280147)
 
 
+def llama8b() -> Gguf:
+    """Llama-3.1-8B's layout, types left to llama_tensors: 32 layers, 32 heads, 8 KV heads."""
+    kv = {"general.name": "Llama 8B (header only)", "llama.block_count": 32, "llama.context_length": 131072,
+          "llama.embedding_length": 4096, "llama.feed_forward_length": 14336, "llama.attention.head_count": 32,
+          "llama.attention.head_count_kv": 8}
+    return Gguf("llama", kv, llama_tensors(32, 4096, 32, 8, 14336, 128256))
+
+
+def llama_pair(root: Path) -> dict[str, Path]:
+    """The 8B and the 70B (a small vocabulary) as header-only GGUF files in ``root``: {"8b": ..., "70b": ...}."""
+    write_gguf(root / "l8.gguf", llama8b())
+    write_gguf(root / "l70.gguf", llama70b(vocab=1000))
+    return {"8b": root / "l8.gguf", "70b": root / "l70.gguf"}
+
+
 def safetensors_header(tensors: dict[str, tuple[str, Sequence[int]]], itemsize: dict[str, float]) -> bytes:
     """A safetensors header (u64 length + JSON) for ``{name: (dtype, shape)}``, offsets contiguous."""
     header: dict[str, Any] = {}

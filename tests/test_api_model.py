@@ -10,18 +10,12 @@ import pytest
 pytest.importorskip("gguf")
 
 import gpu_launch  # noqa: E402
-from tests.model_fixtures import Gguf, llama70b, llama_tensors, write_gguf  # noqa: E402
+from tests.model_fixtures import llama_pair  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("api-models")
-    kv = {"general.name": "Llama 8B (header only)", "llama.block_count": 32, "llama.context_length": 131072,
-          "llama.embedding_length": 4096, "llama.feed_forward_length": 14336, "llama.attention.head_count": 32,
-          "llama.attention.head_count_kv": 8}
-    write_gguf(root / "l8.gguf", Gguf("llama", kv, llama_tensors(32, 4096, 32, 8, 14336, 128256)))
-    write_gguf(root / "l70.gguf", llama70b(vocab=1000))
-    return {"8b": root / "l8.gguf", "70b": root / "l70.gguf"}
+    return llama_pair(tmp_path_factory.mktemp("api-models"))
 
 
 def test_plan_of_a_model_path(models: dict[str, Path]) -> None:

@@ -15,7 +15,7 @@ jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("gguf")
 
 from gpu_launch.views import schemas  # noqa: E402
-from tests.model_fixtures import Gguf, llama70b, llama_tensors, write_gguf  # noqa: E402
+from tests.model_fixtures import Gguf, llama_pair, llama_tensors, write_gguf  # noqa: E402
 
 
 def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -25,13 +25,7 @@ def gpulaunch(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("models")
-    kv = {"general.name": "Llama 8B (header only)", "llama.block_count": 32, "llama.context_length": 131072,
-          "llama.embedding_length": 4096, "llama.feed_forward_length": 14336, "llama.attention.head_count": 32,
-          "llama.attention.head_count_kv": 8}
-    write_gguf(root / "l8.gguf", Gguf("llama", kv, llama_tensors(32, 4096, 32, 8, 14336, 128256)))
-    write_gguf(root / "l70.gguf", llama70b(vocab=1000))
-    return {"8b": str(root / "l8.gguf"), "70b": str(root / "l70.gguf")}
+    return {size: str(path) for size, path in llama_pair(tmp_path_factory.mktemp("models")).items()}
 
 
 def plan_json(*argv: str) -> dict:
