@@ -21,7 +21,7 @@ LOCK_DIR = os.path.join(tempfile.mkdtemp(prefix="gpulaunch-robust-"), "locks")
 CONFIG_HOME = os.path.join(os.path.dirname(LOCK_DIR), "config-home")
 
 __all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed", "run_gpulaunch", "gpulaunch_argv",
-           "has_option"]
+           "run_in_terminal", "has_option"]
 
 #: What every test process and child runs with (tests/conftest.py puts it in os.environ for the whole session):
 #: a private lock directory, no config file. So another gpulaunch job on this machine, holding GPUs in the
@@ -64,6 +64,47 @@ def run_gpulaunch(*args: str, env: Mapping[str, str] | None = None,
     """`python -m gpu_launch ARGS`; output decoded leniently so odd bytes cannot fail the test itself."""
     return subprocess.run(gpulaunch_argv(*args), capture_output=True, text=True, errors="backslashreplace",
                           env=clean_env(env), timeout=timeout, cwd=ROOT)
+
+
+def run_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = None,
+                    interrupt_after: bytes | None = None, timeout: float = 30, rows: int = 50) -> tuple[bytes, int]:
+    """Run gpulaunch with a terminal for its stdin, stdout and stderr (``columns`` wide, if given); with
+    ``interrupt_after``, type Ctrl-C once that text showed twice (two ``--watch`` frames). Returns what the
+    terminal got and the exit status; killed after ``timeout`` seconds."""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once, nothing else
+        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
+    if columns is not None:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    out = b""
+    sent = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if interrupt_after is not None and not sent and out.count(interrupt_after) >= 2:
+            os.write(fd, b"\x03")  # Ctrl-C, as typed: the terminal sends SIGINT to the foreground job
+            sent = True
+    else:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return out, os.waitstatus_to_exitcode(status)
 
 
 def has_option(name: str) -> bool:

@@ -3,27 +3,21 @@ the full layout where there is room, --wide, used + free = total, --watch, and t
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import os
-import pty
 import re
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
 
-from cli_run import scrubbed
+from cli_run import run_in_terminal, scrubbed
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.views import ls_table, render
+from gpu_launch.views import render
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -143,33 +137,8 @@ def test_nvml_reads_power_fan_clocks_only_for_wide() -> None:
 
 def _pty_run(argv: list[str], env: dict[str, str], columns: int, interrupt_after: bytes | None = None,
              timeout: float = 30, rows: int = 50) -> tuple[bytes, int]:
-    """Run gpulaunch on a terminal ``columns`` wide; with ``interrupt_after``, type Ctrl-C once that
-    many frames (or that text) showed. Returns what the terminal got and the exit status."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    out = b""
-    sent = False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        if interrupt_after is not None and not sent and out.count(interrupt_after) >= 2:
-            os.write(fd, b"\x03")  # Ctrl-C, as typed: the terminal sends SIGINT to the foreground job
-            sent = True
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return out, os.waitstatus_to_exitcode(status)
+    """Run gpulaunch on a terminal ``columns`` wide (see ``cli_run.run_in_terminal``)."""
+    return run_in_terminal(argv, env, columns, interrupt_after, timeout, rows)
 
 
 @pytest.mark.parametrize("columns", [80, 100, 160])

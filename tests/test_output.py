@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import pty
 import subprocess
 import sys
 
 import pytest
 
-from cli_run import scrubbed
+from cli_run import run_in_terminal, scrubbed
 
 CHILD = [sys.executable, "-c", "import os; print('child', os.environ['CUDA_VISIBLE_DEVICES'])"]
 
@@ -54,21 +53,7 @@ def test_verbose_shows_read_timing_on_stderr() -> None:
 
 def run_in_pty(argv: list[str], env: dict[str, str]) -> bytes:
     """Run gpulaunch with stdout on a terminal; returns what the terminal got."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once, nothing else
-        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.waitpid(pid, 0)
-    os.close(fd)
-    return out
+    return run_in_terminal(argv, env)[0]
 
 
 @pytest.mark.parametrize(("no_color", "coloured"), [(None, True), ("1", False), ("", True)])  # "" is unset
