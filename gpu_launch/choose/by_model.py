@@ -146,6 +146,8 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
     p = last.placement
     free = sum(sh.free_bytes for sh in p.per_gpu)
     sets = {1: "GPU", 2: "pair"}.get(last.n, f"set of {last.n}")
+    ngl_short = _short_of_ngl(s, p)
+    host_short = not ngl_short and _host_short(s, p)  # what runs out: -ngl's layers on the GPUs, else the host
     if s.engine.layout == "tensor" and p.per_gpu:
         # every GPU holds the same share: say it per GPU, against what the engine may use of each
         sh = p.per_gpu[0]
@@ -160,11 +162,11 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
         msg = (f"{name} needs {_gib(each)} on each of {last.n} GPU{'s' if last.n != 1 else ''} at {ctx} tokens "
                f"({s.engine.name}, tp {last.n}: weights {_gib(sh.weights_bytes)}, KV {_gib(sh.kv_bytes)}, allowance "
                f"{_gib(sh.allowance_bytes)}); {limit}")
-    elif _short_of_ngl(s, p):
+    elif ngl_short:
         asked = min(s.settings.gpu_layers_cap or 0, p.units)
         msg = (f"{name} at {ctx} tokens ({s.engine.name}): -ngl {s.settings.gpu_layers_cap} puts {asked} of its "
                f"{p.units} layers on the GPUs, the best {sets} ({_gib(free)} free) takes {p.gpu_layers or 0}")
-    elif _host_short(s, p):
+    elif host_short:
         # Layers would stay on the CPU, as the command allows, but the host cannot hold them: say that,
         # not what the GPUs would need for the whole model (which the command never asked for).
         host = s.settings.host_free or 0
@@ -196,7 +198,7 @@ def _shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[_Tried], eligib
             break
     if alternatives:
         msg += "; " + ", ".join(alternatives)
-    if _host_short(s, p) and not _short_of_ngl(s, p):
+    if host_short:
         hint = ("-ngl {gpu_layers} to put as many layers on the GPUs as fit, " if s.settings.gpu_layers_cap is not None
                 else "") + "a shorter context (--ctx), a smaller KV type (--kv-type q8_0), or a smaller quantisation"
     elif s.settings.gpu_layers_cap is not None:
