@@ -82,7 +82,7 @@ def run(argv: list[str]) -> int:
 
         return helper(argv[1:], os.environ)
     if argv[:1] == ["__slurm-task"]:  # hidden: the batch script of each `each --slurm` array task
-        from gpu_launch.share.slurm import task_main
+        from gpu_launch.cluster import task_main
 
         return task_main(argv[1:], os.environ)
     if not argv:  # a bare `gpulaunch`: what a new user types first deserves a usage, not an error

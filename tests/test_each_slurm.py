@@ -21,7 +21,7 @@ import pytest
 
 import slurm_cluster
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import slurm
+from gpu_launch import cluster as slurm
 from sharing_helpers import env, gl
 
 PROBE = r'''

@@ -30,7 +30,7 @@ SIGKILL. Exit status: 0 when every job exited 0; 9 (``ExitCode.JOBS_FAILED``) wh
 or could not start; 130 when interrupted.
 
 With ``--slurm`` the same checked job file becomes one Slurm job array instead (:func:`submit_to_slurm`;
-the Slurm side, task entry and following are in :mod:`gpu_launch.share.slurm`), each task running its
+the Slurm side, task entry and following are in :mod:`gpu_launch.cluster`), each task running its
 line through ``gpulaunch --auto K`` inside its allocation; ``--follow`` shows it with the same view.
 """
 
@@ -303,9 +303,9 @@ def _make_log_dir(log_dir: str) -> str:
 
 
 def submit_to_slurm(inv: Any) -> int:
-    """``gpulaunch each FILE --slurm``: one job array (:mod:`gpu_launch.share.slurm`); with --follow/--wait, follow it."""
+    """``gpulaunch each FILE --slurm``: one job array (:mod:`gpu_launch.cluster`); with --follow/--wait, follow it."""
     from gpu_launch.errors import SlurmUnavailable, WaitTimeout
-    from gpu_launch.share import slurm
+    from gpu_launch import cluster as slurm
     from gpu_launch.units import fmt_duration
     from gpu_launch.views.each_view import View
 

@@ -74,7 +74,7 @@ def positive(text: str, option: str) -> int:
 
 
 def slurm_time(text: str, option: str) -> str:
-    from gpu_launch.share.slurm import parse_time
+    from gpu_launch.cluster import parse_time
 
     return parse_time(text, option)
 

@@ -8,10 +8,10 @@ from scontrol/sacct and the records, shown with the view of a local ``each``).
 
 from __future__ import annotations
 
-from gpu_launch.share.slurm.following import Follower, TaskStatus, follow, parse_sacct, parse_scontrol, query
-from gpu_launch.share.slurm.submitting import (MAX_MINUTES, ArrayRequest, Submitted, batch_script, cancel, check_extra,
+from gpu_launch.cluster.following import Follower, TaskStatus, follow, parse_sacct, parse_scontrol, query
+from gpu_launch.cluster.submitting import (MAX_MINUTES, ArrayRequest, Submitted, batch_script, cancel, check_extra,
                                                parse_time, require, sbatch_argv, submit, write_job_copy)
-from gpu_launch.share.slurm.task import RECORDS, read_record, record_path, task_main
+from gpu_launch.cluster.task import RECORDS, read_record, record_path, task_main
 
 __all__ = ["ArrayRequest", "Submitted", "TaskStatus", "MAX_MINUTES", "parse_time", "write_job_copy", "sbatch_argv",
            "batch_script", "require", "check_extra", "submit", "query", "cancel", "task_main", "Follower", "follow",

@@ -21,8 +21,8 @@ from typing import Any
 
 from gpu_launch.run import placeholders
 from gpu_launch.share.jobfile import Job, JobState
-from gpu_launch.share.slurm.submitting import Submitted, cancel, require
-from gpu_launch.share.slurm.task import read_record
+from gpu_launch.cluster.submitting import Submitted, cancel, require
+from gpu_launch.cluster.task import read_record
 
 __all__ = ["TaskStatus", "parse_scontrol", "parse_sacct", "query", "Follower", "follow"]
 
