@@ -15,7 +15,6 @@ import socket
 import sys
 import time
 
-from gpu_launch.share.lockdir import lock_path
 
 
 def _options(argv: list[str]) -> dict[str, str]:
@@ -36,18 +35,19 @@ def _options(argv: list[str]) -> dict[str, str]:
     return out
 
 
-def _held(lock_dir: str, cvd: str) -> list[bool]:
-    """Whether each GPU's lock file in this node's lock directory is held (by this process, through gpulaunch)."""
+def _held(lock_dir: str) -> list[str]:
+    """The lock files in this node's lock directory that are held (by this process, through gpulaunch)."""
     held = []
-    for uuid in cvd.split(","):
-        with open(lock_path(lock_dir, uuid), "rb") as fh:
+    for name in sorted(os.listdir(lock_dir)):
+        if not name.endswith(".lock") or name == "queue.lock":
+            continue
+        with open(os.path.join(lock_dir, name), "rb") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                held.append(True)
+                held.append(name)
             else:
                 fcntl.flock(fh, fcntl.LOCK_UN)
-                held.append(False)
     return held
 
 
@@ -64,7 +64,7 @@ def main(kind: str) -> None:
     record = {"kind": kind, "argv": argv, "rank": rank, "nnodes": nnodes, "head": head, "port": port,
               "node": env.get("SLURMD_NODENAME"), "cvd": env.get("CUDA_VISIBLE_DEVICES"), "gpus": env.get("GPULAUNCH_GPUS"),
               "lock_dir": env.get("GPULAUNCH_LOCK_DIR"), "pid": os.getpid(),
-              "held": _held(env["GPULAUNCH_LOCK_DIR"], env.get("CUDA_VISIBLE_DEVICES", "")),
+              "held": _held(env["GPULAUNCH_LOCK_DIR"]),
               "env": {k: v for k, v in env.items() if k.startswith(("NCCL_", "GLOO_", "VLLM_HOST_IP", "GPULAUNCH_N",
                                                                     "GPULAUNCH_HEAD"))}}
     out = os.path.join(env["FAKE_RECORDS"], f"{kind}-{rank}.json")

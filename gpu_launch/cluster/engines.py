@@ -319,10 +319,6 @@ def _llama_cpp(argv: list[str], start: int, world: World, files: str) -> NodeCom
     address (tools/rpc/rpc-server.cpp: ``-H``/``--host``, ``-p``/``--port``; it serves every GPU it sees,
     here the chosen ones), and the head's ``--rpc`` lists them (common/arg.cpp: "comma separated list of
     RPC servers")."""
-    if "{rpc}" not in argv[1:]:
-        raise UsageError(f"`{os.path.basename(argv[0])}` has no multi-node mode of its own; its RPC backend "
-                         "is unauthenticated, so gpulaunch spreads it only when asked",
-                         hint="write --rpc {rpc}: the other nodes then run rpc-server and the head lists them")
     if world.rank > 0:
         return NodeCommand((_beside(argv[0], "rpc-server"), "-H", world.addr, "-p", str(world.port)), "rpc-server")
     return NodeCommand(tuple(",".join(world.peers) if arg == "{rpc}" else arg for arg in argv), "head")
@@ -379,6 +375,10 @@ def detect(argv: Sequence[str]) -> tuple[str, int] | None:
     elif word == "deepspeed" or module == "deepspeed.launcher.runner":
         found = "deepspeed", after or 1
     elif word.startswith("llama-") and word != "llama-bench" or module == "llama_cpp.server":
+        if "{rpc}" not in argv[1:]:
+            raise UsageError(f"--nodes: `{word}` has no multi-node mode of its own, and its RPC backend is "
+                             "unauthenticated: gpulaunch spreads it only when asked",
+                             hint="write --rpc {rpc}: the other nodes then run rpc-server and the head lists them")
         found = "llama.cpp", after or 1
     elif word == "text-generation-launcher":
         raise UsageError(f"--nodes: {REFUSED['tgi']}", hint="run it on one node, without --nodes")
