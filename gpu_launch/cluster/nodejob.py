@@ -87,7 +87,8 @@ def script_text(job: NodeJob, python: str = sys.executable) -> str:
             "# scontrol): this shell expands nothing. Every node chooses and reserves its GPUs, the head picks a\n"
             "# free port and publishes it in the log directory, and the engine gets its own multi-node flags.\n"
             + "".join(f"#SBATCH {d}\n" for d in directives)
-            + f"exec {shlex.join(srun)} \\\n    {shlex.join(task_argv(job, python))}\n")
+            + f"exec {shlex.join(srun)} \\\n    {shlex.join(task_argv(job, python)[:-len(job.argv) - 1])} \\\n"
+            f"    -- {shlex.join(job.argv)}\n")
 
 
 def sbatch_argv(job: NodeJob, script: str, sbatch: str = "sbatch") -> list[str]:
