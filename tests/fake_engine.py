@@ -78,7 +78,11 @@ def main(kind: str) -> None:
             joined, peers = [], []
             while len(joined) < nnodes - 1:
                 conn, _ = server.accept()
-                joined.append(int(conn.makefile().readline().split()[1]))
+                words = conn.makefile().readline().split()
+                if not words:  # a connection that says nothing (gpulaunch's reachability check): as a TCPStore does
+                    conn.close()
+                    continue
+                joined.append(int(words[1]))
                 peers.append(conn)
             for conn in peers:
                 conn.sendall(b"ok\n")

@@ -202,3 +202,13 @@ def test_two_nodes_started_by_hand_meet_at_the_head(tmp_path: Path) -> None:
     assert "--headless" in worker["argv"] and "--headless" not in head["argv"]
     assert f"gpulaunch: node 1 of 2 (node1), head node0 at 127.0.0.1:{port}: worker (headless): vllm serve M" \
            in outs[0][1]
+
+
+def test_a_head_port_given_by_hand_that_another_job_holds_is_refused(tmp_path: Path) -> None:
+    """Two runs on one fixed port would join each other: the head says so before anything starts."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = _run(["--nodes", "2", "--node-rank", "0", "--head", f"127.0.0.1:{port}", "--", "python", "x.py"],
+                    tmp_path)
+    assert proc.returncode == 11, proc.stderr
+    assert f"port {port} is in use on" in proc.stderr and "leave the port out" in proc.stderr

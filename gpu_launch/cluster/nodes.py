@@ -128,6 +128,8 @@ def _from_slurm(nnodes: int, environ: Mapping[str, str], head: tuple[str, int | 
     if len(names) != nnodes:
         raise UsageError(f"Slurm's node list {nodelist} has {len(names)} nodes, not {nnodes}")
     job = f"{environ.get('SLURM_JOB_ID', '0')}.{environ.get('SLURM_STEP_ID', '0')}"
+    if environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):  # a requeued job: never an earlier run's head
+        job += f".r{environ['SLURM_RESTART_COUNT']}"
     head_addr, head_port = head if head is not None else (None, None)
     if head_addr is None and rank == 0:
         head_addr = rendezvous.head_address(names, rendezvous.node_addresses(nodelist, environ))
@@ -171,6 +173,8 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
     head_addr, head_port = here.head_addr, here.head_port
     if here.rank == 0:
         head_addr = head_addr or rendezvous.resolve(socket.gethostname())
+        if head_port and not informing:
+            rendezvous.check_port(head_port)  # given by hand: say now if another job already has it
         head_port = head_port or (0 if informing else rendezvous.free_port(head_addr))
         if here.run_dir is not None and not informing and here.slurm:
             rendezvous.publish(os.path.join(here.run_dir, "head.json"),
@@ -211,7 +215,9 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
 
 def _peer(run_dir: str, rank: int, deadline: float, name: str) -> str:
     record = rendezvous.wait_for(os.path.join(run_dir, f"rank-{rank}.json"), deadline, f"node {rank}'s rpc-server")
-    return engines.endpoint(str(record["addr"]), int(str(record["port"])))
+    addr, port = str(record["addr"]), int(str(record["port"]))
+    rendezvous.probe(addr, port, deadline, listening=True)  # llama-server connects once: the server must be up
+    return engines.endpoint(addr, port)
 
 
 def _check_loopback(addr: str, head_host: str, head_node: str) -> None:

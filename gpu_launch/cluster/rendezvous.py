@@ -12,7 +12,9 @@
   filesystem ``each --slurm`` already needs (written whole, then renamed into place), and waited for by
   the other nodes with a bound (``GPULAUNCH_RENDEZVOUS_TIMEOUT``, default 300 s). A node then checks that
   it can reach the head (a refused connection counts: the engine is not listening yet), so a wrong
-  address or interface is one clear line, not an engine hanging for its own timeout.
+  address or interface is one clear line, not an engine hanging for its own timeout. Where the head's
+  engine already listens, that check is one connection closed at once, which the engines' stores (torch's
+  TCPStore, Ray's GCS) take as a client that went away.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from gpu_launch.errors import RendezvousFailed, SlurmUnavailable, UsageError
 
 __all__ = ["TIMEOUT_ENV", "timeout", "hostnames", "node_addresses", "resolve", "head_address", "route_to",
-           "free_port", "publish", "write_file", "wait_for", "probe", "is_loopback", "IFNAME_HINT"]
+           "free_port", "check_port", "publish", "write_file", "wait_for", "probe", "is_loopback", "IFNAME_HINT"]
 
 TIMEOUT_ENV = "GPULAUNCH_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0
@@ -166,9 +168,22 @@ def wait_for(path: str, deadline: float, what: str) -> dict[str, object]:
 _UNREACHED = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT, errno.EHOSTDOWN, errno.ENETDOWN}
 
 
-def probe(host: str, port: int, deadline: float) -> None:
-    """Return once ``host:port`` answers, even with a refusal (the engine may not be listening yet); fail
-    with the interface hint when the host cannot be reached until ``deadline``."""
+def check_port(port: int) -> None:
+    """A port given by hand for the head must be free here: two runs on one port would join each other."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise RendezvousFailed(f"port {port} is in use on {socket.gethostname()}: another job has it",
+                                       hint="pick another --head HOST:PORT, or leave the port out: the head then "
+                                            "picks a free one") from None
+
+
+def probe(host: str, port: int, deadline: float, listening: bool = False) -> None:
+    """Return once ``host:port`` answers, even with a refusal (the engine may not be listening yet; with
+    ``listening``, only once it accepts); fail with the interface hint when the host cannot be reached
+    until ``deadline``."""
     if not port or not 0 < port < 65536:
         raise UsageError(f"--head {host}:{port}: {port} is not a port")
     addr = resolve(host)
@@ -182,7 +197,9 @@ def probe(host: str, port: int, deadline: float) -> None:
                 sock.connect((addr, port))
                 return
             except ConnectionRefusedError:
-                return
+                if not listening:
+                    return
+                why = "nothing listens there"
             except socket.timeout:
                 why = "no answer"
             except OSError as exc:
