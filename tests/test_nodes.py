@@ -212,3 +212,27 @@ def test_a_head_port_given_by_hand_that_another_job_holds_is_refused(tmp_path: P
                     tmp_path)
     assert proc.returncode == 11, proc.stderr
     assert f"port {port} is in use on" in proc.stderr and "leave the port out" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (ip netns)")
+def test_a_loopback_node_addr_becomes_the_heads_address_toward_the_others(tmp_path: Path) -> None:
+    """Debian's `127.0.1.1 HOSTNAME`, or a NodeAddr left at a name that resolves to loopback on the head: the
+    head gives the others its address on the interface that routes to them (a network namespace of the
+    test's own, a veth pair with 10.254.0.1/24 on one end; no packet is sent). Loopback is kept only when
+    every node's address is loopback (one host)."""
+    name = f"gltest-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        for step in (["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"],
+                     ["ip", "addr", "add", "10.254.0.1/24", "dev", "v0"], ["ip", "link", "set", "v0", "up"],
+                     ["ip", "link", "set", "v1", "up"], ["ip", "link", "set", "lo", "up"]):
+            subprocess.run(["ip", "netns", "exec", name, *step], check=True)
+        code = ("from gpu_launch.cluster import rendezvous as r; "
+                "print(r.head_address(['n1', 'n2'], {'n1': '127.0.1.1', 'n2': '10.254.0.7'})); "
+                "print(r.head_address(['n1', 'n2'], {'n1': '127.0.0.1', 'n2': '127.0.0.1'}))")
+        proc = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, cwd=TESTS.parent)
+    finally:
+        subprocess.run(["ip", "netns", "delete", name])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["10.254.0.1", "127.0.0.1"]
