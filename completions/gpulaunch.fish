@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
+            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --bind --shell --snapshot
                 set i (math $i + 2); continue
             case --wait --watch
                 # the next word is the timeout only if it is a duration
@@ -109,14 +109,18 @@ complete -c gpulaunch -n '__gpulaunch_option_ok run' -l share -d '--gpus: use GP
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l no-lock -d 'take no reservation (others\' reservations are still avoided)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls plan run' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l gpus-per-job -x -d 'each: GPUs per job (default 1)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)'
-complete -c gpulaunch -n '__gpulaunch_option_ok each' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l partition -x -d 'each --slurm: the Slurm partition (sbatch --partition)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l time -x -d 'each --slurm: each job\'s time limit: 30m, 2h, 1d, or Slurm\'s own 1-12:00:00'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP); --nodes: the batch script, the nodes\' logs and the head\'s address (a directory every node sees)'
+complete -c gpulaunch -n '__gpulaunch_option_ok run' -l nodes -x -d 'run COMMAND over N nodes: with --slurm, submit it; inside a Slurm step (srun), or with --node-rank and --head, be one of them. Each node chooses and reserves its GPUs, and the engine gets its own rank, head and port flags ({nnodes} {node_rank} {head_addr} {head_port} {pp} for other commands)'
+complete -c gpulaunch -n '__gpulaunch_option_ok run' -l gpus-per-node -x -d '--nodes: GPUs on each node (default: every GPU the node\'s allotment holds)'
+complete -c gpulaunch -n '__gpulaunch_option_ok run' -l node-rank -x -d '--nodes by hand (no Slurm): this machine\'s rank, 0 (the head) to N-1'
+complete -c gpulaunch -n '__gpulaunch_option_ok run' -l head -x -d '--nodes by hand (no Slurm): the head\'s address as the other nodes reach it, and the rendezvous port (the head picks a free one when it has none)'
+complete -c gpulaunch -n '__gpulaunch_option_ok each run' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation. --nodes N: submit one job of N nodes, one gpulaunch node task a node'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l partition -x -d '--slurm: the Slurm partition (sbatch --partition)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l time -x -d '--slurm: each job\'s time limit: 30m, 2h, 1d, or Slurm\'s own 1-12:00:00'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each --slurm: at most K jobs of the array at once (--array=1-M%K)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l sbatch-arg -x -d 'each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab --sbatch-arg=--qos=high)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l follow -d 'each --slurm: after submitting, follow the jobs until they end, with the live view and summary of a local `each` (same as --wait)'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l cancel-on-interrupt -d 'each --slurm --follow: Ctrl-C cancels the job array (scancel) without asking; without it, only a terminal is asked'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l sbatch-arg -x -d '--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab --sbatch-arg=--qos=high)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l follow -d '--slurm: after submitting, follow the jobs until they end, with the live view and summary of a local `each` (same as --wait)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l cancel-on-interrupt -d '--slurm --follow: Ctrl-C cancels the job (scancel) without asking; without it, only a terminal is asked'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l uuid -d 'write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l mig -d 'let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l bind -x -a 'auto on off' -d 'pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off'

@@ -21,6 +21,7 @@ __all__ = [
     "ModelFileError",
     "NvmlUnavailable",
     "SlurmUnavailable",
+    "RendezvousFailed",
     "NotEnoughGpus",
     "WaitTimeout",
     "ReservationConflict",
@@ -51,6 +52,7 @@ class ExitCode(enum.IntEnum):
     CHECK_FAILED = 8  # `gpulaunch check` found that CUDA sees something else than chosen
     JOBS_FAILED = 9  # `gpulaunch each`: at least one job exited non-zero or could not start
     OUTPUT_FAILED = 10  # stdout cannot be written: closed (>&-), or the disk is full
+    RENDEZVOUS_FAILED = 11  # --nodes: the head could not be reached, or its address or port not learned in time
     NOT_EXECUTABLE = 126  # the command exists but cannot be executed
     COMMAND_NOT_FOUND = 127  # the command is not on PATH
     INTERRUPTED = 130  # Ctrl-C before the command started
@@ -69,6 +71,7 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.CHECK_FAILED: "check: CUDA sees other devices than the ones chosen",
     ExitCode.JOBS_FAILED: "each: at least one job failed or could not start",
     ExitCode.OUTPUT_FAILED: "stdout could not be written (closed, disk full)",
+    ExitCode.RENDEZVOUS_FAILED: "--nodes: the head could not be reached, or its port not learned in time",
     ExitCode.NOT_EXECUTABLE: "the command exists but cannot be executed",
     ExitCode.COMMAND_NOT_FOUND: "the command is not on PATH",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C before the command started",
@@ -107,6 +110,12 @@ class SlurmUnavailable(GpuLaunchError):
     """``each --slurm``: Slurm's commands (sbatch, scontrol) are not on PATH or cannot reach the cluster."""
 
     exit_code = ExitCode.NO_DRIVER
+
+
+class RendezvousFailed(GpuLaunchError):
+    """``--nodes``: this node could not learn the head's address and port in time, or cannot reach it."""
+
+    exit_code = ExitCode.RENDEZVOUS_FAILED
 
 
 class NotEnoughGpus(GpuLaunchError):

@@ -1,4 +1,4 @@
-"""A real one-node Slurm for the tests: munged, slurmctld and slurmd from the Debian packages.
+"""A real Slurm for the tests: munged, slurmctld and slurmd from the Debian packages, one node or several.
 
 The node has ``Gres=gpu:8`` backed by eight fake character devices (``mknod``, major 195 as the NVIDIA
 driver's), ``AutoDetect=off``, no cgroups (``ProctrackType=proctrack/linuxproc``, ``TaskPlugin=task/none``),
@@ -6,6 +6,12 @@ so slurmd writes CUDA_VISIBLE_DEVICES with the allocation's global indices, as o
 ``ConstrainDevices``. No slurmdbd: accounting is off, so ``sacct`` does not work (gpulaunch follows
 with ``scontrol`` and the tasks' own records). Everything lives in one private directory with its own
 munge key, socket and ports, so it neither needs nor touches a Slurm or munge of the machine.
+
+``start(root, nodes=["n1", "n2"])`` makes a cluster of several nodes on this one host: one ``slurmd -N
+NAME`` each, with its own ``Port=``, and ``%n`` (the node's name) in its spool, pid and log paths, as
+Slurm's "multiple slurmd" set-up has it. A ``task_prolog`` script (slurm.conf ``TaskProlog``, run before
+every task with ``SLURMD_NODENAME`` set; its ``export NAME=VALUE`` lines reach the task) can give each
+fake node its own view, e.g. its own gpulaunch lock directory and snapshot.
 """
 
 from __future__ import annotations
@@ -47,10 +53,11 @@ def _free_port() -> int:
 @dataclass
 class Cluster:
     root: Path
-    node: str
+    node: str  # the first node
     env: dict[str, str]  # SLURM_CONF and PATH for the clients
     started_in: float  # seconds from the first daemon to an idle node
     procs: list[subprocess.Popen[bytes]]
+    nodes: tuple[str, ...] = ()  # every node, in order
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], capture_output=True, text=True, env={**os.environ, **self.env},
@@ -97,18 +104,35 @@ class Cluster:
         return found
 
 
-def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60) -> Cluster:
-    """Start munged, slurmctld and slurmd under ``root``; return when the node is idle."""
-    node = socket.gethostname().split(".")[0]
+def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60, nodes: list[str] | None = None,
+          task_prolog: str | None = None) -> Cluster:
+    """Start munged, slurmctld and one slurmd a node under ``root``; return when every node is idle.
+
+    Without ``nodes``: one node named after this host. With them: those nodes, all on this host, each a
+    ``slurmd -N NAME`` with ``gpus`` fake GPUs of its own."""
+    host = socket.gethostname().split(".")[0]
+    names = list(nodes or [host])
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(mode=0o700, exist_ok=True)
     (root / "munge" / "munge.key").write_bytes(os.urandom(1024))
     (root / "munge" / "munge.key").chmod(0o600)
-    devices = []
-    for i in range(gpus):
-        dev = root / "dev" / f"nvidia{i}"
-        os.mknod(dev, 0o600 | 0o020000, os.makedev(195, i))  # S_IFCHR, as the driver's /dev/nvidiaN
-        devices.append(dev)
+    gres = ["AutoDetect=off"]
+    for n, name in enumerate(names):
+        (root / "dev" / name).mkdir(mode=0o700)
+        (root / "spool" / name).mkdir(mode=0o700)
+        for i in range(gpus):  # S_IFCHR, as the driver's /dev/nvidiaN
+            os.mknod(root / "dev" / name / f"nvidia{i}", 0o600 | 0o020000, os.makedev(195, n * gpus + i))
+        gres.append(f"NodeName={name} Name=gpu File={root}/dev/{name}/nvidia[0-{gpus - 1}]")
+    several = nodes is not None
+    node_lines = "\n".join(
+        f"NodeName={name} NodeAddr=127.0.0.1 " + (f"NodeHostname={host} Port={_free_port()} " if several else "")
+        + f"CPUs={cpus} RealMemory=1000 Gres=gpu:{gpus} State=UNKNOWN" for name in names)
+    prolog = ""
+    if task_prolog is not None:
+        script = root / "task_prolog.sh"
+        script.write_text(task_prolog)
+        script.chmod(0o755)
+        prolog = f"TaskProlog={script}\n"
     sock = root / "munge" / "munge.sock"
     conf = root / "slurm.conf"
     conf.write_text(f"""\
@@ -122,11 +146,11 @@ AuthInfo=socket={sock}
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+SlurmdLogFile={root}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -143,16 +167,16 @@ MinJobAge=600
 KillWait=5
 SlurmdParameters=config_overrides
 DefMemPerCPU=10
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:{gpus} State=UNKNOWN
+{prolog}{node_lines}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)
-    (root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={root}/dev/nvidia[0-{gpus - 1}]\n")
+    (root / "gres.conf").write_text("\n".join(gres) + "\n")
     env = {"SLURM_CONF": str(conf), "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
     full = {**os.environ, **env}
     t0 = time.monotonic()
     log = open(root / "log" / "daemons.log", "ab")
     procs: list[subprocess.Popen[bytes]] = []
-    cluster = Cluster(root, node, env, 0.0, procs)
+    cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names))
     try:
         procs.append(subprocess.Popen(
             [_which("munged") or "munged", "-F", f"--key-file={root}/munge/munge.key", f"--socket={sock}",
@@ -161,16 +185,18 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         _until(lambda: sock.exists(), timeout, "munged did not create its socket", root)
         procs.append(subprocess.Popen([_which("slurmctld") or "slurmctld", "-D", "-c", "-i"], stdout=log, stderr=log,
                                       env=full))
-        procs.append(subprocess.Popen([_which("slurmd") or "slurmd", "-D"], stdout=log, stderr=log, env=full))
+        for name in names:
+            procs.append(subprocess.Popen([_which("slurmd") or "slurmd", "-D", *(["-N", name] if several else [])],
+                                          stdout=log, stderr=log, env=full))
 
         def idle() -> bool:
             for proc in procs:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}: {_tail(root)}")
-            out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=full, timeout=30)
-            return out.stdout.strip() == "idle"
+            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=full, timeout=30)
+            return out.stdout.split() == ["idle"] * len(names)
 
-        _until(idle, timeout, "the node did not become idle", root)
+        _until(idle, timeout, "the nodes did not become idle", root)
     except BaseException:
         cluster.stop()
         raise
@@ -180,8 +206,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 
 def _tail(root: Path) -> str:
     parts = []
-    for name in ("log/daemons.log", "log/slurmctld.log", "log/slurmd.log", "munge/munged.log"):
-        path = root / name
+    for path in [root / "log" / "daemons.log", root / "log" / "slurmctld.log",
+                 *sorted((root / "log").glob("slurmd*.log")), root / "munge" / "munged.log"]:
+        name = path.relative_to(root)
         if path.exists():
             parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:]))
     return "\n".join(parts)

@@ -364,6 +364,17 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("huge-1000-gpus-auto", ("--snapshot", "{dir}/gpus-1000-links.json", "--auto", "2", *RUN, "--", "true"), 0),
     Bad("huge-1000-gpus-too-many", ("--snapshot", "{dir}/gpus-1000.json", "--auto", "1001", "--", "true"), N,
         "need 1001 GPUs, but this machine has 1000"),
+    # --nodes (docs/several-nodes.md)
+    Bad("nodes-zero", (*S, "--nodes", "0", "--", "true"), U, "--nodes: must be 1 or more, got 0"),
+    Bad("nodes-nowhere", (*S, "--nodes", "2", "--", "true"), U, "--nodes 2 needs Slurm, or --node-rank and --head"),
+    Bad("nodes-gpus-per-node-too-many", (*S, "--nodes", "2", "--gpus-per-node", "9", "--node-rank", "1", "--head",
+                                         "h:1", "--", "true"), N, "node 1 of 2: need 9 GPUs, but this machine has 8"),
+    Bad("nodes-nnodes-contradicts", (*S, "--nodes", "2", "--node-rank", "1", "--head", "h:1", *RUN, "--", "torchrun",
+                                     "--nnodes", "3", "x.py"), U, "`torchrun --nnodes 3` contradicts this run"),
+    Bad("nodes-tgi", (*S, "--nodes", "2", "--node-rank", "1", "--head", "h:1", *RUN, "--", "text-generation-launcher"), U,
+        "text-generation-inference shards a model over one machine's GPUs"),
+    Bad("nodes-head-unresolvable", (*S, "--nodes", "2", "--node-rank", "1", "--head", "no-such-head.invalid:1", "--",
+                                    "true"), ExitCode.RENDEZVOUS_FAILED, "does not resolve"),
 )
 
 #: The codes a run over the catalogue must show it can produce (the rest come with other issues).

@@ -26,7 +26,7 @@ from gpu_launch.text import printable
 from gpu_launch.units import MAX_SECONDS, parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "MAX_MINUTES", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
-           "check_extra", "require", "submit", "cancel"]
+           "check_extra", "require", "submit", "run_sbatch", "cancel", "one_line"]
 
 #: Slurm's own forms: days-hours[:minutes[:seconds]], or [hours:]minutes:seconds (ASCII digits: not '٣')
 _SLURM_TIME = re.compile(r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
@@ -193,7 +193,7 @@ def require(name: str, environ: Mapping[str, str]) -> str:
     return path
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return "no message"
@@ -204,27 +204,35 @@ def _one_line(text: str) -> str:
 def submit(req: ArrayRequest, environ: Mapping[str, str]) -> Submitted:
     """Run sbatch; SlurmUnavailable without it, UsageError with sbatch's own message when it refuses."""
     argv = sbatch_argv(req, require("sbatch", environ))
+    return Submitted(run_sbatch(argv, batch_script(req), environ, req.name, "the job array",
+                                "--gpus-per-job"), req)
+
+
+def run_sbatch(argv: Sequence[str], script: str | None, environ: Mapping[str, str], name: str, what: str,
+               sizes: str) -> str:
+    """Run ``argv`` (sbatch ..., the script on stdin when given): the job's id. SlurmUnavailable when no
+    cluster answers; UsageError with sbatch's own message (about ``what``) when it refuses."""
     try:
-        proc = subprocess.run(argv, input=batch_script(req), capture_output=True, text=True, timeout=120,
+        proc = subprocess.run(list(argv), input=script, capture_output=True, text=True, timeout=120,
                               env={k: v for k, v in environ.items() if k not in _NOT_PASSED_ON_ENV})
-    except subprocess.TimeoutExpired:  # (it may have submitted the array all the same: say so)
-        raise SlurmUnavailable("sbatch did not answer within 2 minutes; the job array may have been submitted",
-                               hint=f"look with `squeue --me -n {req.name}`; is slurmctld up? try `sinfo`") from None
+    except subprocess.TimeoutExpired:  # (it may have submitted the job all the same: say so)
+        raise SlurmUnavailable(f"sbatch did not answer within 2 minutes; {what} may have been submitted",
+                               hint=f"look with `squeue --me -n {name}`; is slurmctld up? try `sinfo`") from None
     if proc.returncode != 0:
-        message = _one_line(proc.stderr or proc.stdout)
+        message = one_line(proc.stderr or proc.stdout)
         if any(sign in message.lower() for sign in _UNREACHABLE):
             raise SlurmUnavailable(f"Slurm is not available: sbatch says {message}",
                                    hint="is this machine part of a Slurm cluster? `sinfo` should answer")
-        raise UsageError(f"sbatch refused the job array: {message}",
-                         hint="check --partition, --time, --gpus-per-job and --sbatch-arg against `sinfo`")
+        raise UsageError(f"sbatch refused {what}: {message}",
+                         hint=f"check --partition, --time, {sizes} and --sbatch-arg against `sinfo`")
     job_id = proc.stdout.strip().split(";")[0]
     if not (job_id.isascii() and job_id.isdigit()):
         said = printable(repr(proc.stdout.strip()[:60])) if proc.stdout.strip() else \
-            f"nothing on stdout ({printable(_one_line(proc.stderr))})"
+            f"nothing on stdout ({printable(one_line(proc.stderr))})"
         raise GpuLaunchError(f"sbatch answered {said}, not a job id: nothing to follow",
-                             hint=f"look with `squeue --me -n {req.name}`; submit by hand with sbatch to see what "
+                             hint=f"look with `squeue --me -n {name}`; submit by hand with sbatch to see what "
                                   "it says")
-    return Submitted(job_id, req)
+    return job_id
 
 
 def cancel(job_id: str, environ: Mapping[str, str]) -> str | None:
@@ -237,4 +245,4 @@ def cancel(job_id: str, environ: Mapping[str, str]) -> str | None:
         return exc.message
     except (subprocess.TimeoutExpired, OSError) as exc:
         return f"scancel did not run ({exc})"
-    return None if proc.returncode == 0 else _one_line(proc.stderr)
+    return None if proc.returncode == 0 else one_line(proc.stderr)

@@ -32,6 +32,17 @@ def run(inv: Invocation) -> int:
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
     if not informing:
         _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
+    nodes = None
+    if inv.get("slurm") and (inv.get("nodes") is not None or isinstance(inv.get("fit"), str)):
+        from gpu_launch.cluster import nodejob
+
+        return nodejob.submit(inv)  # one Slurm job over several nodes (--fit MODEL: nodes from the plan)
+    if inv.get("nodes") is not None:  # one node of a several-node run (docs/several-nodes.md)
+        from gpu_launch.cluster import nodes as node_task
+
+        nodes, inv = node_task.place(inv, os.environ)
+    else:
+        _refuse_node_options(inv)
     sized = isinstance(inv.get("fit"), str)  # --fit MODEL
     if not sized:
         used = placeholders.model_names_used(inv.argv)
@@ -42,8 +53,14 @@ def run(inv: Invocation) -> int:
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
                                  snapshot=pick.snapshot_source(inv))
-    machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
-                                           fallback=inv.get("fallback"))
+    try:
+        machine, vis, got, env = pick.choose(inv, locking, wait=None if informing else inv.get("wait"),
+                                               fallback=inv.get("fallback"))
+    except acquire.UNMET as exc:
+        if nodes is not None:  # this node cannot take its part: it fails, and with it the run (never a smaller one)
+            exc.message = f"node {nodes.rank} of {nodes.nnodes}: {exc.message}"
+            exc.hint = (f"{exc.hint}; " if exc.hint else "") + "--gpus-per-node G that every node can give"
+        raise
     selection = got.selection
     plan = selection.plan
     model_values = plan.placeholders() if plan is not None else None
@@ -53,7 +70,21 @@ def run(inv: Invocation) -> int:
             raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
                              hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
                                   "{max_memory} Transformers'; --engine names the engine")
-    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values)
+    world = None
+    if nodes is not None:  # reserved: now learn (or, on the head, pick and publish) the head's address and port
+        world = node_task.join(nodes, len(selection.devices), os.environ, informing)
+    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values,
+                                   node_task.values(world) if world is not None else None)
+    node_command = None
+    if world is not None:
+        node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),
+                                                str(nodes.run_dir), quiet or informing)
+        argv = node_command.argv
+        if node_command.index_cvd:  # Ray takes its GPU ids from CUDA_VISIBLE_DEVICES: numbers, not UUIDs
+            from gpu_launch.run import environment
+
+            env = environment.build(selection.devices, env, use_uuid=False)
+        env.update(extra)
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
         print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
@@ -67,11 +98,16 @@ def run(inv: Invocation) -> int:
     if not quiet:
         _warn_near_misses(inv.argv)
         _warn_launcher_overrides(argv)
+    if world is not None and node_command is not None and not quiet:
+        print(f"gpulaunch: {node_task.describe(world, node_command)}", file=sys.stderr)
     if vis is not None:
         pick.tell(inv, vis, selection, env)
     if inv.get("dry_run"):
-        return _dry_run(inv, selection, env, argv)
+        return _dry_run(inv, selection, env, argv, tuple(extra) if world is not None else ())
     from gpu_launch.run.execute import exec_command
+
+    if node_command is not None:
+        node_task.prepare(node_command, env)  # deepspeed's hostfile; `ray start --head` on the head
 
     if machine is not None:
         _bind(inv, machine, selection)
@@ -80,6 +116,23 @@ def run(inv: Invocation) -> int:
         got.reservation.record(os.getpid(), argv)
         got.reservation.make_inheritable()
     exec_command(argv, env)
+
+
+def _refuse_node_options(inv: Invocation) -> None:
+    """The options of a several-node run, given without ``--nodes``; its placeholders likewise."""
+    from gpu_launch.run import placeholders
+
+    for dest in ("gpus_per_node", "node_rank", "head", "slurm", "partition", "time", "sbatch_arg", "follow",
+                 "cancel_on_interrupt"):
+        if dest in inv.flags:
+            name = "--" + dest.replace("_", "-")
+            hint = ("for a sweep, gpulaunch each FILE --slurm" if dest == "slurm" else
+                    "add --nodes N (and --slurm to submit it)")
+            raise UsageError(f"{name} is for a run over several nodes: it needs --nodes N", hint=hint)
+    used = placeholders.node_names_used(inv.argv)
+    if used:
+        raise UsageError(f"{{{used[0]}}} is filled in only with --nodes",
+                         hint=f"run it with --nodes N; write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
 
 
 def _columns(unknown: int) -> int:
@@ -139,16 +192,18 @@ def _tell_plan(plan: object) -> None:
           f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.placeholders().items()), file=sys.stderr)
 
 
-def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...]) -> int:
-    """``--dry-run``: the variables and the command that would be exec'd, on stdout."""
+def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...],
+             more: tuple[str, ...] = ()) -> int:
+    """``--dry-run``: the variables and the command that would be exec'd, on stdout (``more``: the
+    variables a node of a ``--nodes`` run gets besides)."""
     from gpu_launch.run import environment
     from gpu_launch.views import render
 
     if inv.get("json"):
-        doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES, argv)
+        doc = render.dry_run_json(selection.devices, env, environment.SET_VARIABLES + more, argv)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
-        sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES, argv))
+        sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES + more, argv))
     return 0
 
 

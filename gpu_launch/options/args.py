@@ -23,6 +23,7 @@ from gpu_launch.options.values import (
     fallback,
     file_name,
     fit,
+    head,
     interval,
     kv_type,
     lock_dir,
@@ -32,6 +33,7 @@ from gpu_launch.options.values import (
     slurm_time,
     tokens,
     wait,
+    whole_number,
 )
 from gpu_launch.units import parse_size
 
@@ -63,8 +65,10 @@ CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every jo
 # ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
+                        "nodes", "node_rank", "head",  # where one run stands among its nodes
                         "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
 EACH = frozenset({"each", "config"})
+SUBMITTING = frozenset({RUN, "each", "config"})  # what `each --slurm` and `--nodes N --slurm` hand to sbatch
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -133,23 +137,35 @@ OPTIONS: tuple[Option, ...] = (
            commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", count,
            frozenset({"each", "config"}), "Jobs"),
-    Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
-           "DIR", directory, frozenset({"each", "config"}), group="Jobs"),
+    Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP); "
+           "--nodes: the batch script, the nodes' logs and the head's address (a directory every node sees)",
+           "DIR", directory, SUBMITTING, group="Jobs"),
+    Option(("--nodes",), "nodes", "run COMMAND over N nodes: with --slurm, submit it; inside a Slurm step (srun), "
+           "or with --node-rank and --head, be one of them. Each node chooses and reserves its GPUs, and the "
+           "engine gets its own rank, head and port flags ({nnodes} {node_rank} {head_addr} {head_port} {pp} for "
+           "other commands)", "N", positive, frozenset({RUN}), "Nodes"),
+    Option(("--gpus-per-node",), "gpus_per_node", "--nodes: GPUs on each node (default: every GPU the node's "
+           "allotment holds)", "G", count, frozenset({RUN}), "Nodes"),
+    Option(("--node-rank",), "node_rank", "--nodes by hand (no Slurm): this machine's rank, 0 (the head) to N-1",
+           "R", lambda v, o: whole_number(v, o, "1"), frozenset({RUN}), "Nodes"),
+    Option(("--head",), "head", "--nodes by hand (no Slurm): the head's address as the other nodes reach it, and "
+           "the rendezvous port (the head picks a free one when it has none)", "HOST[:PORT]", head, frozenset({RUN}),
+           "Nodes"),
     Option(("--slurm",), "slurm", "each: submit the jobs to Slurm as one job array instead of running them here; "
-           "each task runs its line through `gpulaunch --auto K` inside its allocation", commands=frozenset({"each"}),
-           group="Slurm"),
-    Option(("--partition",), "partition", "each --slurm: the Slurm partition (sbatch --partition)", "P",
-           commands=EACH, group="Slurm"),
-    Option(("--time",), "time", "each --slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
-           "T", slurm_time, EACH, "Slurm"),
+           "each task runs its line through `gpulaunch --auto K` inside its allocation. --nodes N: submit one job "
+           "of N nodes, one gpulaunch node task a node", commands=frozenset({RUN, "each"}), group="Slurm"),
+    Option(("--partition",), "partition", "--slurm: the Slurm partition (sbatch --partition)", "P",
+           commands=SUBMITTING, group="Slurm"),
+    Option(("--time",), "time", "--slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
+           "T", slurm_time, SUBMITTING, "Slurm"),
     Option(("--max-running",), "max_running", "each --slurm: at most K jobs of the array at once (--array=1-M%K)",
            "K", positive, EACH, "Slurm"),
-    Option(("--sbatch-arg",), "sbatch_arg", "each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
-           "--sbatch-arg=--qos=high)", "ARG", commands=EACH, group="Slurm", repeat=True),
-    Option(("--follow",), "follow", "each --slurm: after submitting, follow the jobs until they end, with the live "
-           "view and summary of a local `each` (same as --wait)", commands=EACH, group="Slurm"),
-    Option(("--cancel-on-interrupt",), "cancel_on_interrupt", "each --slurm --follow: Ctrl-C cancels the job array "
-           "(scancel) without asking; without it, only a terminal is asked", commands=EACH, group="Slurm"),
+    Option(("--sbatch-arg",), "sbatch_arg", "--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
+           "--sbatch-arg=--qos=high)", "ARG", commands=SUBMITTING, group="Slurm", repeat=True),
+    Option(("--follow",), "follow", "--slurm: after submitting, follow the jobs until they end, with the live "
+           "view and summary of a local `each` (same as --wait)", commands=SUBMITTING, group="Slurm"),
+    Option(("--cancel-on-interrupt",), "cancel_on_interrupt", "--slurm --follow: Ctrl-C cancels the job "
+           "(scancel) without asking; without it, only a terminal is asked", commands=SUBMITTING, group="Slurm"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",

@@ -32,6 +32,8 @@ EXAMPLES = (
     ("gpulaunch check --auto 2", "start CUDA in a child and confirm cuda:i is the i-th chosen GPU; lint the inherited CUDA_VISIBLE_DEVICES"),
     ("gpulaunch --auto 2 --wait 2h -- python train.py", "wait up to 2 hours for 2 GPUs, in turn with other waiters"),
     ("gpulaunch each jobs.txt --gpus-per-job 2", "run every line of jobs.txt, each on 2 free GPUs as they free up"),
+    ("gpulaunch --nodes 2 --gpus-per-node 8 --slurm --follow -- vllm serve M",
+     "one run over 2 nodes of 8 GPUs through Slurm; every node gets vLLM's own rank, head and port flags"),
 )
 #: Examples shown by ``gpulaunch SUBCOMMAND --help`` (every one must parse: tests/test_help.py).
 COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {

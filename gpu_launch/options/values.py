@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["whole_number", "count", "bind_mode", "shell", "wait", "interval", "fallback", "positive", "slurm_time", "file_name", "directory", "lock_dir", "usable_path", "fit", "tokens", "kv_type", "engine", "percent"]
+__all__ = ["whole_number", "count", "bind_mode", "shell", "wait", "interval", "fallback", "positive", "slurm_time", "file_name", "directory", "lock_dir", "usable_path", "fit", "tokens", "kv_type", "engine", "percent", "head"]
 
 
 def whole_number(text: str, option: str, example: str) -> int:
@@ -149,3 +149,25 @@ def percent(text: str, option: str) -> int:
     if not 0 <= value <= 100:
         raise UsageError(f"{option}: {value} is not between 0 and 100")
     return value
+
+
+def head(text: str, option: str) -> tuple[str, int | None]:
+    """``--head HOST[:PORT]``: a host name or address, an IPv6 address in brackets when it has a port
+    (``[fd00::1]:29400``), and a port from 1 to 65535."""
+    host, port = text.strip(), None
+    if host.startswith("["):
+        inner, close, rest = host[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise UsageError(f"{option}: {text!r} is not HOST[:PORT]", hint=f"e.g. {option} [fd00::1]:29400")
+        host, port_text = inner, rest[1:] if rest else None
+    elif host.count(":") == 1:
+        host, _, port_text = host.partition(":")
+    else:
+        port_text = None  # a bare IPv6 address, or a plain host
+    if port_text is not None:
+        port = whole_number(port_text, option, "node1:29400")
+        if not 1 <= port <= 65535:
+            raise UsageError(f"{option}: port {port} is not between 1 and 65535", hint=f"e.g. {option} node1:29400")
+    if not host or any(ch.isspace() or ch in "/@\0" for ch in host):
+        raise UsageError(f"{option}: {text!r} is not HOST[:PORT]", hint=f"e.g. {option} node1:29400")
+    return host, port

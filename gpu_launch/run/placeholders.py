@@ -18,16 +18,21 @@ With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{gpu_layer
 (the context sized for), ``{gpu_mem_util}`` (vLLM's utilisation) and ``{max_memory}`` (Accelerate's
 map as JSON, keyed by the child's device numbers), under the same rules. Without a model they stay
 as written, and the launch refuses to run a command that uses them (:data:`MODEL_NAMES`).
+
+With ``--nodes`` each node adds ``{nnodes}``, ``{node_rank}``, ``{head_addr}``, ``{head_port}`` and ``{pp}``
+(the nodes, one pipeline stage each) for commands whose multi-node flags gpulaunch does not know
+(:data:`NODE_NAMES`; docs/several-nodes.md); without ``--nodes`` a command that uses them is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["NAMES", "MODEL_NAMES", "substitute", "near_misses", "model_names_used"]
+__all__ = ["NAMES", "MODEL_NAMES", "NODE_NAMES", "substitute", "near_misses", "model_names_used", "node_names_used"]
 
 NAMES = ("n", "gpus")
 MODEL_NAMES = ("tp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
+NODE_NAMES = ("nnodes", "node_rank", "head_addr", "head_port", "pp")
 
 
 def _values(count: int) -> dict[str, str]:
@@ -46,12 +51,15 @@ def _replace(arg: str, values: dict[str, str]) -> str:
     return "{" * (depth - 1) + name + "}" * (depth - 1)  # {{n}} → {n}: one level of escape off
 
 
-def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """``argv`` with its whole-argument placeholders replaced for ``count`` chosen devices, and the
-    plan's values (``model``: ``{"tp": "4", ...}``) when a model sized the choice."""
+def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None,
+               nodes: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``argv`` with its whole-argument placeholders replaced for ``count`` chosen devices, the plan's
+    values (``model``: ``{"tp": "4", ...}``) when a model sized the choice, and a node's place in a
+    ``--nodes`` run (``nodes``: ``{"node_rank": "1", ...}``). One pass: ``{{n}}`` stays ``{n}``."""
     if not argv:
         return tuple(argv)
-    values = {**_values(count), **{k: v for k, v in (model or {}).items() if k in MODEL_NAMES}}
+    values = {**_values(count), **{k: v for k, v in (model or {}).items() if k in MODEL_NAMES},
+              **{k: v for k, v in (nodes or {}).items() if k in NODE_NAMES}}
     out = [argv[0]]
     for i, arg in enumerate(argv[1:], start=1):
         if model and _is_overrides(argv, i):
@@ -82,7 +90,8 @@ def near_misses(argv: Sequence[str]) -> tuple[str, ...]:
     misses = []
     for arg in argv[1:]:
         option, eq, value = arg.partition("=")
-        if eq and option.startswith("-") and value[1:-1] in (*NAMES, *MODEL_NAMES) and value[:1] + value[-1:] == "{}":
+        if eq and option.startswith("-") and value[1:-1] in (*NAMES, *MODEL_NAMES, *NODE_NAMES) \
+                and value[:1] + value[-1:] == "{}":
             misses.append(arg)
     return tuple(misses)
 
@@ -90,3 +99,8 @@ def near_misses(argv: Sequence[str]) -> tuple[str, ...]:
 def model_names_used(argv: Sequence[str]) -> tuple[str, ...]:
     """The plan placeholders (``{tp}``...) ``argv`` uses as whole arguments: they need ``--fit MODEL``."""
     return tuple(arg[1:-1] for arg in argv[1:] if arg[:1] == "{" and arg[-1:] == "}" and arg[1:-1] in MODEL_NAMES)
+
+
+def node_names_used(argv: Sequence[str]) -> tuple[str, ...]:
+    """The node placeholders (``{node_rank}``...) ``argv`` uses as whole arguments: they need ``--nodes``."""
+    return tuple(arg[1:-1] for arg in argv[1:] if arg[:1] == "{" and arg[-1:] == "}" and arg[1:-1] in NODE_NAMES)
