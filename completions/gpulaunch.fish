@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
+            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --gpus-per-node --shell --snapshot
                 set i (math $i + 2); continue
             case --wait --watch
                 # the next word is the timeout only if it is a duration
@@ -97,7 +97,7 @@ complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l fit -x -d 'pic
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l parallel -x -d '--fit MODEL, plan: N sequences at once (default: the command\'s -np, else llama-server\'s 4 slots, else 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l kv-type -x -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l engine -x -d '--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l engine -x -d '--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run' -l reserve -x -d '--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context instead of the engine\'s allowance'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run' -l max-util -x -d 'only GPUs at or below PCT utilisation'
@@ -120,6 +120,7 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l cancel-on-interr
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l uuid -d 'write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run' -l mig -d 'let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l bind -x -a 'auto on off' -d 'pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run' -l gpus-per-node -x -d '--fit MODEL, plan: a node has G GPUs like this machine\'s (default: all of them); a model one such node cannot hold is planned over N nodes (tp within, pp across)'
 complete -c gpulaunch -n '__gpulaunch_option_ok env' -l shell -x -a 'bash zsh sh fish' -d 'env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the environment and command that would run, and exit'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'

@@ -132,11 +132,11 @@ def _tell_plan(plan: object) -> None:
     p, s = plan.placement, plan.sizing
     gib = 1 << 30
     where = f"{p.gpu_layers} of {s.model.hyper.n_layers + 1} layers on the GPUs" if p.gpu_layers is not None \
-        else f"tp {p.tp}" if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
+        else f"tp {p.tp}" + (f" × pp {p.pp}" if p.pp > 1 else "") if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
     print(f"gpulaunch: {s.model.name or s.model.source}: {where}; weights {s.model.weights.total / gib:.1f} GiB "
           f"[exact], KV {s.kv.total / gib:.1f} GiB at {s.settings.ctx} tokens [rule], "
           f"{(s.settings.reserve if s.settings.reserve is not None else s.engine.allowance) / gib:.1f} GiB a GPU "
-          f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.placeholders().items()), file=sys.stderr)
+          f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.shown_placeholders().items()), file=sys.stderr)
 
 
 def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...]) -> int:

@@ -105,7 +105,7 @@ OPTIONS: tuple[Option, ...] = (
            "N", positive, SIZING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
            "command's -ctk/--kv-cache-dtype, else f16)", "T", kv_type, SIZING, "Model"),
-    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
+    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the "
            "command word, else from the model's format)", "E", engine, SIZING, "Model"),
     Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
            "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
@@ -156,6 +156,9 @@ OPTIONS: tuple[Option, ...] = (
            commands=CHOOSING, group="Selection"),
     Option(("--bind",), "bind", "pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off",
            "MODE", lambda v, o: bind_mode(v, o), SELECTING, "Environment"),
+    Option(("--gpus-per-node",), "gpus_per_node", "--fit MODEL, plan: a node has G GPUs like this machine's "
+           "(default: all of them); a model one such node cannot hold is planned over N nodes (tp within, pp across)",
+           "G", count, SIZING, "Model"),
     Option(("--shell",), "shell", "env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)",
            "SHELL", lambda v, o: shell(v, o), frozenset({"env"}), "Output"),
     Option(("--dry-run",), "dry_run", "print the environment and command that would run, and exit",

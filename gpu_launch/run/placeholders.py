@@ -13,7 +13,7 @@ GPUs ``--fit`` chose. The rules (docs/choosing-gpus.md, "Placeholders: {n} and {
 * ``{{n}}`` is the escape: it becomes the literal ``{n}`` (and ``{{{n}}}`` becomes ``{{n}}``).
 * The program name (``argv[0]``) is never replaced.
 
-With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{gpu_layers}`` (llama.cpp
+With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{pp}`` (pipeline stages), ``{gpu_layers}`` (llama.cpp
 ``-ngl``: the output layer counts as one), ``{tensor_split}`` (layers per GPU, ``-ts``), ``{ctx}``
 (the context sized for), ``{gpu_mem_util}`` (vLLM's utilisation) and ``{max_memory}`` (Accelerate's
 map as JSON, keyed by the child's device numbers), under the same rules. Without a model they stay
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 __all__ = ["NAMES", "MODEL_NAMES", "substitute", "near_misses", "model_names_used"]
 
 NAMES = ("n", "gpus")
-MODEL_NAMES = ("tp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
+MODEL_NAMES = ("tp", "pp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
 
 
 def _values(count: int) -> dict[str, str]:
