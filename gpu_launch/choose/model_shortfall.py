@@ -111,6 +111,11 @@ def shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried], eligible
                + f", one a GPU; this machine has {len(machine.gpus)} GPUs, {eligible} of them eligible")
         return _finish(s, msg, [], why_here, usable)
     last = max(tried, key=lambda t: t.n)
+    most = counts(s, len(usable))
+    if why_here and s.engine.layout == "tensor" and most and most[-1] >= last.n:
+        # no wait helps: say it of the most GPUs this machine could give, all free, not of the few free now
+        biggest = tuple(all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0)))[:most[-1]])
+        last = Tried(most[-1], biggest, fit_plan.place(s, rooms(biggest)))
     p = last.placement
     free = sum(sh.free_bytes for sh in p.per_gpu)
     sets = {1: "GPU", 2: "pair"}.get(last.n, f"set of {last.n}")
@@ -174,9 +179,9 @@ def _finish(s: fit_plan.Sizing, msg: str, alternatives: list[str], why_here: str
         msg += "; " + ", ".join(alternatives)
     split = node_split(s, usable) if why_here and not here and s.engine.layout == "tensor" else None
     if split is not None and split.nodes > 1:
-        return NotEnoughGpus(f"{msg}; it needs {split.nodes} nodes of this kind ({split.gpus_per_node} GPUs each, "
-                             f"tp {split.tp} × pp {split.pp}): no wait here can help",
-                             hint=f"{nodes_hint(s, split)}; or {fixes}")
+        return _final(NotEnoughGpus(f"{msg}; it needs {split.nodes} nodes of this kind ({split.gpus_per_node} GPUs "
+                                    f"each, tp {split.tp} × pp {split.pp}): no wait here can help",
+                                    hint=f"{nodes_hint(s, split)}; or {fixes}"))
     if why_here:
         msg += "; no wait can help" + (f", nor more nodes: {split.problem}" if split is not None and split.problem else "")
     wait = "" if why_here else "wait with --wait, "
@@ -191,7 +196,13 @@ def _finish(s: fit_plan.Sizing, msg: str, alternatives: list[str], why_here: str
         hint = f"{wait}{tp_flag(s.engine.name)} {{tp}} to let gpulaunch pick the size, or {fixes}"
     else:
         hint = wait + fixes
-    return NotEnoughGpus(msg, hint=hint)
+    error = NotEnoughGpus(msg, hint=hint)
+    return _final(error) if why_here else error
+
+
+def _final(error: NotEnoughGpus) -> NotEnoughGpus:
+    error.final = True
+    return error
 
 
 def _short_of_ngl(s: fit_plan.Sizing, p: fit_plan.Placement) -> bool:

@@ -34,6 +34,8 @@ def make_plan(inv: Invocation, ref: str, argv: Sequence[str]) -> tuple[Plan, str
     if inv.get("gpus") is not None:
         return _on_gpus(inv, ref, tuple(argv))
     per_node = inv.get("gpus_per_node")
+    if per_node is not None:
+        _node_kind(inv, None)  # a node kind larger than this machine is refused before anything else
     try:
         plan, why = _chosen(inv, ref, tuple(argv))
     except NotEnoughGpus:
@@ -82,7 +84,7 @@ def _on_gpus(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, st
     return fit_plan.Plan(s, placement), f"why: --gpus {', '.join(d.label for d in devices)}, in that order\n"
 
 
-def _node_kind(inv: Invocation, s: Sizing) -> tuple[Sizing, list[Gpu], Machine]:
+def _node_kind(inv: Invocation, s: Sizing | None) -> tuple[Sizing | None, list[Gpu], Machine]:
     """The sizing with the node kind's GPU count, and the usable GPUs of this machine (the kind)."""
     from gpu_launch.choose import by_model, select
     from gpu_launch.choose import spec as gpu_spec
@@ -97,6 +99,8 @@ def _node_kind(inv: Invocation, s: Sizing) -> tuple[Sizing, list[Gpu], Machine]:
         raise UsageError(f"--gpus-per-node {per_node}: a node of this kind ({machine.source}) has "
                          f"{len(usable)} usable GPUs", hint=f"at most --gpus-per-node {len(usable)}, or --snapshot "
                                                            "a node of the kind you mean")
+    if s is None:
+        return None, usable, machine
     s = by_model.for_machine(s, machine)
     return replace(s, settings=replace(s.settings, gpus_per_node=per_node)), usable, machine
 
@@ -108,6 +112,7 @@ def _in_nodes(inv: Invocation, ref: str, argv: tuple[str, ...], force: bool = Fa
     from gpu_launch.fit.plan import Plan
 
     s, usable, machine = _node_kind(inv, sizing.sizing_of(ref, argv, inv.options))
+    assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
     biggest = sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind]
     why_here = model_shortfall.hopeless(s, biggest)
@@ -135,6 +140,7 @@ def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:
     from gpu_launch.fit.nodes import NodeSplit
 
     s, usable, _machine = _node_kind(inv, sizing.sizing_of(ref, tuple(argv), inv.options))
+    assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
     biggest = model_sets.all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind])
     for n in model_sets.counts(s, len(biggest)):
