@@ -76,7 +76,7 @@ def _tensor_line(s: fit_plan.Sizing, last: Tried, who: bool = True) -> str:
     tight = max(range(len(needs)), key=lambda i: needs[i] - budgets[i])
     sh = p.per_gpu[tight]
     split = f"tp {p.tp}" + (f" × pp {p.pp}" if p.pp > 1 else "")
-    fixed = f" as the command says ({s.settings.fixed_by})" if s.settings.fixed_by else ""
+    fixed = f", {s.settings.fixed_by}" if s.settings.fixed_by else ""
     n = len(p.per_gpu)
     each = "" if n == 1 else "each of " if len(set(needs)) == 1 else "the fullest of "
     msg = (f"{s.model.name or s.model.source} needs {_gib(needs[tight])} on {each}{n} GPU{'s' if n != 1 else ''} "
@@ -107,7 +107,7 @@ def shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried], eligible
     if not tried:
         want = counts(s, 1 << 20)
         msg = (f"{name}: {s.engine.name} starts {want[0] if want else 'more'} ranks"
-               + (f" as the command says ({s.settings.fixed_by})" if s.settings.fixed_by else "")
+               + (f" ({s.settings.fixed_by})" if s.settings.fixed_by else "")
                + f", one a GPU; this machine has {len(machine.gpus)} GPUs, {eligible} of them eligible")
         return _finish(s, msg, [], why_here, usable)
     last = max(tried, key=lambda t: t.n)
@@ -228,6 +228,6 @@ def hopeless(s: fit_plan.Sizing, usable: list[Gpu]) -> str | None:
         if holds(s, placement) or (s.settings.partial and placement.fits):
             return None
     name = s.model.name or s.model.source
-    fixed = f" as the command says ({s.settings.fixed_by})" if s.settings.fixed_by else ""
-    return (f"{name} does not fit on the {len(usable)} usable GPUs here{fixed} even when they are free, "
-            f"at {s.settings.ctx} tokens")
+    fixed = f" ({s.settings.fixed_by})" if s.settings.fixed_by else ""
+    return (f"{name} does not fit on the {len(usable)} usable GPUs here even when they are free, "
+            f"at {s.settings.ctx} tokens{fixed}")

@@ -59,7 +59,7 @@ class Settings:
     nnodes: int = 1  # the command spreads its ranks over this many nodes (vLLM/SGLang --nnodes): this one holds a share
     node_rank: int = 0
     gpus_per_node: int | None = None  # the kind of node a several-node answer counts in (--gpus-per-node)
-    fixed_by: str = ""  # how the command fixes the GPU count ("--tensor-parallel-size 2"), for messages
+    fixed_by: str = ""  # how the command fixes the GPU count, for messages ("as the command's -tp 2 says")
     environ: tuple[tuple[str, str], ...] = ()  # the command's own variables that move layers (VLLM_PP_LAYER_PARTITION)
 
     @property

@@ -117,6 +117,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
 #: Engines that run one GPU unless the command says more (vLLM's and SGLang's tp default is 1); TGI
 #: shards over every GPU it sees, and MLC-LLM reads its compiled config: gpulaunch picks for those.
 _TP_DEFAULT_ONE = ("vllm", "sglang")
+_SHOWN = {"vllm": "vLLM", "sglang": "SGLang"}
 _SPELLING = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "tgi": "--num-shard",
              "mlc": "tensor_parallel_shards"}
 
@@ -136,19 +137,24 @@ def _parallel(said: Any, engine: Engine, model: ModelFacts, has_command: bool, e
         return int(value) if value is not None else None
 
     tp_text = said.tp  # TGI's --sharded false already made it 1
-    tp = int(tp_text) if tp_text is not None and not ss.get("tp").placeholder else None
+    tp = int(tp_text) if tp_text is not None and not tp_text.startswith("{") else None
     pp, dp = fixed("pp") or 1, fixed("dp_local") or fixed("dp") or 1
     explicit = tp is not None
     written = [ss.get(m).written for m in ("tp", "pp", "dp_local", "dp", "pcp")
                if ss.get(m) is not None and not ss.get(m).placeholder]
+    if engine.name == "tgi" and tp_text == "1" and ss.get("sharded") is not None:
+        written.insert(0, ss.get("sharded").written)
+    given = " ".join(written)
+    fixed_by = f"as the command's {given} says" if given else ""
     if tp is None and ss.get("tp") is None and has_command and engine.name in _TP_DEFAULT_ONE:
         tp = 1
-        written.insert(0, f"no {_SPELLING[engine.name]}: {engine.name} runs tp 1")
+        fixed_by = f"{_SHOWN[engine.name]}'s default with no {_SPELLING[engine.name]}" + (
+            f"; the command's {given}" if given else "")
     if tp is not None:
         problem = stages.tp_problem(model, tp)
         if problem:
             choices = ", ".join(str(t) for t in stages.tp_choices(model, 64))
-            raise UsageError(f"{engine.name} refuses tensor parallelism {tp} ({written[0]}) for "
+            raise UsageError(f"{engine.name} refuses tensor parallelism {tp} ({ss.get('tp').written}) for "
                              f"{model.name or model.source}: {problem}",
                              hint=f"the sizes it accepts for this model: {choices}; or {_SPELLING.get(engine.name, '')} "
                                   "{tp} to let gpulaunch pick")
@@ -161,9 +167,9 @@ def _parallel(said: Any, engine: Engine, model: ModelFacts, has_command: bool, e
     nnodes = said.nnodes if said.nnodes and said.nnodes > 1 else 1
     factor = said.ranks_factor
     if nnodes > 1 and (tp or 1) * pp * dp * factor % nnodes:
-        raise UsageError(f"the command's ranks ({' '.join(written)}) do not split evenly over its --nnodes {nnodes}",
+        raise UsageError(f"the command's ranks ({given or 'tp 1'}) do not split evenly over its --nnodes {nnodes}",
                          hint="make tp × pp a multiple of the nodes")
     return {"tp": tp, "tp_explicit": explicit, "pp": pp, "dp": dp, "ranks_factor": factor,
-            "fixed_by": " ".join(w for w in written if w), "nnodes": nnodes,
+            "fixed_by": fixed_by, "nnodes": nnodes,
             "node_rank": min(said.node_rank or 0, nnodes - 1),
             "environ": tuple((k, environ[k]) for k in ("VLLM_PP_LAYER_PARTITION",) if k in environ)}
