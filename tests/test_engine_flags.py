@@ -184,8 +184,8 @@ def test_llama_cpp_environment_variables_are_read_and_the_command_line_wins(mode
     assert plan_json("--", "llama-server", "-m", models["8b"], env={"LLAMA_ARG_CTX_SIZE": "6144"})["ctx"] == 6144
     assert plan_json("--", "llama-server", "-m", models["8b"], "-c", "2048",
                      env={"LLAMA_ARG_CTX_SIZE": "6144"})["ctx"] == 2048
-    doc = plan_json("--", "llama-server", "--port", "8080", env={"LLAMA_ARG_MODEL": models["8b"], "LLAMA_ARG_N_PARALLEL": "2",
-                                               "LLAMA_ARG_CTX_SIZE": "4096"})
+    doc = plan_json("--", "llama-server", "--port", "8080",
+                    env={"LLAMA_ARG_MODEL": models["8b"], "LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "4096"})
     assert doc["parallel"] == 2 and doc["model"]["layers"] == 32
 
 

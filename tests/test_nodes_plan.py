@@ -180,3 +180,27 @@ def test_node_split_for_a_several_node_launch(models: dict[str, str]) -> None:
     assert split("vllm", "serve", models["405b"], "--max-model-len", "32768", "-tp", "{tp}") == (2, 8, 8, 2)
     assert split("vllm", "serve", models["70b"], "--max-model-len", "32768", "-tp", "{tp}") == (1, 4, 4, 1)
     os.environ.get("PATH")  # (no environment needed: the node kind is the snapshot)
+
+
+def test_the_split_prefers_stages_to_replicated_kv_heads_and_refuses_models_without_stages() -> None:
+    from dataclasses import replace
+
+    from gpu_launch.fit import engines, nodes
+    from gpu_launch.fit import plan as fit_plan
+    from tests.fit_models import llama_like
+
+    node = [fit_plan.Room(i, 80 * GiB, 80 * GiB) for i in range(8)]
+    # 4 KV heads on 8-GPU nodes: tp 8 would copy each head's cache on 2 GPUs; tp 4 × 2 stages a node does not
+    model = llama_like(layers=96, layer_bytes=10 * GiB, heads=64, kv_heads=4)
+    s = fit_plan.sizing(model, engines.ENGINES["vllm"], fit_plan.Settings(ctx=32768))
+    split = nodes.split_for_nodes(s, node)
+    assert (split.nodes, split.tp, split.pp) == (2, 4, 4) and "4 KV heads" in split.notes[0]
+    assert split.placement is not None and split.placement.whole
+    # vLLM has no pipeline stages for Gemma-3n (its docs' PP column): one node or nothing, and why
+    gemma = replace(model, architecture="gemma3n")
+    s = fit_plan.sizing(gemma, engines.ENGINES["vllm"], fit_plan.Settings(ctx=32768))
+    split = nodes.split_for_nodes(s, node)
+    assert split.nodes == 0 and "no pipeline-parallel support for gemma3n" in split.problem
+    # and llama.cpp splits no model over nodes here
+    s = fit_plan.sizing(model, engines.ENGINES["llama.cpp"], fit_plan.Settings(ctx=32768))
+    assert nodes.split_for_nodes(s, node).nodes == 0

@@ -87,13 +87,14 @@ def _tensor_line(s: fit_plan.Sizing, last: Tried, who: bool = True) -> str:
         return msg + f"; the tightest has {_gib(min(r.free for r in rooms(last.gpus)))} free"
     refused = [(g, r) for g, r in zip(last.gpus, rooms(last.gpus)) if r.free < util * (r.total or r.free)]
     asked = "--gpu-memory-utilization" if s.engine.name == "vllm" else "--mem-fraction-static"
+    shown = _SHOWN.get(s.engine.name, s.engine.name)
     if refused and who:
         g, r = min(refused, key=lambda gr: gr[1].free)
         total = r.total or r.free
         others = f" ({len(refused) - 1} more such)" if len(refused) > 1 else ""
-        return msg + (f"; {_SHOWN.get(s.engine.name, s.engine.name)} with {asked} {util:.2f} needs {_gib(int(util * total))} of each GPU free "
+        return msg + (f"; {shown} with {asked} {util:.2f} needs {_gib(int(util * total))} of each GPU free "
                       f"at start, and {g.label} has {_gib(r.free)} of {_gib(total)} free: {_in_use(g)}{others}")
-    return msg + f"; {_SHOWN.get(s.engine.name, s.engine.name)} may use {_gib(budgets[tight])} of each ({asked} {util:.2f})"
+    return msg + f"; {shown} may use {_gib(budgets[tight])} of each ({asked} {util:.2f})"
 
 
 def shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried], eligible: int,
@@ -183,7 +184,8 @@ def _finish(s: fit_plan.Sizing, msg: str, alternatives: list[str], why_here: str
                                     f"each, tp {split.tp} × pp {split.pp}): no wait here can help",
                                     hint=f"{nodes_hint(s, split)}; or {fixes}"))
     if why_here:
-        msg += "; no wait can help" + (f", nor more nodes: {split.problem}" if split is not None and split.problem else "")
+        nor = f", nor more nodes: {split.problem}" if split is not None and split.problem else ""
+        msg += "; no wait can help" + nor
     wait = "" if why_here else "wait with --wait, "
     if host_short:
         hint = ("-ngl {gpu_layers} to put as many layers on the GPUs as fit, " if s.settings.gpu_layers_cap is not None

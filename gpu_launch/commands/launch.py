@@ -52,7 +52,8 @@ def run(inv: Invocation) -> int:
         if missing:
             raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
                              hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
-                                  "{max_memory} Transformers'; --engine names the engine")
+                                  "{max_memory} Transformers', {pp} the tensor-parallel engines'; "
+                                  "--engine names the engine")
     argv = placeholders.substitute(inv.argv, len(selection.devices), model_values)
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)

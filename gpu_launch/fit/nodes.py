@@ -70,8 +70,8 @@ def split_for_nodes(s: fit_plan.Sizing, node: Sequence[fit_plan.Room], max_nodes
     if per_node == 0:
         return NodeSplit(0, 0, 0, 0, problem="a node of this kind has no GPU")
     if s.engine.layout != "tensor":
-        return NodeSplit(0, per_node, 0, 0, problem=f"{s.engine.name} does not split a model over nodes here "
-                                                    "(tensor and pipeline parallelism are vLLM's, SGLang's and MLC-LLM's)")
+        return NodeSplit(0, per_node, 0, 0, problem=f"{s.engine.name} does not split a model over nodes here (tensor "
+                                                    "and pipeline parallelism are vLLM's, SGLang's and MLC-LLM's)")
     rooms = _free(node)
     if st.tp is not None and st.tp_explicit:
         return _fixed(s, rooms, max_nodes)

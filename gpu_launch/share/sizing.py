@@ -156,7 +156,8 @@ def _parallel(said: Any, engine: Engine, model: ModelFacts, has_command: bool, e
             choices = ", ".join(str(t) for t in stages.tp_choices(model, 64))
             raise UsageError(f"{engine.name} refuses tensor parallelism {tp} ({ss.get('tp').written}) for "
                              f"{model.name or model.source}: {problem}",
-                             hint=f"the sizes it accepts for this model: {choices}; or {_SPELLING.get(engine.name, '')} "
+                             hint=f"the sizes it accepts for this model: {choices}; or "
+                                  f"{_SPELLING.get(engine.name, 'its tensor-parallel option')} "
                                   "{tp} to let gpulaunch pick")
     if pp > 1:
         why = stages.pp_problem(model, engine.name) or (

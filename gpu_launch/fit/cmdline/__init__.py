@@ -193,7 +193,8 @@ def _number(text: str, flag: Flag, written: str, engine: str) -> int | float:
                 value = None
         else:
             value = _int(raw, tokens=flag.kind == "tokens")
-    in_range = value is not None and (flag.low is None or value >= flag.low) and (flag.high is None or value <= flag.high)
+    in_range = (value is not None and (flag.low is None or value >= flag.low)
+                and (flag.high is None or value <= flag.high))
     if value is None or not in_range:
         shown = written if len(written) <= 48 else written[:45] + "…"
         what = "not a number" if value is None else "out of range"

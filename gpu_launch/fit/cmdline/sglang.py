@@ -14,7 +14,7 @@ of a repeated option wins; ``--opt=value`` is read.
 from gpu_launch.fit.cmdline import Flag, Table
 
 INT32 = 2**31 - 1
-_SIZE = dict(low=1, high=1 << 20)
+RANKS = 1 << 20
 
 TABLE = Table("sglang", (
     Flag("model", ("--model-path", "--model")),
@@ -23,10 +23,10 @@ TABLE = Table("sglang", (
     Flag("kv_type", ("--kv-cache-dtype",)),
     Flag("gpu_mem_util", ("--mem-fraction-static",), "float", low=1e-9, high=1.0,
          valid="a fraction of each GPU's memory above 0 and at most 1"),
-    Flag("tp", ("--tp-size", "--tensor-parallel-size", "--tp"), "int", **_SIZE),
-    Flag("pp", ("--pp-size", "--pipeline-parallel-size"), "int", **_SIZE),
-    Flag("dp", ("--dp-size", "--data-parallel-size", "--dp"), "int", **_SIZE),
-    Flag("nnodes", ("--nnodes",), "int", **_SIZE),
+    Flag("tp", ("--tp-size", "--tensor-parallel-size", "--tp"), "int", low=1, high=RANKS),
+    Flag("pp", ("--pp-size", "--pipeline-parallel-size"), "int", low=1, high=RANKS),
+    Flag("dp", ("--dp-size", "--data-parallel-size", "--dp"), "int", low=1, high=RANKS),
+    Flag("nnodes", ("--nnodes",), "int", low=1, high=RANKS),
     Flag("node_rank", ("--node-rank",), "int", low=0, high=1 << 20),
     Flag("dist_init_addr", ("--dist-init-addr", "--nccl-init-addr")),
     Flag("host", ("--host",)),
@@ -34,4 +34,4 @@ TABLE = Table("sglang", (
     Flag("config", ("--config",)),
 ), source="sgl-project/sglang python/sglang/srt/server_args.py", abbreviations=True,
     others=("--pp-max-micro-batch-size", "--pp-async-batch-depth", "--model-impl", "--model-loader-extra-config",
-            "--model-config-parser", "--dp-comm-backend", "--tp-lm-head", "--context-length-extend"))
+            "--model-config-parser"))

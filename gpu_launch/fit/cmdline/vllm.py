@@ -14,7 +14,7 @@ long option is that option. ``--max-model-len -1``/``auto`` means "as long as fi
 from gpu_launch.fit.cmdline import Flag, Table
 
 INT32 = 2**31 - 1
-_SIZE = dict(low=1, high=1 << 20)  # no run has more ranks than this; a larger number is a typo
+RANKS = 1 << 20  # no run has more ranks than this; a larger number is a typo
 
 TABLE = Table("vllm", (
     Flag("model", ("--model",)),
@@ -25,18 +25,18 @@ TABLE = Table("vllm", (
     Flag("batched_tokens", ("--max-num-batched-tokens",), "tokens", low=1, high=INT32),
     Flag("gpu_mem_util", ("--gpu-memory-utilization",), "float", low=1e-9, high=1.0,
          valid="a fraction of each GPU's memory above 0 and at most 1 (default 0.9)"),
-    Flag("tp", ("--tensor-parallel-size", "-tp"), "int", **_SIZE),
-    Flag("pp", ("--pipeline-parallel-size", "-pp"), "int", **_SIZE),
-    Flag("dp", ("--data-parallel-size", "-dp"), "int", **_SIZE),
+    Flag("tp", ("--tensor-parallel-size", "-tp"), "int", low=1, high=RANKS),
+    Flag("pp", ("--pipeline-parallel-size", "-pp"), "int", low=1, high=RANKS),
+    Flag("dp", ("--data-parallel-size", "-dp"), "int", low=1, high=RANKS),
     Flag("dp_local", ("--data-parallel-size-local", "-dpl"), "int", low=0, high=1 << 20),
     Flag("dp_rank", ("--data-parallel-rank", "-dpn"), "int", low=0, high=1 << 20),
     Flag("dp_start_rank", ("--data-parallel-start-rank", "-dpr"), "int", low=0, high=1 << 20),
     Flag("dp_address", ("--data-parallel-address", "-dpa")),
     Flag("dp_rpc_port", ("--data-parallel-rpc-port", "-dpp"), "int", low=1, high=65535),
     Flag("dp_backend", ("--data-parallel-backend", "-dpb")),
-    Flag("pcp", ("--prefill-context-parallel-size", "-pcp"), "int", **_SIZE),
-    Flag("dcp", ("--decode-context-parallel-size", "-dcp"), "int", **_SIZE),
-    Flag("nnodes", ("--nnodes", "-n"), "int", **_SIZE),
+    Flag("pcp", ("--prefill-context-parallel-size", "-pcp"), "int", low=1, high=RANKS),
+    Flag("dcp", ("--decode-context-parallel-size", "-dcp"), "int", low=1, high=RANKS),
+    Flag("nnodes", ("--nnodes", "-n"), "int", low=1, high=RANKS),
     Flag("node_rank", ("--node-rank", "-r"), "int", low=0, high=1 << 20),
     Flag("master_addr", ("--master-addr",)),
     Flag("master_port", ("--master-port",), "int", low=1, high=65535),
@@ -49,5 +49,4 @@ TABLE = Table("vllm", (
     underscores=True, abbreviations=True, model_verbs=("serve",),
     others=("--max-num-partial-prefills", "--max-long-partial-prefills", "--max-logprobs", "--max-loras",
             "--max-lora-rank", "--max-cpu-loras", "--max-parallel-loading-workers", "--max-cudagraph-capture-size",
-            "--data-parallel-hybrid-lb", "--data-parallel-external-lb", "--model-impl", "--model-loader-extra-config",
-            "--port-base", "--headless-port"))
+            "--data-parallel-hybrid-lb", "--data-parallel-external-lb", "--model-impl", "--model-loader-extra-config"))
