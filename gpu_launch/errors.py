@@ -120,6 +120,9 @@ class RendezvousFailed(GpuLaunchError):
 
 class NotEnoughGpus(GpuLaunchError):
     exit_code = ExitCode.NOT_ENOUGH_GPUS
+    #: The line already says that no wait can help here, and what would (N nodes, a shorter context):
+    #: ``--wait`` gives up at once and shows it as it is.
+    final: bool = False
 
 
 class WaitTimeout(GpuLaunchError):

@@ -95,6 +95,12 @@ def llama_70b_safetensors(folder: Path) -> None:
     _safetensors_llama(folder, _CONFIG_70B)
 
 
+def llama_405b_safetensors(folder: Path) -> None:
+    """Llama-3.1-405B's layout in bf16 (756 GiB): 126 layers, 128 heads, 8 KV heads; a hole of 811 GB."""
+    _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 126, "num_attention_heads": 128,
+                                "hidden_size": 16384, "intermediate_size": 53248})
+
+
 def laptop_snapshot(path: Path) -> None:
     """A laptop: one 6 GiB GPU, nothing running, 16 GiB of host memory available."""
     gpu = {"index": 0, "uuid": "GPU-5d1e2c3b-0a4f-4e6d-9b8c-7a6f5e4d3c2b", "name": "NVIDIA GeForce RTX 3060 Laptop GPU",
@@ -109,6 +115,7 @@ MODEL_KINDS: dict[str, Callable[[Path], None]] = {
     "llama-8b-q4": llama_8b_gguf,
     "llama-70b-q4": llama_70b_gguf,
     "llama-70b-safetensors": llama_70b_safetensors,
+    "llama-405b-safetensors": llama_405b_safetensors,
 }
 FILE_KINDS: dict[str, Callable[[Path], None]] = {"laptop-snapshot": laptop_snapshot}
 

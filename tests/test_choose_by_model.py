@@ -122,12 +122,19 @@ def test_vllm_batched_tokens_from_the_command_win() -> None:
 
 
 @pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
-                                        ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None)])
+                                        ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None),
+                                        ("-1", None), ("auto", None)])
 def test_vllm_max_model_len_with_its_suffixes(text: str, value: int | None) -> None:
     # vLLM parses --max-model-len with human_readable_int (vllm/engine/arg_utils.py; newer releases:
     # vllm/utils/argparse_utils.py): 1k = 1000,
-    # 1K = 1024, decimals only with the lowercase (decimal) suffixes
+    # 1K = 1024, decimals only with the lowercase (decimal) suffixes; vLLM refuses 1.5K and k, and
+    # so does gpulaunch (one line, exit 2), instead of sizing for another context; -1/auto: as long as fits
+    from gpu_launch.errors import UsageError
     from gpu_launch.fit import command
 
-    said = command.read_command(["vllm", "serve", "m", "--max-model-len", text], engines.ENGINES["vllm"])
-    assert said.ctx == value
+    argv = ["vllm", "serve", "m", "--max-model-len", text]
+    if text in ("1.5K", "k"):
+        with pytest.raises(UsageError, match="--max-model-len"):
+            command.read_command(argv, engines.ENGINES["vllm"])
+        return
+    assert command.read_command(argv, engines.ENGINES["vllm"]).ctx == value

@@ -122,8 +122,11 @@ def test_command_facts_llama_server() -> None:
     f = command.read_command(["llama-server", "-m", "./q4.gguf", "-c", "8192", "-np", "4", "-ctk", "q8_0",
                               "-ngl", "{gpu_layers}"], LLAMA)
     assert (f.model, f.ctx, f.parallel, f.kv_type, f.gpu_layers) == ("./q4.gguf", 8192, 4, "q8_0", "{gpu_layers}")
-    f = command.read_command(["llama-cli", "--model=m.gguf", "--ctx-size={ctx}"], LLAMA)
+    f = command.read_command(["llama-cli", "-m", "m.gguf", "--ctx-size", "{ctx}"], LLAMA)
     assert f.model == "m.gguf" and f.ctx is None
+    # llama.cpp looks an option up whole (common_params_parse_ex): `--model=m.gguf` is no option to it
+    f = command.read_command(["llama-cli", "--model=m.gguf"], LLAMA)
+    assert f.model is None and "takes no OPTION=VALUE" in f.notes[0]
 
 
 def test_command_facts_vllm_and_mlc() -> None:

@@ -103,7 +103,7 @@ def test_contradictions_and_engines_without_a_multi_node_mode_are_refused(tmp_pa
     (["--nodes", "2", "--slurm"], 2, "--nodes 2 --slurm needs --gpus-per-node G"),
     (["--nodes", "2", "--gpus-per-node", "2", "--slurm", "--sbatch-arg=--nodes=3"], 2,
      "--sbatch-arg '--nodes=3': give --nodes to gpulaunch"),
-    (["--fit", "model", "--slurm"], 2, "--fit MODEL --slurm does not size the node count yet"),
+    (["--fit", "model", "--slurm"], 2, "names no model gpulaunch can read"),
 ])
 def test_bad_input_is_one_line_with_a_documented_code(tmp_path: Path, args: list[str], code: int, message: str) -> None:
     proc = _run([*args, "--", "python", "train.py"], tmp_path)

@@ -75,7 +75,8 @@ def test_plan_on_named_gpus_in_that_order(models: dict[str, str]) -> None:
 def test_unplaceable_plan_exits_4_with_one_line(models: dict[str, str]) -> None:
     proc = gpulaunch("--snapshot", "workstation-4x", "--gpus", "0", "--dry-run", "--", "true")  # sanity: the box works
     assert proc.returncode == 0
-    proc = gpulaunch("--snapshot", "workstation-4x", "plan", "--json", "--reserve", "30GiB", "--", "vllm", "serve",
+    # 45 GiB of allowance on 48 GiB cards: no number of them, nor of such nodes, holds it
+    proc = gpulaunch("--snapshot", "workstation-4x", "plan", "--json", "--reserve", "45GiB", "--", "vllm", "serve",
                      models["70b"], "--max-model-len", "131072", "--kv-cache-dtype", "f32")
     assert proc.returncode == 4, proc.stderr
     assert proc.stdout == ""
@@ -88,11 +89,12 @@ def test_fit_model_fills_the_placeholders_of_a_real_child(models: dict[str, str]
     script = tmp_path / "child.py"
     script.write_text("import os, sys; print(os.environ['CUDA_VISIBLE_DEVICES'], *sys.argv[1:])")
     proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--engine", "llama.cpp", "--", sys.executable,
-                     str(script), "-m", models["8b"], "-c", "8192", "-ngl", "{gpu_layers}", "--ctx-size", "{ctx}")
+                     str(script), "-m", models["8b"], "--ctx-size", "{ctx}", "-ngl", "{gpu_layers}", "-c", "8192")
     assert proc.returncode == 0, proc.stderr
     cvd, *rest = proc.stdout.split()
     assert cvd in ("2", "3", "4", "6", "7")
-    assert rest == ["-m", models["8b"], "-c", "8192", "-ngl", "33", "--ctx-size", "8192"]
+    # llama.cpp takes the last of -c/--ctx-size: 8192, which the placeholder then repeats
+    assert rest == ["-m", models["8b"], "--ctx-size", "8192", "-ngl", "33", "-c", "8192"]
     assert "33 of 33 layers" in proc.stderr
 
 
@@ -288,7 +290,7 @@ def test_fallback_cpu_hands_the_cpu_plan_over(models: dict[str, str], tmp_path: 
 
 def test_a_placeholder_the_engine_has_no_value_for_is_refused(models: dict[str, str]) -> None:
     proc = gpulaunch("--snapshot", "workstation-4x", "--fit", "model", "--dry-run", "--", "vllm", "serve",
-                     models["70b"], "--max-model-len", "8192", "-ngl", "{gpu_layers}")
+                     models["70b"], "--max-model-len", "8192", "-tp", "{tp}", "-ngl", "{gpu_layers}")
     assert proc.returncode == 2 and "{gpu_layers} has no value for vllm" in proc.stderr
 
 

@@ -106,13 +106,17 @@ def _check_extra(extra: Sequence[str]) -> None:
 
 
 def _nodes_from_plan(inv: Any) -> tuple[int, int]:
-    """``--fit MODEL --slurm`` without ``--nodes``: the node count and GPUs per node from the model's plan.
+    """``--fit MODEL --slurm`` without ``--nodes``: the node count and GPUs per node from the model's plan
+    on nodes like this machine (or ``--snapshot``, ``--gpus-per-node``), as ``plan`` shows it."""
+    from gpu_launch.errors import NotEnoughGpus
+    from gpu_launch.share.model_plan import node_split
 
-    MERGE: the single call site for the plan's answer in nodes (the ``parallel`` branch adds a function
-    returning (nodes, gpus_per_node, tp, pp) for a model); until it is wired, --nodes is required.
-    """
-    raise UsageError("--fit MODEL --slurm does not size the node count yet: give --nodes N and --gpus-per-node G",
-                     hint="`gpulaunch plan MODEL --gpus-per-node G` shows the nodes a model needs")
+    split = node_split(inv, inv.get("fit"), inv.argv)
+    if not split.nodes:
+        raise NotEnoughGpus(split.problem or "no number of nodes of this kind holds the model",
+                            hint="`gpulaunch plan MODEL --gpus-per-node G` shows the split; a shorter context or a "
+                                 "smaller quantisation may fit")
+    return split.nodes, inv.get("gpus_per_node") or split.gpus_per_node
 
 
 def _write_script(log_dir: str, text: str) -> str:

@@ -45,7 +45,7 @@ def run(inv: Invocation) -> int:
         _refuse_node_options(inv)
     sized = isinstance(inv.get("fit"), str)  # --fit MODEL
     if not sized:
-        used = placeholders.model_names_used(inv.argv)
+        used = [name for name in placeholders.model_names_used(inv.argv) if not (nodes and name == "pp")]
         if used:
             raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
                              hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
@@ -69,7 +69,8 @@ def run(inv: Invocation) -> int:
         if missing:
             raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
                              hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
-                                  "{max_memory} Transformers'; --engine names the engine")
+                                  "{max_memory} Transformers', {pp} the tensor-parallel engines'; "
+                                  "--engine names the engine")
     world = None
     if nodes is not None:  # reserved: now learn (or, on the head, pick and publish) the head's address and port
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
@@ -122,7 +123,7 @@ def _refuse_node_options(inv: Invocation) -> None:
     """The options of a several-node run, given without ``--nodes``; its placeholders likewise."""
     from gpu_launch.run import placeholders
 
-    for dest in ("gpus_per_node", "node_rank", "head", "slurm", "partition", "time", "sbatch_arg", "follow",
+    for dest in ("gpus_per_node" if not isinstance(inv.get("fit"), str) else "", "node_rank", "head", "slurm", "partition", "time", "sbatch_arg", "follow",
                  "cancel_on_interrupt"):
         if dest in inv.flags:
             name = "--" + dest.replace("_", "-")
@@ -185,11 +186,11 @@ def _tell_plan(plan: object) -> None:
     p, s = plan.placement, plan.sizing
     gib = 1 << 30
     where = f"{p.gpu_layers} of {s.model.hyper.n_layers + 1} layers on the GPUs" if p.gpu_layers is not None \
-        else f"tp {p.tp}" if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
+        else f"tp {p.tp}" + (f" × pp {p.pp}" if p.pp > 1 else "") if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
     print(f"gpulaunch: {s.model.name or s.model.source}: {where}; weights {s.model.weights.total / gib:.1f} GiB "
           f"[exact], KV {s.kv.total / gib:.1f} GiB at {s.settings.ctx} tokens [rule], "
           f"{(s.settings.reserve if s.settings.reserve is not None else s.engine.allowance) / gib:.1f} GiB a GPU "
-          f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.placeholders().items()), file=sys.stderr)
+          f"[allowance]; " + " ".join(f"{{{k}}}={v}" for k, v in plan.shown_placeholders().items()), file=sys.stderr)
 
 
 def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: tuple[str, ...],

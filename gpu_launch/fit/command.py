@@ -1,15 +1,18 @@
 """What an engine's command line says about the model it will load: the model, the context, the
-sequences, the KV cache type, and the placement options the user wrote (or left as placeholders).
+sequences, the KV cache type, and the placement the user fixed (or left as placeholders).
 
-Only the spellings each engine documents are read; anything else is left alone. A value that is a
-placeholder (``-c {ctx}``) is no number: gpulaunch decides it.
+The command is read through its engine's table (:mod:`gpu_launch.fit.cmdline`): every spelling the
+engine's parser accepts, a repeated option as the engine reads it, its environment variables, and
+its valid ranges (a value outside them is one error line, exit 2). A value that is a placeholder
+(``-c {ctx}``) is no number: gpulaunch decides it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_launch.fit import cmdline
 from gpu_launch.fit.engines import Engine
 
 __all__ = ["CommandFacts", "read_command"]
@@ -18,7 +21,7 @@ __all__ = ["CommandFacts", "read_command"]
 @dataclass(frozen=True)
 class CommandFacts:
     """What the command names (None: not named). Numbers as written are kept as text where gpulaunch
-    must know whether the user left a placeholder (``gpu_layers``, ``gpu_mem_util``, ``tp``)."""
+    must know whether the user left a placeholder (``gpu_layers``, ``gpu_mem_util``, ``tp``, ``pp``...)."""
 
     model: str | None = None
     ctx: int | None = None
@@ -31,83 +34,40 @@ class CommandFacts:
     tp: str | None = None
     kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens
+    pp: str | None = None  # pipeline stages (vLLM -pp, SGLang --pp-size, MLC pipeline_parallel_stages)
+    dp: str | None = None  # data-parallel replicas (vLLM -dp, SGLang --dp-size)
+    ranks_factor: int = 1  # other factors of the GPU count the engine starts (vLLM -pcp)
+    nnodes: int | None = None  # the nodes the command itself spreads over (vLLM/SGLang --nnodes)
+    node_rank: int | None = None
+    notes: tuple[str, ...] = ()
+    said: cmdline.Said | None = None  # everything the engine's table read
 
 
-_FIELDS: dict[str, dict[str, str]] = {
-    "llama.cpp": {"-m": "model", "--model": "model", "-c": "ctx", "--ctx-size": "ctx", "-np": "parallel",
-                  "--parallel": "parallel", "-ctk": "kv_type", "--cache-type-k": "kv_type",
-                  "-ctv": "v_type", "--cache-type-v": "v_type", "-ub": "ubatch",
-                  "--ubatch-size": "ubatch", "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers",
-                  "--n-gpu-layers": "gpu_layers"},
-    "vllm": {"--model": "model", "--max-model-len": "ctx", "--kv-cache-dtype": "kv_type", "--max-num-seqs": "parallel",
-             "--gpu-memory-utilization": "gpu_mem_util", "--tensor-parallel-size": "tp", "-tp": "tp",
-             "--max-num-batched-tokens": "batched_tokens"},
-    "mlc": {"--model": "model"},
-    "tgi": {"--model-id": "model", "--max-total-tokens": "ctx", "--num-shard": "tp"},
-    # Transformers scripts have no one spelling; these are the examples' and most scripts' own
-    "transformers": {"--model": "model", "--model_name_or_path": "model", "--model-name-or-path": "model",
-                     "--model_id": "model", "--model-id": "model"},
-}
-_NUMBERS = {"ctx", "parallel", "ubatch", "batched_tokens"}
-_UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
-_MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
+def _int(said: cmdline.Said, meaning: str) -> int | None:
+    value = said.number(meaning)
+    return int(value) if value is not None else None
 
 
-#: vLLM's numbers may carry a suffix: lowercase decimal (``25.6k``), uppercase binary (``32K``)
-#: (human_readable_int in vllm/engine/arg_utils.py, in newer releases vllm/utils/argparse_utils.py).
-_VLLM_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def _int(text: str, suffixes: bool = False) -> int | None:
-    text = text.strip()
-    if suffixes and text[-1:] in _VLLM_SUFFIX and text.isascii() and len(text) <= 12:
-        number, mult = text[:-1], _VLLM_SUFFIX[text[-1]]
-        whole, dot, frac = number.partition(".")
-        if whole.isdigit() and (not dot or (frac.isdigit() and text[-1].islower())):
-            value = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if dot else 0)
-            return value if value < 10**9 else None
-        return None
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
-
-
-def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
-    """The facts ``argv`` (the whole command, program first) states for ``engine``."""
-    table = _FIELDS.get(engine.name, {})
-    found: dict[str, str] = {}
-    args = list(argv[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, inline = arg.partition("=")
-        if arg.startswith("-") and name in table:
-            if eq:
-                value, i = inline, i + 1
-            elif i + 1 < len(args):
-                value, i = args[i + 1], i + 2
-            else:
-                break
-            found.setdefault(table[name], value)
-            continue
-        if engine.name == "llama.cpp" and arg in _UNIFIED:
-            found.setdefault("kv_unified", "1" if _UNIFIED[arg] else "")
-            i += 1
-            continue
-        if engine.name == "mlc" and name == "--overrides" and (eq or i + 1 < len(args)):
-            text = inline if eq else args[i + 1]
-            for part in text.split(";"):
-                key, _, value = part.partition("=")
-                if key.strip() in _MLC_OVERRIDES:
-                    found.setdefault(_MLC_OVERRIDES[key.strip()], value.strip())
-            i += 1 if eq else 2
-            continue
-        i += 1
-    model = found.get("model")
-    if model is None and engine.name in ("vllm", "mlc") and args[:1] in (["serve"], ["chat"]) and len(args) > 1 \
-            and not args[1].startswith("-"):
-        model = args[1]  # `vllm serve MODEL`, `mlc_llm serve MODEL`, `mlc_llm chat MODEL`: the word after the verb
-    numbers = {k: _int(v, suffixes=engine.name == "vllm") for k, v in found.items() if k in _NUMBERS}
-    return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
-                        kv_type=found.get("kv_type"), v_type=found.get("v_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
-                        gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
-                        batched_tokens=numbers.get("batched_tokens"),
-                        kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))
+def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str] | None = None) -> CommandFacts:
+    """The facts ``argv`` (the whole command, program first) states for ``engine``, with the
+    engine's own variables read from ``environ`` (the environment the command will run with)."""
+    table = engine.name if engine.name in cmdline.TABLES else None
+    if table is None:
+        return CommandFacts()
+    said = cmdline.read(argv, table, environ)
+    ctx = _int(said, "ctx")
+    if engine.name == "vllm" and said.word("ctx"):  # --max-model-len -1/auto: as long as fits; the model's own
+        ctx = None
+    unified = said.text("kv_unified")
+    tp = said.text("tp")
+    if engine.name == "tgi" and (said.text("sharded") or "").strip().lower() == "false":
+        tp = "1"  # --sharded false: TGI runs one shard whatever --num-shard says
+    pcp = _int(said, "pcp")
+    nnodes = _int(said, "nnodes")
+    return CommandFacts(model=said.text("model"), ctx=ctx or None, parallel=_int(said, "parallel"),
+                        kv_type=said.text("kv_type"), v_type=said.text("v_type"), ubatch=_int(said, "ubatch"),
+                        gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),
+                        tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
+                        kv_unified=None if unified is None else unified == "1",
+                        batched_tokens=_int(said, "batched_tokens"), ranks_factor=pcp or 1,
+                        nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said)

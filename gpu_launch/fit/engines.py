@@ -4,7 +4,7 @@ needs beyond weights and KV cache (an allowance, stated as one: it cannot be rea
 * ``llama.cpp`` (llama-server, llama-cli...): layers, offloaded from the last one; the output layer
   is one unit; the token embedding stays on the host; the rest of a model that does not fit runs on
   the CPU. Several GPUs share the offloaded layers in proportion (``--tensor-split``).
-* ``vllm``, ``mlc``, ``tgi``: tensor parallelism: every GPU holds 1/tp of the weights and of the KV
+* ``vllm``, ``sglang``, ``mlc``, ``tgi``: tensor parallelism: every GPU holds 1/tp of the weights and of the KV
   heads; tp must divide the attention heads.
 * ``transformers`` (Accelerate's ``device_map="auto"``): layers in order over the GPUs, then the CPU,
   bounded by a ``max_memory`` map.
@@ -26,7 +26,7 @@ GiB = 1 << 30
 @dataclass(frozen=True)
 class Engine:
     name: str
-    layout: str  # "layers" (llama.cpp), "tensor" (vLLM, MLC, TGI) or "sequential" (Transformers)
+    layout: str  # "layers" (llama.cpp), "tensor" (vLLM, SGLang, MLC, TGI) or "sequential" (Transformers)
     allowance: int  # bytes per GPU: compute buffers, CUDA context, graphs (an allowance, not a measurement)
     allowance_why: str
     kv_rule: str  # which engine's KV rules fit/kv.py applies ("llama.cpp" or "vllm")
@@ -38,12 +38,15 @@ ENGINES: dict[str, Engine] = {
                         "the output layer is", "llama.cpp"),
     "vllm": Engine("vllm", "tensor", 6 * GiB, "activations and CUDA graphs (deployments measure 4.8-8 GiB per GPU)",
                    "vllm"),
+    "sglang": Engine("sglang", "tensor", 6 * GiB, "activations and CUDA graphs, as for vLLM (outside "
+                     "--mem-fraction-static)", "vllm"),
     "mlc": Engine("mlc", "tensor", 2 * GiB, "MLC-LLM's prefill workspace and CUDA context", "vllm"),
     "tgi": Engine("tgi", "tensor", 6 * GiB, "text-generation-inference's warm-up batch and CUDA graphs", "vllm"),
     "transformers": Engine("transformers", "sequential", 2 * GiB, "activations and the CUDA context", "vllm"),
 }
 _SPELLINGS = {"llama": "llama.cpp", "llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "vllm": "vllm",
               "mlc": "mlc", "mlc-llm": "mlc", "mlc_llm": "mlc", "tgi": "tgi", "text-generation-inference": "tgi",
+              "sglang": "sglang",
               "transformers": "transformers", "accelerate": "transformers", "hf": "transformers"}
 
 
@@ -51,39 +54,16 @@ def engine_named(text: str, option: str = "--engine") -> Engine:
     key = _SPELLINGS.get(text.strip().lower(), text.strip().lower())
     if key not in ENGINES:
         raise UsageError(f"{option}: {text!r} is not an engine gpulaunch sizes for",
-                         hint="one of llama.cpp, vllm, mlc, tgi, transformers")
+                         hint="one of llama.cpp, vllm, sglang, mlc, tgi, transformers")
     return ENGINES[key]
 
 
-def _module(argv: Sequence[str]) -> str | None:
-    """``python -m vllm.entrypoints...`` → ``vllm.entrypoints...``."""
-    for i, arg in enumerate(argv[1:-1], start=1):
-        if arg == "-m":
-            return argv[i + 1]
-    return None
-
-
 def detect(argv: Sequence[str]) -> Engine | None:
-    """The engine a command runs, from its command word (and, for ``python -m``, the module)."""
-    if not argv:
-        return None
-    word = os.path.basename(argv[0])
-    if word.startswith("llama-") or word in ("main", "server"):
-        return ENGINES["llama.cpp"]
-    if word == "vllm":
-        return ENGINES["vllm"]
-    if word in ("mlc_llm", "mlc-llm"):
-        return ENGINES["mlc"]
-    if word == "text-generation-launcher":
-        return ENGINES["tgi"]
-    if word.startswith("python") or word in ("accelerate", "torchrun"):
-        module = _module(argv) or ""
-        top = module.split(".")[0]
-        if top == "vllm":
-            return ENGINES["vllm"]
-        if top == "mlc_llm":
-            return ENGINES["mlc"]
-        if top == "llama_cpp":
-            return ENGINES["llama.cpp"]
+    """The engine a command runs, from its command word (and, for ``python -m``, the module): the
+    same reading as the engines' command-line tables (fit/cmdline); launchers run Transformers scripts."""
+    from gpu_launch.fit.cmdline import engine_of
+
+    name = engine_of(argv)
+    if name in ("torchrun", "accelerate", "deepspeed"):
         return ENGINES["transformers"]
-    return None
+    return ENGINES.get(name or "")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpu_launch.fit import kv as kv_rules
+from gpu_launch.fit import stages
 from gpu_launch.fit.engines import Engine
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -50,6 +51,21 @@ class Settings:
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
     gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: N offloaded, the rest on the CPU
+    tp: int | None = None  # tensor parallelism the engine will run (None: gpulaunch picks it, {tp})
+    tp_explicit: bool = False  # the command writes tp (else tp is the engine's default: vLLM and SGLang run 1)
+    pp: int = 1  # pipeline stages the command asks for (vLLM -pp, SGLang --pp-size, MLC pipeline_parallel_stages)
+    dp: int = 1  # data-parallel replicas on these GPUs, each a whole copy of the model
+    ranks_factor: int = 1  # other factors of the GPU count (vLLM -pcp)
+    nnodes: int = 1  # the command spreads its ranks over this many nodes (vLLM/SGLang --nnodes): this one holds a share
+    node_rank: int = 0
+    gpus_per_node: int | None = None  # the kind of node a several-node answer counts in (--gpus-per-node)
+    fixed_by: str = ""  # how the command fixes the GPU count, for messages ("as the command's -tp 2 says")
+    environ: tuple[tuple[str, str], ...] = ()  # the command's own variables that move layers (VLLM_PP_LAYER_PARTITION)
+
+    @property
+    def group(self) -> int:
+        """The GPU count over tp: pp × dp × the other factors (tp × group GPUs run the command)."""
+        return self.pp * self.dp * self.ranks_factor
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,7 @@ class GpuShare:
     allowance_bytes: int
     free_bytes: int
     units: int = 0  # llama.cpp: layers (the output layer counts as one) on this GPU
+    stage: int = 0  # tensor layouts: the pipeline stage this GPU belongs to
 
     @property
     def left_bytes(self) -> int:
@@ -129,12 +146,17 @@ class Placement:
     short_bytes: int = 0  # how much is missing for that, 0 when whole
     notes: tuple[str, ...] = field(default=())
     units: int = 0  # llama.cpp's offload units in all (the layers and the output); 0 for the other engines
+    pp: int = 1  # tensor layouts: pipeline stages, and what a GPU of each holds
+    stage_shares: tuple[stages.StageShare, ...] = ()
+    budgets: tuple[int, ...] = ()  # tensor layouts: what the engine may use of each GPU (vLLM: utilisation × total)
 
     def placeholders(self, ctx: int) -> dict[str, str]:
         """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
         ``{max_memory}`` for this placement (absent where the engine has no such number)."""
         n = len(self.per_gpu)
         values = {"ctx": str(ctx), "tp": str(self.tp if self.tp is not None else n)}
+        if self.stage_shares:
+            values["pp"] = str(self.pp)
         if self.gpu_layers is not None:
             values["gpu_layers"] = str(self.gpu_layers)
         if self.tensor_split is not None:
@@ -152,19 +174,22 @@ class Plan:
 
     sizing: Sizing
     placement: Placement
+    nodes: int = 1  # a several-node plan: the placement covers every rank, node after node
+    gpus_per_node: int | None = None  # None: one node, the placement's GPUs
+    node_reason: str = ""  # why one node of this kind does not do
 
     def placeholders(self) -> dict[str, str]:
         return self.placement.placeholders(self.sizing.settings.ctx)
 
+    def shown_placeholders(self) -> dict[str, str]:
+        """The values a one-line summary shows: ``{pp}`` only when there are stages."""
+        return {k: v for k, v in self.placeholders().items() if not (k == "pp" and v == "1")}
+
 
 def tp_sizes(model: ModelFacts, most: int) -> list[int]:
-    """Tensor-parallel sizes 1, 2, 4, 8 (up to ``most``) that divide the attention heads, and whose
-    KV heads split evenly or replicate evenly (vLLM: kv_heads % tp == 0, or tp % kv_heads == 0 when
-    tp exceeds them); vLLM, MLC-LLM and TGI refuse the others."""
-    heads = model.hyper.n_heads
-    kv = max(model.hyper.kv_heads, default=0)
-    return [t for t in (1, 2, 4, 8) if t <= most and (heads <= 0 or heads % t == 0)
-            and (kv <= 0 or model.hyper.kv_lora_rank or kv % t == 0 or t % kv == 0)]
+    """Tensor-parallel sizes 1, 2, 4, 8 (up to ``most``) the engines accept for this model: dividing
+    the attention heads, KV heads split or replicated evenly (fit/stages.py, ``tp_problem``)."""
+    return [t for t in (1, 2, 4, 8) if t <= most and stages.tp_problem(model, t) is None]
 
 
 def _allowance(s: Sizing) -> int:
@@ -305,43 +330,51 @@ def _flatten(filled: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
 
 
 def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
-    """vLLM/MLC-LLM/TGI tensor parallelism over ``len(rooms)`` GPUs: 1/tp of the weights each, KV
-    heads max(1, kv_heads // tp) each (replicated beyond the KV head count), MLA's latent cache whole
-    on every rank."""
-    tp = len(rooms)
-    h = s.model.hyper
-    weights = -(-s.model.weights.total // tp)
-    kv = 0
-    for il, size in enumerate(s.kv.per_layer):
-        heads = h.kv_heads[il] if il < len(h.kv_heads) else 0
-        if h.kv_lora_rank or heads == 0:
-            kv += size if h.kv_lora_rank else -(-size // tp)
-        else:
-            kv += -(-size * max(1, heads // tp) // heads)
+    """vLLM/SGLang/MLC-LLM/TGI: tp-way tensor parallelism within each of pp pipeline stages, dp
+    replicas, over ``len(rooms)`` GPUs in rank order (rank = stage × tp + tp rank, replica after
+    replica: vLLM's and SGLang's order). Each GPU holds its stage's share (fit/stages.py)."""
+    st = s.settings
+    tp = st.tp or max(1, len(rooms) * st.nnodes // st.group)
+    local = tp * st.group // max(1, st.nnodes)  # the ranks on this node: the command's --node-rank's share
+    first = st.node_rank * local if st.nnodes > 1 else 0
+    shares_of = stages.stage_shares(s.model, s.kv, tp, st.pp, dict(st.environ))
     allowance = _allowance(s)
-    per_gpu = weights + kv + allowance
     notes: list[str] = []
-    valid = tp in tp_sizes(s.model, tp) or tp > 8 and (h.n_heads <= 0 or h.n_heads % tp == 0)
-    if not valid:
-        notes.append(f"tensor parallelism {tp} does not divide the {h.n_heads} attention heads "
-                     f"and {max(h.kv_heads, default=0)} KV heads evenly")
+    problem = stages.tp_problem(s.model, tp)
+    if problem:
+        notes.append(f"tensor parallelism {tp}: {problem}")
+    replicated = stages.replicated_note(s.model, tp)
+    if replicated:
+        notes.append(replicated)
     util = None
     budgets = [r.free for r in rooms]
-    if s.engine.name == "vllm":
+    if s.engine.name == "vllm" or (s.engine.name == "sglang" and (st.gpu_mem_util is not None or st.util_placeholder)):
         util, budgets, why = _vllm_budget(s, rooms)
         if why:
             notes.append(why)
-    shares = tuple(GpuShare(r.gpu, weights, kv, allowance, r.free) for r in rooms)
-    short = max(0, max(per_gpu - b for b in budgets))
-    whole = valid and short == 0
-    return Placement(s.engine.name, shares, tp=tp, gpu_mem_util=util, whole=whole, fits=whole,
-                     need_bytes=per_gpu * tp, short_bytes=short * tp, notes=tuple(notes))
+    elif st.gpu_mem_util is not None:  # TGI --cuda-memory-fraction, MLC gpu_memory_utilization: a cap
+        budgets = [min(r.free, int(st.gpu_mem_util * (r.total or r.free))) for r in rooms]
+    gpus = []
+    for i, r in enumerate(rooms):
+        share = shares_of[((first + i) // tp) % len(shares_of)]
+        gpus.append(GpuShare(r.gpu, share.weights_bytes, share.kv_bytes, allowance, r.free, stage=share.stage))
+    # SGLang's fraction covers the weights and KV pool; its graphs and activations live outside it
+    outside = allowance if s.engine.name == "sglang" and util is not None else 0
+    short = max((g.weights_bytes + g.kv_bytes + g.allowance_bytes - outside - b for g, b in zip(gpus, budgets)),
+                default=0)
+    short = max(0, short)
+    whole = not problem and short == 0 and len(rooms) == local
+    need = sum(g.weights_bytes + g.kv_bytes + g.allowance_bytes for g in gpus)
+    return Placement(s.engine.name, tuple(gpus), tp=tp, gpu_mem_util=util, whole=whole, fits=whole,
+                     need_bytes=need, short_bytes=short * len(rooms), notes=tuple(notes), pp=st.pp,
+                     stage_shares=shares_of, budgets=tuple(budgets))
 
 
 def _vllm_budget(s: Sizing, rooms: Sequence[Room]) -> tuple[float, list[int], str]:
-    """What vLLM may use on each GPU: utilisation × total, and it refuses to start when a GPU has
-    less than that free. gpulaunch picks the utilisation for ``{gpu_mem_util}`` (the most every
-    GPU of the set has free, at most 0.95), else it is the command's value or vLLM's 0.9."""
+    """What vLLM (or SGLang, with --mem-fraction-static) may use on each GPU: utilisation × total,
+    and it refuses to start when a GPU has less than that free. gpulaunch picks the utilisation for
+    ``{gpu_mem_util}`` (the most every GPU of the set has free, at most 0.95), else it is the
+    command's value or vLLM's 0.9."""
     totals = [r.total or r.free or 1 for r in rooms]  # a GPU whose total is unknown: its free memory is all
     if s.settings.gpu_mem_util is not None:
         util = s.settings.gpu_mem_util
@@ -354,7 +387,7 @@ def _vllm_budget(s: Sizing, rooms: Sequence[Room]) -> tuple[float, list[int], st
     for r, t in zip(rooms, totals):
         if r.free < util * t:
             budgets.append(0)
-            why = f"GPU {r.gpu} has less than {util:.2f} of its memory free: vLLM would refuse to start"
+            why = f"GPU {r.gpu} has less than {util:.2f} of its memory free: {s.engine.name} would refuse to start"
         else:
             budgets.append(int(util * t))
     return util, budgets, why

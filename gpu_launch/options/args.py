@@ -109,7 +109,7 @@ OPTIONS: tuple[Option, ...] = (
            "N", positive, SIZING, "Model"),
     Option(("--kv-type",), "kv_type", "--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the "
            "command's -ctk/--kv-cache-dtype, else f16)", "T", kv_type, SIZING, "Model"),
-    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, mlc, tgi, transformers (default: from the "
+    Option(("--engine",), "engine", "--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the "
            "command word, else from the model's format)", "E", engine, SIZING, "Model"),
     Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
            "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
@@ -145,7 +145,9 @@ OPTIONS: tuple[Option, ...] = (
            "engine gets its own rank, head and port flags ({nnodes} {node_rank} {head_addr} {head_port} {pp} for "
            "other commands)", "N", positive, frozenset({RUN}), "Nodes"),
     Option(("--gpus-per-node",), "gpus_per_node", "--nodes: GPUs on each node (default: every GPU the node's "
-           "allotment holds)", "G", count, frozenset({RUN}), "Nodes"),
+           "allotment holds); --fit MODEL, plan: a node has G GPUs like this machine's (default: all of them), and a "
+           "model one such node cannot hold is planned over N nodes (tp within, pp across)", "G", count, SIZING,
+           "Nodes"),
     Option(("--node-rank",), "node_rank", "--nodes by hand (no Slurm): this machine's rank, 0 (the head) to N-1",
            "R", lambda v, o: whole_number(v, o, "1"), frozenset({RUN}), "Nodes"),
     Option(("--head",), "head", "--nodes by hand (no Slurm): the head's address as the other nodes reach it, and "

@@ -13,7 +13,7 @@ GPUs ``--fit`` chose. The rules (docs/choosing-gpus.md, "Placeholders: {n} and {
 * ``{{n}}`` is the escape: it becomes the literal ``{n}`` (and ``{{{n}}}`` becomes ``{{n}}``).
 * The program name (``argv[0]``) is never replaced.
 
-With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{gpu_layers}`` (llama.cpp
+With ``--fit MODEL`` the plan adds ``{tp}`` (tensor-parallel size), ``{pp}`` (pipeline stages), ``{gpu_layers}`` (llama.cpp
 ``-ngl``: the output layer counts as one), ``{tensor_split}`` (layers per GPU, ``-ts``), ``{ctx}``
 (the context sized for), ``{gpu_mem_util}`` (vLLM's utilisation) and ``{max_memory}`` (Accelerate's
 map as JSON, keyed by the child's device numbers), under the same rules. Without a model they stay
@@ -21,7 +21,8 @@ as written, and the launch refuses to run a command that uses them (:data:`MODEL
 
 With ``--nodes`` each node adds ``{nnodes}``, ``{node_rank}``, ``{head_addr}``, ``{head_port}`` and ``{pp}``
 (the nodes, one pipeline stage each) for commands whose multi-node flags gpulaunch does not know
-(:data:`NODE_NAMES`; docs/several-nodes.md); without ``--nodes`` a command that uses them is refused.
+(:data:`NODE_NAMES`; docs/several-nodes.md); without ``--nodes`` a command that uses them is refused
+(``{pp}`` then needs ``--fit MODEL``, as the other plan placeholders).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from collections.abc import Mapping, Sequence
 __all__ = ["NAMES", "MODEL_NAMES", "NODE_NAMES", "substitute", "near_misses", "model_names_used", "node_names_used"]
 
 NAMES = ("n", "gpus")
-MODEL_NAMES = ("tp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
-NODE_NAMES = ("nnodes", "node_rank", "head_addr", "head_port", "pp")
+MODEL_NAMES = ("tp", "pp", "gpu_layers", "tensor_split", "ctx", "gpu_mem_util", "max_memory")
+#: A node's own placeholders; ``{pp}`` is also the plan's (a plan over nodes) and a node's (one stage a node).
+NODE_NAMES = ("nnodes", "node_rank", "head_addr", "head_port")
+_NODE_VALUES = (*NODE_NAMES, "pp")
 
 
 def _values(count: int) -> dict[str, str]:
@@ -59,7 +62,7 @@ def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None 
     if not argv:
         return tuple(argv)
     values = {**_values(count), **{k: v for k, v in (model or {}).items() if k in MODEL_NAMES},
-              **{k: v for k, v in (nodes or {}).items() if k in NODE_NAMES}}
+              **{k: v for k, v in (nodes or {}).items() if k in _NODE_VALUES}}
     out = [argv[0]]
     for i, arg in enumerate(argv[1:], start=1):
         if model and _is_overrides(argv, i):

@@ -316,7 +316,7 @@ def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = fr
     if request.model is not None:
         from gpu_launch.choose import by_model
 
-        return by_model.hopeless(request.model, usable)
+        return by_model.hopeless(by_model.for_machine(request.model, machine), usable)
     if request.fit is not None:
         biggest = gpu_select.largest_total_mib(usable)
         if request.fit.mib is not None and biggest < request.fit.mib:

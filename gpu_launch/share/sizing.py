@@ -60,7 +60,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
 
     env = os.environ if environ is None else environ
     engine = options.get("engine") or (engines.detect(argv) if argv else None)
-    said = fit_command.read_command(argv, engine) if argv and engine is not None else fit_command.CommandFacts()
+    said = fit_command.read_command(argv, engine, env) if argv and engine is not None else fit_command.CommandFacts()
     source = ref
     if ref == MODEL_WORD:
         if not argv:
@@ -73,7 +73,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     model = _read(source, env)
     if engine is None:
         engine = _default_engine(model)
-        said = fit_command.read_command(argv, engine) if argv else said
+        said = fit_command.read_command(argv, engine, env) if argv else said
     ctx, ctx_from = options.get("ctx"), "--ctx"
     if ctx is None and said.ctx:
         ctx, ctx_from = said.ctx, "the command"
@@ -94,27 +94,83 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     seqs = options.get("parallel") or said.parallel or (4 if auto_slots else 1)
     unified = said.kv_unified if said.kv_unified is not None else (auto_slots or seqs == 1)
     reserve = options.get("reserve")
-    util = _float(said.gpu_mem_util)
+    util = said.said.number("gpu_mem_util") if said.said is not None else None
     ngl = (said.gpu_layers or "").strip().lower()
+    word = said.said.word("gpu_layers") if said.said is not None else None
     units = model.hyper.n_layers + 1 + model.hyper.nextn_layers  # llama.cpp's -ngl units: all of them offloads all
     # -ngl N below that keeps the rest on the CPU by request: size what it asks for, not the whole model
-    cap = int(ngl) if engine.layout == "layers" and ngl.isascii() and ngl.isdigit() and int(ngl) < units else None
-    self_fit = engine.name == "llama.cpp" and bool(argv) and ngl in ("", "auto")
-    partial = engine.layout == "layers" and (ngl in ("", "auto", _PLACEHOLDER) or cap is not None)
+    number = said.said.number("gpu_layers") if said.said is not None and not word else None
+    cap = int(number) if engine.layout == "layers" and number is not None and number < units else None
+    self_fit = engine.name == "llama.cpp" and bool(argv) and (ngl == "" or word == "auto")
+    partial = engine.layout == "layers" and (ngl == "" or word == "auto" or ngl == _PLACEHOLDER or cap is not None)
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
-                             partial=partial, gpu_mem_util=util, util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
+                             partial=partial, gpu_mem_util=float(util) if util is not None else None,
+                             util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
                              batched_tokens=said.batched_tokens, gpu_layers_cap=cap, ctx_from=ctx_from,
-                             self_fit=self_fit)
+                             self_fit=self_fit, gpus_per_node=options.get("gpus_per_node"),
+                             **_parallel(said, engine, model, bool(argv), env))
     return plan.sizing(model, engine, settings)
 
 
-def _float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value <= 1 else None
+#: Engines that run one GPU unless the command says more (vLLM's and SGLang's tp default is 1); TGI
+#: shards over every GPU it sees, and MLC-LLM reads its compiled config: gpulaunch picks for those.
+_TP_DEFAULT_ONE = ("vllm", "sglang")
+_SHOWN = {"vllm": "vLLM", "sglang": "SGLang"}
+_SPELLING = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "tgi": "--num-shard",
+             "mlc": "tensor_parallel_shards"}
+
+
+def _parallel(said: Any, engine: Engine, model: ModelFacts, has_command: bool, environ: Mapping[str, str]
+              ) -> dict[str, Any]:
+    """The parallel sizes the command fixes, checked as the engine checks them (one line, exit 2, with
+    the valid choice), as Settings fields. A placeholder leaves the size to gpulaunch."""
+    from gpu_launch.fit import stages
+
+    if engine.layout != "tensor" or said.said is None:
+        return {}
+    ss = said.said
+
+    def fixed(meaning: str) -> int | None:
+        value = ss.number(meaning)
+        return int(value) if value is not None else None
+
+    tp_text = said.tp  # TGI's --sharded false already made it 1
+    tp = int(tp_text) if tp_text is not None and not tp_text.startswith("{") else None
+    pp, dp = fixed("pp") or 1, fixed("dp_local") or fixed("dp") or 1
+    explicit = tp is not None
+    written = [ss.get(m).written for m in ("tp", "pp", "dp_local", "dp", "pcp")
+               if ss.get(m) is not None and not ss.get(m).placeholder]
+    if engine.name == "tgi" and tp_text == "1" and ss.get("sharded") is not None:
+        written.insert(0, ss.get("sharded").written)
+    given = " ".join(written)
+    fixed_by = f"as the command's {given} says" if given else ""
+    if tp is None and ss.get("tp") is None and has_command and engine.name in _TP_DEFAULT_ONE:
+        tp = 1
+        fixed_by = f"{_SHOWN[engine.name]}'s default with no {_SPELLING[engine.name]}" + (
+            f"; the command's {given}" if given else "")
+    if tp is not None:
+        problem = stages.tp_problem(model, tp)
+        if problem:
+            choices = ", ".join(str(t) for t in stages.tp_choices(model, 64))
+            raise UsageError(f"{engine.name} refuses tensor parallelism {tp} ({ss.get('tp').written}) for "
+                             f"{model.name or model.source}: {problem}",
+                             hint=f"the sizes it accepts for this model: {choices}; or "
+                                  f"{_SPELLING.get(engine.name, 'its tensor-parallel option')} "
+                                  "{tp} to let gpulaunch pick")
+    if pp > 1:
+        why = stages.pp_problem(model, engine.name) or (
+            f"the model has {model.hyper.n_layers} layers" if pp > model.hyper.n_layers else None)
+        if why:
+            raise UsageError(f"{engine.name} refuses {pp} pipeline stages for {model.name or model.source}: {why}",
+                             hint="drop the pipeline-parallel option, or use more tensor parallelism")
+    nnodes = said.nnodes if said.nnodes and said.nnodes > 1 else 1
+    factor = said.ranks_factor
+    if nnodes > 1 and (tp or 1) * pp * dp * factor % nnodes:
+        raise UsageError(f"the command's ranks ({given or 'tp 1'}) do not split evenly over its --nnodes {nnodes}",
+                         hint="make tp × pp a multiple of the nodes")
+    return {"tp": tp, "tp_explicit": explicit, "pp": pp, "dp": dp, "ranks_factor": factor,
+            "fixed_by": fixed_by, "nnodes": nnodes,
+            "node_rank": min(said.node_rank or 0, nnodes - 1),
+            "environ": tuple((k, environ[k]) for k in ("VLLM_PP_LAYER_PARTITION",) if k in environ)}

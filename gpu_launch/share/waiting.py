@@ -157,6 +157,8 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     except UNMET as exc:
                         last = exc
                         why = hopeless(request, machine)
+                        if why is not None and getattr(exc, "final", False):
+                            raise exc from None  # the line says why no wait helps, and what would
                         if why is not None:
                             raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
                                              hint="relax the constraints, or ask for fewer GPUs") from None

@@ -24,6 +24,8 @@ def _gib(n: int) -> str:
 def as_json(p: Plan) -> dict[str, Any]:
     s, pl = p.sizing, p.placement
     m, w = s.model, s.model.weights
+    per_node = p.gpus_per_node or len(pl.per_gpu)
+    allowance = s.settings.reserve if s.settings.reserve is not None else s.engine.allowance
     return {
         "schema": 1,
         "model": {
@@ -44,15 +46,23 @@ def as_json(p: Plan) -> dict[str, Any]:
         "labels": dict(LABELS),
         "allowance": {"bytes_per_gpu": s.settings.reserve if s.settings.reserve is not None else s.engine.allowance,
                       "why": "--reserve" if s.settings.reserve is not None else s.engine.allowance_why},
-        "gpus": [sh.gpu for sh in pl.per_gpu],
+        "gpus": [sh.gpu for sh in pl.per_gpu[:per_node]],
         "per_gpu": [{"gpu": sh.gpu, "weights_bytes": sh.weights_bytes, "kv_bytes": sh.kv_bytes,
                      "allowance_bytes": sh.allowance_bytes, "free_bytes": sh.free_bytes, "left_bytes": sh.left_bytes,
-                     "layers": sh.units if s.engine.layout != "tensor" else None} for sh in pl.per_gpu],
+                     "layers": sh.units if s.engine.layout != "tensor" else None, "stage": sh.stage,
+                     "node": i // per_node} for i, sh in enumerate(pl.per_gpu)],
         "cpu_weights_bytes": pl.cpu_weights_bytes,
         "cpu_kv_bytes": pl.cpu_kv_bytes,
         "whole": pl.whole,
         "gpu_layers": pl.gpu_layers,
         "tp": pl.tp,
+        "pp": pl.pp if pl.stage_shares else None,
+        "nodes": p.nodes,
+        "gpus_per_node": per_node,
+        "stages": [{"stage": st.stage, "layers": [st.first, st.end], "weights_bytes": st.weights_bytes,
+                    "kv_bytes": st.kv_bytes, "allowance_bytes": allowance,
+                    "nodes": sorted({i // per_node for i, sh in enumerate(pl.per_gpu) if sh.stage == st.stage})}
+                   for st in pl.stage_shares],
         "placeholders": p.placeholders(),
         "notes": list(pl.notes),
     }
@@ -76,17 +86,40 @@ def as_text(p: Plan, why: str = "") -> str:
     allowance = s.settings.reserve if s.settings.reserve is not None else s.engine.allowance
     lines.append(f"engine: {s.engine.name}; allowance {_gib(allowance)} per GPU [allowance: "
                  f"{'--reserve' if s.settings.reserve is not None else s.engine.allowance_why}]")
-    lines.append(f"{'GPU':>5} {'weights':>11} {'KV':>11} {'allowance':>11} {'free':>11} {'left':>11}"
-                 + ("  layers" if s.engine.layout != "tensor" else ""))
-    for sh in pl.per_gpu:
-        lines.append(f"{sh.gpu:>5} {_gib(sh.weights_bytes):>11} {_gib(sh.kv_bytes):>11} {_gib(sh.allowance_bytes):>11} "
-                     f"{_gib(sh.free_bytes):>11} {_gib(sh.left_bytes):>11}"
-                     + (f"  {sh.units}" if s.engine.layout != "tensor" else ""))
+    if p.nodes > 1:
+        lines += _stage_table(p, allowance)
+    else:
+        staged = pl.pp > 1
+        lines.append(f"{'GPU':>5} {'weights':>11} {'KV':>11} {'allowance':>11} {'free':>11} {'left':>11}"
+                     + ("  layers" if s.engine.layout != "tensor" else "  stage" if staged else ""))
+        for sh in pl.per_gpu:
+            lines.append(f"{sh.gpu:>5} {_gib(sh.weights_bytes):>11} {_gib(sh.kv_bytes):>11} "
+                         f"{_gib(sh.allowance_bytes):>11} {_gib(sh.free_bytes):>11} {_gib(sh.left_bytes):>11}"
+                         + (f"  {sh.units}" if s.engine.layout != "tensor" else f"  {sh.stage}" if staged else ""))
     if pl.cpu_weights_bytes or pl.cpu_kv_bytes:
         lines.append(f"{'CPU':>5} {_gib(pl.cpu_weights_bytes):>11} {_gib(pl.cpu_kv_bytes):>11}"
                      + ("  (the token embedding stays on the host)" if s.engine.layout == "layers" else ""))
     lines += [f"note: {n}" for n in pl.notes]
-    values = p.placeholders()
+    values = p.shown_placeholders()
     lines.append("placeholders: " + " ".join(f"{{{k}}}={v}" for k, v in values.items()))
     text = "\n".join(lines) + "\n"
     return text + (why if why else "")
+
+
+def _stage_table(p: Plan, allowance: int) -> list[str]:
+    """A several-node plan: the split, then one line per pipeline stage (what each of its GPUs holds)."""
+    pl = p.placement
+    per_node = p.gpus_per_node or len(pl.per_gpu)
+    total = max((sh.free_bytes for sh in pl.per_gpu), default=0)
+    lines = [f"nodes: {p.nodes} × {per_node} GPUs ({_gib(total)} each, all free), tp {pl.tp} within a node × "
+             f"pp {pl.pp} across",
+             f"{'stage':>5} {'layers':>9} {'nodes':>6} {'weights':>11} {'KV':>11} {'allowance':>11} {'a GPU':>11} "
+             f"{'left':>11}"]
+    for st in pl.stage_shares:
+        nodes = sorted({i // per_node for i, sh in enumerate(pl.per_gpu) if sh.stage == st.stage})
+        need = st.weights_bytes + st.kv_bytes + allowance
+        room = min((b for b, sh in zip(pl.budgets, pl.per_gpu) if sh.stage == st.stage), default=total)
+        layers = f"{st.first}-{st.end - 1}" if st.end > st.first else "-"
+        lines.append(f"{st.stage:>5} {layers:>9} {','.join(map(str, nodes)):>6} {_gib(st.weights_bytes):>11} "
+                     f"{_gib(st.kv_bytes):>11} {_gib(allowance):>11} {_gib(need):>11} {_gib(room - need):>11}")
+    return lines

@@ -209,7 +209,7 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
         "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
         "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
     }),
-    "engine": {"enum": ["llama.cpp", "vllm", "mlc", "tgi", "transformers"]},
+    "engine": {"enum": ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers"]},
     "ctx": {"type": "integer", "minimum": 1},
     "ctx_from": _STR,
     "parallel": {"type": "integer", "minimum": 1},
@@ -219,15 +219,24 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "labels": _obj({"weights": _LABEL, "kv": _LABEL, "allowance": _LABEL}),
     "allowance": _obj({"bytes_per_gpu": _BYTES, "why": _STR}),
     "gpus": _INDICES,
-    "per_gpu": {"type": "array", "items": _obj({
+    "per_gpu": {"type": "array", "items": _obj({  # a several-node plan: every rank, node after node
         "gpu": {"type": "integer", "minimum": 0}, "weights_bytes": _BYTES, "kv_bytes": _BYTES,
         "allowance_bytes": _BYTES, "free_bytes": _BYTES, "left_bytes": _INT, "layers": _NINT,
+        "stage": _COUNT, "node": _COUNT,
     })},
     "cpu_weights_bytes": _BYTES,
     "cpu_kv_bytes": _BYTES,
     "whole": {"type": "boolean"},
     "gpu_layers": _NINT,
     "tp": _NINT,
+    "pp": _NINT,  # pipeline stages (tensor-parallel engines), null for the others
+    "nodes": {"type": "integer", "minimum": 1},  # nodes of this kind the plan needs (1: this machine)
+    "gpus_per_node": _COUNT,  # GPUs used on each node
+    "stages": {"type": "array", "items": _obj({  # per pipeline stage: what each of its GPUs holds
+        "stage": _COUNT, "layers": {"type": "array", "items": _COUNT, "minItems": 2, "maxItems": 2},
+        "weights_bytes": _BYTES, "kv_bytes": _BYTES, "allowance_bytes": _BYTES,
+        "nodes": {"type": "array", "items": _COUNT},
+    })},
     "placeholders": {"type": "object", "additionalProperties": _STR},
     "notes": {"type": "array", "items": _STR},
 })
