@@ -35,10 +35,12 @@ HOLD = ("import os, sys; print('ready', os.getpid(), os.environ.get('GPULAUNCH_G
 #: Run as the second user: every way to take away (``take``) or plant (``plant``) a lock file at the
 #: given paths; prints what worked.
 TAMPER = r"""
-import os, sys
-how, paths = sys.argv[1], sys.argv[2:]
+import os, sys, tempfile
+how, scratch, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 for path in paths:
+    mine = tempfile.mkstemp(dir=scratch)[1]  # a file of our own, on the same file system
     tries = {"take": [("removed", lambda: os.unlink(path)), ("renamed", lambda: os.rename(path, path + ".x")),
+                      ("renamed a file over", lambda: os.rename(mine, path)),
                       ("chmod-ed", lambda: os.chmod(path, 0o600))],
              "plant": [("planted a symlink at", lambda: os.symlink("/nonexistent", path)),
                        ("planted a file at", lambda: os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))),
@@ -67,8 +69,11 @@ def _depths(locks: Path, gpu: int) -> list[str]:
 def _tamper(top: Path, how: str, paths: list[str]) -> str:
     prefix = as_nobody()
     python = python_for_nobody(prefix, top)
-    done = subprocess.run([*prefix, python, "-c", TAMPER, how, *paths], capture_output=True, text=True, timeout=60,
-                          cwd=top)
+    scratch = top / "nobodys"
+    scratch.mkdir(exist_ok=True)
+    os.chown(scratch, 65534, 65534)
+    done = subprocess.run([*prefix, python, "-c", TAMPER, how, str(scratch), *paths], capture_output=True, text=True,
+                          timeout=60, cwd=top)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -150,6 +155,24 @@ def test_nothing_another_user_plants_can_keep_a_nested_launch_off_its_jobs_gpu(s
     for path in _depths(locks, 3):  # all there, all root's, as `locks init` made them
         st = os.lstat(path)
         assert stat.S_ISREG(st.st_mode) and (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o666), path
+
+
+def test_in_the_tmp_kind_a_file_planted_one_level_deeper_is_named_as_what_blocks_the_gpu(shared_dir: Path) -> None:
+    """Where the file system cannot refuse it (a sticky, world-writable dir), it is shown: a symlink
+    another user planted at GPU 5's nested lock path keeps the launches nested in any job on GPU 5
+    off it, so GPU 5 is unavailable, and `ls`, `--explain` and `--gpus` say which file and whose."""
+    locks = shared_dir / "locks"
+    assert run([*SNAP, "-q", "--gpus", "5", "--", "true"], locks).returncode == 0  # the 1777 dir and GPU 5's file
+    nested = lockdir.nested_path(str(locks), GPUS[5], 1)
+    assert _tamper(shared_dir, "plant", [nested]).startswith(f"planted a symlink at {nested}\n")
+    ls = run([*SNAP, "ls"], locks)
+    row = next(line for line in ls.stdout.splitlines() if line.split()[:1] == ["5"])
+    assert "unavailable: lock file is a symlink; refusing to follow it (owner: nobody)" in row, ls.stdout
+    explain = run([*SNAP, "--auto", "1", "--explain"], locks)
+    assert f"GPU 5: unavailable for reservation: its lock file {nested} is a symlink" in explain.stdout, explain.stdout
+    named = run([*SNAP, "--gpus", "5", "--", "true"], locks)
+    assert named.returncode == 7 and nested in named.stderr and "(hint: ask nobody to remove it" in named.stderr, \
+        named.stderr
 
 
 def test_locks_init_again_keeps_a_held_lock_file_another_user_hard_linked(shared_dir: Path) -> None:
