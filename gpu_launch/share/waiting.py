@@ -61,12 +61,13 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
         why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
-    why = {e.gpu.label: gpu_select.held_reason(reserved[e.gpu.uuid]) for e in elig.excluded if e.gpu.uuid in reserved}
-    held = sum(1 for reason in why.values() if reason.startswith("reserved by"))
+    reasons = {e.gpu.label: gpu_select.held_reason(reserved[e.gpu.uuid]) for e in elig.excluded
+               if e.gpu.uuid in reserved}
+    held = sum(1 for reason in reasons.values() if reason.startswith("reserved by"))
     notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
     # Not reservations: say which GPU and why (who blocks it), as `ls` does.
-    odd = gpu_select.grouped(((label, reason) for label, reason in why.items() if not reason.startswith("reserved by")),
-                             " is ")
+    odd = gpu_select.grouped(((label, reason) for label, reason in reasons.items()
+                              if not reason.startswith("reserved by")), " is ")
     if odd:
         notes.append(odd)
     busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
