@@ -98,14 +98,14 @@ def test_a_multi_gpu_reservation_that_fails_half_way_leaves_no_lock_behind(tmp_p
 
 #: A waiter that stops just before it locks its ticket (while it holds queue.lock), until told to go on.
 PAUSED_JOIN = """
-import fcntl, os, sys
+import fcntl, os, sys, time
 real = fcntl.flock
 here = sys.argv[1]
 def flock(fd, op):
     if op == fcntl.LOCK_EX and "ticket-" in os.readlink(f"/proc/self/fd/{fd}") and not os.path.exists(here + "/go"):
         open(here + "/paused", "w").close()
         while not os.path.exists(here + "/go"):
-            os.read(os.open(here + "/gate", os.O_RDONLY), 1)  # a FIFO: blocks until the test opens it
+            time.sleep(0.01)
     return real(fd, op)
 fcntl.flock = flock
 from gpu_launch.cli import main
@@ -120,7 +120,6 @@ def test_a_queue_ticket_is_never_seen_before_it_is_locked(tmp_path: Path) -> Non
 
     locks, here = tmp_path / "locks", tmp_path / "here"
     here.mkdir()
-    os.mkfifo(here / "gate")
     one = write_snapshot(tmp_path / "one.json", first_gpus(example("workstation-4x"), 1))
     holder = start(["--snapshot", str(one), "--gpus", "0", "--", sys.executable, "-c", HOLD], locks,
                    stdin=subprocess.PIPE)
@@ -131,21 +130,21 @@ def test_a_queue_ticket_is_never_seen_before_it_is_locked(tmp_path: Path) -> Non
                                   "--wait", "60", "--", "true"], env=env(locks), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         wait_for(lambda: (here / "paused").exists() or first.poll() is not None, what="the waiter to pause")
-        assert first.poll() is None, first.stderr.read() if first.stderr else ""  # it waits on the FIFO
+        assert first.poll() is None, first.stderr.read() if first.stderr else ""  # it waits for "go"
         # Another waiter looks at the queue now (each waiter does, every poll): what it sees as dead, it removes.
         waitqueue.Ticket(str(locks)).ahead()
-        (here / "go").touch()
-        with open(here / "gate", "w"):
-            pass  # wakes it: it locks its ticket and waits
+        (here / "go").touch()  # it locks its ticket and waits
         Lines(first.stderr).wait("waiting")
         second = start(["--snapshot", str(one), "--gpus", "0", "--wait", "60", "--", "true"], locks)
         assert "1 waiter ahead in the queue" in Lines(second.stderr).wait("waiting")
     finally:
+        (here / "go").touch()
         holder.kill()
         holder.wait(timeout=30)
         for waiter in (first, second):
             if waiter is not None:
                 waiter.wait(timeout=60)
+
 
 
 # --- what counts as which kind of lock directory ----------------------------------------------------------
