@@ -175,6 +175,23 @@ def test_in_the_tmp_kind_a_file_planted_one_level_deeper_is_named_as_what_blocks
         named.stderr
 
 
+def test_a_nested_launch_in_a_dir_an_older_locks_init_set_up_says_to_run_it_again(shared_dir: Path) -> None:
+    """An older `locks init` made no nested lock files, and no user may add one: a launch nested in a
+    job there fails at once (exit 7, not a wait for ever) with the admin's fix."""
+    locks = _hardened(shared_dir)
+    for depth in range(1, lockdir.MAX_DEPTH):
+        os.unlink(lockdir.nested_path(str(locks), GPUS[2], depth))
+    python = python_for_nobody(as_nobody(), shared_dir)
+    inner = [python, "-m", "gpu_launch", *SNAP, "--auto", "1", "--wait", "60", "--", "true"]
+    done = nobody_gpulaunch(shared_dir, [*SNAP, "-q", "--gpus", "2", "--", *inner], locks)
+    assert done.returncode == 7 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "GPU 2 has no lock file in the hardened lock dir" in done.stderr, done.stderr
+    assert done.stderr.endswith(f"(hint: ask an admin to run `sudo gpulaunch locks init {locks}` again)\n")
+    again = run([*SNAP, "locks", "init", str(locks)])
+    assert again.returncode == 0 and "7 created" in again.stdout, again.stdout
+    assert nobody_gpulaunch(shared_dir, [*SNAP, "-q", "--gpus", "2", "--", *inner], locks).returncode == 0
+
+
 def test_locks_init_again_keeps_a_held_lock_file_another_user_hard_linked(shared_dir: Path) -> None:
     """A user may hard-link a 0666 lock file into a directory of their own; `locks init` run again
     (after adding GPUs) must not take that for a planted link and replace the file a job holds."""

@@ -233,7 +233,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         try:
             selection = _choose(request, machine, reserved, chooser, unusable, allotted)
         except UNMET as exc:
-            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
+            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable, allotted)
             raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
@@ -305,11 +305,14 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
 
 
 def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
-                     unusable: Mapping[str, lockdir.Unusable]) -> None:
+                     unusable: Mapping[str, lockdir.Unusable], allotted: frozenset[str] = frozenset()) -> None:
     """Raise LockDirError when the request is unmet for want of lock files only root can add to a
-    hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
+    hardened lock dir (GPUs changed since ``locks init``, or nested lock files an older ``locks init``
+    did not make): no wait can help, only an admin. Inside a job, the job's GPUs are all there is."""
     missing = frozenset(u for u, bad in unusable.items() if bad.missing)
-    if not missing or hopeless(request, machine, missing) is None:
+    if not missing:
+        return
+    if not (allotted and allotted <= missing) and hopeless(request, machine, missing) is None:
         return
     from gpu_launch.hardware.model import Device
 
@@ -317,7 +320,7 @@ def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lo
               if (m.uuid if m is not None else g.uuid) in missing]
     have = "has" if len(labels) == 1 else "have"
     raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
-                       "(GPUs changed since `locks init`?), so waiting cannot help",
+                       "(GPUs changed, or set up by an older gpulaunch, since `locks init`?), so waiting cannot help",
                        hint=lockdir.admin_hint(lock_dir) + " again") from None
 
 
