@@ -7,9 +7,9 @@ owned by root and writable by root alone (mode 0755), with one root-owned 0666 l
 MIG device of the machine, for every nesting depth (``UUID.lock``, ``UUID.in1.lock`` … up to
 :data:`~gpu_launch.share.lockdir.MAX_DEPTH`: a launch nested in a job locks one level deeper), and the
 queue's files made in advance. Everyone can open and lock them; only root can add, remove or rename
-anything, so no user can take away or plant a file another user's reservation relies on, at any depth. Waiters' tickets go in its ``queue/`` subdirectory
-(sticky and world-writable, like /tmp: a ticket is not a reservation, so its owner removing it only
-gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
+anything, so no user can take away or plant a file another user's reservation relies on, at any
+depth. Waiters' tickets go in its ``queue/`` subdirectory (sticky and world-writable, like /tmp: a
+ticket is not a reservation, so its owner removing it only gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
 the one thing that makes gpulaunch treat a directory as hardened.
 
 Running it again is safe while jobs hold GPUs: existing lock files are kept (their locks stay valid)

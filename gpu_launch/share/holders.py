@@ -2,12 +2,14 @@
 
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
-what counts. A *shared* ``flock`` on a lock file is no reservation (gpulaunch takes one only for an
-instant, to look), but it keeps every job from locking the file: such a GPU is shown *blocked*,
-naming the process that holds it where ``/proc/locks`` shows it (:func:`lock_state`). Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
+what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
 job's reservations from lock descriptors (:func:`~gpu_launch.share.nesting.lineage_holds`), and
 shares them out among the job's children through locks one level deeper
 (:func:`~gpu_launch.share.lockdir.nested_path`, :mod:`gpu_launch.share.nesting`).
+
+A *shared* ``flock`` on a lock file is no reservation (gpulaunch takes one only for an instant, to
+look), but it keeps every job from locking the file, and no file mode can refuse it: such a GPU is
+shown *blocked*, naming the process that holds it where ``/proc/locks`` shows it (:func:`lock_state`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ __all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "neste
            "lock_state", "LockWatch"]
 
 #: Looks again before a shared lock seen counts as one: other gpulaunches look at locks the same way,
-#: each holding a shared lock for an instant (seconds in all, so a burst of launches never sees one).
+#: each holding a shared lock for microseconds (76 ms in all, so a burst of launches never shows one).
 _LOOK_AGAIN = (0.001, 0.005, 0.02, 0.05)
 
 

@@ -343,8 +343,9 @@ def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None
 def open_error(path: str, exc: OSError) -> LockDirError:
     directory = os.path.dirname(path)
     if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
-        return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (set up before this GPU was added, "
-                                         "or by an older gpulaunch?), and only root may create it", "root, the directory's",
+        return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (set up before this GPU was "
+                                         "added, or by an older gpulaunch?), and only root may create it",
+                                         "root, the directory's",
                                          admin_hint(directory) + " again", missing=True))
     try:
         st = os.lstat(path)

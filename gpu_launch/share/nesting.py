@@ -10,11 +10,11 @@ The rule: a lock held by this process's own lineage (an inherited descriptor, or
 descriptor it hands down through exec, as :func:`lineage_holds`
 decides from the kernel's records) is the allotment at that depth; within it, a child takes the
 *next* depth's lock on the GPU (``UUID.in1.lock``, ``UUID.in2.lock``, … beside ``UUID.lock`` in the
-lock dir; a hardened one has them all, root's, made by ``locks init``). Siblings thus exclude each other exactly as unrelated
-jobs do at depth 0, and the child's own children share *its* GPU out one level deeper. One lock per
-(GPU, depth) exists at a time: depth d + 1 is only ever taken inside the single holder of depth d,
-so no key naming the allotment is needed, and a lock left by an orphan only makes its GPU look
-taken (never free twice).
+lock dir; a hardened one has them all, root's, made by ``locks init``). Siblings thus exclude each
+other exactly as unrelated jobs do at depth 0, and the child's own children share *its* GPU out one
+level deeper. One lock per (GPU, depth) exists at a time: depth d + 1 is only ever taken inside the
+single holder of depth d, so no key naming the allotment is needed, and a lock left by an orphan
+only makes its GPU look taken (never free twice). Launches nest at most ``MAX_DEPTH - 1`` deep.
 
 What is *not* an allotment: the Python API's own reservations in this very process (``use()``,
 ``reserve()``: they are this process's, taken for itself), and what the process this one was forked
