@@ -42,7 +42,7 @@ from gpu_launch.in_process.devices import Device, in_cuda_order
 from gpu_launch.in_process.holding import HELD, MINE, choose, release_held
 from gpu_launch.in_process.keywords import invocation, wait_seconds
 # The variables use() sets in os.environ are those a launch sets for its command.
-from gpu_launch.run.environment import SET_VARIABLES
+from gpu_launch.run.environment import LOCK_DIR_VARIABLE, SET_VARIABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
                              "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
     with HELD.guard:  # one process, one use(): threads calling it take turns
         release()  # the first choice goes, and the parent's variables come back, before choosing again
-        saved = {name: os.environ.get(name) for name in SET_VARIABLES}
+        saved = {name: os.environ.get(name) for name in (*SET_VARIABLES, LOCK_DIR_VARIABLE)}
         got, variables = choose(inv, take=True, inherit=True)
         HELD.locks, HELD.devices, HELD.saved = got.reservation, in_cuda_order(got.selection.devices), saved
         os.environ.update(variables)

@@ -81,6 +81,9 @@ def min_free_failure(free_mib: int, total_mib: int | None, min_free: Size | None
 #: How a GPU whose lock file cannot be used (planted symlink, someone's read-only file) is described in
 #: ``Constraints.reserved``: it is skipped like a reserved one, but is not "reserved by" anyone.
 UNRESERVABLE = "unavailable for reservation"
+#: How a GPU is described whose lock file someone holds a *shared* lock on: no reservation, but no job
+#: can lock it until that process lets go (share/holders.py).
+BLOCKED = "blocked by a shared lock"
 
 
 def grouped(pairs: Iterable[tuple[str, str]], joiner: str = ": ") -> str:
@@ -111,8 +114,9 @@ def _labels(labels: list[str]) -> str:
 
 
 def held_reason(who: str) -> str:
-    """``reserved by alice (pid 4242, …)``, or the lock file's problem for an unreservable GPU."""
-    return who if who.startswith(UNRESERVABLE) else f"reserved by {who}"
+    """``reserved by alice (pid 4242, …)``; the lock file's problem for an unreservable GPU; or who
+    blocks it with a shared lock."""
+    return who if who.startswith((UNRESERVABLE, BLOCKED)) else f"reserved by {who}"
 
 
 def could_ever_be_chosen(gpu: Gpu, exclude: frozenset[str] = frozenset()) -> bool:

@@ -219,7 +219,8 @@ class Scheduler:
         devices = got.selection.devices
         # Under a parent's narrowed view (a Slurm allocation, CUDA_VISIBLE_DEVICES=...), UUIDs, as a launch writes.
         env = environment.build(devices, self.environ,
-                                use_uuid=visibility.resolve(got.machine, self.environ).restricted)
+                                use_uuid=visibility.resolve(got.machine, self.environ).restricted,
+                                lock_dir=self.locking.for_child(self.environ))
         argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
         state.argv = argv  # what the views show
         state.gpus = ",".join(str(d.gpu.index) for d in devices)

@@ -39,8 +39,9 @@ def run(inv: Invocation) -> int:
         parts = [f"{len(report.created)} created", f"{len(report.kept)} kept"]
         if report.replaced:
             parts.append(f"{len(report.replaced)} replaced (were not regular files)")
-        print(f"gpulaunch: {report.path}: lock files for {len(machine.gpus)} GPUs and {mig} MIG devices "
-              f"({', '.join(parts)}), queue.lock and queue/; root-owned, mode 0755", file=sys.stdout)
+        print(f"gpulaunch: {report.path}: lock files for {len(machine.gpus)} GPUs and {mig} MIG devices, "
+              f"{lockdir.MAX_DEPTH - 1} nesting levels deep ({', '.join(parts)}), queue.lock and queue/; "
+              "root-owned, mode 0755", file=sys.stdout)
         default = lockdir.hardened_default(os.environ)
         if report.path != os.path.realpath(default):
             print(f"gpulaunch: not the default {default}: point users at it with GPULAUNCH_LOCK_DIR={report.path} "

@@ -13,7 +13,7 @@ import threading
 import weakref
 
 # The variables use() sets in os.environ are those a launch sets for its command.
-from gpu_launch.run.environment import SET_VARIABLES
+from gpu_launch.run.environment import LOCK_DIR_VARIABLE, SET_VARIABLES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -124,7 +124,10 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
         if got.reservation is not None:
             MINE.give_back(got.reservation)
         raise
-    return got, {name: env[name] for name in SET_VARIABLES}
+    variables = {name: env[name] for name in SET_VARIABLES}
+    if inherit and env.get(LOCK_DIR_VARIABLE) != environ.get(LOCK_DIR_VARIABLE):
+        variables[LOCK_DIR_VARIABLE] = env[LOCK_DIR_VARIABLE]  # a gpulaunch started from here finds its job's GPUs
+    return got, variables
 
 
 def _command_line() -> list[str]:

@@ -13,10 +13,13 @@ from collections.abc import Mapping
 
 from gpu_launch.hardware.model import Device
 
-__all__ = ["SET_VARIABLES", "visible_devices", "build"]
+__all__ = ["SET_VARIABLES", "LOCK_DIR_VARIABLE", "visible_devices", "build"]
 
 #: Every variable gpulaunch sets or replaces in the child (docs/choosing-gpus.md, "The child's environment").
 SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
+#: Set too when the child holds a reservation: where it lives, so that a gpulaunch run inside the job
+#: finds the job's GPUs there without being told again (share/nesting.py).
+LOCK_DIR_VARIABLE = "GPULAUNCH_LOCK_DIR"
 
 
 def visible_devices(devices: tuple[Device, ...], use_uuid: bool = False) -> str:
@@ -24,10 +27,14 @@ def visible_devices(devices: tuple[Device, ...], use_uuid: bool = False) -> str:
     return ",".join(d.uuid if (use_uuid or d.mig is not None) else str(d.gpu.index) for d in devices)
 
 
-def build(devices: tuple[Device, ...], parent: Mapping[str, str], use_uuid: bool = False) -> dict[str, str]:
-    """The environment for a command that runs on ``devices`` (an empty tuple hides every GPU)."""
+def build(devices: tuple[Device, ...], parent: Mapping[str, str], use_uuid: bool = False,
+          lock_dir: str | None = None) -> dict[str, str]:
+    """The environment for a command that runs on ``devices`` (an empty tuple hides every GPU);
+    ``lock_dir``: the lock directory that holds its reservation, handed down."""
     env = dict(parent)
     env["CUDA_VISIBLE_DEVICES"] = visible_devices(devices, use_uuid)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["GPULAUNCH_GPUS"] = ",".join(str(d.gpu.index) for d in devices)
+    if lock_dir is not None:
+        env[LOCK_DIR_VARIABLE] = lock_dir
     return env

@@ -108,6 +108,15 @@ class Locking:
     #: safe side; ``each`` turns it off once it knows it runs inside no job, to spare the /proc walk)
     nested: bool = True
 
+    def for_child(self, environ: Mapping[str, str]) -> str | None:
+        """The lock dir to hand down to a command holding a reservation taken here (``GPULAUNCH_LOCK_DIR``
+        in its environment), so a gpulaunch inside it finds its job's GPUs however this one was told
+        (``--lock-dir``, the config file). None without a reservation, or for a bundled example
+        machine's own directory, which every launch on an example finds by itself."""
+        if not self.take or self.lock_dir == lockdir.example_lock_dir(environ):
+            return None
+        return self.lock_dir
+
     @staticmethod
     def of(option: str | None, environ: Mapping[str, str], take: bool, snapshot: str | None = None) -> Locking:
         """``snapshot``: the ``--snapshot`` in use; a bundled example machine reserves in the user's own directory."""
@@ -198,6 +207,10 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     if locking.take:
         lockdir.prepare_dir(locking.lock_dir)
     found, unusable = holders.scan(locking.lock_dir, uuids)
+    if locking.take:
+        # A shared lock seen is a sign, not proof: other gpulaunches hold one for an instant to look.
+        # Locking tells (a GPU lost to it is looked at again below, and skipped).
+        found = {u: h for u, h in found.items() if not h.shared}
     # A gpulaunch run inside a job (a script started by gpulaunch calls gpulaunch) may use the GPUs that
     # job holds, as its lock descriptors (not the files' text) prove, and shares them out among the
     # job's children: it locks them one level deeper, so two children never get the same one.
@@ -209,14 +222,18 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
         nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids)
         depth, allotted = nest.depth, nest.allotted
         reserved.update((u, f"{h.describe(now)} within this job's reservation") for u, h in nest.taken.items())
-    reserved.update((u, h.describe(now)) for u, h in found.items() if u not in depth and u not in reserved)
+        reserved.update((u, f"this job, and launches nest at most {lockdir.MAX_DEPTH - 1} deep in a job")
+                        for u in nest.too_deep)
+        unusable.update(nest.unusable)
+    reserved.update((u, h.describe(now)) for u, h in found.items()
+                    if u not in depth and u not in reserved and u not in unusable)
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
     for _ in range(len(uuids) + 2):
         try:
             selection = _choose(request, machine, reserved, chooser, unusable, allotted)
         except UNMET as exc:
-            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable)
+            _fail_if_missing(exc, request, machine, locking.lock_dir, unusable, allotted)
             raise
         if not locking.take:
             return Acquired(selection, None, reserved, machine=machine)
@@ -235,11 +252,20 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
                 return Acquired(selection, got, reserved, machine=machine)
             got.release()
             for uuid in gone:  # its job ended, and someone else took it meanwhile
-                holder = holders.probe(locking.lock_dir, uuid)
+                try:
+                    holder = holders.probe(locking.lock_dir, uuid)
+                except lockdir.UnusableLockFile:
+                    holder = None
                 reserved[uuid] = holder.describe(now) if holder is not None else "another gpulaunch job"
             continue
-        # Lost a race for ``got``: someone locked it after we read the locks. Select again without it.
-        holder = holders.probe_at(locking.lock_dir, got, depth.get(got, 0))
+        # Lost a race for ``got``: someone locked it after we read the locks (or holds a shared lock on it).
+        # Select again without it.
+        try:
+            holder = holders.probe_at(locking.lock_dir, got, depth.get(got, 0))
+        except lockdir.UnusableLockFile as exc:
+            unusable[got] = exc.unusable
+            reserved[got] = exc.unusable.describe()
+            continue
         reserved[got] = holder.describe(now) if holder is not None else "another gpulaunch job"
     raise NotEnoughGpus("lost the race for GPUs to other gpulaunch jobs too many times",
                         hint="try again, or queue with --wait")
@@ -279,11 +305,14 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
 
 
 def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lock_dir: str,
-                     unusable: Mapping[str, lockdir.Unusable]) -> None:
+                     unusable: Mapping[str, lockdir.Unusable], allotted: frozenset[str] = frozenset()) -> None:
     """Raise LockDirError when the request is unmet for want of lock files only root can add to a
-    hardened lock dir (GPUs changed since ``locks init``): no wait can help, only an admin."""
+    hardened lock dir (GPUs changed since ``locks init``, or nested lock files an older ``locks init``
+    did not make): no wait can help, only an admin. Inside a job, the job's GPUs are all there is."""
     missing = frozenset(u for u, bad in unusable.items() if bad.missing)
-    if not missing or hopeless(request, machine, missing) is None:
+    if not missing:
+        return
+    if not (allotted and allotted <= missing) and hopeless(request, machine, missing) is None:
         return
     from gpu_launch.hardware.model import Device
 
@@ -291,7 +320,7 @@ def _fail_if_missing(exc: GpuLaunchError, request: Request, machine: Machine, lo
               if (m.uuid if m is not None else g.uuid) in missing]
     have = "has" if len(labels) == 1 else "have"
     raise LockDirError(f"{exc.message}; {', '.join(labels)} {have} no lock file in the hardened lock dir {lock_dir} "
-                       "(GPUs changed since `locks init`?), so waiting cannot help",
+                       "(GPUs changed, or set up by an older gpulaunch, since `locks init`?), so waiting cannot help",
                        hint=lockdir.admin_hint(lock_dir) + " again") from None
 
 

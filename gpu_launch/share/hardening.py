@@ -4,14 +4,18 @@ In the /tmp default every user may create files in the lock directory, and whoev
 file first may remove or rename it (the sticky bit protects it from everyone else, not from its
 owner): that user could take a GPU from under another user's running job. A *hardened* directory is
 owned by root and writable by root alone (mode 0755), with one root-owned 0666 lock file per GPU and
-MIG device of the machine and the queue's files made in advance. Everyone can open and lock them;
-only root can add, remove or rename anything. Waiters' tickets go in its ``queue/`` subdirectory
-(sticky and world-writable, like /tmp: a ticket is not a reservation, so its owner removing it only
-gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
+MIG device of the machine, for every nesting depth (``UUID.lock``, ``UUID.in1.lock`` … up to
+:data:`~gpu_launch.share.lockdir.MAX_DEPTH`: a launch nested in a job locks one level deeper), and the
+queue's files made in advance. Everyone can open and lock them; only root can add, remove or rename
+anything, so no user can take away or plant a file another user's reservation relies on, at any
+depth. Waiters' tickets go in its ``queue/`` subdirectory (sticky and world-writable, like /tmp: a
+ticket is not a reservation, so its owner removing it only gives up their own place). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
 the one thing that makes gpulaunch treat a directory as hardened.
 
 Running it again is safe while jobs hold GPUs: existing lock files are kept (their locks stay valid)
-and only have owner and mode put right; files for new GPUs are added.
+and only have owner and mode put right; files for new GPUs are added. A root-owned 0666 lock file is
+kept even when a user has hard-linked it elsewhere (anyone may link a file they can read and write):
+replacing it would let a second job lock a new file while a running job holds the old one.
 
 Root works here in directories users may have prepared, so nothing is done by path after a check:
 the directory is reached from ``/`` one ``openat(O_DIRECTORY|O_NOFOLLOW)`` at a time, changed
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share.lockdir import HARDENED_MARK, QUEUE_SUBDIR, lock_path
+from gpu_launch.share.lockdir import HARDENED_MARK, MAX_DEPTH, QUEUE_SUBDIR, nested_path
 from gpu_launch.share.waitqueue import QUEUE_LOCK
 
 __all__ = ["InitReport", "init_dir"]
@@ -42,7 +46,7 @@ _MARK_TEXT = b"made by `gpulaunch locks init`: root-owned lock files no user can
 @dataclass(frozen=True)
 class InitReport:
     path: str
-    created: tuple[str, ...]  # lock files made now
+    created: tuple[str, ...]  # lock files made now (names in the directory, every depth)
     kept: tuple[str, ...]  # lock files that were there already (owner and mode put right)
     replaced: tuple[str, ...]  # things at a lock path that were not plain files (symlinks, hard links, ...): removed
 
@@ -122,13 +126,20 @@ def _walk_to_parent(parent_path: str, path: str) -> int:
     return fd
 
 
+def _a_lock_file(st: os.stat_result) -> bool:
+    """A lock file ``locks init`` made: regular, root's, 0666. Any number of links: a user may have
+    hard-linked it elsewhere (it is theirs to read and write), which gives them nothing they lacked."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o666
+
+
 def _clear(dir_fd: int, name: str) -> bool:
-    """Remove what sits at ``name`` unless it is a plain file (regular, one link): True if it did."""
+    """Remove what sits at ``name`` unless it is a plain file (regular, one link) or one of our lock
+    files (kept: a job may hold it): True if it did."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
-    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+    if stat.S_ISREG(st.st_mode) and (st.st_nlink == 1 or _a_lock_file(st)):
         return False
     if stat.S_ISDIR(st.st_mode):
         raise LockDirError(f"locks init: {name} in the lock dir is a directory",
@@ -150,7 +161,7 @@ def _ensure_file(dir_fd: int, name: str, mode: int = 0o666, text: bytes | None =
         outcome = "created"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # only root writes here now: cannot happen
+        if not stat.S_ISREG(st.st_mode) or (st.st_nlink != 1 and not _a_lock_file(st)):  # only root writes here now
             raise LockDirError(f"locks init: {name} in the lock dir changed while being set up",
                                hint="run `gpulaunch locks init` again")
         os.fchown(fd, 0, 0)
@@ -228,7 +239,9 @@ def _init_at(path: str, parent_path: str, name: str, uuids: Sequence[str]) -> In
 def _fill(dir_fd: int, path: str, uuids: Sequence[str]) -> InitReport:
     done: dict[str, list[str]] = {"created": [], "kept": [], "replaced": []}
     for uuid in dict.fromkeys(uuids):
-        done[_ensure_file(dir_fd, os.path.basename(lock_path(path, uuid)))].append(uuid)
+        for depth in range(MAX_DEPTH):  # the machine-wide lock file and one per nesting depth
+            name = os.path.basename(nested_path(path, uuid, depth))
+            done[_ensure_file(dir_fd, name)].append(name)
     _ensure_file(dir_fd, QUEUE_LOCK)
     _ensure_queue(dir_fd, path)
     _ensure_file(dir_fd, HARDENED_MARK, 0o444, _MARK_TEXT)  # last: a half-made directory is not hardened

@@ -6,6 +6,10 @@ what counts. Anyone can write that text, so nothing is decided by it: a nested g
 job's reservations from lock descriptors (:func:`~gpu_launch.share.nesting.lineage_holds`), and
 shares them out among the job's children through locks one level deeper
 (:func:`~gpu_launch.share.lockdir.nested_path`, :mod:`gpu_launch.share.nesting`).
+
+A *shared* ``flock`` on a lock file is no reservation (gpulaunch takes one only for an instant, to
+look), but it keeps every job from locking the file, and no file mode can refuse it: such a GPU is
+shown *blocked*, naming the process that holds it where ``/proc/locks`` shows it (:func:`lock_state`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from gpu_launch.share.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_
                                       open_error, open_shared, prepare_dir)
 
 __all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "nested_holder", "scan", "holders",
-           "LockWatch"]
+           "lock_state", "LockWatch"]
+
+#: Looks again before a shared lock seen counts as one: other gpulaunches look at locks the same way,
+#: each holding a shared lock for microseconds (76 ms in all, so a burst of launches never shows one).
+_LOOK_AGAIN = (0.001, 0.005, 0.02, 0.05)
 
 
 def current_user() -> str:
@@ -44,9 +52,19 @@ class Holder:
     started: float | None = None  # seconds since the epoch
     command: str | None = None
     host: str | None = None
+    #: not a reservation but a shared ``flock`` on the lock file, which blocks every job's (the fields
+    #: say which process took it, from /proc/locks, where this PID namespace shows it)
+    shared: bool = False
 
     def describe(self, now: float | None = None, age: bool = True) -> str:
-        """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown."""
+        """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown; for a shared
+        lock, ``blocked by a shared lock held by bob (pid 4242: flock -s ...)``."""
+        if self.shared:
+            from gpu_launch.choose.select import BLOCKED
+
+            who = Holder(self.pid, self.user, None, self.command).describe() if self.pid is not None else \
+                "a process not visible here"
+            return f"{BLOCKED} held by {who}"
         if self.pid is None and self.user is None:
             return "another gpulaunch job"
         bits = []
@@ -123,13 +141,14 @@ def nested_holder(lock_dir: str, uuid: str) -> Holder | None:
     descriptors closed (Python's ``subprocess``, a nested ``each``'s jobs): once the parent job ends,
     its machine-wide lock is free while the nested job still runs on the GPU. Such a GPU is not
     free: it is taken until the last job on it ends. (A deeper lock is only ever taken inside the
-    machine-wide holder, so a held one without it is such an orphan.)
+    machine-wide holder, so a held one without it is such an orphan.) Every depth is looked at: the
+    job one level down may have ended while one further down still runs.
+
+    A deeper lock file that cannot be used (a planted symlink, another user's 0644 file) raises
+    UnusableLockFile: the GPU is unavailable, as for a bad machine-wide one, and ``ls`` names the file.
     """
     for depth in range(1, MAX_DEPTH):
-        try:
-            fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
-        except LockDirError:
-            return None  # no usable place for nested locks: none can be held there
+        fd = open_shared(nested_path(lock_dir, uuid, depth), create=False)
         if fd is None:
             return None  # no deeper file without this one
         holder = _held_by(fd)
@@ -147,20 +166,89 @@ def probe_at(lock_dir: str, uuid: str, depth: int) -> Holder | None:
 
 
 def _held_by(fd: int) -> Holder | None:
-    """The holder of the lock file open on ``fd`` (None: free), and ``fd`` closed.
-
-    A shared non-blocking lock on a separate descriptor succeeds exactly when no one holds the
-    exclusive one; it is dropped at once.
-    """
+    """The holder of the lock file open on ``fd`` (None: free), and ``fd`` closed."""
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        state = lock_state(fd, _LOOK_AGAIN)
+        if state == "exclusive":
             return _read_holder(fd)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return _shared_holder(fd) if state == "shared" else None
     finally:
         os.close(fd)
+
+
+def _look(fd: int) -> str | None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "exclusive"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # converts ours: fails while anyone else holds a shared one
+    except BlockingIOError:
+        return "shared"
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return None
+
+
+def lock_state(fd: int, again: tuple[float, ...] = ()) -> str | None:
+    """How the lock file open on ``fd`` (a descriptor of its own) is held: None (free), ``"exclusive"``
+    (a reservation) or ``"shared"`` (a shared ``flock``, which blocks every reservation). Takes nothing.
+
+    A shared non-blocking lock succeeds exactly when no one holds the exclusive one; converted to an
+    exclusive one, it succeeds exactly when no one else holds a shared one; both are dropped at once.
+    Since other gpulaunches look the same way, a shared lock is looked at again after each delay in
+    ``again`` before it counts; an exclusive one only after a yield (a look holds it for an instant).
+    """
+    for delay in (*again, None):
+        state = _look(fd)
+        if state == "exclusive":
+            os.sched_yield()  # another gpulaunch's look at a free file, on the other core, ends now
+            state = _look(fd)
+        if state != "shared" or delay is None:
+            return state
+        time.sleep(delay)
+    return None  # not reached
+
+
+def _shared_holder(fd: int) -> Holder:
+    """Who holds a shared lock on the file open on ``fd``, as /proc/locks says (Linux lists there the
+    ``flock`` locks of the processes this /proc's PID namespace sees): pid, user, command; else unknown."""
+    st = os.fstat(fd)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", "rb") as fh:
+            lines = fh.read(1 << 20).decode("ascii", "replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        # "7: FLOCK  ADVISORY  READ 4242 fd:01:1234 0 EOF"; a process waiting for a lock has "->" after the number
+        words = line.split()
+        if len(words) >= 6 and words[1:4] == ["FLOCK", "ADVISORY", "READ"] and words[5] == where:
+            pid = int(words[4]) if words[4].isdigit() and len(words[4]) < 10 else 0
+            if pid > 0 and pid != os.getpid():
+                return Holder(pid, _proc_user(pid), command=_proc_command(pid), shared=True)
+    return Holder(shared=True)
+
+
+def _proc_user(pid: int) -> str | None:
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+    except OSError:
+        return None
+
+
+def _proc_command(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            words = fh.read(4096).split(b"\0")
+    except OSError:
+        return None
+    return " ".join(w.decode("utf-8", "replace") for w in words if w) or None
 
 
 def scan(lock_dir: str, uuids: Iterable[str]) -> tuple[dict[str, Holder], dict[str, Unusable]]:
@@ -186,7 +274,8 @@ class LockWatch:
     For the head of the wait queue: one non-blocking shared ``flock`` per device every tick, on
     descriptors opened once, instead of re-reading the machine. A file that does not exist yet has
     never been locked: nothing to watch. ``nested``: the locks one level deeper too (a waiter inside a
-    job, waiting for a sibling to give back one of the job's GPUs).
+    job, waiting for a sibling to give back one of the job's GPUs). A file someone holds a shared lock
+    on (which blocks its GPU) is watched with :func:`lock_state`, so its release wakes the waiter too.
     """
 
     def __init__(self, lock_dir: str, uuids: Iterable[str], nested: bool = False) -> None:
@@ -200,19 +289,28 @@ class LockWatch:
                 if fd is None:
                     break  # no deeper file without this one
                 self.fds[(uuid, depth)] = fd
-        self.held = self._held()
+        self.shared: frozenset[object] = frozenset()
+        self.held = self._held(everything=True)
 
-    def _held(self) -> frozenset[object]:
-        held = set()
-        for uuid, fd in self.fds.items():
+    def _held(self, everything: bool = False) -> frozenset[object]:
+        held, shared = set(), set()
+        for key, fd in self.fds.items():
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                if everything or key in self.shared:
+                    state = lock_state(fd)
+                else:  # a shared lock only ever appearing is no release: the cheap look will do
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    state = None
             except BlockingIOError:
-                held.add(uuid)
-                continue
+                state = "exclusive"
             except OSError:
                 continue
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            if state is not None:
+                held.add(key)
+            if state == "shared":
+                shared.add(key)
+        self.shared = frozenset(shared)
         return frozenset(held)
 
     def freed(self) -> bool:

@@ -16,7 +16,8 @@ Safety on a directory every user can write to:
   Anything that is not a regular file is refused too, as is a file we cannot open read-write:
   that GPU alone becomes *unavailable for reservation* (:class:`Unusable`); the others go on.
 * In the sticky /tmp kind, whoever created a lock file can still remove or rename it; only the
-  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that. A
+  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that, at every
+  nesting depth: ``locks init`` makes the nested lock files too (:func:`nested_path`). A
   directory is of the hardened kind only when ``locks init`` made it: it bears the root-owned mark
   :data:`HARDENED_MARK` that only root can have put there, never because of who owns it (root's own
   ``mktemp -d`` is a private directory like any user's, and works for everything).
@@ -239,18 +240,21 @@ def lock_path(lock_dir: str, uuid: str) -> str:
     return os.path.join(lock_dir, _SAFE_NAME.sub("_", uuid) + ".lock")
 
 
-#: How deep launches may nest inside one another's reservations (a job, a sweep in it, a launch in that, ...).
-MAX_DEPTH = 16
+#: How deep reservations nest: depth 0 is the machine-wide one (a job), depths 1 to MAX_DEPTH - 1 are
+#: launches nested one inside another (a sweep in a job, a launch in that, ...). ``locks init`` makes
+#: the files of every depth, so the limit is documented (docs/sharing.md, "Nested launches").
+MAX_DEPTH = 8
 
 
 def nested_path(lock_dir: str, uuid: str, depth: int) -> str:
     """The lock file of ``uuid`` at nesting ``depth``: 0 is the machine-wide reservation (:func:`lock_path`);
     depth d + 1 shares out, among the children of the job that holds depth d, that job's GPU
-    (:mod:`gpu_launch.share.nesting`). Those live where every user may create files (the lock dir, or a
-    hardened one's ``queue/``)."""
+    (:mod:`gpu_launch.share.nesting`). They live beside it, in the lock dir itself: in a hardened one
+    ``locks init`` made them root's, like the machine-wide ones, so no user can remove, replace or
+    plant one that a nested job relies on."""
     if depth == 0:
         return lock_path(lock_dir, uuid)
-    return os.path.join(queue_dir(lock_dir), f"{_SAFE_NAME.sub('_', uuid)}.in{depth}.lock")
+    return os.path.join(lock_dir, f"{_SAFE_NAME.sub('_', uuid)}.in{depth}.lock")
 
 
 @dataclass(frozen=True)
@@ -339,8 +343,9 @@ def open_shared(path: str, create: bool = True, mode: int = 0o666) -> int | None
 def open_error(path: str, exc: OSError) -> LockDirError:
     directory = os.path.dirname(path)
     if exc.errno in (errno.EACCES, errno.EPERM) and not os.path.lexists(path) and is_hardened(directory):
-        return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (a GPU added since it was set "
-                                         "up?), and only root may create it", "root, the directory's",
+        return UnusableLockFile(Unusable(path, "is missing from the hardened lock dir (set up before this GPU was "
+                                         "added, or by an older gpulaunch?), and only root may create it",
+                                         "root, the directory's",
                                          admin_hint(directory) + " again", missing=True))
     try:
         st = os.lstat(path)

@@ -9,12 +9,12 @@ use the job's GPUs, its *allotment*, but two of those children must never get th
 The rule: a lock held by this process's own lineage (an inherited descriptor, or an ancestor's
 descriptor it hands down through exec, as :func:`lineage_holds`
 decides from the kernel's records) is the allotment at that depth; within it, a child takes the
-*next* depth's lock on the GPU (``UUID.in1.lock``, ``UUID.in2.lock``, … in the lock dir, or a
-hardened one's world-writable ``queue/``). Siblings thus exclude each other exactly as unrelated
-jobs do at depth 0, and the child's own children share *its* GPU out one level deeper. One lock per
-(GPU, depth) exists at a time: depth d + 1 is only ever taken inside the single holder of depth d,
-so no key naming the allotment is needed, and a lock left by an orphan only makes its GPU look
-taken (never free twice).
+*next* depth's lock on the GPU (``UUID.in1.lock``, ``UUID.in2.lock``, … beside ``UUID.lock`` in the
+lock dir; a hardened one has them all, root's, made by ``locks init``). Siblings thus exclude each
+other exactly as unrelated jobs do at depth 0, and the child's own children share *its* GPU out one
+level deeper. One lock per (GPU, depth) exists at a time: depth d + 1 is only ever taken inside the
+single holder of depth d, so no key naming the allotment is needed, and a lock left by an orphan
+only makes its GPU look taken (never free twice). Launches nest at most ``MAX_DEPTH - 1`` deep.
 
 What is *not* an allotment: the Python API's own reservations in this very process (``use()``,
 ``reserve()``: they are this process's, taken for itself), and what the process this one was forked
@@ -30,9 +30,8 @@ from collections.abc import Container, Iterable, Mapping
 
 from gpu_launch.records import dataclass, field
 
-from gpu_launch.errors import LockDirError
 from gpu_launch.share.holders import Holder, probe_at
-from gpu_launch.share.lockdir import MAX_DEPTH, nested_path
+from gpu_launch.share.lockdir import MAX_DEPTH, Unusable, UnusableLockFile, nested_path
 
 __all__ = ["Nesting", "resolve", "lineage_holds", "ancestors"]
 
@@ -47,6 +46,10 @@ class Nesting:
     depth: dict[str, int] = field(default_factory=dict)
     #: allotment GPUs another child of the same job holds -> that holder
     taken: dict[str, Holder] = field(default_factory=dict)
+    #: allotment GPUs whose lock file one level deeper cannot be used (a planted symlink, ...)
+    unusable: dict[str, Unusable] = field(default_factory=dict)
+    #: allotment GPUs this process is already nested MAX_DEPTH - 1 launches deep in
+    too_deep: frozenset[str] = frozenset()
 
 
 def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
@@ -60,32 +63,41 @@ def resolve(lock_dir: str, held: Iterable[str], mine: Container[object] = (),
     allotted: frozenset[str] = frozenset()
     free_at: dict[str, int] = {}
     taken: dict[str, Holder] = {}
+    unusable: dict[str, Unusable] = {}
+    too_deep: set[str] = set()
+
+    def look(uuid: str, depth: int) -> Holder | None:
+        try:
+            return probe_at(lock_dir, uuid, depth)
+        except UnusableLockFile as exc:
+            unusable[uuid] = exc.unusable
+            return None
+
     for depth in range(MAX_DEPTH):
         if not level:
             break
-        try:
-            paths = {(u, depth): nested_path(lock_dir, u, depth) for u in level}
-        except LockDirError:
-            break  # no place for nested locks (a hardened dir without queue/): nothing is shared out
+        paths = {(u, depth): nested_path(lock_dir, u, depth) for u in level}
         own = {u for (u, _d) in lineage_holds(paths, mine, skip_pids)}
         if depth == 0:
             allotted = frozenset(own)
         else:
             for uuid in level - own:
-                taken[uuid] = probe_at(lock_dir, uuid, depth) or Holder()
+                holder = look(uuid, depth)
+                if uuid not in unusable:
+                    taken[uuid] = holder or Holder()
         level = set()
         for uuid in own:
-            try:
-                holder = probe_at(lock_dir, uuid, depth + 1)
-            except LockDirError:
-                holder = None  # unusable nested file: locking it says so
+            if depth + 1 == MAX_DEPTH:
+                too_deep.add(uuid)
+                continue
+            holder = look(uuid, depth + 1)
+            if uuid in unusable:
+                continue
             if holder is None:
                 free_at[uuid] = depth + 1
             else:
                 level.add(uuid)
-    for uuid in level:  # nested deeper than MAX_DEPTH: count it as taken
-        taken[uuid] = Holder()
-    return Nesting(allotted, free_at, taken)
+    return Nesting(allotted, free_at, taken, unusable, frozenset(too_deep))
 
 
 def ancestors(skip: Container[int] = ()) -> tuple[int, ...]:

@@ -224,7 +224,8 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     vis = visibility.resolve(machine, parent) if machine is not None else None
     # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
     env = environment.build(got.selection.devices, parent,
-                            use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.restricted))
+                            use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.restricted),
+                            lock_dir=locking.for_child(parent) if locking is not None and got.reservation is not None else None)
     return machine, vis, got, env
 
 

@@ -41,8 +41,12 @@ def try_lock(lock_dir: str, uuid: str, depth: int = 0) -> int | None:
                 continue
             # Taken machine-wide, checked deeper only now (the lock first): a job nested in a job that
             # has ended may still run on it (holders.nested_holder), and it is not free until that ends.
+            # Looked at again like a lock: another gpulaunch looking at a deeper lock holds it an instant.
             if depth == 0 and nested_holder(lock_dir, uuid) is not None:
-                break
+                if delay is None:
+                    break
+                time.sleep(delay)
+                continue
             return fd
     except BaseException:  # interrupted (Ctrl-C) between the open and the return: hold nothing
         os.close(fd)

@@ -61,8 +61,15 @@ def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str
         why = gpu_select.grouped((e.gpu.label, e.reason) for e in elig.excluded if e.gpu.uuid in named)
         return text + (f" ({why})" if why else "")
     text = ", ".join(g.label for g in elig.eligible) or "none"
-    held = sum(1 for e in elig.excluded if e.gpu.uuid in reserved)
+    reasons = {e.gpu.label: gpu_select.held_reason(reserved[e.gpu.uuid]) for e in elig.excluded
+               if e.gpu.uuid in reserved}
+    held = sum(1 for reason in reasons.values() if reason.startswith("reserved by"))
     notes = [f"{held} reserved by other gpulaunch jobs"] if held else []
+    # Not reservations: say which GPU and why (who blocks it), as `ls` does.
+    odd = gpu_select.grouped(((label, reason) for label, reason in reasons.items()
+                              if not reason.startswith("reserved by")), " is ")
+    if odd:
+        notes.append(odd)
     busy = [e.gpu.label for e in elig.excluded if e.gpu.uuid not in reserved and "--max-util 100 takes it" in e.reason]
     if busy:
         notes.append(f"{', '.join(busy)} busy or full with others' work")
@@ -162,13 +169,16 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         if why is not None:
                             raise type(exc)(f"{exc.message}; waiting cannot help: {why}",
                                              hint="relax the constraints, or ask for fewer GPUs") from None
-                    found = {} if locking is None else holders.holders(locking.lock_dir, device_uuids(machine))
+                    found, unusable = ({}, {}) if locking is None else holders.scan(locking.lock_dir,
+                                                                                      device_uuids(machine))
                     # No ages in the line: in plain mode a new line is printed only when it changes.
-                    reserved = {u: h.describe(age=False) for u, h in found.items()}
+                    reserved = {**{u: h.describe(age=False) for u, h in found.items()},
+                                **{u: bad.describe() for u, bad in unusable.items()}}
                     taken = [d for d in gpu_spec.resolve(request.gpus, machine) if d.uuid in reserved] \
                         if request.gpus is not None else []
                     if taken:
-                        what = gpu_select.grouped(((d.label, f"reserved by {reserved[d.uuid]}") for d in taken), " is ")
+                        what = gpu_select.grouped(((d.label, gpu_select.held_reason(reserved[d.uuid])) for d in taken),
+                                                  " is ")
                     else:
                         what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
                     if watch is not None:  # a GPU's lock freed: try again at once
