@@ -7,14 +7,16 @@ goes through :func:`printable` where it enters gpulaunch, so every view (``ls`` 
 ``--explain``, the mapping table, warnings and errors) shows it escaped, ``repr``-style (``\\x1b``).
 
 Command lines that users write (a job file's lines, ``GPULAUNCH_SBATCH_ARG``) are split into words
-by :func:`split_words`, the rules of ``shlex.split`` in linear time.
+by :func:`split_words`, the rules of ``shlex.split`` in linear time. :func:`clip` keeps a message to a
+length a person can read (an error that quotes a crafted file's 60,000-element array is one line of
+a few hundred characters, not of 400 KB).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "split_words"]
+__all__ = ["printable", "split_words", "clip", "MAX_MESSAGE"]
 
 _BLANKS = re.compile(r"[ \t\r\n]+")  # shlex's whitespace: nothing else separates words
 _PLAIN = re.compile(r"[^ \t\r\n#'\"\\]+")  # characters that stand for themselves outside quotes
@@ -28,6 +30,21 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+#: The longest error message (and hint) gpulaunch prints: longer ones lose their middle.
+MAX_MESSAGE = 500
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` if it is at most ``limit`` characters, else its start and its end around a note of how
+    much was left out: the start names the thing, the end usually says what is wrong with it."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(f" […{len(text)} characters left out…] ")  # (the count has at most this many digits)
+    tail = room // 3
+    head = room - tail
+    return f"{text[:head]} […{len(text) - head - tail} characters left out…] {text[len(text) - tail:]}"
 
 
 def split_words(line: str, comments: bool = False) -> list[str]:
