@@ -387,6 +387,17 @@ def test_a_nan_head_count_is_one_line_in_plan_fit_and_the_api(nan_model: Path) -
     one_line(err.value, expected)
 
 
+def test_a_nan_head_count_is_one_line_on_the_nvml_path(nan_model: Path, tmp_path: Path) -> None:
+    """The same through the NVML adapter (tests/fake_pynvml.py's DGX H100 standing in for the driver)."""
+    from cli_run import ROOT
+    from test_imports import _SHIM
+
+    (tmp_path / "pynvml.py").write_text(_SHIM)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    one_line(run_gpulaunch("--fit", str(nan_model), "--", "true", env=env),
+             "llama.attention.head_count is nan, not a count")
+
+
 def test_a_duplicate_tensor_name_or_key_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "d.gguf"
     path.write_bytes(gguf([tensor("blk.0.w", [32]), tensor("blk.0.w", [32], offset=128)]))
