@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "split_words", "clip", "MAX_MESSAGE"]
+__all__ = ["printable", "split_words", "clip", "MAX_MESSAGE", "MAX_WORD"]
 
 _BLANKS = re.compile(r"[ \t\r\n]+")  # shlex's whitespace: nothing else separates words
 _PLAIN = re.compile(r"[^ \t\r\n#'\"\\]+")  # characters that stand for themselves outside quotes
@@ -32,19 +32,28 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
-#: The longest error message (and hint) gpulaunch prints: longer ones lose their middle.
-MAX_MESSAGE = 500
+#: The longest error message (and hint) gpulaunch prints, and the longest word in one that is too long:
+#: past them a word (a quoted value, a path), then the message, loses its middle.
+MAX_MESSAGE = 1000
+MAX_WORD = 120
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD + 1},}}")
 
 
 def clip(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` if it is at most ``limit`` characters, else its start and its end around a note of how
-    much was left out: the start names the thing, the end usually says what is wrong with it."""
+    """``text`` if it is at most ``limit`` characters. Else each word longer than MAX_WORD (a 5000-digit
+    value, a 6000-character path) keeps its start and end around a note of how much was left out, and
+    if that is not enough the text itself does: the start names the thing, the end says what is wrong."""
     if len(text) <= limit:
         return text
-    room = limit - len(f" […{len(text)} characters left out…] ")  # (the count has at most this many digits)
+    text = _LONG_WORD.sub(lambda m: _cut(m.group(), MAX_WORD, "…[{} characters left out]…"), text)
+    return text if len(text) <= limit else _cut(text, limit, " […{} characters left out…] ")
+
+
+def _cut(text: str, limit: int, note: str) -> str:
+    room = limit - len(note.format(len(text)))  # (the count has at most this many digits)
     tail = room // 3
     head = room - tail
-    return f"{text[:head]} […{len(text) - head - tail} characters left out…] {text[len(text) - tail:]}"
+    return text[:head] + note.format(len(text) - head - tail) + text[len(text) - tail:]
 
 
 def split_words(line: str, comments: bool = False) -> list[str]:
