@@ -43,6 +43,7 @@ from gpu_launch.in_process.holding import HELD, MINE, choose, release_held
 from gpu_launch.in_process.keywords import invocation, wait_seconds
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import LOCK_DIR_VARIABLE, SET_VARIABLES
+from gpu_launch.units import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -220,7 +221,16 @@ def _fit_or_model(fit: SizeSpec | None, model: PathSpec | None) -> SizeSpec | No
         raise UsageError("fit= and model= cannot be used together", hint="fit= a size, or model= a model")
     if isinstance(model, str) and model[:1].isdigit():
         raise UsageError(f"model: {model!r} looks like a size", hint='for a size write fit="60GiB"')
-    return os.fspath(model) if isinstance(model, os.PathLike) else model
+    return _model_ref(model)
+
+
+def _model_ref(model: object) -> str:
+    """``model=`` as text: a str, an os.PathLike, or bytes (decoded as the file system does, as ``open``
+    takes them); anything else is one UsageError, never a number taken for a size."""
+    if isinstance(model, (str, bytes, os.PathLike)):
+        return os.fsdecode(model)
+    raise UsageError(f"model: {shown(model)} is not a model (a {type(model).__name__})",
+                     hint='name a model file, folder or cached id, e.g. model="./model.gguf"')
 
 
 def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None, ctx: int | None = None,
@@ -247,7 +257,7 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
     inv = invocation("plan", {"ctx": ctx, "parallel": parallel, "kv_type": kv_type, "engine": engine,
                               "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
                               "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
-    ref = "model" if model is None else (os.fspath(model) if isinstance(model, os.PathLike) else model)
+    ref = "model" if model is None else _model_ref(model)
     result, _why = model_plan.make_plan(inv, ref, tuple(command or ()))
     return result
 

@@ -84,11 +84,33 @@ class GpuLaunchError(Exception):
     exit_code: ExitCode = ExitCode.USAGE
 
     def __init__(self, message: str, hint: str | None = None, exit_code: ExitCode | None = None) -> None:
-        super().__init__(message)
         self.message = message
         self.hint = hint
+        super().__init__(self.message)
         if exit_code is not None:
             self.exit_code = exit_code
+
+    # The message and hint are clipped to a readable length whenever they are set (gpu_launch.text.clip):
+    # they may quote a crafted file's values, and an error is one line on a terminal, in the CLI and the API.
+    @property
+    def message(self) -> str:
+        return self._message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        from gpu_launch.text import clip
+
+        self._message = clip(value)
+
+    @property
+    def hint(self) -> str | None:
+        return self._hint
+
+    @hint.setter
+    def hint(self, value: str | None) -> None:
+        from gpu_launch.text import clip
+
+        self._hint = None if value is None else clip(value)
 
 
 class UsageError(GpuLaunchError):

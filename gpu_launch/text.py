@@ -7,14 +7,16 @@ goes through :func:`printable` where it enters gpulaunch, so every view (``ls`` 
 ``--explain``, the mapping table, warnings and errors) shows it escaped, ``repr``-style (``\\x1b``).
 
 Command lines that users write (a job file's lines, ``GPULAUNCH_SBATCH_ARG``) are split into words
-by :func:`split_words`, the rules of ``shlex.split`` in linear time.
+by :func:`split_words`, the rules of ``shlex.split`` in linear time. :func:`clip` keeps a message to a
+length a person can read (an error that quotes a crafted file's 60,000-element array is one line of
+a few hundred characters, not of 400 KB).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["printable", "split_words"]
+__all__ = ["printable", "split_words", "clip", "MAX_MESSAGE", "MAX_WORD"]
 
 _BLANKS = re.compile(r"[ \t\r\n]+")  # shlex's whitespace: nothing else separates words
 _PLAIN = re.compile(r"[^ \t\r\n#'\"\\]+")  # characters that stand for themselves outside quotes
@@ -28,6 +30,30 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+#: The longest error message (and hint) gpulaunch prints, and the longest word in one that is too long:
+#: past them a word (a quoted value, a path), then the message, loses its middle.
+MAX_MESSAGE = 1000
+MAX_WORD = 120
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD + 1},}}")
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` if it is at most ``limit`` characters. Else each word longer than MAX_WORD (a 5000-digit
+    value, a 6000-character path) keeps its start and end around a note of how much was left out, and
+    if that is not enough the text itself does: the start names the thing, the end says what is wrong."""
+    if len(text) <= limit:
+        return text
+    text = _LONG_WORD.sub(lambda m: _cut(m.group(), MAX_WORD, "…[{} characters left out]…"), text)
+    return text if len(text) <= limit else _cut(text, limit, " […{} characters left out…] ")
+
+
+def _cut(text: str, limit: int, note: str) -> str:
+    room = limit - len(note.format(len(text)))  # (the count has at most this many digits)
+    tail = room // 3
+    head = room - tail
+    return text[:head] + note.format(len(text) - head - tail) + text[len(text) - tail:]
 
 
 def split_words(line: str, comments: bool = False) -> list[str]:

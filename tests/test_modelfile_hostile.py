@@ -91,7 +91,7 @@ GGUF_CASES: dict[str, tuple[bytes, str]] = {
     "an offset past the end": (gguf([tensor("blk.0.w", [32], offset=2**40)]), "past the end of the file"),
     "data past the end": (gguf([tensor("blk.0.w", [32, 1024])]), "past the end of the file"),
     "overlapping tensors": (gguf([tensor("blk.0.a", [32]), tensor("blk.0.b", [32], offset=64)] +
-                                 [tensor("blk.0.c", [64], offset=32)]), "overlaps"),
+                                 [tensor("blk.0.c", [64], offset=32)]), "overlap by"),
     "a misaligned offset": (gguf([tensor("blk.0.w", [32], offset=3)]), "not a multiple of the alignment"),
     "alignment 0": (gguf([], kvs=[*BASE_KV, kv_u32("general.alignment", 0)]), "not a power of two"),
     "no architecture": (gguf([], kvs=[kv_u32("llama.block_count", 1)]), "no general.architecture"),

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["invocation", "wait_seconds"]
 
 _MIB = 1024 * 1024
+#: The largest ctx= and parallel=: what their command-line options take (9 digits)
+_MAX_TOKENS = 999_999_999
 
 #: option dest -> the keyword argument's name, where they differ
 _NAMES = {"auto": "n"}
@@ -57,7 +59,7 @@ def _convert(dest: str, name: str, value: object) -> object:
     elif dest in ("fit", "min_free", "reserve"):
         return _size(value, name, allow_percent=dest == "min_free")
     elif dest in ("ctx", "parallel") and isinstance(value, int):
-        text = str(value)
+        text = str(bounded(value, name, 1, _MAX_TOKENS, limits=f"1 to {_MAX_TOKENS}"))  # (str(10**5000) raises)
     elif dest in ("gpus", "exclude") and isinstance(value, int):
         text = str(bounded(value, name, 0, MAX_GPUS))
     elif dest in ("gpus", "exclude") and isinstance(value, (list, tuple, range)):

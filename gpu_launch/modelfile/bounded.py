@@ -6,23 +6,31 @@ and every failure is one :class:`~gpu_launch.errors.ModelFileError` line. Only r
 opened (without blocking, so a FIFO with no writer cannot hang ``open``); reads go through
 ``os.pread`` on the descriptor, with no hidden read-ahead, so :attr:`Cursor.bytes_read` is exactly
 what came off the disk.
+
+Beyond the file's size, what one header may cost is capped outright (counts, names, the JSON items a
+parse would build): a crafted file that fits its own size can still claim 15 million tensors or 50
+million ``{}``, and each would cost seconds and gigabytes if believed. The caps sit far above any
+published model (each says by how much) and are checked before the allocation they guard.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.hardware.files import file_kind
 from gpu_launch.text import printable
 
-__all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "KIB", "MIB"]
+__all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "user_path", "look", "plain_name",
+           "overlap", "KIB", "MIB"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -31,6 +39,10 @@ MIB = 1024 * KIB
 #: 150k-entry tokenizer array costs a few dozen reads.
 READ_AHEAD = 64 * KIB
 
+#: The longest file name and path Linux takes (NAME_MAX, PATH_MAX).
+NAME_MAX, PATH_MAX = 255, 4096
+#: JSON is read a MiB at a time, its objects, lists and items counted as it comes (:meth:`Cursor.take_json`).
+JSON_CHUNK = MIB
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -148,12 +160,41 @@ class Cursor:
         self.pos += fmt.size
         return fmt.unpack_from(self.buf, off)[0]
 
-    def count(self, n: int, min_each: int, what: str) -> int:
-        """``n`` items of at least ``min_each`` bytes each must fit in the rest of the file."""
+    def count(self, n: int, min_each: int, what: str, most: int | None = None) -> int:
+        """``n`` items of at least ``min_each`` bytes each must fit in the rest of the file, and be at
+        most ``most`` (a cap far above any real file's, for counts the file's size cannot bound)."""
         if n * min_each > self.size - self.pos:
             raise self.fail(f"corrupt header: {what} is {n}, more than the file's {self.size} bytes can hold",
                             hint="the file is damaged or not a model file")
+        if most is not None and n > most:
+            raise self.fail(f"corrupt header: {what} is {n}, more than gpulaunch reads ({most})",
+                            hint="the file is damaged or crafted: no published model comes near")
         return n
+
+    def take_json(self, n: int, what: str, max_items: int) -> bytes:
+        """The next ``n`` bytes, JSON text, read a MiB at a time and refused as soon as they hold more
+        than ``max_items`` objects, lists and items (``{``, ``[`` and ``,``, strings' own included:
+        an upper bound on what ``json.loads`` would build). 99.9 MB of ``{}`` would be 2.5 GB of dicts;
+        it is refused after the first MiB or so, holding no more than that."""
+        if n > self.size - self.pos:
+            raise self.truncated(what)
+        chunks, items, got = [], 0, 0
+        while got < n:
+            try:
+                chunk = os.pread(self.fd, min(JSON_CHUNK, n - got), self.pos + got)
+            except OSError as exc:
+                raise self.fail(f"cannot read it ({exc.strerror})") from None
+            if not chunk:
+                raise self.truncated(what)  # the file shrank under us
+            self.bytes_read += len(chunk)
+            got += len(chunk)
+            items += chunk.count(b"{") + chunk.count(b"[") + chunk.count(b",")
+            if items > max_items:
+                raise self.fail(f"{what}: more than {max_items} JSON objects, lists and items in its first {got} "
+                                f"bytes, more than any such file holds", hint="the file is damaged or crafted")
+            chunks.append(chunk)
+        self.pos += n
+        return b"".join(chunks)
 
     def skip_strings(self, count: int, what: str) -> None:
         """Move past ``count`` length-prefixed strings (u64 length + bytes) without decoding them.
@@ -193,14 +234,17 @@ def open_cursor(path: str, label: str) -> Iterator[Cursor]:
         os.close(fd)
 
 
-def read_small(path: str, label: str, limit: int) -> bytes:
-    """The whole of a small regular file (a config.json, an index), refused past ``limit`` bytes."""
+def read_small(path: str, label: str, limit: int, max_items: int | None = None) -> bytes:
+    """The whole of a small regular file (a config.json, an index), refused past ``limit`` bytes and,
+    for JSON, past ``max_items`` objects, lists and items (:meth:`Cursor.take_json`)."""
     fd, size = _open_regular(path, label)
     try:
         if size > limit:
             raise ModelFileError(f"{label}: {size} bytes is too large for this kind of file (limit {limit})",
                                  hint="is this the right file?")
         cur = Cursor(fd, size, label)
+        if max_items is not None:
+            return cur.take_json(size, label, max_items)
         return cur.take(size, "the file") if size else b""
     finally:
         os.close(fd)
@@ -223,3 +267,59 @@ def load_json(raw: bytes, label: str, what: str = "JSON object") -> Any:
     except ValueError as exc:
         raise ModelFileError(f"{label}: not valid JSON ({exc})", hint=f"it should be a {what}") from None
 
+
+def user_path(text: str, label: str) -> Path:
+    """``text`` as a path, a leading ``~`` or ``~user`` expanded; ModelFileError when there is no such
+    user or no home directory (``Path.expanduser`` raises RuntimeError there)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        first = text.split("/", 1)[0]
+        raise ModelFileError(printable(f"{label}: {first} names no home directory (no such user)"),
+                             hint="write the path in full, or ~/ for your own home") from None
+
+
+def look(path: Path, label: str) -> str:
+    """What is at ``path``: "dir", "file" (anything else that exists, a dangling symlink included) or
+    "" (nothing). One ModelFileError line where the name itself is unusable (too long, a loop, no
+    permission to look), where ``Path.exists`` would raise a bare OSError."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "file" if os.path.islink(path) else ""
+    except ValueError:  # a NUL byte
+        raise ModelFileError(f"{label}: not a usable path") from None
+    except OSError as exc:
+        too_long = exc.errno == errno.ENAMETOOLONG
+        raise ModelFileError(f"{label}: cannot look at it ({exc.strerror})",
+                             hint=f"a path is at most {PATH_MAX} bytes, each of its parts at most {NAME_MAX}"
+                             if too_long else "check the path and its permissions") from None
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+
+
+def plain_name(name: str, label: str, what: str) -> str:
+    """``name`` when it names a file in the folder itself: no path separator, no NUL, not ``.`` or
+    ``..``, at most NAME_MAX bytes; else one ModelFileError line (an index must not send the
+    reader to ``../../etc/passwd``)."""
+    if any(c in name for c in "/\\\0") or name in ("", ".", "..") or len(name.encode(errors="replace")) > NAME_MAX:
+        raise ModelFileError(printable(f"{label}: {what} {name!r}, not a bare file name (a path could lead "
+                                       "outside the folder)"),
+                             hint="an index names its files by their bare names, in the same folder")
+    return name
+
+
+def overlap(spans: Iterable[tuple[int, int, str]], what: str) -> str | None:
+    """Where two of ``spans`` (begin, end, name: a byte range of a file) share a byte, in words
+    ("tensors a and b overlap by 1 byte (bytes 32 to 33)"); None where none do. An empty span shares
+    nothing; adjacent spans (one ends where the next begins) do not overlap."""
+    reach, far = 0, ""
+    for begin, end, name in sorted(spans):
+        if begin < reach and end > begin:
+            shared = min(reach, end) - begin
+            return printable(f"{what} {far} and {name} overlap by {shared} byte{'s' if shared != 1 else ''} "
+                             f"(bytes {begin} to {begin + shared})")
+        if end > reach:
+            reach, far = end, name
+    return None

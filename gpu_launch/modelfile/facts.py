@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Hyper", "Weights", "ModelFacts"]
+from gpu_launch.errors import ModelFileError
+from gpu_launch.text import printable
+
+__all__ = ["Hyper", "Weights", "ModelFacts", "checked"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +94,24 @@ class ModelFacts:
     header_bytes: int
     name: str | None = None
     dtype: str | None = None  # the weights' main type ("Q4_K_M" file type, "bfloat16"...)
+
+
+def checked(facts: ModelFacts) -> ModelFacts:
+    """``facts`` when its numbers can size a KV cache; else one ModelFileError line.
+
+    Each reader checks every number where it reads it (not a count, negative, NaN, too large); this
+    checks what only the numbers together say, whatever the format: a model has layers, and a layer
+    with a KV cache has a head size (0 would make a 0 MiB cache, silently: a head size stated as 0,
+    or more heads than the embedding is wide).
+    """
+    h = facts.hyper
+    label = f"model {printable(facts.source)}"
+    if h.n_layers < 1:
+        raise ModelFileError(f"{label}: it has no layers (a layer count of 0)", hint="is this a language model?")
+    if any(h.kv_heads) and not h.kv_lora_rank and (h.key_length < 1 or h.value_length < 1):
+        raise ModelFileError(f"{label}: its attention layers have a head size of 0 (key length {h.key_length}, "
+                             f"value length {h.value_length}, {max(h.kv_heads)} KV heads, embedding "
+                             f"{h.hidden_size}, {h.n_heads} heads)",
+                             hint="the file states a head size of 0 or more heads than its embedding is wide: "
+                                  "it is damaged or was converted wrongly")
+    return facts

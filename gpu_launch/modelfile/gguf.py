@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import Cursor, open_cursor
+from gpu_launch.modelfile.bounded import Cursor, open_cursor, overlap
 from gpu_launch.text import printable
 
 __all__ = ["GGML_TYPES", "GgufTensor", "GgufHeader", "read_header", "split_parts", "check_split", "is_gguf", "FILE_TYPES"]
@@ -60,6 +60,10 @@ _SCALARS: dict[int, struct.Struct] = {
 }
 _ARRAY_CODES = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
+_U32 = 4
+_TYPE_NAMES = {0: "a u8", 1: "an i8", 2: "a u16", 3: "an i16", 4: "a u32", 5: "an i32", 6: "an f32", 7: "a bool",
+               8: "a string", 9: "an array", 10: "a u64", 11: "an i64", 12: "an f64"}
+
 MAX_DIMS = 4  # GGML_MAX_DIMS
 #: Strings longer than this are skipped, never decoded (a general.description, a chat template):
 #: nothing gpulaunch needs is that long. Keys and tensor names longer than it are refused.
@@ -67,6 +71,33 @@ MAX_KEPT_STRING = 4096
 #: Numeric arrays up to this many elements are kept (per-layer head counts, sliding patterns).
 MAX_KEPT_ARRAY = 65536
 MAX_NESTING = 3
+
+# What one header may make gpulaunch read, beyond what the file's size allows. llama.cpp's loader
+# (ggml/src/gguf.cpp, gguf_init_from_reader) bounds the tensor and key/value counts only by what it
+# can index (SIZE_MAX / sizeof(gguf_tensor_info)), a string at GGUF_MAX_STRING_LENGTH and an array
+# at GGUF_MAX_ARRAY_ELEMENTS (both 2^30), and refuses an empty or repeated key, a repeated tensor
+# name and a general.alignment that is not a u32. Those bounds suit C++, where a record costs
+# nanoseconds; here one costs microseconds and ~200 bytes, and a file can really hold 15 million
+# records (500 MB): 51 s and 2.9 GB before these caps (benchmarks/hostile_models.py). So the counts
+# are capped far above any published model instead, and checked before anything is read:
+#: tensors in one file: the largest published GGUF models hold about a thousand (DeepSeek-V3: 61 layers,
+#: its experts merged into one tensor a layer)
+MAX_TENSORS = 65536
+#: key/value pairs in one file: real ones hold 20-60 (DeepSeek-V3: 46)
+MAX_KEYS = 65536
+#: llama.cpp's GGUF_MAX_STRING_LENGTH and GGUF_MAX_ARRAY_ELEMENTS
+MAX_STRING = MAX_ARRAY = 1 << 30
+#: strings (and nested arrays) walked one by one, all arrays of a header together: the largest
+#: vocabularies, merges included (Llama 3: 128,256 + 280,147), use under a fifth; 4 Mi take ~0.4 s
+MAX_WALKED = 1 << 22
+#: bytes of keys, tensor names and kept string values decoded: a real header has tens of KB of them
+MAX_KEPT_TEXT = 16 << 20
+#: numbers kept from numeric arrays (per-layer head counts and patterns: a few thousand in a real file)
+MAX_KEPT_NUMBERS = 1 << 18
+#: the least a tensor record takes (name length, no name, 1 dimension, type, offset) and a key/value
+#: pair (key length, a 1-byte key, type, a 1-byte value): the counts are held to the file's size with them
+MIN_TENSOR_INFO = 8 + 4 + 8 + 4 + 8
+MIN_KEY_VALUE = 8 + 1 + 4 + 1
 _INT64_MAX = 2**63 - 1
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -106,7 +137,29 @@ def is_gguf(path: str) -> bool:
 # -- the header ------------------------------------------------------------------------------
 
 
-def _string(cur: Cursor, what: str, keep: bool = True, strict: bool = False) -> str | None:
+class _Budget:
+    """What is left of the caps on one header (MAX_WALKED, MAX_KEPT_TEXT, MAX_KEPT_NUMBERS)."""
+
+    def __init__(self) -> None:
+        self.walked = MAX_WALKED
+        self.text = MAX_KEPT_TEXT
+        self.numbers = MAX_KEPT_NUMBERS
+
+    def spend(self, cur: Cursor, what: str, kind: str, n: int) -> None:
+        """Take ``n`` from the ``kind`` cap for ``what``; one error line when it runs out."""
+        left = getattr(self, kind) - n
+        if left < 0:
+            raise cur.fail(f"corrupt header: {what} takes gpulaunch past its cap on {_CAPS[kind]} in one header",
+                           hint="the file is damaged or crafted: no published model comes near")
+        setattr(self, kind, left)
+
+
+_CAPS = {"walked": f"array elements walked one by one ({MAX_WALKED})",
+         "text": f"names and text kept ({MAX_KEPT_TEXT} bytes)",
+         "numbers": f"numbers kept from arrays ({MAX_KEPT_NUMBERS})"}
+
+
+def _string(cur: Cursor, what: str, budget: _Budget, keep: bool = True, strict: bool = False) -> str | None:
     """A length-prefixed string, or None when skipped (``keep`` false, or longer than MAX_KEPT_STRING).
 
     ``strict``: a name (key, tensor) must be UTF-8; a value is decoded leniently, as llama.cpp
@@ -116,9 +169,13 @@ def _string(cur: Cursor, what: str, keep: bool = True, strict: bool = False) -> 
     if n > cur.remaining:
         raise cur.fail(f"corrupt header: {what} claims {n} bytes, more than the file holds",
                        hint="the file is damaged or not a GGUF file")
+    if n > MAX_STRING:
+        raise cur.fail(f"corrupt header: {what} claims {n} bytes, more than llama.cpp reads ({MAX_STRING})",
+                       hint="the file is damaged or crafted")
     if not keep or n > MAX_KEPT_STRING:
         cur.skip(n, what)
         return None
+    budget.spend(cur, what, "text", n)
     raw = cur.take(n, what)
     if not strict:
         return raw.decode("utf-8", "replace")
@@ -129,21 +186,21 @@ def _string(cur: Cursor, what: str, keep: bool = True, strict: bool = False) -> 
                        hint="the file is damaged or not a GGUF file") from None
 
 
-def _name(cur: Cursor, what: str) -> str:
+def _name(cur: Cursor, what: str, budget: _Budget) -> str:
     n_at = cur.pos
-    name = _string(cur, what, strict=True)
+    name = _string(cur, what, budget, strict=True)
     if name is None:
         cur.pos = n_at
         raise cur.fail(f"corrupt header: {what} at byte {n_at} is longer than {MAX_KEPT_STRING} bytes")
     return name
 
 
-def _value(cur: Cursor, vtype: int, key: str, depth: int = 0) -> tuple[Any, int | None]:
+def _value(cur: Cursor, vtype: int, key: str, budget: _Budget, depth: int = 0) -> tuple[Any, int | None]:
     """(value or None when skipped, array length or None) of one value of type ``vtype``."""
     if vtype in _SCALARS:
         return cur.unpack(_SCALARS[vtype], f"the value of {key}"), None
     if vtype == _STRING:
-        return _string(cur, f"the value of {key}", keep=not key.startswith("tokenizer.")), None
+        return _string(cur, f"the value of {key}", budget, keep=not key.startswith("tokenizer.")), None
     if vtype != _ARRAY:
         raise cur.fail(f"corrupt header: {key} has unknown value type {vtype}",
                        hint="the file is damaged, or written by a newer GGUF version")
@@ -151,30 +208,33 @@ def _value(cur: Cursor, vtype: int, key: str, depth: int = 0) -> tuple[Any, int 
     count = cur.u64(f"the array length of {key}")
     if etype in _SCALARS:
         size = _SCALARS[etype].size
-        cur.count(count, size, f"the length of array {key}")
+        cur.count(count, size, f"the length of array {key}", most=MAX_ARRAY)
         if count <= MAX_KEPT_ARRAY and not key.startswith("tokenizer."):
+            budget.spend(cur, f"array {key} ({count} numbers)", "numbers", count)
             off = cur.need(count * size, f"array {key}")
             cur.pos += count * size
             return struct.unpack_from(f"<{count}{_ARRAY_CODES[etype]}", cur.buf, off), count
         cur.skip(count * size, f"array {key}")
         return None, count
     if etype == _STRING:
-        cur.count(count, 8, f"the length of array {key}")
+        cur.count(count, 8, f"the length of array {key}", most=MAX_ARRAY)
+        budget.spend(cur, f"array {key} ({count} strings)", "walked", count)
         cur.skip_strings(count, f"array {key}")
         return None, count
     if etype == _ARRAY:
         if depth >= MAX_NESTING:
             raise cur.fail(f"corrupt header: arrays nested more than {MAX_NESTING} deep in {key}")
-        cur.count(count, 12, f"the length of array {key}")
+        cur.count(count, 12, f"the length of array {key}", most=MAX_ARRAY)
+        budget.spend(cur, f"array {key} ({count} arrays)", "walked", count)
         for _ in range(count):
-            _value(cur, _ARRAY, key, depth + 1)
+            _value(cur, _ARRAY, key, budget, depth + 1)
         return None, count
     raise cur.fail(f"corrupt header: array {key} has unknown element type {etype}",
                    hint="the file is damaged, or written by a newer GGUF version")
 
 
-def _tensor(cur: Cursor, index: int) -> GgufTensor:
-    name = _name(cur, f"the name of tensor {index}")
+def _tensor(cur: Cursor, index: int, budget: _Budget) -> GgufTensor:
+    name = _name(cur, f"the name of tensor {index}", budget)
     n_dims = cur.u32(f"the dimensions of tensor {name}")
     if not 1 <= n_dims <= MAX_DIMS:
         raise cur.fail(f"corrupt header: tensor {printable(name)} has {n_dims} dimensions (ggml allows 1 to {MAX_DIMS})")
@@ -199,6 +259,44 @@ def _tensor(cur: Cursor, index: int) -> GgufTensor:
     return GgufTensor(name, tuple(dims), type_id, offset, elements // block * size)
 
 
+def _key_values(cur: Cursor, n_kv: int, budget: _Budget) -> tuple[dict[str, Any], dict[str, int]]:
+    """The key/value pairs: (kept values, array lengths); a key twice, an empty key or a
+    general.alignment that is not a u32 refused, as llama.cpp refuses them (gguf_init_from_reader)."""
+    kv: dict[str, Any] = {}
+    lengths: dict[str, int] = {}
+    seen: set[str] = set()
+    for i in range(n_kv):
+        at = cur.pos
+        key = _name(cur, f"key {i}", budget)
+        if not key:
+            raise cur.fail(f"corrupt header: key {i} (at byte {at}) is empty")
+        if key in seen:
+            raise cur.fail(f"corrupt header: key {printable(key)} appears twice")
+        seen.add(key)
+        vtype = cur.u32(f"the type of {key}")
+        if key == "general.alignment" and vtype != _U32:
+            raise cur.fail(f"corrupt header: general.alignment is {_TYPE_NAMES.get(vtype, f'of type {vtype}')}, "
+                           "not a u32 (llama.cpp reads it only as one)")
+        value, length = _value(cur, vtype, key, budget)
+        if value is not None:
+            kv[key] = value
+        if length is not None:
+            lengths[key] = length
+    return kv, lengths
+
+
+def _tensors(cur: Cursor, n_tensors: int, budget: _Budget) -> list[GgufTensor]:
+    tensors: list[GgufTensor] = []
+    first: dict[str, int] = {}
+    for i in range(n_tensors):
+        t = _tensor(cur, i, budget)
+        if t.name in first:  # llama.cpp refuses it too: a name must say which tensor it is
+            raise cur.fail(f"corrupt header: tensors {first[t.name]} and {i} are both named {printable(t.name)}")
+        first[t.name] = i
+        tensors.append(t)
+    return tensors
+
+
 def read_header(path: str, label: str | None = None) -> GgufHeader:
     """The header of one GGUF file; ModelFileError for anything that is not a sound GGUF header."""
     label = label or f"model file {printable(path)}"
@@ -217,32 +315,23 @@ def read_header(path: str, label: str | None = None) -> GgufHeader:
         else:
             raise cur.fail(f"GGUF version {version} is not supported (versions 2 and 3 are)",
                            hint="convert it again with a current llama.cpp" if version < 2 else None)
-        n_tensors = cur.count(cur.u64(), 24, "the tensor count")
-        n_kv = cur.count(cur.u64(), 13, "the key/value count")
-        kv: dict[str, Any] = {}
-        lengths: dict[str, int] = {}
-        for i in range(n_kv):
-            key = _name(cur, f"key {i}")
-            vtype = cur.u32(f"the type of {key}")
-            value, length = _value(cur, vtype, key)
-            if value is not None:
-                kv[key] = value
-            if length is not None:
-                lengths[key] = length
-        tensors = [_tensor(cur, i) for i in range(n_tensors)]
+        n_tensors = cur.count(cur.u64(), MIN_TENSOR_INFO, "the tensor count", most=MAX_TENSORS)
+        n_kv = cur.count(cur.u64(), MIN_KEY_VALUE, "the key/value count", most=MAX_KEYS)
+        budget = _Budget()
+        kv, lengths = _key_values(cur, n_kv, budget)
+        tensors = _tensors(cur, n_tensors, budget)
         align = kv.get("general.alignment", 32)
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
-            raise cur.fail(f"corrupt header: general.alignment is {align!r}, not a power of two")
-        data_start = -(-cur.pos // align) * align
+        if align <= 0 or align & (align - 1):
+            raise cur.fail(f"corrupt header: general.alignment is {align}, not a power of two")
+        data_start = -(-cur.pos // align) * align  # the data starts at the next multiple: up, never down
         _check_extents(cur, tensors, data_start, align)
         return GgufHeader(path, version, kv, lengths, tuple(tensors), data_start, cur.size, cur.bytes_read)
 
 
 def _check_extents(cur: Cursor, tensors: list[GgufTensor], data_start: int, align: int) -> None:
-    """Every tensor lies inside the file, aligned, and no two overlap."""
+    """Every tensor lies inside the file, aligned, and no two share a byte."""
     data_size = cur.size - data_start
-    end = 0
-    for t in sorted(tensors, key=lambda t: t.offset):
+    for t in tensors:
         if t.offset % align:
             raise cur.fail(f"corrupt header: tensor {printable(t.name)} is at offset {t.offset}, "
                            f"not a multiple of the alignment {align}")
@@ -250,9 +339,9 @@ def _check_extents(cur: Cursor, tensors: list[GgufTensor], data_start: int, alig
             raise cur.fail(f"truncated or corrupt: tensor {printable(t.name)} ends at byte "
                            f"{data_start + t.offset + t.nbytes}, past the end of the file ({cur.size} bytes)",
                            hint="the file may be incomplete: download it again")
-        if t.offset < end:
-            raise cur.fail(f"corrupt header: tensor {printable(t.name)} overlaps the tensor before it")
-        end = t.offset + t.nbytes
+    shared = overlap(((t.offset, t.offset + t.nbytes, t.name) for t in tensors), "tensors")
+    if shared:
+        raise cur.fail(f"corrupt header: {shared} of the data", hint="the file is damaged or crafted")
 
 
 # -- split sets ------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ from typing import Any
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
+from gpu_launch.modelfile.grouping import layer_number
 from gpu_launch.text import printable
+from gpu_launch.units import shown
 
 __all__ = ["read_gguf", "SWA_PERIOD"]
 
@@ -39,25 +41,35 @@ KV_AND_FFN_HYBRIDS = {"nemotron_h", "nemotron_h_moe"}
 PARALLEL_HYBRIDS = {"falcon-h1"}
 
 
+#: The largest count a header may state: llama.cpp reads its counts and sizes as u32 (llama_hparams).
+MAX_COUNT = 2**32 - 1
+
+
+def _count(value: Any, key: str, label: str) -> int:
+    """``value`` as a count: a whole number (an integral float too, as some converters write) from 0 to
+    MAX_COUNT. NaN, infinities, fractions, negatives (an i32 -32) and text are one error line here,
+    where they are read, never a traceback or a negative KV cache further on."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise ModelFileError(f"{label}: {key} is {shown(value)}, not a count (0 to {MAX_COUNT})",
+                             hint="the file is damaged or was written wrongly: convert it again")
+    return value
+
+
 def _per_layer(value: Any, n: int, key: str, label: str) -> tuple[int, ...] | None:
     if value is None:
         return None
     if isinstance(value, tuple):
         if len(value) != n:
             raise ModelFileError(f"{label}: {key} has {len(value)} entries for {n} layers")
-        return tuple(int(v) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (int(value),) * n
-    raise ModelFileError(f"{label}: {key} is {type(value).__name__}, not a number")
+        return tuple(_count(v, key, label) for v in value)
+    return (_count(value, key, label),) * n
 
 
 def _int(kv: dict[str, Any], key: str, label: str) -> int | None:
     value = kv.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelFileError(f"{label}: {key} is {value!r}, not a count")
-    return value
+    return None if value is None else _count(value, key, label)
 
 
 def _sliding(arch: str, kv: dict[str, Any], n: int, label: str) -> tuple[tuple[bool, ...], int | None]:
@@ -68,7 +80,8 @@ def _sliding(arch: str, kv: dict[str, Any], n: int, label: str) -> tuple[tuple[b
             raise ModelFileError(f"{label}: {arch}.attention.sliding_window_pattern has {len(pattern)} "
                                  f"entries for {n} layers")
         return tuple(bool(p) for p in pattern), window
-    period = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) else SWA_PERIOD.get(arch)
+    period = _count(pattern, f"{arch}.attention.sliding_window_pattern", label) \
+        if isinstance(pattern, (int, float)) and not isinstance(pattern, bool) else SWA_PERIOD.get(arch)
     if not window or period is None:
         return (), window
     return tuple(period == 0 or i % period < period - 1 for i in range(n)), window
@@ -118,9 +131,9 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     # every KV head (src/models/deepseek2.cpp, the !is_mla branch), 10-70x the latent row.
     mla = kv.get(p + "attention.key_length_mla") is not None and kv.get(p + "attention.value_length_mla") is not None
     kv_lora = _int(kv, p + "attention.kv_lora_rank", label) if mla else None
-    ssm = {k[len(p) + 4:]: v for k, v in kv.items()
+    ssm = {k[len(p) + 4:]: _count(v, k, label) for k, v in kv.items()
            if k.startswith(p + "ssm.") and isinstance(v, int) and not isinstance(v, bool)}
-    ssm.update({k[len(p):]: v for k, v in kv.items()
+    ssm.update({k[len(p):]: _count(v, k, label) for k, v in kv.items()
                 if k.startswith((p + "wkv.", p + "shortconv.")) and isinstance(v, int) and not isinstance(v, bool)})
     # llama.cpp's n_vocab is the tokenizer's; a file without one still says it in the embedding's
     # outer dimension (token_embd is n_embd x n_vocab, innermost first), which sizes the logits buffer.
@@ -149,8 +162,9 @@ def _weights(tensors: list[GgufTensor], n_layers: int) -> Weights:
     for t in tensors:
         by_type[t.type_name] = by_type.get(t.type_name, 0) + t.nbytes
         m = _BLOCK_RE.match(t.name)
-        if m and int(m[1]) < n_layers:
-            layers[int(m[1])] += t.nbytes
+        index = layer_number(m[1], n_layers) if m else n_layers
+        if index < n_layers:
+            layers[index] += t.nbytes
         elif t.name.startswith("token_embd"):
             embedding += t.nbytes
         elif t.name.startswith(("output.", "output_norm.")):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from gpu_launch.modelfile.facts import Weights
 
-__all__ = ["group"]
+__all__ = ["group", "layer_number"]
 
 #: Parts of multimodal models that are not the language model's layers, whatever their numbering.
 _TOWER = re.compile(r"(^|\.)(vision|visual|vision_tower|vision_model|audio|audio_tower|speech|image|"
@@ -25,6 +25,12 @@ _EMBED = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings|tok_embeddings|emb
 _HEAD = re.compile(r"(^|\.)(lm_head|embed_out|output)\.")
 _FINAL_NORM = re.compile(r"(^|\.)(norm|norm_f|ln_f|final_layernorm|final_layer_norm|final_norm|output_norm)\."
                          r"[a-z_]*$")
+
+
+def layer_number(digits: str, n_layers: int) -> int:
+    """The layer a name's number stands for; ``n_layers`` (past the model's layers) for one of more than
+    9 digits, which no model has: a crafted name's 5000 digits are never converted (Python refuses to)."""
+    return int(digits) if len(digits) <= 9 else n_layers
 
 
 def group(tensors: Iterable[tuple[str, str, int]], n_layers: int) -> Weights:
@@ -40,7 +46,7 @@ def group(tensors: Iterable[tuple[str, str, int]], n_layers: int) -> Weights:
             continue
         m = _LAYER.search(name)
         if m:
-            index = int(m.group(1))
+            index = layer_number(m.group(1), n_layers)
             if index < n_layers:
                 layers[index] += nbytes
             else:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import read_small
+from gpu_launch.modelfile.bounded import look, read_small, user_path
 from gpu_launch.text import printable
 
 __all__ = ["cache_dir", "resolve", "parse_id"]
@@ -29,9 +29,9 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
     HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if environ.get(name):
-            return Path(environ[name]).expanduser()
+            return user_path(environ[name], name)
     if environ.get("HF_HOME"):
-        return Path(environ["HF_HOME"]).expanduser() / "hub"
+        return user_path(environ["HF_HOME"], "HF_HOME") / "hub"
     home = environ.get("HOME") or os.path.expanduser("~")
     xdg = environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path(home) / ".cache") / "huggingface" / "hub"
@@ -55,7 +55,7 @@ def resolve(source: str, environ: Mapping[str, str]) -> Path:
     model_id = f"{org}/{name}"
     download = f"download it first with `huggingface-cli download {model_id}" + \
                (f" --revision {rev}`" if rev != "main" else "`")
-    if not repo.is_dir():
+    if look(repo, f"Hugging Face cache {printable(str(repo))}") != "dir":
         raise ModelFileError(f"model {printable(source)}: not in the local Hugging Face cache "
                              f"(looked in {printable(str(cache))})",
                              hint=f"{download}, or set HF_HUB_CACHE / HF_HOME to where it is")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import MIB, load_json, read_small, regular_size
+from gpu_launch.modelfile.bounded import MIB, load_json, overlap, plain_name, read_small, regular_size
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
@@ -25,11 +25,14 @@ __all__ = ["read_mlc", "INDEX_NAMES"]
 
 INDEX_NAMES = ("tensor-cache.json", "ndarray-cache.json")
 MAX_JSON = 64 * MIB
+#: JSON objects, lists and items in either file: a parameter's record is ~10 (Llama-3.1-70B in q4f16_1
+#: lists ~1,500 parameters), so this is room for 200,000 (counted before parsing: bounded.Cursor.take_json)
+MAX_JSON_ITEMS = 1 << 21
 
 
 def _json_object(path: Path) -> tuple[dict[str, Any], int]:
     label = f"{path.name} {printable(str(path))}"
-    raw = read_small(str(path), label, MAX_JSON)
+    raw = read_small(str(path), label, MAX_JSON, MAX_JSON_ITEMS)
     data = load_json(raw, label)
     if not isinstance(data, dict):
         raise ModelFileError(f"{label}: a JSON {type(data).__name__}, not an object")
@@ -37,7 +40,8 @@ def _json_object(path: Path) -> tuple[dict[str, Any], int]:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A byte count or offset: a whole number from 0 to 2^63 - 1 (no file is larger), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63 else None
 
 
 def _params(index: dict[str, Any], folder: Path, label: str) -> list[tuple[str, str, int]]:
@@ -45,13 +49,12 @@ def _params(index: dict[str, Any], folder: Path, label: str) -> list[tuple[str, 
     if not isinstance(shards, list):
         raise ModelFileError(f"{label}: no records list of weight shards")
     params: list[tuple[str, str, int]] = []
+    spans: dict[str, list[tuple[int, int, str]]] = {}  # data file -> (begin, end, parameter)
     for shard in shards:
         if not isinstance(shard, dict) or not isinstance(shard.get("dataPath"), str) or \
                 not isinstance(shard.get("records"), list):
             raise ModelFileError(f"{label}: a shard record without dataPath or records")
-        data_path = shard["dataPath"]
-        if "/" in data_path or data_path in ("", ".", ".."):
-            raise ModelFileError(f"{label}: shard {printable(data_path)!r} is outside the folder")
+        data_path = plain_name(shard["dataPath"], label, "shard")
         file = folder / data_path
         if not file.exists():
             raise ModelFileError(f"{label}: weight shard {printable(data_path)} is missing",
@@ -68,6 +71,12 @@ def _params(index: dict[str, Any], folder: Path, label: str) -> list[tuple[str, 
                                      hint="the shard may be incomplete: download it again")
             dtype = p.get("dtype")
             params.append((name, printable(dtype) if isinstance(dtype, str) else "?", nbytes))
+            spans.setdefault(data_path, []).append((offset, offset + nbytes, name))
+    for data_path, found in spans.items():
+        shared = overlap(found, "parameters")  # else one 1 GB shard could claim 30 GiB of weights
+        if shared:
+            raise ModelFileError(f"{label}: {shared} of {printable(data_path)}",
+                                 hint="the index is damaged: convert the model again")
     return params
 
 

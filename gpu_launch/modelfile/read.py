@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.facts import ModelFacts
+from gpu_launch.modelfile.bounded import look, user_path
+from gpu_launch.modelfile.facts import ModelFacts, checked
 from gpu_launch.text import printable
+from gpu_launch.units import shown
 
 __all__ = ["read_model"]
 
@@ -29,14 +31,31 @@ def read_model(source: str | os.PathLike[str], *, environ: Mapping[str, str] | N
     Raises :class:`~gpu_launch.errors.ModelFileError` (exit 7) with one line and a hint when the
     model cannot be found or read.
     """
-    source = os.fspath(source)
-    if not source or "\0" in source:
-        raise ModelFileError("model: the name is empty or holds a NUL byte", hint="name a model file, folder or id")
+    source = _text(source)
     env = os.environ if environ is None else environ
-    path = Path(source).expanduser()
-    if path.is_dir():
+    return checked(_facts(source, env))
+
+
+def _text(source: object) -> str:
+    """The model's name as text: a str, bytes (decoded as the file system does) or an os.PathLike."""
+    try:
+        name = os.fspath(source)  # type: ignore[call-overload]
+    except TypeError:
+        raise ModelFileError(f"model: {shown(source)} is not a path (a {type(source).__name__})",
+                             hint="name a model file, folder or cached id as text or a Path") from None
+    name = os.fsdecode(name) if isinstance(name, bytes) else name
+    if not name or "\0" in name:
+        raise ModelFileError("model: the name is empty or holds a NUL byte", hint="name a model file, folder or id")
+    return name
+
+
+def _facts(source: str, env: Mapping[str, str]) -> ModelFacts:
+    label = f"model {printable(source)}"
+    path = user_path(source, label)
+    kind = look(path, label)
+    if kind == "dir":
         return _read_dir(source, path)
-    if path.exists() or path.is_symlink() or _looks_like_path(source):
+    if kind or _looks_like_path(source):
         return _read_file(source, str(path))
     from gpu_launch.modelfile import hfcache
 

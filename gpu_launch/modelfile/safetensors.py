@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import MIB, load_json, open_cursor, read_small
+from gpu_launch import units
+from gpu_launch.modelfile.bounded import MIB, load_json, open_cursor, overlap, plain_name, read_small
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
@@ -23,9 +24,24 @@ from gpu_launch.text import printable
 
 __all__ = ["SafeTensor", "read_header", "read_safetensors_file", "read_safetensors_dir", "read_config"]
 
-#: The safetensors library's own bound on the header (MAX_HEADER_SIZE, 100 MB).
-MAX_HEADER = 100_000_000
+#: The safetensors library's own bound on the header (MAX_HEADER_SIZE, 100 MB): past it, not safetensors.
+FORMAT_MAX_HEADER = 100_000_000
+#: The most gpulaunch reads: huggingface_hub's bound on the headers it parses for the Hub's metadata
+#: (constants.py, SAFETENSORS_MAX_HEADER_LENGTH, 25 MB). A real header is ~110 bytes a tensor: 25 MB is
+#: 200,000+ tensors, where the largest single files hold a few thousand.
+MAX_HEADER = 25_000_000
+#: Tensors in one file, and JSON objects, lists and items (``{``, ``[``, ``,``) in its header: one
+#: tensor is 1 object, 2 lists and 4 + dims items; the rest is room for ``__metadata__``. Counted as
+#: the header is read, before it is parsed: 99.9 MB of ``{}`` cost 2.5 GB and 7.7 s before this.
+MAX_TENSORS = 1 << 17
+MAX_HEADER_ITEMS = 16 * MAX_TENSORS + (1 << 16)
+#: The most dimensions a tensor may have (PyTorch's own limit is 64).
+MAX_DIMS = 64
 MAX_CONFIG = 16 * MIB
+#: JSON items in a config.json: real ones hold hundreds (a per-layer list or two)
+MAX_CONFIG_ITEMS = 1 << 18
+#: ... and in model.safetensors.index.json: two per tensor (DeepSeek-V3 lists 91,000 tensors)
+MAX_INDEX_ITEMS = 1 << 21
 #: Bits per element of every dtype the safetensors format names.
 DTYPE_BITS = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
@@ -52,13 +68,20 @@ def read_header(path: str) -> tuple[list[SafeTensor], int]:
         if cur.size < 8:
             raise cur.fail(f"not a safetensors file (only {cur.size} bytes)")
         n = cur.u64("the header length")
-        if n > MAX_HEADER or n > cur.size - 8:
+        if n > FORMAT_MAX_HEADER or n > cur.size - 8:
             raise cur.fail(f"not a safetensors file, or truncated (its header claims {n} bytes, the file has "
                            f"{cur.size - 8} after the length)", hint="the file may be incomplete: download it again")
-        raw = cur.take(n, "the header")
+        if n > MAX_HEADER:
+            raise cur.fail(f"its header is {n} bytes, more than gpulaunch reads ({MAX_HEADER}, as huggingface_hub)",
+                           hint="the file is damaged or crafted: a real header is a few hundred KB")
+        raw = cur.take_json(n, "its header", MAX_HEADER_ITEMS)
         header = load_json(raw, label, "safetensors header")
         if not isinstance(header, dict):
             raise cur.fail(f"not a safetensors header (a JSON {type(header).__name__}, not an object)")
+        count = len(header) - ("__metadata__" in header)
+        if count > MAX_TENSORS:
+            raise cur.fail(f"its header lists {count} tensors, more than gpulaunch reads ({MAX_TENSORS})",
+                           hint="the file is damaged or crafted")
         tensors = _tensors(header, cur.size - 8 - n, label)
         return tensors, cur.bytes_read
 
@@ -75,28 +98,30 @@ def _tensors(header: dict[str, Any], data_size: int, label: str) -> list[SafeTen
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(offsets, list):
             raise ModelFileError(f"{label}: tensor {shown} lacks dtype, shape or data_offsets")
-        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63 for d in shape):
-            raise ModelFileError(f"{label}: tensor {shown} has a negative or non-integer dimension in {shape!r}"[:300])
-        if (len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
-            raise ModelFileError(f"{label}: tensor {shown} has data_offsets {offsets!r}"[:300])
+        if len(shape) > MAX_DIMS or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**63
+                                            for d in shape):
+            raise ModelFileError(f"{label}: tensor {shown} has a shape of {units.shown(shape)}: more than "
+                                 f"{MAX_DIMS} dimensions, or a negative or non-integer one")
+        if (len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool) and 0 <= o < 2**63
+                                         for o in offsets) or not offsets[0] <= offsets[1]):
+            raise ModelFileError(f"{label}: tensor {shown} has data_offsets {units.shown(offsets)}")
         begin, end = offsets
         if end > data_size:
             raise ModelFileError(f"{label}: tensor {shown} ends at byte {end} of the data, past its end ({data_size})",
                                  hint="the file may be incomplete: download it again")
         elements = 1
         for d in shape:
-            elements *= d
+            elements = min(elements * d, 2**64)  # past 2^64 elements no file can hold it: the count stays small
         bits = DTYPE_BITS.get(dtype)
         if bits is not None and elements * bits != (end - begin) * 8:
+            made = f"{elements * bits / 8:g}" if elements < 2**64 else "more than 2^64"
             raise ModelFileError(f"{label}: tensor {shown} is {end - begin} bytes, its shape and {printable(dtype)} "
-                                 f"make {elements * bits / 8:g}")
+                                 f"make {made}")
         spans.append((begin, end, name))
         out.append(SafeTensor(name, printable(dtype), tuple(shape), end - begin))
-    spans.sort()
-    for (_, prev_end, prev), (begin, _, name) in zip(spans, spans[1:]):
-        if begin < prev_end:
-            raise ModelFileError(f"{label}: tensors {printable(prev)} and {printable(name)} overlap")
+    shared = overlap(spans, "tensors")
+    if shared:
+        raise ModelFileError(f"{label}: {shared} of the data", hint="the file is damaged or crafted")
     return out
 
 
@@ -107,7 +132,7 @@ def read_config(folder: Path) -> tuple[dict[str, Any], int]:
     if not path.exists():
         raise ModelFileError(f"{label}: missing", hint="the layer and head counts come from it: put the model's "
                                                        "config.json beside its weights")
-    raw = read_small(str(path), label, MAX_CONFIG)
+    raw = read_small(str(path), label, MAX_CONFIG, MAX_CONFIG_ITEMS)
     config = load_json(raw, label, "JSON object")
     if not isinstance(config, dict):
         raise ModelFileError(f"{label}: a JSON {type(config).__name__}, not an object")
@@ -150,15 +175,11 @@ def read_safetensors_file(source: str, path: str) -> ModelFacts:
 def _index_files(folder: Path) -> list[str]:
     path = folder / "model.safetensors.index.json"
     label = f"index {printable(str(path))}"
-    index = load_json(read_small(str(path), label, 64 * MIB), label)
+    index = load_json(read_small(str(path), label, 64 * MIB, MAX_INDEX_ITEMS), label)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ModelFileError(f"{label}: no weight_map of tensor names to files")
-    names = sorted(set(weight_map.values()))
-    for n in names:
-        if "/" in n or n in ("", ".", ".."):
-            raise ModelFileError(f"{label}: names a file outside its folder ({printable(n)!r})")
-    return names
+    return [plain_name(n, label, "its weight_map names the shard") for n in sorted(set(weight_map.values()))]
 
 
 def read_safetensors_dir(source: str, folder: Path) -> ModelFacts:
