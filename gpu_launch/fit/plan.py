@@ -50,6 +50,10 @@ class Settings:
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
     gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: N offloaded, the rest on the CPU
+    flash_attn: str = "auto"  # llama.cpp -fa: "on", "off" or "auto" (resolved as on a CUDA device)
+    swa_full: bool = False  # llama.cpp --swa-full: sliding layers get the whole context
+    binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
+    gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
 
 
 @dataclass(frozen=True)
@@ -65,24 +69,44 @@ class Sizing:
         return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
 
 
-#: ``vllm serve``'s default --max-num-batched-tokens, which sizes its sliding-window layers: 8192 on GPUs
-#: of 70 GiB or more other than the A100, else 2048 (vllm/engine/arg_utils.py,
-#: EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER). Where the GPUs are not known yet,
-#: the larger: a sliding layer sized for 2048 on an H100 would be 2-3x short.
-VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL = 8192, 2048
+#: ``vllm serve``'s default --max-num-batched-tokens, which sizes its sliding-window layers: 16384 on GPUs
+#: of 160 GiB or more (B200/B300), 8192 on GPUs of 70 GiB or more other than the A100, else 2048
+#: (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER, vLLM 0.33.0).
+#: Where the GPUs are not known yet, the H100 tier.
+VLLM_BATCHED_HUGE, VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL = 16384, 8192, 2048
 
 
 def vllm_batched_default(gpus: Sequence[tuple[str, int | None]]) -> int:
-    """vLLM's default batched tokens on these GPUs, as (name, total MiB): the larger if any GPU takes it."""
+    """vLLM's default batched tokens on these GPUs, as (name, total MiB): the largest tier any GPU takes."""
+    if not gpus:
+        return VLLM_BATCHED_BIG
+    if any((mib or 0) >= 160 * 1024 for _, mib in gpus):
+        return VLLM_BATCHED_HUGE
     big = any((mib or 0) >= 70 * 1024 and "a100" not in name.lower() for name, mib in gpus)
-    return VLLM_BATCHED_BIG if big or not gpus else VLLM_BATCHED_SMALL
+    return VLLM_BATCHED_BIG if big else VLLM_BATCHED_SMALL
+
+
+def gpu_arch(names: Sequence[str]) -> str:
+    """The GPU generation vLLM's hybrid-Mamba kernels depend on, from the GPUs' names."""
+    text = " ".join(names).lower()
+    for arch, marks in (("blackwell", ("b100", "b200", "b300", "gb200", "gb300", "rtx pro 6000", "blackwell")),
+                        ("hopper", ("h100", "h200", "h800", "h20", "gh200")), ("ampere", ("a100", "a800", "a10", "a30", "a40"))):
+        if any(m in text for m in marks):
+            return arch
+    return ""
+
+
+def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
+    """The engine settings the KV rules read (fit/kv.py ``Run``)."""
+    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
+    return kv_rules.Run(ubatch=settings.ubatch, unified=settings.unified, flash_attn=settings.flash_attn,
+                        swa_full=settings.swa_full, v_type=settings.v_type, batched_tokens=batched,
+                        gpu=settings.gpu_arch, tp=tp)
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
-    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched,
-                           v_type=settings.v_type)
+                           run=run_of(engine, settings))
     return Sizing(model, engine, settings, kv)
 
 
@@ -197,9 +221,11 @@ def _units(s: Sizing) -> list[tuple[int, int]]:
 
 def _logits_buffer(s: Sizing) -> int:
     """llama.cpp's compute buffer is mostly one micro-batch of logits: n_ubatch × n_vocab × 4 bytes
-    (MODEL-FACTS.md), on the device that holds the output layer. Part of the allowance."""
+    (MODEL-FACTS.md), on the device that holds the output layer; without flash attention the
+    attention scores of a micro-batch, which grow with the context, when they are larger
+    (fit/kv_llama.py: gpt-oss-20b at 32k needs 4198 MiB). Part of the allowance."""
     vocab = s.model.hyper.vocab_size or 0
-    return min(s.settings.ubatch, s.kv.cells) * vocab * 4
+    return max(min(s.settings.ubatch, s.kv.cells) * vocab * 4, s.kv.scratch)
 
 
 def _fill(units: list[tuple[int, int]], caps: Sequence[float], backwards: bool = True) -> list[list[tuple[int, int]]]:
@@ -312,7 +338,11 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     h = s.model.hyper
     weights = -(-s.model.weights.total // tp)
     kv = 0
-    for il, size in enumerate(s.kv.per_layer):
+    if s.engine.name == "vllm":  # vLLM's own start-up need on each GPU at this tp (fit/kv_vllm.py)
+        from gpu_launch.fit import kv_vllm
+
+        kv = kv_vllm.need_per_gpu(h, s.settings.ctx, s.settings.kv_type, run_of(s.engine, s.settings, tp), tp).total
+    for il, size in enumerate(s.kv.per_layer if s.engine.name != "vllm" else ()):
         heads = h.kv_heads[il] if il < len(h.kv_heads) else 0
         if h.kv_lora_rank or heads == 0:
             kv += size if h.kv_lora_rank else -(-size // tp)
