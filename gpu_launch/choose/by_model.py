@@ -38,6 +38,8 @@ def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
     if s.engine.name == "vllm" and settings.batched_tokens is None:
         settings = replace(settings, batched_tokens=fit_plan.vllm_batched_default(
             [(g.name, g.memory_total_mib) for g in machine.gpus]))
+    if s.engine.name == "vllm" and not settings.gpu_arch:
+        settings = replace(settings, gpu_arch=fit_plan.gpu_arch([g.name for g in machine.gpus]))
     return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
 
 

@@ -31,6 +31,8 @@ class CommandFacts:
     tp: str | None = None
     kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens
+    flash_attn: str | None = None  # llama.cpp -fa/--flash-attn: "on", "off" or "auto" (a bare -fa: on)
+    swa_full: bool | None = None  # llama.cpp --swa-full (-swa-full): True when written
 
 
 _FIELDS: dict[str, dict[str, str]] = {
@@ -50,6 +52,9 @@ _FIELDS: dict[str, dict[str, str]] = {
 }
 _NUMBERS = {"ctx", "parallel", "ubatch", "batched_tokens"}
 _UNIFIED = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
+#: llama.cpp's flash-attention option takes on/off/auto (common/arg.cpp; older builds: a bare flag)
+_FLASH = {"-fa", "--flash-attn"}
+_SWA_FULL = {"--swa-full", "-swa-full"}
 _MLC_OVERRIDES = {"context_window_size": "ctx", "tensor_parallel_shards": "tp", "max_num_sequence": "parallel"}
 
 
@@ -88,6 +93,18 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
                 break
             found.setdefault(table[name], value)
             continue
+        if engine.name == "llama.cpp" and name in _FLASH:
+            from gpu_launch.fit.kv import FLASH_ATTN
+
+            value = inline if eq else args[i + 1] if i + 1 < len(args) else ""
+            mode = FLASH_ATTN.get(value.strip().lower())
+            found.setdefault("flash_attn", mode or "on")
+            i += 1 if eq or mode is None else 2
+            continue
+        if engine.name == "llama.cpp" and arg in _SWA_FULL:
+            found.setdefault("swa_full", "1")
+            i += 1
+            continue
         if engine.name == "llama.cpp" and arg in _UNIFIED:
             found.setdefault("kv_unified", "1" if _UNIFIED[arg] else "")
             i += 1
@@ -109,5 +126,6 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
     return CommandFacts(model=model, ctx=numbers.get("ctx"), parallel=numbers.get("parallel"),
                         kv_type=found.get("kv_type"), v_type=found.get("v_type"), ubatch=numbers.get("ubatch"), gpu_layers=found.get("gpu_layers"),
                         gpu_mem_util=found.get("gpu_mem_util"), tp=found.get("tp"),
-                        batched_tokens=numbers.get("batched_tokens"),
+                        batched_tokens=numbers.get("batched_tokens"), flash_attn=found.get("flash_attn"),
+                        swa_full=True if "swa_full" in found else None,
                         kv_unified=None if "kv_unified" not in found else bool(found["kv_unified"]))

@@ -107,6 +107,9 @@ def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
                            run=run_of(engine, settings))
+    if settings.binding:
+        kv = replace(kv, rules=kv.rules + (f"{settings.binding} keeps llama.cpp's C API defaults: the full-size "
+                                           "sliding-window cache (swa_full = true) and flash attention off",))
     return Sizing(model, engine, settings, kv)
 
 

@@ -87,12 +87,12 @@ STATE_KINDS = {"mamba": "mamba", "jamba": "mamba", "mamba2": "mamba2", "graniteh
                "rwkv6": "rwkv", "rwkv6qwen2": "rwkv", "rwkv7": "rwkv", "arwkv7": "rwkv", "lfm2": "shortconv",
                "lfm2moe": "shortconv", "kimi-linear": "kda", "kimi-k3": "kda", "bailingmoe3": "kda",
                "qwen3next": "gdn", "qwen35": "gdn", "qwen35moe": "gdn", "minimax-01": "lightning"}
-#: Recurrent-state keys read as stored (``{arch}.`` + name), with the most each may be: the state
-#: sizes in src/llama-hparams.cpp (``n_embd_r``, ``n_embd_s``) multiply them, so a hostile value must
-#: not reach an allocation (0 means absent for all of them).
-STATE_KEYS = {"ssm.conv_kernel": 1024, "ssm.inner_size": 1 << 20, "ssm.state_size": 1 << 16,
-              "ssm.group_count": 1 << 16, "ssm.time_step_rank": 1 << 20, "wkv.head_size": 1 << 16,
-              "token_shift_count": 64, "shortconv.l_cache": 1 << 16, "kda.head_dim": 1 << 16}
+#: Recurrent-state keys read as stored (``{arch}.`` + name), with the least and most each may be:
+#: the state sizes in src/llama-hparams.cpp (``n_embd_r``, ``n_embd_s``) multiply them, so a hostile
+#: value is refused in one line (exit 7) before it reaches any size. The Mamba numbers may be 0 (absent).
+STATE_KEYS = {"ssm.conv_kernel": (0, 1024), "ssm.inner_size": (0, 1 << 20), "ssm.state_size": (0, 1 << 16),
+              "ssm.group_count": (0, 1 << 16), "ssm.time_step_rank": (0, 1 << 20), "wkv.head_size": (1, 1 << 16),
+              "token_shift_count": (1, 64), "shortconv.l_cache": (1, 1 << 16), "kda.head_dim": (1, 1 << 16)}
 #: Head sizes and counts past which a header is not a model: 64 Ki values a head.
 MAX_HEAD = 1 << 16
 
@@ -215,8 +215,8 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     # every KV head (src/models/deepseek2.cpp, the !is_mla branch), 10-70x the latent row.
     mla = kv.get(p + "attention.key_length_mla") is not None and kv.get(p + "attention.value_length_mla") is not None
     kv_lora = _int(kv, p + "attention.kv_lora_rank", label, most=MAX_HEAD) if mla else None
-    state = {name: value for name, most in STATE_KEYS.items()
-             if (value := _int(kv, p + name, label, most=most)) is not None}
+    state = {name: value for name, (least, most) in STATE_KEYS.items()
+             if (value := _int(kv, p + name, label, most=most, least=least)) is not None}
     # Hyper.ssm keeps the Mamba numbers under their short names (conv_kernel, inner_size...) and the
     # other recurrent kinds' under the names the file stores them (wkv.head_size, shortconv.l_cache)
     ssm = {k[4:] if k.startswith("ssm.") else k: v for k, v in state.items()}
@@ -226,7 +226,7 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     if arch == "gemma3n":
         kv_layers = min(20, n)
     elif arch == "gemma4":
-        kv_layers = n_all - (_int(kv, p + "attention.shared_kv_layers", label, most=n_all) or 0)
+        kv_layers = n_all - (_int(kv, p + "attention.shared_kv_layers", label, most=max(0, n_all - 2)) or 0)
     # llama.cpp's n_vocab is the tokenizer's; a file without one still says it in the embedding's
     # outer dimension (token_embd is n_embd x n_vocab, innermost first), which sizes the logits buffer.
     embd = next((t.dims for t in h.tensors if t.name == "token_embd.weight" and len(t.dims) == 2), None)
@@ -238,8 +238,8 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         vocab_size=vocab, sliding_window=window, sliding=sliding,
         kv_lora_rank=kv_lora, rope_head_dim=_int(kv, p + "rope.dimension_count", label, most=MAX_HEAD) if kv_lora else None,
         recurrent=recurrent, ssm=ssm, expert_count=_int(kv, p + "expert_count", label), nextn_layers=nextn,
-        key_length_swa=_int(kv, p + "attention.key_length_swa", label, most=MAX_HEAD) if sliding else None,
-        value_length_swa=_int(kv, p + "attention.value_length_swa", label, most=MAX_HEAD) if sliding else None,
+        key_length_swa=_int(kv, p + "attention.key_length_swa", label, most=MAX_HEAD, least=1) if sliding else None,
+        value_length_swa=_int(kv, p + "attention.value_length_swa", label, most=MAX_HEAD, least=1) if sliding else None,
         kv_layers=kv_layers, chunked=chunked and bool(sliding), no_kv=arch in NO_KV, attention=attention,
         state_kind=STATE_KINDS.get(arch, ""),
     )
