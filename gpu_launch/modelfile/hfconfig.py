@@ -195,6 +195,8 @@ def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
         kv_heads = tuple(kv if k in ("full", "sliding", "both") else 0 for k in kinds)
         recurrent = tuple(k in ("recurrent", "both") for k in kinds) if any(
             k in ("recurrent", "both") for k in kinds) else ()
+    # Falcon-H1: attention beside the SSM in every layer (vLLM: an attention and a Mamba spec each)
+    attention = tuple(k != "recurrent" and k != "none" for k in kinds) if kinds and "both" in kinds else ()
     window = config.get("sliding_window") if sliding else None
     chunk = _first(config, label, "attention_chunk_size") if model_type in ("llama4", "llama4_text") else None
     if chunk and kinds is not None and "sliding" in kinds:
@@ -217,7 +219,7 @@ def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
         key_length_swa=extras.get("key_length_swa"), value_length_swa=extras.get("key_length_swa"),
         kv_layers=extras.get("kv_layers"), chunked=bool(chunk and sliding), no_kv=extras.get("no_kv", False),
         state_kind=_STATE_KINDS.get(model_type, ""), state_dtype_bytes=extras.get("state_dtype_bytes"),
-        dtype_bytes=extras.get("dtype_bytes", 2),
+        dtype_bytes=extras.get("dtype_bytes", 2), attention=attention,
     )
 
 
