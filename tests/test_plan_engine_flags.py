@@ -143,3 +143,34 @@ def test_vllm_utilisation_is_rounded_down_to_what_is_free(tmp_path: Path, files:
     assert doc["placeholders"]["gpu_mem_util"] == "0.75"
     total = snapshot["gpus"][doc["gpus"][0]]["memory_total_mib"] * MiB
     assert 0.75 * total <= doc["per_gpu"][0]["free_bytes"]
+
+
+@pytest.mark.parametrize("family,key,value", [
+    ("rwkv6-1.6b", "rwkv6.wkv.head_size", 0),
+    ("rwkv6-1.6b", "rwkv6.token_shift_count", 1 << 20),
+    ("lfm2-1.2b", "lfm2.shortconv.l_cache", float("nan")),
+    ("kimi-linear", "kimi-linear.kda.head_dim", 1 << 30),
+    ("gemma-4-e2b", "gemma4.attention.shared_kv_layers", 40),
+    ("gemma-4-e2b", "gemma4.attention.key_length_swa", 0),
+])
+def test_new_state_keys_out_of_range_are_refused_in_one_line(tmp_path: Path, family: str, key: str, value: object) -> None:
+    model = FAMILIES[family]()
+    model.kv[key] = value
+    write_gguf(tmp_path / "m.gguf", model)
+    proc = gpulaunch("--snapshot", "dgx-h100", "plan", str(tmp_path / "m.gguf"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 7 and len(lines) == 1 and key in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("key,value", [("conv_L_cache", -1), ("conv_L_cache", 1e30), ("mamba_d_ssm", 2.5),
+                                       ("num_kv_shared_layers", 16)])
+def test_new_config_keys_out_of_range_are_refused_in_one_line(tmp_path: Path, key: str, value: object) -> None:
+    from tests.test_modelfile_safetensors import llama_layout, write_model
+
+    config = {"model_type": "lfm2", "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "hidden_size": 64, "vocab_size": 128, "conv_L_cache": 3, "layer_types": ["conv", "full_attention", "conv"],
+              key: value}
+    folder = write_model(tmp_path / "m", config, llama_layout(3))
+    proc = gpulaunch("--snapshot", "dgx-h100", "plan", str(folder))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 7 and len(lines) == 1 and key in lines[0], proc.stderr
