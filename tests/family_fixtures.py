@@ -229,6 +229,30 @@ def phi2() -> Gguf:
                   attention__layer_norm_epsilon=1e-5)
 
 
+def cohere2moe() -> Gguf:
+    # a Cohere2-MoE layout (49 layers, 16 heads, 4 KV of 128, window 4096): dense-first period 4
+    return _model("cohere2moe", 256000, 131072, block_count=49, embedding_length=2048, feed_forward_length=4096,
+                  expert_feed_forward_length=512, attention__head_count=16, attention__head_count_kv=4,
+                  attention__key_length=128, attention__value_length=128, attention__sliding_window=4096,
+                  logit_scale=1.0, leading_dense_block_count=1, expert_count=64, expert_used_count=8,
+                  attention__layer_norm_epsilon=1e-5, attention__layer_norm_rms_epsilon=1e-5)
+
+
+def exaone_moe() -> Gguf:
+    # an EXAONE-MoE layout (32 layers, 32 heads, 8 KV of 64, window 128, every 4th layer global)
+    return _model("exaone-moe", 102400, 131072, block_count=32, embedding_length=2048, feed_forward_length=8192,
+                  expert_feed_forward_length=512, attention__head_count=32, attention__head_count_kv=8,
+                  attention__key_length=64, attention__value_length=64, attention__sliding_window=128,
+                  expert_count=64, expert_used_count=8, expert_gating_func=2, attention__layer_norm_rms_epsilon=1e-5)
+
+
+def plamo3_2b() -> Gguf:
+    # a PLaMo-3 2B layout (24 layers, 16 heads, 4 KV of 128, window 2048, every 8th layer global)
+    return _model("plamo3", 100000, 65536, block_count=24, embedding_length=2048, feed_forward_length=8192,
+                  attention__head_count=16, attention__head_count_kv=4, attention__key_length=128,
+                  attention__value_length=128, attention__sliding_window=2048, attention__layer_norm_rms_epsilon=1e-6)
+
+
 FAMILIES: dict[str, Callable[[], Gguf]] = {
     "llama-3.1-8b": llama31_8b, "gemma-3-4b": gemma3_4b, "gpt-oss-20b": gpt_oss_20b,
     "deepseek-v2-lite": deepseek_v2_lite, "falcon-h1-0.5b": falcon_h1_0_5b, "falcon-h1-7b": falcon_h1_7b,
@@ -237,7 +261,7 @@ FAMILIES: dict[str, Callable[[], Gguf]] = {
     "smallthinker-21b": smallthinker_21b, "afmoe-trinity-mini": afmoe_trinity_mini, "llama-4-scout": llama4_scout,
     "embeddinggemma": embeddinggemma, "bert-base": bert_base, "olmo-3-7b": olmo3_7b, "exaone-4-32b": exaone4_32b,
     "command-r7b": command_r7b, "jamba-mini": jamba_mini, "qwen3-next": qwen3_next, "mamba-2.8b": mamba_2_8b,
-    "phi-2": phi2,
+    "phi-2": phi2, "cohere2moe": cohere2moe, "exaone-moe": exaone_moe, "plamo3-2b": plamo3_2b,
 }
 
 

@@ -91,6 +91,17 @@ def size(path: Path, setting: str) -> kv.KvSize:
     return kv.kv_cache(h, ctx, seqs, k, run=kv.Run(unified=unified, v_type=v, flash_attn=fa, swa_full=swa_full))
 
 
+#: more loaders' own periods, llama.cpp's bytes with flash attention on, one sequence: (4096, 32768)
+MORE = {"cohere2moe": (411041792, 1212153856), "exaone-moe": (104857600, 574619648), "plamo3-2b": (135266304, 311427072)}
+
+
+@pytest.mark.parametrize("family", sorted(MORE))
+def test_more_loaders_periods_match_llama_cpps_bytes(files: dict[str, Path], family: str) -> None:
+    h = hyper(files, family)
+    for ctx, want in zip((4096, 32768), MORE[family]):
+        assert kv.kv_cache(h, ctx, run=kv.Run(flash_attn="on")).total == want
+
+
 @pytest.mark.parametrize("family", sorted(ENGINE))
 def test_every_family_matches_llama_cpps_own_bytes(files: dict[str, Path], family: str) -> None:
     for setting, want in ENGINE[family].items():

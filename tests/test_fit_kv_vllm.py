@@ -19,6 +19,8 @@ import pytest
 
 from gpu_launch.fit import kv, kv_vllm, plan
 from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config
+from tests.vllm_configs import (BERT, FALCON_H1_7B, GPT_OSS_20B, GRANITE_4_H_SMALL, JAMBA_MINI, LLAMA4_SCOUT, MAMBA_2_8B,
+                                MISTRAL_7B_V01, QWEN3_NEXT)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -28,33 +30,6 @@ def cdiv(a: int, b: int) -> int:
 def need(config: dict, max_len: int, tp: int = 1, gpu: str = "hopper", batched: int = 8192) -> int:
     h = hyper_from_config(text_config(config), "config.json")
     return kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=batched, gpu=gpu), tp).total
-
-
-MISTRAL_7B_V01 = {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                  "hidden_size": 4096, "sliding_window": 4096, "max_position_embeddings": 32768}
-GPT_OSS_20B = {"model_type": "gpt_oss", "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8,
-               "head_dim": 64, "hidden_size": 2880, "sliding_window": 128,
-               "layer_types": ["sliding_attention", "full_attention"] * 12}
-JAMBA_MINI = {"model_type": "jamba", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-              "hidden_size": 4096, "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16,
-              "mamba_d_conv": 4, "mamba_expand": 2}
-GRANITE_4_H_SMALL = {"model_type": "granitemoehybrid", "num_hidden_layers": 40, "num_attention_heads": 32,
-                     "num_key_value_heads": 8, "hidden_size": 4096, "mamba_n_heads": 128, "mamba_d_head": 64,
-                     "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2,
-                     "layer_types": ["attention" if il % 10 == 5 else "mamba" for il in range(40)]}
-QWEN3_NEXT = {"model_type": "qwen3_next", "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
-              "head_dim": 256, "hidden_size": 2048, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
-              "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
-              "linear_value_head_dim": 128}
-FALCON_H1_7B = {"model_type": "falcon_h1", "num_hidden_layers": 44, "num_attention_heads": 12, "num_key_value_heads": 2,
-                "head_dim": 128, "hidden_size": 3072, "mamba_d_ssm": 3072, "mamba_n_heads": 24, "mamba_d_head": 128,
-                "mamba_d_state": 256, "mamba_n_groups": 1, "mamba_d_conv": 4}
-LLAMA4_SCOUT = {"model_type": "llama4", "text_config": {
-    "model_type": "llama4_text", "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
-    "head_dim": 128, "hidden_size": 5120, "attention_chunk_size": 8192}}
-MAMBA_2_8B = {"model_type": "mamba", "num_hidden_layers": 64, "hidden_size": 2560, "intermediate_size": 5120,
-              "state_size": 16, "conv_kernel": 4}
-BERT = {"model_type": "bert", "num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768}
 
 
 @pytest.mark.parametrize("max_len", [4096, 32768])

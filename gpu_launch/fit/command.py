@@ -94,7 +94,7 @@ def read_command(argv: Sequence[str], engine: Engine) -> CommandFacts:
             found.setdefault(table[name], value)
             continue
         if engine.name == "llama.cpp" and name in _FLASH:
-            from gpu_launch.fit.kv import FLASH_ATTN
+            from gpu_launch.fit.kv_units import FLASH_ATTN
 
             value = inline if eq else args[i + 1] if i + 1 < len(args) else ""
             mode = FLASH_ATTN.get(value.strip().lower())

@@ -27,7 +27,7 @@ own byte counts (``llama_get_memory_breakdown``) by benchmarks/llama_cpp_sizing.
 from __future__ import annotations
 
 from gpu_launch.errors import UsageError
-from gpu_launch.fit.kv import FP8_DS_MLA_ROW, KV_TYPES, LLAMA_CTX_PAD, KvSize, Run, round_ctx, row_bytes
+from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, LLAMA_CTX_PAD, KvSize, Run, round_ctx, row_bytes
 from gpu_launch.modelfile.facts import Hyper
 
 __all__ = ["cache", "state_elements", "check_settings", "flash_attn_on_cuda"]

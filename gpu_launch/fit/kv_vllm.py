@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from gpu_launch.fit.kv import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
+from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
