@@ -174,3 +174,22 @@ def test_new_config_keys_out_of_range_are_refused_in_one_line(tmp_path: Path, ke
     proc = gpulaunch("--snapshot", "dgx-h100", "plan", str(folder))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 7 and len(lines) == 1 and key in lines[0], proc.stderr
+
+
+def test_a_launch_is_refused_before_any_gpu_is_reserved(tmp_path: Path, files: dict[str, str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli_run import clean_env
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "llama-server").write_text("#!/bin/sh\necho ran\n")
+    (bin_dir / "llama-server").chmod(0o755)
+    env = clean_env({"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GPULAUNCH_LOCK_DIR": str(tmp_path / "locks")})
+    proc = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", "dgx-h100", "--fit", "model", "--",
+                           "llama-server", "-m", files["phi-2"], "-c", "4096", "-ctk", "q8_0"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and "head size 80" in proc.stderr
