@@ -253,6 +253,14 @@ def plamo3_2b() -> Gguf:
                   attention__value_length=128, attention__sliding_window=2048, attention__layer_norm_rms_epsilon=1e-6)
 
 
+def minimax_01() -> Gguf:
+    # a MiniMax-Text-01 layout cut to 16 layers: lightning attention (recurrent) except every 8th layer
+    return _model("minimax-01", 200064, 1048576, block_count=16, embedding_length=6144, feed_forward_length=9216,
+                  expert_feed_forward_length=9216, attention__head_count=64, attention__head_count_kv=8,
+                  attention__key_length=128, attention__value_length=128, expert_count=32, expert_used_count=2,
+                  residual_scale=1.0, attention__layer_norm_rms_epsilon=1e-5, full_attention_interval=8)
+
+
 FAMILIES: dict[str, Callable[[], Gguf]] = {
     "llama-3.1-8b": llama31_8b, "gemma-3-4b": gemma3_4b, "gpt-oss-20b": gpt_oss_20b,
     "deepseek-v2-lite": deepseek_v2_lite, "falcon-h1-0.5b": falcon_h1_0_5b, "falcon-h1-7b": falcon_h1_7b,
@@ -262,6 +270,7 @@ FAMILIES: dict[str, Callable[[], Gguf]] = {
     "embeddinggemma": embeddinggemma, "bert-base": bert_base, "olmo-3-7b": olmo3_7b, "exaone-4-32b": exaone4_32b,
     "command-r7b": command_r7b, "jamba-mini": jamba_mini, "qwen3-next": qwen3_next, "mamba-2.8b": mamba_2_8b,
     "phi-2": phi2, "cohere2moe": cohere2moe, "exaone-moe": exaone_moe, "plamo3-2b": plamo3_2b,
+    "minimax-01": minimax_01,
 }
 
 

@@ -91,8 +91,10 @@ def size(path: Path, setting: str) -> kv.KvSize:
     return kv.kv_cache(h, ctx, seqs, k, run=kv.Run(unified=unified, v_type=v, flash_attn=fa, swa_full=swa_full))
 
 
-#: more loaders' own periods, llama.cpp's bytes with flash attention on, one sequence: (4096, 32768)
-MORE = {"cohere2moe": (411041792, 1212153856), "exaone-moe": (104857600, 574619648), "plamo3-2b": (135266304, 311427072)}
+#: more loaders (their own sliding periods; MiniMax-01's lightning attention), llama.cpp's bytes with flash
+#: attention on, one sequence, at 4096 and 32768
+MORE = {"cohere2moe": (411041792, 1212153856), "exaone-moe": (104857600, 574619648), "plamo3-2b": (135266304, 311427072),
+        "minimax-01": (92274688, 327155712)}  # MiniMax-01: lightning-attention state of key_length² × heads
 
 
 @pytest.mark.parametrize("family", sorted(MORE))

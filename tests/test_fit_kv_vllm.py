@@ -113,3 +113,16 @@ def test_a_plan_charges_each_gpu_vllms_need_at_its_tp() -> None:
     for tp in (2, 4):
         p = plan.place(s, [plan.Room(i, 79 * GiB, 80 * GiB) for i in range(tp)])
         assert p.per_gpu[0].kv_bytes == need(GPT_OSS_20B, 32768, tp)
+
+
+def test_a_falcon_h1_folder_plans_vllms_need(tmp_path) -> None:  # noqa: ANN001
+    # config.json and safetensors written by the real package; plan --json shows vLLM's figure
+    pytest.importorskip("safetensors")
+    from tests.test_modelfile_safetensors import llama_layout, write_model
+    from tests.test_plan_cli import plan_json
+
+    folder = write_model(tmp_path / "falcon-h1-7b", {**FALCON_H1_7B, "vocab_size": 100}, llama_layout(44))
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "vllm", "serve", str(folder),
+                    "--max-model-len", "32768")
+    assert doc["kv_cache_bytes"] == need(FALCON_H1_7B, 32768) == 1766195200  # vLLM's own planning: 1766195200
+    assert any("Mamba layers: 3 state pages" in r for r in doc["kv_rules"])
