@@ -111,8 +111,17 @@ def laptop_snapshot(path: Path) -> None:
                                 "gpus": [gpu]}, indent=1))
 
 
+def gpt_oss_20b_gguf(path: Path) -> None:
+    """gpt-oss-20b's header (alternating sliding layers of window 128), metadata only (tests/family_fixtures.py)."""
+    from family_fixtures import gpt_oss_20b
+    from model_fixtures import write_gguf
+
+    write_gguf(path, gpt_oss_20b())
+
+
 MODEL_KINDS: dict[str, Callable[[Path], None]] = {
     "llama-8b-q4": llama_8b_gguf,
+    "gpt-oss-20b": gpt_oss_20b_gguf,
     "llama-70b-q4": llama_70b_gguf,
     "llama-70b-safetensors": llama_70b_safetensors,
     "llama-405b-safetensors": llama_405b_safetensors,

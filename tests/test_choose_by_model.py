@@ -102,12 +102,14 @@ def _gemma3_27b():
 def test_vllm_sliding_layers_use_vllm_serves_batched_tokens_for_these_gpus(snapshot: str, batched: int) -> None:
     # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: `vllm serve` batches 8192 tokens on GPUs
     # of 70 GiB or more (not A100), else 2048; vllm/v1/kv_cache_interface.py SlidingWindowSpec
-    # .max_memory_usage_bytes: (cdiv(min(window - 1 + batched, max_model_len), 16) + 1) pages.
+    # .max_memory_usage_bytes: (cdiv(min(window - 1 + 2 x batched, max_model_len), 16) + 1) pages (two
+    # batches in flight with async scheduling); kv_cache_planning.py: the 52 sliding layers in 6 groups
+    # of 10 beside the 10 full ones, a block of 10 pages, one block held back.
     s = plan.sizing(_gemma3_27b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768))
     s = by_model.for_machine(s, machine(snapshot))
     page = 16 * 2 * 16 * 128 * 2
-    swa_blocks = -(-min(1024 - 1 + batched, 32768) // 16) + 1
-    assert s.kv.total == 10 * (32768 // 16) * page + 52 * swa_blocks * page
+    swa_blocks = -(-min(1024 - 1 + 2 * batched, 32768) // 16) + 1
+    assert s.kv.total == 10 * page * (32768 // 16 + 6 * swa_blocks + 1)
 
 
 def test_vllm_batched_tokens_from_the_command_win() -> None:
@@ -118,7 +120,7 @@ def test_vllm_batched_tokens_from_the_command_win() -> None:
     s = plan.sizing(_gemma3_27b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768, batched_tokens=4096))
     s = by_model.for_machine(s, machine("dgx-h100"))
     page = 16 * 2 * 16 * 128 * 2
-    assert s.kv.total == 10 * 2048 * page + 52 * (-(-(1023 + 4096) // 16) + 1) * page
+    assert s.kv.total == 10 * page * (2048 + 6 * (-(-(1023 + 2 * 4096) // 16) + 1) + 1)
 
 
 @pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),

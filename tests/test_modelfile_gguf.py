@@ -181,12 +181,14 @@ def test_old_deepseek_gguf_without_mla_keys_caches_full_k_and_v(tmp_path: Path) 
 
 
 def test_multi_token_prediction_blocks_are_not_trunk_layers(tmp_path: Path) -> None:
-    """DeepSeek V3's GGUF counts its MTP block in block_count (62 = 61 + 1); it is no layer of the trunk."""
+    """DeepSeek V3's GGUF counts its MTP block in block_count (62 = 61 + 1); it is no layer of the trunk,
+    and llama.cpp does not load its weights (TENSOR_SKIP): they are counted apart, not in the total."""
     facts = _facts(tmp_path, "deepseek2", {"attention.head_count": 128, "attention.kv_lora_rank": 512,
                                            "attention.key_length": 192, "attention.value_length": 128,
                                            "rope.dimension_count": 64, "nextn_predict_layers": 1}, 62)
     assert facts.hyper.n_layers == 61 and facts.hyper.nextn_layers == 1 and len(facts.hyper.kv_heads) == 61
-    assert len(facts.weights.layers) == 61 and facts.weights.other == 64 * 4  # blk.61's tensor
+    assert len(facts.weights.layers) == 61 and facts.weights.other == 0
+    assert facts.weights.nextn == 64 * 4 and facts.weights.total == 61 * 64 * 4  # blk.61's tensor, not loaded
 
 
 def test_mamba_every_layer_recurrent_with_its_ssm_numbers(tmp_path: Path) -> None:

@@ -304,7 +304,7 @@ def test_a_safetensors_folder_plans_for_vllm_by_default(tmp_path: Path) -> None:
     assert doc["model"]["format"] == "safetensors" and doc["engine"] == "vllm"
     assert doc["model"]["weights_bytes"] == sum(nbytes(t) for t in tensors.values())
     assert doc["ctx"] == 4096 and doc["ctx_from"] == "the model's trained context"
-    assert doc["kv_cache_bytes"] == 3 * 4096 * 2 * 2 * (64 // 4) * 2  # 2 KV heads of 16, bf16
+    assert doc["kv_cache_bytes"] == 3 * (4096 + 16) * 2 * 2 * (64 // 4) * 2  # 2 KV heads of 16, bf16, + 1 block held back
     assert doc["tp"] == 1
 
 

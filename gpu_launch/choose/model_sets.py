@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from gpu_launch.choose import select
 from gpu_launch.fit import plan as fit_plan
+from gpu_launch.fit import gpu_tiers
 from gpu_launch.hardware.model import Gpu, Machine
 
 __all__ = ["rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
@@ -32,8 +33,10 @@ def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
     if machine.host_memory_available_mib is not None and settings.host_free is not None:
         settings = replace(settings, host_free=machine.host_memory_available_mib * MiB)
     if s.engine.name == "vllm" and settings.batched_tokens is None:
-        settings = replace(settings, batched_tokens=fit_plan.vllm_batched_default(
+        settings = replace(settings, batched_tokens=gpu_tiers.vllm_batched_default(
             [(g.name, g.memory_total_mib) for g in machine.gpus]))
+    if s.engine.name == "vllm" and not settings.gpu_arch:
+        settings = replace(settings, gpu_arch=gpu_tiers.gpu_arch([g.name for g in machine.gpus]))
     return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
 
 

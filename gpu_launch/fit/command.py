@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gpu_launch.fit import cmdline
 from gpu_launch.fit.engines import Engine
+from gpu_launch.fit.kv_units import FLASH_ATTN
 
 __all__ = ["CommandFacts", "read_command"]
 
@@ -41,6 +42,8 @@ class CommandFacts:
     node_rank: int | None = None
     notes: tuple[str, ...] = ()
     said: cmdline.Said | None = None  # everything the engine's table read
+    flash_attn: str | None = None  # llama.cpp -fa/--flash-attn: "on", "off" or "auto" (a bare -fa: on)
+    swa_full: bool | None = None  # llama.cpp --swa-full (-swa-full): True when written
 
 
 def _int(said: cmdline.Said, meaning: str) -> int | None:
@@ -64,10 +67,13 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
         tp = "1"  # --sharded false: TGI runs one shard whatever --num-shard says
     pcp = _int(said, "pcp")
     nnodes = _int(said, "nnodes")
+    flash = said.text("flash_attn")
     return CommandFacts(model=said.text("model"), ctx=ctx or None, parallel=_int(said, "parallel"),
                         kv_type=said.text("kv_type"), v_type=said.text("v_type"), ubatch=_int(said, "ubatch"),
                         gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),
                         tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
                         kv_unified=None if unified is None else unified == "1",
                         batched_tokens=_int(said, "batched_tokens"), ranks_factor=pcp or 1,
-                        nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said)
+                        nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
+                        flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),
+                        swa_full=True if said.text("swa_full") == "1" else None)

@@ -35,7 +35,7 @@ class Engine:
 ENGINES: dict[str, Engine] = {
     "llama.cpp": Engine("llama.cpp", "layers", 1 * GiB,
                         "llama.cpp's own --fit-target margin (1 GiB per device), plus the logits buffer where "
-                        "the output layer is", "llama.cpp"),
+                        "the output layer is (without flash attention: the attention scores, if larger)", "llama.cpp"),
     "vllm": Engine("vllm", "tensor", 6 * GiB, "activations and CUDA graphs (deployments measure 4.8-8 GiB per GPU)",
                    "vllm"),
     "sglang": Engine("sglang", "tensor", 6 * GiB, "activations and CUDA graphs, as for vLLM (outside "

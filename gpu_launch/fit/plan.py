@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit import stages
 from gpu_launch.fit.engines import Engine
+from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL, gpu_arch, vllm_batched_default
 from gpu_launch.modelfile.facts import ModelFacts
 
 __all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
@@ -66,6 +67,10 @@ class Settings:
     def group(self) -> int:
         """The GPU count over tp: pp × dp × the other factors (tp × group GPUs run the command)."""
         return self.pp * self.dp * self.ranks_factor
+    flash_attn: str = "auto"  # llama.cpp -fa: "on", "off" or "auto" (resolved as on a CUDA device)
+    swa_full: bool = False  # llama.cpp --swa-full: sliding layers get the whole context
+    binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
+    gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
 
 
 @dataclass(frozen=True)
@@ -81,24 +86,20 @@ class Sizing:
         return sizing(self.model, self.engine, replace(self.settings, ctx=ctx))
 
 
-#: ``vllm serve``'s default --max-num-batched-tokens, which sizes its sliding-window layers: 8192 on GPUs
-#: of 70 GiB or more other than the A100, else 2048 (vllm/engine/arg_utils.py,
-#: EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER). Where the GPUs are not known yet,
-#: the larger: a sliding layer sized for 2048 on an H100 would be 2-3x short.
-VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL = 8192, 2048
-
-
-def vllm_batched_default(gpus: Sequence[tuple[str, int | None]]) -> int:
-    """vLLM's default batched tokens on these GPUs, as (name, total MiB): the larger if any GPU takes it."""
-    big = any((mib or 0) >= 70 * 1024 and "a100" not in name.lower() for name, mib in gpus)
-    return VLLM_BATCHED_BIG if big or not gpus else VLLM_BATCHED_SMALL
+def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
+    """The engine settings the KV rules read (fit/kv.py ``Run``)."""
+    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
+    return kv_rules.Run(ubatch=settings.ubatch, unified=settings.unified, flash_attn=settings.flash_attn,
+                        swa_full=settings.swa_full, v_type=settings.v_type, batched_tokens=batched,
+                        gpu=settings.gpu_arch, tp=tp)
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
-    batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
-                           ubatch=settings.ubatch, unified=settings.unified, batched_tokens=batched,
-                           v_type=settings.v_type)
+                           run=run_of(engine, settings))
+    if settings.binding:
+        kv = replace(kv, rules=kv.rules + (f"{settings.binding} keeps llama.cpp's C API defaults: the full-size "
+                                           "sliding-window cache (swa_full = true) and flash attention off",))
     return Sizing(model, engine, settings, kv)
 
 
@@ -222,9 +223,11 @@ def _units(s: Sizing) -> list[tuple[int, int]]:
 
 def _logits_buffer(s: Sizing) -> int:
     """llama.cpp's compute buffer is mostly one micro-batch of logits: n_ubatch × n_vocab × 4 bytes
-    (MODEL-FACTS.md), on the device that holds the output layer. Part of the allowance."""
+    (MODEL-FACTS.md), on the device that holds the output layer; without flash attention the
+    attention scores of a micro-batch, which grow with the context, when they are larger
+    (fit/kv_llama.py: gpt-oss-20b at 32k needs 4198 MiB). Part of the allowance."""
     vocab = s.model.hyper.vocab_size or 0
-    return min(s.settings.ubatch, s.kv.cells) * vocab * 4
+    return max(min(s.settings.ubatch, s.kv.cells) * vocab * 4, s.kv.scratch)
 
 
 def _fill(units: list[tuple[int, int]], caps: Sequence[float], backwards: bool = True) -> list[list[tuple[int, int]]]:
@@ -338,6 +341,8 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     local = tp * st.group // max(1, st.nnodes)  # the ranks on this node: the command's --node-rank's share
     first = st.node_rank * local if st.nnodes > 1 else 0
     shares_of = stages.stage_shares(s.model, s.kv, tp, st.pp, dict(st.environ))
+    if s.engine.name == "vllm":
+        shares_of = _vllm_stage_need(s, tp, shares_of)
     allowance = _allowance(s)
     notes: list[str] = []
     problem = stages.tp_problem(s.model, tp)
@@ -368,6 +373,19 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     return Placement(s.engine.name, tuple(gpus), tp=tp, gpu_mem_util=util, whole=whole, fits=whole,
                      need_bytes=need, short_bytes=short * len(rooms), notes=tuple(notes), pp=st.pp,
                      stage_shares=shares_of, budgets=tuple(budgets))
+
+
+def _vllm_stage_need(s: Sizing, tp: int, shares: tuple[stages.StageShare, ...]) -> tuple[stages.StageShare, ...]:
+    """Each stage's KV as vLLM's own start-up check asks for it on one of its GPUs at this tp
+    (fit/kv_vllm.py): its layers' pages for one request; the group padding and the held-back block,
+    measured for the whole model, shared out by layers (exact with one stage, as vLLM 0.33 was checked)."""
+    from gpu_launch.fit import kv_vllm
+
+    need = kv_vllm.need_per_gpu(s.model.hyper, s.settings.ctx, s.settings.kv_type, run_of(s.engine, s.settings, tp),
+                                tp)
+    n = max(1, len(need.per_layer))
+    return tuple(replace(share, kv_bytes=sum(need.per_layer[share.first:share.end])
+                         + -(-need.extra * (share.end - share.first) // n)) for share in shares)
 
 
 def _vllm_budget(s: Sizing, rooms: Sequence[Room]) -> tuple[float, list[int], str]:

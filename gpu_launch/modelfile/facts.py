@@ -47,6 +47,39 @@ class Hyper:
     ssm: dict[str, int] = field(default_factory=dict)
     expert_count: int | None = None
     nextn_layers: int = 0
+    # Added for the engines' finer rules (fit/kv_llama.py, fit/kv_vllm.py); every one defaults to "as before".
+    key_length_swa: int | None = None  # the sliding layers' head sizes where they differ (Gemma-4: key_length_swa)
+    value_length_swa: int | None = None
+    kv_layers: int | None = None  # layers from this index on reuse an earlier layer's KV (Gemma-3n, Gemma-4)
+    chunked: bool = False  # the ``sliding`` layers are chunked attention (Llama 4: window = chunk size)
+    no_kv: bool = False  # an encoder / embedding model: no KV cache at all
+    attention: tuple[bool, ...] = ()  # layer held by the attention cache (empty: every non-recurrent layer)
+    state_kind: str = ""  # the recurrent block: mamba, mamba2, gdn, rwkv, shortconv, kda, lightning
+    state_dtype_bytes: int | None = None  # vLLM: the recurrent state's element size where the model fixes it
+    dtype_bytes: int = 2  # the activations' element size (vLLM's "auto" KV and state types: bf16/f16)
+
+    def key_len(self, il: int) -> int:
+        """Layer ``il``'s key head size (the sliding layers' own where the file states one)."""
+        return self.key_length_swa if self.key_length_swa is not None and self.is_sliding(il) else self.key_length
+
+    def value_len(self, il: int) -> int:
+        return self.value_length_swa if self.value_length_swa is not None and self.is_sliding(il) else self.value_length
+
+    def is_sliding(self, il: int) -> bool:
+        return il < len(self.sliding) and self.sliding[il] and bool(self.sliding_window)
+
+    def is_recurrent(self, il: int) -> bool:
+        if self.recurrent:
+            return il < len(self.recurrent) and self.recurrent[il]
+        return il < len(self.kv_heads) and self.kv_heads[il] == 0 and bool(self.ssm)
+
+    def has_attention(self, il: int) -> bool:
+        """Whether the attention KV cache holds layer ``il`` (a recurrent layer only where both run)."""
+        if self.no_kv or (self.kv_layers is not None and il >= self.kv_layers):
+            return False
+        if self.attention:
+            return il < len(self.attention) and self.attention[il]
+        return not self.is_recurrent(il)
 
 
 @dataclass(frozen=True)
@@ -58,7 +91,9 @@ class Weights:
     ``output``: the output norm and the output (lm_head) weight; when the embedding is tied the output
     weight is absent from the file and ``tied_embeddings`` is True (llama.cpp then duplicates the
     embedding onto the device holding the output unit: the rules in ``fit/`` add it there).
-    ``other``: everything else (vision towers, MTP layers, rope tables...), counted, placed with the output.
+    ``other``: everything else (vision towers, rope tables...), counted, placed with the output.
+    ``nextn``: the multi-token-prediction blocks past the trunk, which llama.cpp (TENSOR_SKIP) and vLLM
+    (its loaders skip the speculative layers) leave on disk: reported, never placed.
     ``by_type``: bytes per tensor type as the file names it ("Q4_K", "F16", "BF16", "F8_E4M3"...).
     """
 
@@ -68,6 +103,7 @@ class Weights:
     other: int = 0
     tied_embeddings: bool = False
     by_type: dict[str, int] = field(default_factory=dict)
+    nextn: int = 0  # the MTP/NextN blocks: in the file, loaded by neither engine unless MTP decoding asks; not in total
 
     @property
     def total(self) -> int:

@@ -33,10 +33,12 @@ def layer_number(digits: str, n_layers: int) -> int:
     return int(digits) if len(digits) <= 9 else n_layers
 
 
-def group(tensors: Iterable[tuple[str, str, int]], n_layers: int) -> Weights:
-    """``tensors``: (name, dtype name, bytes) for every tensor of the model."""
+def group(tensors: Iterable[tuple[str, str, int]], n_layers: int, nextn: int = 0) -> Weights:
+    """``tensors``: (name, dtype name, bytes) for every tensor of the model; layers ``n_layers`` up to
+    ``n_layers + nextn`` are the MTP blocks, which vLLM's loaders skip (e.g. DeepseekV2ForCausalLM
+    .load_weights: ``get_spec_layer_idx_from_weight_name``): counted apart, placed nowhere."""
     layers = [0] * n_layers
-    embedding = output = other = 0
+    embedding = output = other = skipped = 0
     by_type: dict[str, int] = {}
     has_head = False
     for name, dtype, nbytes in tensors:
@@ -46,9 +48,11 @@ def group(tensors: Iterable[tuple[str, str, int]], n_layers: int) -> Weights:
             continue
         m = _LAYER.search(name)
         if m:
-            index = layer_number(m.group(1), n_layers)
+            index = layer_number(m.group(1), n_layers + nextn)
             if index < n_layers:
                 layers[index] += nbytes
+            elif index < n_layers + nextn:
+                skipped += nbytes
             else:
                 other += nbytes
         elif _HEAD.search(name):
@@ -61,4 +65,4 @@ def group(tensors: Iterable[tuple[str, str, int]], n_layers: int) -> Weights:
         else:
             other += nbytes
     return Weights(layers=tuple(layers), token_embedding=embedding, output=output, other=other,
-                   tied_embeddings=not has_head and embedding > 0, by_type=by_type)
+                   tied_embeddings=not has_head and embedding > 0, by_type=by_type, nextn=skipped)

@@ -29,6 +29,8 @@ ARCHITECTURES = {
     "qwen3_vl": "qwen3vl", "qwen3_vl_text": "qwen3vl", "qwen3_vl_moe": "qwen3vlmoe", "qwen3_vl_moe_text": "qwen3vlmoe",
     "llama4_text": "llama4", "llava": "llama", "mllama": "mllama",
 }
+#: The most a recurrent block's dimension (state, inner width, heads, kernel) may be: 16 Mi.
+MAX_STATE_DIM = 1 << 24
 #: Whole-model recurrent families (no attention layer at all).
 _RECURRENT_TYPES = {"mamba", "mamba2", "rwkv", "rwkv6", "rwkv7"}
 #: Families whose config's ``sliding_window`` applies to every layer when nothing says otherwise.
@@ -58,7 +60,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 _WRAPPED = {"llava": "llama", "llava_next": "llama", "gemma3": "gemma3_text"}
 
 _ATTENTION = {"full_attention", "attention", "sliding_attention", "chunked_attention", "global", "local", "*"}
-_SLIDING = {"sliding_attention", "local"}
+_SLIDING = {"sliding_attention", "local", "chunked_attention"}
 _RECURRENT = {"mamba", "linear_attention", "conv", "ssm", "recurrent", "M", "mamba2", "gated_deltanet",
               "short_conv", "rwkv"}
 
@@ -124,6 +126,13 @@ def _kinds(config: Mapping[str, Any], n: int, model_type: str, label: str) -> li
         return ["recurrent"] * n
     if model_type == "falcon_h1":
         return ["both"] * n
+    if model_type in ("llama4", "llama4_text") and config.get("attention_chunk_size"):
+        # Llama4TextConfig: no_rope_layers[i] = 1 where layer i uses RoPE and chunked attention, 0 for the
+        # global NoPE layers (default: every 4th); vLLM llama4.py: use_chunked_local_attn = not nope
+        rope = config.get("no_rope_layers")
+        if not (isinstance(rope, list) and len(rope) >= n):
+            rope = [int((i + 1) % 4 != 0) for i in range(n)]
+        return ["sliding" if r else "full" for r in rope[:n]]
     return None
 
 
@@ -186,7 +195,17 @@ def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
         kv_heads = tuple(kv if k in ("full", "sliding", "both") else 0 for k in kinds)
         recurrent = tuple(k in ("recurrent", "both") for k in kinds) if any(
             k in ("recurrent", "both") for k in kinds) else ()
+    # Falcon-H1: attention beside the SSM in every layer (vLLM: an attention and a Mamba spec each)
+    attention = tuple(k != "recurrent" and k != "none" for k in kinds) if kinds and "both" in kinds else ()
     window = config.get("sliding_window") if sliding else None
+    chunk = _first(config, label, "attention_chunk_size") if model_type in ("llama4", "llama4_text") else None
+    if chunk and kinds is not None and "sliding" in kinds:
+        sliding, window = tuple(k == "sliding" for k in kinds), chunk
+    extras = _extras(config, model_type, n, label)
+    if extras.get("kv_heads_full") is not None and sliding:  # Gemma 4: the full layers' own KV heads
+        kv_heads = tuple(kv if s else extras["kv_heads_full"] for s in sliding)
+    if extras.get("key_length"):  # Gemma 4: the full layers' head size is global_head_dim
+        key_length = value_length = extras["key_length"]
     return Hyper(
         n_layers=n, n_heads=heads, kv_heads=kv_heads, key_length=key_length, value_length=value_length,
         hidden_size=hidden,
@@ -197,7 +216,49 @@ def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
         kv_lora_rank=kv_lora, rope_head_dim=rope_dim, recurrent=recurrent, ssm=_ssm(config, hidden, label),
         expert_count=_first(config, label, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
         nextn_layers=_first(config, label, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0,
+        key_length_swa=extras.get("key_length_swa"), value_length_swa=extras.get("key_length_swa"),
+        kv_layers=extras.get("kv_layers"), chunked=bool(chunk and sliding), no_kv=extras.get("no_kv", False),
+        state_kind=_STATE_KINDS.get(model_type, ""), state_dtype_bytes=extras.get("state_dtype_bytes"),
+        dtype_bytes=extras.get("dtype_bytes", 2), attention=attention,
     )
+
+
+#: vLLM's recurrent block per model_type (its Mamba mixers: mamba_mixer.py, mamba_mixer2.py; gated
+#: delta-net; short convolutions; KDA), which sizes the state and its pages (fit/kv_vllm.py).
+_STATE_KINDS = {"mamba": "mamba", "falcon_mamba": "mamba", "jamba": "mamba", "mamba2": "mamba2", "bamba": "mamba2",
+                "granitemoehybrid": "mamba2", "nemotron_h": "mamba2", "falcon_h1": "mamba2", "zamba2": "mamba2",
+                "plamo2": "mamba2", "qwen3_next": "gdn", "lfm2": "shortconv", "lfm2_moe": "shortconv",
+                "kimi_linear": "kda", "rwkv": "rwkv", "rwkv6": "rwkv", "rwkv7": "rwkv"}
+#: Encoder-only models: no KV cache in vLLM (encoder-only attention has no KV cache spec).
+_ENCODERS = {"bert", "roberta", "xlm-roberta", "modernbert", "nomic_bert", "distilbert", "electra", "deberta",
+             "deberta-v2", "mpnet", "jina_bert", "new", "gte"}
+
+
+def _extras(config: Mapping[str, Any], model_type: str, n: int, label: str) -> dict[str, Any]:
+    """The numbers a few families state apart: KV shared across layers (Gemma-3n/4), Gemma 4's head
+    sizes, encoders, the state's dtype (NemotronH: float32) and the model's."""
+    out: dict[str, Any] = {}
+    shared = _first(config, label, "num_kv_shared_layers")
+    if shared:
+        if shared >= n:
+            raise ModelFileError(f"{label}: num_kv_shared_layers is {shared} of {n} layers",
+                                 hint="at least one layer must hold its own KV cache")
+        out["kv_layers"] = n - shared
+    if model_type.startswith("gemma4"):
+        full = _first(config, label, "global_head_dim")
+        if full is not None and not 0 < full <= MAX_STATE_DIM:
+            raise ModelFileError(f"{label}: global_head_dim is {full}, not a head size")
+        if full:
+            out["key_length"], out["key_length_swa"] = full, _first(config, label, "head_dim")
+        out["kv_heads_full"] = _first(config, label, "num_global_key_value_heads")
+    if model_type in _ENCODERS or config.get("is_causal") is False or config.get("use_bidirectional_attention") is True:
+        out["no_kv"] = True
+    if model_type == "nemotron_h":  # NemotronHForCausalLMConfig: the SSM state in float32 unless the config says
+        out["state_dtype_bytes"] = 2 if config.get("mamba_ssm_cache_dtype") in ("bfloat16", "float16") else 4
+    dtype = config.get("torch_dtype") or config.get("dtype")
+    if dtype in ("float32", "float"):
+        out["dtype_bytes"] = 4
+    return out
 
 
 def _ssm(config: Mapping[str, Any], hidden: int | None, label: str) -> dict[str, int]:
@@ -206,19 +267,27 @@ def _ssm(config: Mapping[str, Any], hidden: int | None, label: str) -> dict[str,
              "state_size": ("state_size", "mamba_d_state", "d_state", "ssm_state_size"),
              "group_count": ("n_groups", "mamba_n_groups", "ngroups"),
              "time_step_rank": ("time_step_rank", "mamba_dt_rank", "dt_rank"),
-             "head_count": ("mamba_n_heads", "num_heads_mamba", "linear_num_value_heads"),
-             "head_dim": ("mamba_head_dim", "linear_value_head_dim"),
-             "key_head_count": ("linear_num_key_heads",), "key_head_dim": ("linear_key_head_dim",)}
+             "head_count": ("mamba_n_heads", "num_heads_mamba", "mamba_num_heads", "linear_num_value_heads"),
+             "head_dim": ("mamba_head_dim", "mamba_d_head", "linear_value_head_dim"),
+             "key_head_count": ("linear_num_key_heads",), "key_head_dim": ("linear_key_head_dim",),
+             "inner_size": ("mamba_d_ssm",), "shortconv.l_cache": ("conv_L_cache",)}
     out: dict[str, int] = {}
     for name, keys in names.items():
         for key in keys:
             value = config.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                out[name] = value
+            if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)):
+                # the state's size multiplies these: a negative, fractional, NaN or huge one is refused
+                # ("auto" and other words are left alone, as before)
+                if value != value or value < 0 or value > MAX_STATE_DIM or int(value) != value:
+                    raise ModelFileError(f"{label}: {key} is {str(value)[:40]}, not a size",
+                                         hint=f"a whole number from 0 to {MAX_STATE_DIM}")
+                out[name] = int(value)
                 break
     inner = config.get("intermediate_size") if config.get("model_type") in _RECURRENT_TYPES else None
     expand = config.get("mamba_expand", config.get("expand"))
-    if isinstance(inner, int) and not isinstance(inner, bool):
+    if "inner_size" in out:
+        pass
+    elif isinstance(inner, int) and not isinstance(inner, bool):
         out["inner_size"] = inner
     elif isinstance(expand, int) and not isinstance(expand, bool) and hidden:
         out["inner_size"] = expand * hidden

@@ -150,7 +150,7 @@ def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
         found, n = read_header(f)
         tensors += found
         read += n
-    weights = group(((t.name, t.dtype, t.nbytes) for t in tensors), hyper.n_layers)
+    weights = group(((t.name, t.dtype, t.nbytes) for t in tensors), hyper.n_layers, hyper.nextn_layers)
     dtype = text.get("torch_dtype") or text.get("dtype")
     if isinstance(text.get("quantization_config"), dict):
         dtype = None  # torch_dtype names the unquantised parts; the weights' own types say more

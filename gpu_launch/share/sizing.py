@@ -103,7 +103,15 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     cap = int(number) if engine.layout == "layers" and number is not None and number < units else None
     self_fit = engine.name == "llama.cpp" and bool(argv) and (ngl == "" or word == "auto")
     partial = engine.layout == "layers" and (ngl == "" or word == "auto" or ngl == _PLACEHOLDER or cap is not None)
+    # llama-cpp-python (python -m llama_cpp.server, Llama()) keeps llama.cpp's C API defaults where
+    # llama-server changes them: flash attention off (Llama(flash_attn=False)) and the full-size
+    # sliding cache (llama_context_default_params: swa_full = true; the binding's server has no option)
+    binding = "llama-cpp-python" if engine.name == "llama.cpp" and argv and engines.detect(argv) is engine \
+        and os.path.basename(argv[0]).startswith("python") else ""
+    flash_attn = said.flash_attn or ("off" if binding else "auto")
+    swa_full = bool(said.swa_full) or bool(binding)
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
+                             flash_attn=flash_attn, swa_full=swa_full, binding=binding,
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",

@@ -32,7 +32,7 @@ def as_json(p: Plan) -> dict[str, Any]:
             "source": m.source, "format": m.format, "architecture": m.architecture, "name": m.name,
             "layers": m.hyper.n_layers, "weights_bytes": w.total,
             "weights_by_kind": {"layers": sum(w.layers), "token_embedding": w.token_embedding, "output": w.output,
-                                "other": w.other},
+                                "other": w.other, "mtp_not_loaded": w.nextn},
             "weights_by_type": dict(w.by_type),
             "kv_bytes_per_token": s.kv.per_token, "recurrent_state_bytes": s.kv.state,
         },
@@ -41,6 +41,8 @@ def as_json(p: Plan) -> dict[str, Any]:
         "ctx_from": s.settings.ctx_from,
         "parallel": s.settings.seqs,
         "kv_type": s.settings.kv_type,
+        "flash_attn": s.settings.flash_attn,
+        "swa_full": s.settings.swa_full,
         "kv_cache_bytes": s.kv.total,
         "kv_rules": list(s.kv.rules),
         "labels": dict(LABELS),
@@ -75,7 +77,8 @@ def as_text(p: Plan, why: str = "") -> str:
              + (f", {m.dtype}" if m.dtype else "") + ")",
              f"  weights {_gib(w.total)} [exact]: layers {_gib(sum(w.layers))}, token embedding "
              f"{_gib(w.token_embedding)}, output {_gib(w.output)}" + (f", other {_gib(w.other)}" if w.other else "")
-             + (" (tied: the embedding doubles as the output)" if w.tied_embeddings else "")]
+             + (" (tied: the embedding doubles as the output)" if w.tied_embeddings else "")
+             + (f"; MTP layers {_gib(w.nextn)} not loaded" if w.nextn else "")]
     if w.by_type:
         lines.append("  by type: " + ", ".join(f"{k} {_gib(v)}" for k, v in sorted(w.by_type.items(),
                                                                                   key=lambda kv: -kv[1])))

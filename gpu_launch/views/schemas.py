@@ -205,7 +205,8 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "model": _obj({
         "source": _STR, "format": {"enum": ["gguf", "safetensors", "mlc"]}, "architecture": _STR, "name": _NSTR,
         "layers": _INT, "weights_bytes": _BYTES,
-        "weights_by_kind": _obj({"layers": _BYTES, "token_embedding": _BYTES, "output": _BYTES, "other": _BYTES}),
+        "weights_by_kind": _obj({"layers": _BYTES, "token_embedding": _BYTES, "output": _BYTES, "other": _BYTES,
+                                 "mtp_not_loaded": _BYTES}),
         "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
         "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
     }),
@@ -214,6 +215,8 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "ctx_from": _STR,
     "parallel": {"type": "integer", "minimum": 1},
     "kv_type": _STR,
+    "flash_attn": {"enum": ["on", "off", "auto"]},  # llama.cpp's -fa as the command sets it (else its default)
+    "swa_full": {"type": "boolean"},  # llama.cpp's sliding layers at full size (--swa-full, or a binding's default)
     "kv_cache_bytes": _BYTES,
     "kv_rules": {"type": "array", "items": _STR},
     "labels": _obj({"weights": _LABEL, "kv": _LABEL, "allowance": _LABEL}),

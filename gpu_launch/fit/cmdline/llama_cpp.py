@@ -35,7 +35,7 @@ TABLE = Table("llama.cpp", (
     Flag("kv_unified", ("-kvu", "--kv-unified"), "switch", "LLAMA_ARG_KV_UNIFIED"),
     Flag("kv_unified", ("-no-kvu", "--no-kv-unified"), "switch", sets="0"),
     Flag("flash_attn", ("-fa", "--flash-attn"), env="LLAMA_ARG_FLASH_ATTN", bare="on"),
-    Flag("swa_full", ("--swa-full",), "switch", "LLAMA_ARG_SWA_FULL"),
+    Flag("swa_full", ("-swa-full", "--swa-full"), "switch", "LLAMA_ARG_SWA_FULL"),
     Flag("fit", ("-fit", "--fit"), env="LLAMA_ARG_FIT"),
     Flag("rpc", ("--rpc",), env="LLAMA_ARG_RPC"),
     Flag("host", ("--host",), env="LLAMA_ARG_HOST"),

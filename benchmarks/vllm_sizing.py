@@ -1,0 +1,139 @@
+"""gpulaunch's vLLM KV need per GPU beside vLLM's own planning code (issue 25).
+
+Run with a Python in which ``import vllm`` works: vLLM's wheel needs no GPU for this, only its
+Python (``pip install --no-deps vllm==0.33.0``, a CPU ``torch``, and what its modules import), so
+keep it in an environment of its own (several hundred MB), not the project's:
+
+    python3 -m venv /tmp/vllm-env && /tmp/vllm-env/bin/pip install torch --index-url \\
+        https://download.pytorch.org/whl/cpu && /tmp/vllm-env/bin/pip install --no-deps vllm==0.33.0 ...
+    /tmp/vllm-env/bin/python benchmarks/vllm_sizing.py
+
+For each model of tests/vllm_configs.py it builds the layers' KV cache specs with vLLM's own classes
+(``FullAttentionSpec``, ``SlidingWindowSpec``, ``ChunkedLocalAttentionSpec``, ``MambaSpec`` with
+shapes from ``MambaStateShapeCalculator``, three pages for Mamba-2 mixers in align mode as
+``MambaMixer2.get_kv_cache_spec`` sets), lets vLLM group them and size one request of max_model_len
+(``get_kv_cache_groups``, ``_max_memory_usage_bytes_from_groups``) plus the block it holds back
+(``_pool_bytes_per_block_from_builder``), and prints gpulaunch's figure ÷ vLLM's at tp 1 to 8. The
+hybrid models' attention block is computed by the formula of ``Platform._align_hybrid_block_size``
+(not called: it resolves the model class and attention backends of a real GPU platform).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+try:
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator as Calc
+    from vllm.v1.core import kv_cache_planning as planning
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+except ImportError as e:
+    sys.exit(f"vllm_sizing: needs a Python where vLLM imports ({e}); see the docstring")
+
+import vllm_configs as C  # noqa: E402
+
+from gpu_launch.fit import kv, kv_vllm  # noqa: E402
+from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _config(max_len: int, batched: int, mode: str) -> SimpleNamespace:
+    """What the planning functions read of a VllmConfig (async scheduling: 2 batches in flight)."""
+    cache = SimpleNamespace(mamba_cache_mode=mode, num_gpu_blocks_override=None, kv_cache_layout="LBNHC",
+                            prefix_cache_retention_interval=None,
+                            get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBNHC)
+    return SimpleNamespace(model_config=SimpleNamespace(max_model_len=max_len),
+                           parallel_config=SimpleNamespace(decode_context_parallel_size=1, tensor_parallel_size=1),
+                           scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False,
+                                                            max_num_batched_tokens=batched),
+                           cache_config=cache, attention_config=SimpleNamespace(hisparse_config=None),
+                           max_in_flight_tokens=2 * batched, num_speculative_tokens=0, speculative_config=None)
+
+
+def vllm_need(specs: list, max_len: int, batched: int = 8192, mode: str = "none") -> int:
+    config = _config(max_len, batched, mode)
+    groups = planning.get_kv_cache_groups(config, {f"layer{i}": s for i, s in enumerate(specs)})
+    builder = planning.DefaultKVCacheConfigBuilder()
+    return (planning._max_memory_usage_bytes_from_groups(builder, config, groups)
+            + planning._pool_bytes_per_block_from_builder(builder, config, groups))
+
+
+def _attn(kind: str, kv_heads: int, head: int, block: int, window: int = 0):  # noqa: ANN202
+    common = {"block_size": block, "num_kv_heads": kv_heads, "head_size": head, "dtype": BF16}
+    if kind == "sliding":
+        return SlidingWindowSpec(**common, sliding_window=window)
+    if kind == "chunked":
+        return ChunkedLocalAttentionSpec(**common, attention_chunk_size=window)
+    return FullAttentionSpec(**common)
+
+
+def _hybrid(shapes: tuple, attention: list, mamba_layers: int, per_token: int, pages: int, kernel: int = 16) -> list:
+    """Specs of a hybrid Mamba model: the block from _align_hybrid_block_size's formula, Mamba pages padded."""
+    state = sum(math.prod(s) for s in shapes) * 2
+    block = 16 * _cdiv(kernel * _cdiv(state, kernel * per_token), 16)
+    mamba = MambaSpec(block_size=block, shapes=shapes, dtypes=(BF16,) * len(shapes), page_size_padded=block * per_token,
+                      mamba_cache_mode="align")
+    if pages == 3:  # MambaMixer2 / FlashInfer delta-net: one prefill checkpoint page
+        mamba = replace(mamba, num_prefill_checkpoint_blocks=1)
+    return [spec(block) for spec in attention] + [mamba] * mamba_layers
+
+
+def cases(tp: int) -> dict[str, tuple[dict, int, list, str]]:
+    kv8 = max(1, 8 // tp)
+    out: dict[str, tuple[dict, int, list, str]] = {
+        "gpt-oss-20b": (C.GPT_OSS_20B, 32768, [_attn("sliding" if i % 2 == 0 else "full", kv8, 64, 16, 128)
+                                               for i in range(24)], "none"),
+        "gemma-3-27b": (C.GEMMA_3_27B, 32768, [_attn("sliding" if i % 6 < 5 else "full", max(1, 16 // tp), 128, 16, 1024)
+                                               for i in range(62)], "none"),
+        "mistral-7b-v0.1": (C.MISTRAL_7B_V01, 32768, [_attn("sliding", kv8, 128, 16, 4096) for _ in range(32)], "none"),
+        "llama-4-scout": (C.LLAMA4_SCOUT, 131072, [_attn("chunked" if (i + 1) % 4 else "full", kv8, 128, 16, 8192)
+                                                   for i in range(48)], "none"),
+    }
+    shapes = Calc.mamba1_state_shape(tp, 8192, 16, 4)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b)] * 4, 28, kv8 * 256 * 2, 2)
+    out["jamba-mini"] = (C.JAMBA_MINI, 32768, specs, "align")
+    shapes = Calc.mamba2_state_shape(tp, 8192, 1, 128, 64, 128, 4)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b)] * 4, 36, kv8 * 256 * 2, 3)
+    out["granite-4.0-h-small"] = (C.GRANITE_4_H_SMALL, 100000, specs, "align")
+    kv2 = max(1, 2 // tp)
+    shapes = Calc.mamba2_state_shape(tp, 3072, 1, 24, 128, 256, 4)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 128, b)] * 44, 44, kv2 * 256 * 2, 3)
+    out["falcon-h1-7b"] = (C.FALCON_H1_7B, 32768, specs, "align")
+    shapes = Calc.gated_delta_net_state_shape(tp, 16, 32, 128, 128, 4)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 256, b)] * 12, 36, kv2 * 512 * 2, 3, kernel=64)
+    out["qwen3-next (H100)"] = (C.QWEN3_NEXT, 65536, specs, "align")
+    if tp == 1:
+        shapes = Calc.mamba1_state_shape(1, 5120, 16, 4)
+        out["mamba-2.8b"] = (C.MAMBA_2_8B, 4096, [MambaSpec(block_size=4096, shapes=shapes, dtypes=(BF16, BF16))] * 64,
+                             "none")
+    return out
+
+
+def main() -> None:
+    rows: dict[str, dict[int, float]] = {}
+    for tp in (1, 2, 4, 8):
+        for name, (config, max_len, specs, mode) in cases(tp).items():
+            h = hyper_from_config(text_config(config), "config.json")
+            ours = kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=8192, gpu="hopper"), tp).total
+            theirs = vllm_need(specs, max_len, mode=mode)
+            rows.setdefault(name, {})[tp] = ours / theirs
+    print(f"{'model':22} gpulaunch ÷ vLLM at tp 1, 2, 4, 8")
+    for name, by_tp in rows.items():
+        print(f"{name:22} " + "  ".join(f"{by_tp[tp]:.4f}" if tp in by_tp else "   -  " for tp in (1, 2, 4, 8)))
+
+
+if __name__ == "__main__":
+    main()

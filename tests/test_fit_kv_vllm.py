@@ -1,0 +1,128 @@
+"""vLLM's start-up KV need per GPU, restated from vLLM 0.33.0's source for each family it sizes its
+own way (gpulaunch's code is not the oracle):
+
+* vllm/v1/kv_cache_interface.py: FullAttentionSpec cdiv(len, block) pages; SlidingWindowSpec
+  cdiv(min(window - 1 + in-flight, len), block) + 1; ChunkedLocalAttentionSpec cdiv(min(chunk +
+  in-flight, len), block); MambaSpec 1 page, 2 + checkpoint pages with mamba_cache_mode="align";
+  in-flight = 2 batches x max_num_batched_tokens (VllmConfig.max_in_flight_tokens, async scheduling);
+* vllm/v1/core/kv_cache_planning.py: groups of the smallest type's layer count, every pool block a
+  page for each slot of a group, plus one block held back (get_kv_cache_configs);
+* vllm/platforms/interface.py _align_hybrid_block_size: block = 16 x cdiv(Mamba page, 16 x the
+  attention page of one token) (64 for Qwen3-Next's FlashInfer delta-net on Hopper); the Mamba page
+  padded to the attention page;
+* vllm/model_executor/layers/mamba/mamba_utils.py: the state shapes (conv in the model's dtype).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_launch.fit import kv, kv_vllm, plan
+from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config
+from tests.vllm_configs import (BERT, FALCON_H1_7B, GPT_OSS_20B, GRANITE_4_H_SMALL, JAMBA_MINI, LLAMA4_SCOUT, MAMBA_2_8B,
+                                MISTRAL_7B_V01, QWEN3_NEXT)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def need(config: dict, max_len: int, tp: int = 1, gpu: str = "hopper", batched: int = 8192) -> int:
+    h = hyper_from_config(text_config(config), "config.json")
+    return kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=batched, gpu=gpu), tp).total
+
+
+@pytest.mark.parametrize("max_len", [4096, 32768])
+def test_all_sliding_mistral_holds_window_plus_two_batches_in_flight(max_len: int) -> None:
+    page = 16 * 2 * 8 * 128 * 2
+    blocks = cdiv(min(4096 - 1 + 2 * 8192, max_len), 16) + 1
+    assert need(MISTRAL_7B_V01, max_len) == 32 * page * (blocks + 1)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("batched", [8192, 16384])
+def test_gpt_oss_sliding_and_full_groups_per_gpu(tp: int, batched: int) -> None:
+    page = 16 * 2 * (8 // tp) * 64 * 2
+    full, swa = cdiv(32768, 16), cdiv(min(128 - 1 + 2 * batched, 32768), 16) + 1
+    assert need(GPT_OSS_20B, 32768, tp, batched=batched) == 12 * page * (full + swa + 1)
+
+
+def test_vllm_batched_tokens_by_gpu_memory_tier() -> None:
+    # EngineArgs.get_batch_defaults, OPENAI_API_SERVER: >= 160 GiB 16384, >= 70 GiB (not A100) 8192, else 2048
+    assert plan.vllm_batched_default([("NVIDIA B200", 183 * 1024)]) == 16384
+    assert plan.vllm_batched_default([("NVIDIA H100 80GB HBM3", 81559)]) == 8192
+    assert plan.vllm_batched_default([("NVIDIA A100-SXM4-80GB", 81920)]) == 2048
+
+
+def test_jamba_mamba_pages_padded_to_an_attention_block_of_80() -> None:
+    state = 8192 * 3 * 2 + 8192 * 16 * 2  # Mamba-1: conv (inner, k - 1) + temporal (inner, d_state), bf16
+    per_token = 8 * 256 * 2
+    block = 16 * cdiv(state, 16 * per_token)
+    assert block == 80
+    # 4 attention layers, 28 Mamba layers in 7 groups of 4; Mamba-1 in align mode: 2 pages
+    assert need(JAMBA_MINI, 32768) == 4 * block * per_token * (cdiv(32768, block) + 7 * 2 + 1)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_granite_4_h_mamba2_three_pages_and_the_context_in_big_blocks(tp: int) -> None:
+    groups = 1 if 1 % tp == 0 else tp  # mamba2_state_shape: the groups replicated up to tp
+    state = (8192 + 2 * groups * 128) // tp * 3 * 2 + 128 // tp * 64 * 128 * 2
+    per_token = (8 // tp) * 256 * 2
+    block = 16 * cdiv(state, 16 * per_token)
+    want = 4 * block * per_token * (cdiv(100000, block) + 9 * 3 + 1)
+    assert need(GRANITE_4_H_SMALL, 100000, tp) == want
+
+
+@pytest.mark.parametrize("gpu,align,pages", [("hopper", 64, 3), ("ampere", 16, 2)])
+def test_qwen3_next_delta_net_on_hopper_and_elsewhere(gpu: str, align: int, pages: int) -> None:
+    # FlashInfer's delta-net prefill (Hopper) exports a checkpoint (one page more) every 64 tokens
+    state = (128 * 16 * 2 + 128 * 32) * 3 * 2 + 32 * 128 * 128 * 2
+    per_token = 2 * 512 * 2
+    block = 16 * cdiv(align * cdiv(state, align * per_token), 16)
+    assert need(QWEN3_NEXT, 65536, gpu=gpu) == 12 * block * per_token * (cdiv(65536, block) + 3 * pages + 1)
+
+
+def test_falcon_h1_every_layer_has_an_attention_and_a_mamba_spec() -> None:
+    state = (3072 + 2 * 256) * 3 * 2 + 24 * 128 * 256 * 2
+    per_token = 2 * 256 * 2
+    block = 16 * cdiv(state, 16 * per_token)
+    assert need(FALCON_H1_7B, 32768) == 44 * block * per_token * (cdiv(32768, block) + 3 + 1)
+
+
+def test_llama4_chunked_layers_hold_a_chunk_plus_the_tokens_in_flight() -> None:
+    page = 16 * 2 * 8 * 128 * 2
+    chunked = cdiv(min(8192 + 2 * 8192, 131072), 16)  # no + 1: a chunk starts on a block
+    assert need(LLAMA4_SCOUT, 131072) == 12 * page * (cdiv(131072, 16) + 3 * chunked + 1)
+
+
+def test_pure_mamba_needs_twice_its_state_and_encoders_nothing() -> None:
+    # attention-free: no prefix caching, 1 page; the held-back block is a whole state
+    assert need(MAMBA_2_8B, 4096) == 2 * 64 * (5120 * 3 + 5120 * 16) * 2
+    assert need(BERT, 512) == 0
+
+
+def test_a_plan_charges_each_gpu_vllms_need_at_its_tp() -> None:
+    from gpu_launch.fit import engines
+    from tests.fit_models import llama_like
+
+    m = llama_like(layers=24, heads=64, kv_heads=8, head_dim=64, fmt="safetensors")
+    h = hyper_from_config(text_config(GPT_OSS_20B), "config.json")
+    m = type(m)(**{**m.__dict__, "hyper": h})
+    s = plan.sizing(m, engines.ENGINES["vllm"], plan.Settings(ctx=32768, batched_tokens=8192, gpu_arch="hopper"))
+    GiB = 1 << 30
+    for tp in (2, 4):
+        p = plan.place(s, [plan.Room(i, 79 * GiB, 80 * GiB) for i in range(tp)])
+        assert p.per_gpu[0].kv_bytes == need(GPT_OSS_20B, 32768, tp)
+
+
+def test_a_falcon_h1_folder_plans_vllms_need(tmp_path) -> None:  # noqa: ANN001
+    # config.json and safetensors written by the real package; plan --json shows vLLM's figure
+    pytest.importorskip("safetensors")
+    from tests.test_modelfile_safetensors import llama_layout, write_model
+    from tests.test_plan_cli import plan_json
+
+    folder = write_model(tmp_path / "falcon-h1-7b", {**FALCON_H1_7B, "vocab_size": 100}, llama_layout(44))
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "vllm", "serve", str(folder),
+                    "--max-model-len", "32768")
+    assert doc["kv_cache_bytes"] == need(FALCON_H1_7B, 32768) == 1766195200  # vLLM's own planning: 1766195200
+    assert any("Mamba layers: 3 state pages" in r for r in doc["kv_rules"])
