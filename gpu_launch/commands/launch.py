@@ -68,7 +68,7 @@ def run(inv: Invocation) -> int:
         _warn_near_misses(inv.argv)
         _warn_launcher_overrides(argv)
     if vis is not None:
-        pick.tell(inv, vis, selection, env)
+        pick.tell(inv, vis, selection, env, waited=got.waited)
     if inv.get("dry_run"):
         return _dry_run(inv, selection, env, argv)
     from gpu_launch.run.execute import exec_command

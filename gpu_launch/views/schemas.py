@@ -95,6 +95,17 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
                                                                      "clock_memory_mhz")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
+    # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
+    "queue": {"type": "array", "items": _obj({
+        "position": {"type": "integer", "minimum": 1},
+        "user": _STR,  # the ticket's owner (the kernel's word), as a name where one is known
+        "uid": {"type": "integer", "minimum": 0},
+        "pid": {"type": "integer", "minimum": 0},  # the waiter's pid, in its own PID namespace
+        "since": {"type": "number"},  # when it joined the queue, seconds since the epoch
+        "waited_s": {"type": "number", "minimum": 0},
+        "request": _NSTR,  # "2 GPUs with ≥ 20.0 GiB free"; null: an older gpulaunch's ticket says nothing
+        "command": _NSTR,  # what will run, as one shell-quoted line (the waiter's own words)
+    })},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
 _DEVICE = _obj({
