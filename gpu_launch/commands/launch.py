@@ -23,22 +23,16 @@ __all__ = ["run"]
 def run(inv: Invocation) -> int:
     """Check the command, choose and reserve, tell the mapping, then bind and exec (or only inform)."""
     from gpu_launch.run import placeholders
+    from gpu_launch.run.execute import take_exec_notify
     from gpu_launch.share import acquire
 
+    notify = take_exec_notify(os.environ)  # a detached job's supervisor listens (gpu_launch/jobs/)
     informing = bool(inv.get("dry_run") or inv.get("explain"))
     if not inv.argv and not informing:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
-    if not informing:
-        _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
-    sized = isinstance(inv.get("fit"), str)  # --fit MODEL
-    if not sized:
-        used = placeholders.model_names_used(inv.argv)
-        if used:
-            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
-                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
-                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
+    check_before_choosing(inv, command=not informing)
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
                                  snapshot=pick.snapshot_source(inv))
@@ -79,7 +73,22 @@ def run(inv: Invocation) -> int:
         # The command keeps our pid and inherits the locks: the reservation ends when it does.
         got.reservation.record(os.getpid(), argv)
         got.reservation.make_inheritable()
-    exec_command(argv, env)
+    exec_command(argv, env, notify)
+
+
+def check_before_choosing(inv: Invocation, command: bool = True) -> None:
+    """What can be told wrong before any GPU is chosen, shown, reserved or waited for (``submit`` asks it
+    too, before it detaches): the command (126/127, with ``command``), a model placeholder without a model."""
+    from gpu_launch.run import placeholders
+
+    if command:
+        _check_command(inv)
+    if not isinstance(inv.get("fit"), str):  # not --fit MODEL
+        used = placeholders.model_names_used(inv.argv)
+        if used:
+            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
+                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
+                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
 
 
 def _columns(unknown: int) -> int:
