@@ -102,17 +102,19 @@ def run_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = 
 
 
 def start_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = None,
-                      rows: int = 50) -> tuple[int, int]:
-    """Start ``gpulaunch ARGV`` on a new terminal of its own (a pty: its session, its controlling terminal);
-    returns its pid and the terminal's descriptor. The caller reads the descriptor and reaps the pid."""
+                      rows: int = 50, program: bool = False) -> tuple[int, int]:
+    """Start ``gpulaunch ARGV`` (``program``: ARGV itself, e.g. a shell) on a new terminal of its own (a pty:
+    its session, its controlling terminal); returns its pid and the terminal's descriptor. The caller reads
+    the descriptor and reaps the pid."""
     import fcntl
     import pty
     import struct
     import termios
 
+    argv = argv if program else [sys.executable, "-m", "gpu_launch", *argv]
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once, nothing else
-        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
+        os.execve(argv[0], argv, env)
     if columns is not None:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     return pid, fd

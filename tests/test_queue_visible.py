@@ -5,48 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import time
 from pathlib import Path
 
-from cli_run import start_in_terminal
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, run, start, write_snapshot
-
-
-class Terminal:
-    """A gpulaunch on a terminal of its own (a pty), read as it goes."""
-
-    def __init__(self, argv: list[str], environ: dict[str, str], columns: int = 80) -> None:
-        self.pid, self.fd = start_in_terminal(argv, environ, columns)
-        self.out = b""
-
-    def _read(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            return True
-        try:
-            chunk = os.read(self.fd, 65536)
-        except OSError:  # the terminal's other side closed: the program ended
-            return False
-        self.out += chunk
-        return bool(chunk)
-
-    def wait_for(self, text: str, timeout: float = 60) -> None:
-        end = time.monotonic() + timeout
-        while text.encode() not in self.out:
-            if time.monotonic() > end or not self._read(0.2):
-                raise AssertionError(f"no {text!r} on the terminal: {self.out.decode(errors='replace')!r}")
-
-    def finish(self, timeout: float = 60) -> int:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and self._read(0.2):
-            pass
-        if time.monotonic() >= end:
-            os.kill(self.pid, signal.SIGKILL)
-        _, status = os.waitpid(self.pid, 0)
-        os.close(self.fd)
-        return os.waitstatus_to_exitcode(status)
+from terminal import Terminal
 
 
 def test_two_waiters_from_two_terminals_are_listed_in_ls_in_order(tmp_path: Path) -> None:

@@ -142,11 +142,11 @@ class _Supervisor:
             self._record(state=state, ended=ended, exit_code=exit_code, signal=sig, note=note)
         elif self.cancelled:
             self._record(state="cancelled", ended=ended, note="cancelled while waiting: it never ran")
-        if self.cancelled:  # the log says so too, for whoever follows it
-            os.write(2, f"gpulaunch: job {self.job.id}: {self.job.note}\n".encode())
         else:
             self._record(state="failed", ended=ended, exit_code=exit_code, signal=sig,
                          note=_last_error(self.jobs, self.job.id) or "the launch ended before the command started")
+        if self.cancelled:  # the log says so too, for whoever follows it
+            os.write(2, f"gpulaunch: job {self.job.id}: {self.job.note}\n".encode())
 
 
 def _read_line(fd: int) -> bytes:
