@@ -8,6 +8,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, run, start, write_snapshot
 from terminal import Terminal
 
@@ -44,6 +46,10 @@ def test_two_waiters_from_two_terminals_are_listed_in_ls_in_order(tmp_path: Path
     assert "second ran'\"'\"') # \\x1b[2J" in wide and "\x1b" not in wide  # whole, and escaped
 
     doc = json.loads(run(["--snapshot", str(one), "ls", "--json"], locks, env=environ).stdout)
+    jsonschema = pytest.importorskip("jsonschema")
+    from gpu_launch.views import schemas
+
+    jsonschema.Draft202012Validator(schemas.SNAPSHOT).validate(doc)
     queue = doc["queue"]
     assert [(w["position"], w["pid"], w["user"], w["uid"]) for w in queue] == [
         (1, first.pid, me, os.getuid()), (2, second.pid, me, os.getuid())]

@@ -33,7 +33,8 @@ def run(inv: Invocation) -> int:
 
     check_before_choosing(inv)  # 126/127 and the like now, not in a log later
     pick.require_rereadable(inv, "a submitted job")
-    _check_hopeless(inv)
+    if not inv.get("fallback"):  # with --fallback cpu, what no wait can meet runs on the CPU
+        _check_hopeless(inv)
     words = _launch_words(inv)
     from gpu_launch.hardware.snapshot import is_example
     from gpu_launch.jobs import start
