@@ -252,3 +252,19 @@ def test_another_user_can_neither_read_nor_cancel_your_job(shared_dir: Path,  # 
     assert box.jobs()[job]["state"] == "running"  # untouched
     release.touch()
     assert box.wait_state(job, "done")["exit_code"] == 0
+
+
+def test_the_job_dir_is_never_followed_through_a_symlink_and_is_made_private(tmp_path: Path, box: Box) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    box.job_dir.parent.mkdir(parents=True)
+    box.job_dir.symlink_to(elsewhere)
+    refused = box.gl("submit", "--auto", "1", "--", "true")
+    assert refused.returncode == 7 and "is a symlink; refusing to follow it" in refused.stderr
+    assert list(elsewhere.iterdir()) == []  # nothing was written through it
+    box.job_dir.unlink()
+    box.job_dir.mkdir(mode=0o755)
+    box.job_dir.chmod(0o755)  # a directory of the user's that others can read: private again before use
+    job = box.submit("--auto", "1", "--", "true")
+    box.gl("log", job, "-f")
+    assert stat.S_IMODE(box.job_dir.stat().st_mode) == 0o700 and box.jobs()[job]["state"] == "done"

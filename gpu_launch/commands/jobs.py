@@ -19,20 +19,21 @@ __all__ = ["run"]
 
 def run(inv: Invocation) -> int:
     from gpu_launch.jobs import status
-    from gpu_launch.jobs.store import JobDir, job_dir_path
+    from gpu_launch.jobs.store import Job, JobDir, job_dir_path
     from gpu_launch.views import jobs_table
 
     if len(inv.positionals) > 1 or inv.argv:
         raise UsageError("`jobs` takes at most one job id", hint="gpulaunch jobs, or gpulaunch jobs ID")
     jobs = JobDir.open(os.environ)
-    if jobs is None:  # no job was ever submitted
-        records, problems, logs = [], [], []
-    else:
-        if inv.positionals:
-            records, problems = [jobs.read(inv.positionals[0])], []
-        else:
-            records, problems = jobs.all()
-        logs = [jobs.log_path(j.id) for j in records]
+    records: list[Job] = []
+    problems: list[str] = []
+    if inv.positionals:
+        if jobs is None:
+            raise UsageError(f"there is no job {inv.positionals[0]}", hint="you have no jobs yet: gpulaunch submit -- COMMAND")
+        records = [jobs.read(inv.positionals[0])]
+    elif jobs is not None:
+        records, problems = jobs.all()
+    logs = [jobs.log_path(j.id) for j in records] if jobs is not None else []
     for problem in problems:
         print(f"gpulaunch: warning: {problem}", file=sys.stderr)
     found = status.statuses(jobs, records) if jobs is not None else []

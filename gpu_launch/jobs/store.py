@@ -198,15 +198,21 @@ class JobDir:
 
     def open_log(self, job_id: str) -> int:
         """The job's log, open for reading (UsageError when there is no such job)."""
+        return self._open(job_id, "log", "log")
+
+    def _open(self, job_id: str, suffix: str, what: str) -> int:
+        """``ID.SUFFIX`` open for reading, a regular file of this user's; UsageError when there is no such job."""
+        job_id = check_id(job_id)
         try:
-            fd = os.open(f"{check_id(job_id)}.log", os.O_RDONLY | _FILE_FLAGS, dir_fd=self.fd)
+            fd = os.open(f"{job_id}.{suffix}", os.O_RDONLY | _FILE_FLAGS, dir_fd=self.fd)
         except FileNotFoundError:
             raise _no_job(job_id) from None
         except OSError as exc:
-            raise JobError(f"job {job_id}: cannot open its log ({exc.strerror})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise JobError(f"job {job_id}: cannot open its {what} ({exc.strerror})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
             os.close(fd)
-            raise JobError(f"job {job_id}: its log is not a regular file")
+            raise JobError(f"job {job_id}: its {what} is not a file of yours", hint=f"remove {self.path}/{job_id}.{suffix}")
         return fd
 
     def alive(self, job_id: str) -> bool:
@@ -248,17 +254,10 @@ class JobDir:
     def read(self, job_id: str) -> Job:
         """The job's record; UsageError when there is no such job, JobError when it cannot be read."""
         job_id = check_id(job_id)
+        fd = self._open(job_id, "json", "record")
         try:
-            fd = os.open(f"{job_id}.json", os.O_RDONLY | _FILE_FLAGS, dir_fd=self.fd)
-        except FileNotFoundError:
-            raise _no_job(job_id) from None
-        except OSError as exc:
-            raise JobError(f"job {job_id}: cannot read its record ({exc.strerror})") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > _MAX_RECORD:
-                raise JobError(f"job {job_id}: its record is not a file of yours, or too large",
-                               hint=f"remove {self.path}/{job_id}.json")
+            if os.fstat(fd).st_size > _MAX_RECORD:
+                raise JobError(f"job {job_id}: its record is too large", hint=f"remove {self.path}/{job_id}.json")
             raw = os.read(fd, _MAX_RECORD + 1)
         finally:
             os.close(fd)
@@ -320,7 +319,7 @@ def _owner(uid: int) -> str:
 
 
 def _dir_error(path: str, exc: OSError) -> JobError:
-    if exc.errno == errno.ELOOP:
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
         return JobError(f"job dir {path} is a symlink; refusing to follow it", hint="remove it, or set XDG_STATE_HOME")
     if exc.errno == errno.ENOTDIR:
         return JobError(f"job dir {path} is not a directory", hint="remove it, or set XDG_STATE_HOME")

@@ -30,6 +30,11 @@ from gpu_launch.jobs.store import Job, JobDir
 from gpu_launch.records import replace
 from gpu_launch.run.execute import EXEC_NOTIFY
 
+# Annotations only: importing typing costs ~3 ms (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["main", "JOB_ENV", "DEFAULT_GRACE"]
 
 #: Set for the launch and the command: the job's id.
@@ -127,7 +132,7 @@ class _Supervisor:
             except ProcessLookupError:
                 pass
 
-    def _record(self, **changes: object) -> None:
+    def _record(self, **changes: Any) -> None:
         self.job = replace(self.job, **changes)
         self.jobs.write(self.job)
 
