@@ -125,7 +125,7 @@ _gpulaunch() {
         each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        submit) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --uuid --mig --bind --dry-run --explain --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        submit) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         jobs) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
