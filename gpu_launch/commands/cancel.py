@@ -31,8 +31,8 @@ def run(inv: Invocation) -> int:
         raise UsageError(f"there is no job {ids[0]}", hint="you have no jobs yet")
     grace = inv.get("grace") or DEFAULT_GRACE
     asked = [job_id for job_id in ids if _ask(jobs, job_id, grace, bool(inv.get("quiet")))]
-    for job_id in asked:
-        _wait_for_end(jobs, job_id, grace + 5, bool(inv.get("quiet")))
+    for job_id in asked:  # SIGKILL ends it after the grace at the latest; the rest is the supervisor's last write
+        _wait_for_end(jobs, job_id, grace + 60, bool(inv.get("quiet")))
     return 0
 
 
@@ -67,4 +67,5 @@ def _wait_for_end(jobs: JobDir, job_id: str, limit: float, quiet: bool) -> None:
         time.sleep(0.05)
     now = status.statuses(jobs, [jobs.read(job_id)])[0]
     if not quiet:
-        print(f"gpulaunch: job {job_id}: {now.state}" + (f" ({now.note})" if now.note else ""), file=sys.stderr)
+        still = "" if now.over else ": it is ending (see `gpulaunch jobs`)"
+        print(f"gpulaunch: job {job_id}: {now.state}" + (f" ({now.note})" if now.note else "") + still, file=sys.stderr)
