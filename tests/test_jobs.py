@@ -37,6 +37,7 @@ class Box:
         self.snap = write_snapshot(top / "two.json", first_gpus(example("workstation-4x"), 2))
         self.snap.chmod(0o644)
         self.env = env(self.locks, XDG_STATE_HOME=str(self.state))
+        self.holders: list[subprocess.Popen[str]] = []
 
     @property
     def job_dir(self) -> Path:
@@ -62,8 +63,19 @@ class Box:
     def queue(self) -> list[dict[str, Any]]:
         return json.loads(self.gl("ls", "--json").stdout)["queue"]
 
+    def hold(self, gpu: str, release: Path) -> subprocess.Popen[str]:
+        """A foreground launch holding ``gpu`` until ``release`` exists."""
+        holder = start(["--snapshot", str(self.snap), "--gpus", gpu, "--", "python3", "-c", HOLD, str(release)],
+                       env=self.env)
+        self.holders.append(holder)
+        Lines(holder.stdout).wait(f"CVD={gpu}")
+        return holder
+
     def clean_up(self) -> None:
-        """End whatever a failed test left running: each job's process group, then its supervisor."""
+        """End whatever a failed test left running: holders, each job's process group, then its supervisor."""
+        for holder in self.holders:
+            holder.kill()
+            holder.wait()
         for record in self.job_dir.glob("*.json") if self.job_dir.is_dir() else ():
             job = json.loads(record.read_text())
             for pid, kill in ((job["pid"], os.killpg), (job["supervisor"], os.kill)):
@@ -129,9 +141,7 @@ def test_a_job_submitted_from_a_shell_outlives_it_and_keeps_its_log_and_exit_cod
 
 def test_cancelling_a_waiting_job_takes_it_out_of_the_queue_and_it_never_runs(tmp_path: Path, box: Box) -> None:
     release, ran = tmp_path / "release", tmp_path / "ran"
-    holder = start(["--snapshot", str(box.snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(release)],
-                   env=box.env)
-    Lines(holder.stdout).wait("CVD=0")
+    holder = box.hold("0", release)
     job = box.submit("--gpus", "0", "--", "python3", "-c", f"open({str(ran)!r}, 'w')")
     wait_for(lambda: box.jobs()[job]["position"] == 1, what="the job to queue")
     waiting = box.jobs()[job]
@@ -173,9 +183,7 @@ def test_cancelling_a_running_job_ends_its_processes_and_frees_its_gpus(tmp_path
 
 def test_a_job_that_cannot_start_says_why_and_nothing_is_submitted_that_cannot_run(tmp_path: Path, box: Box) -> None:
     release = tmp_path / "release"
-    holder = start(["--snapshot", str(box.snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(release)],
-                   env=box.env)
-    Lines(holder.stdout).wait("CVD=0")
+    holder = box.hold("0", release)
     timeout = box.submit("--gpus", "0", "--wait", "0.5s", "--", "true")  # GPU 0 stays taken: it gives up
     failed = box.wait_state(timeout, "failed to start")
     assert failed["exit_code"] == 5 and failed["started"] is None and "waited 0s" in failed["note"], failed

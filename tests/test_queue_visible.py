@@ -14,10 +14,11 @@ from sharing_helpers import HOLD, Lines, env, example, first_gpus, run, start, w
 from terminal import Terminal
 
 
-def test_two_waiters_from_two_terminals_are_listed_in_ls_in_order(tmp_path: Path) -> None:
+def test_two_waiters_from_two_terminals_are_listed_in_ls_in_order(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     locks, release = tmp_path / "locks", tmp_path / "release"
     one = write_snapshot(tmp_path / "one.json", first_gpus(example("workstation-4x"), 1))
     holder = start(["--snapshot", str(one), "--gpus", "0", "--", "python3", "-c", HOLD, str(release)], locks)
+    request.addfinalizer(lambda: (holder.kill(), holder.wait()))  # a failed test leaves nothing running
     Lines(holder.stdout).wait("CVD=0")
     environ = env(locks)
     first = Terminal(["--snapshot", str(one), "--auto", "1", "--wait", "--", "python3", "-c", "print('first ran')"],
