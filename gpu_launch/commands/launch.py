@@ -32,7 +32,15 @@ def run(inv: Invocation) -> int:
         if inv.positionals:
             raise UsageError(f"unexpected argument {inv.positionals[0]!r}")
         raise UsageError("no command to run", hint="put it after the options, e.g. gpulaunch --auto 1 -- python train.py")
-    check_before_choosing(inv, command=not informing)
+    if not informing:
+        _check_command(inv)  # 126/127 before any GPU is chosen, shown, reserved or waited for
+    sized = isinstance(inv.get("fit"), str)  # --fit MODEL
+    if not sized:
+        used = placeholders.model_names_used(inv.argv)
+        if used:
+            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
+                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
+                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
                                  snapshot=pick.snapshot_source(inv))
@@ -74,21 +82,6 @@ def run(inv: Invocation) -> int:
         got.reservation.record(os.getpid(), argv)
         got.reservation.make_inheritable()
     exec_command(argv, env, notify)
-
-
-def check_before_choosing(inv: Invocation, command: bool = True) -> None:
-    """What can be told wrong before any GPU is chosen, shown, reserved or waited for (``submit`` asks it
-    too, before it detaches): the command (126/127, with ``command``), a model placeholder without a model."""
-    from gpu_launch.run import placeholders
-
-    if command:
-        _check_command(inv)
-    if not isinstance(inv.get("fit"), str):  # not --fit MODEL
-        used = placeholders.model_names_used(inv.argv)
-        if used:
-            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
-                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
-                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
 
 
 def _columns(unknown: int) -> int:
@@ -194,6 +187,11 @@ def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
     if not inv.get("quiet") and (failed or binding.message):
         kind = "warning: " if failed or binding.warning else ""
         print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+
+
+def check_command(inv: Invocation) -> None:
+    """The launch's first check, 126/127 now (``submit`` asks it too, before it detaches the launch)."""
+    _check_command(inv)
 
 
 def _check_command(inv: Invocation) -> None:

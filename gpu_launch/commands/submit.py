@@ -29,9 +29,9 @@ def run(inv: Invocation) -> int:
                          hint="to see what it would do now, run the launch itself: gpulaunch --dry-run OPTIONS -- COMMAND")
     if not inv.argv:
         raise UsageError("no command to submit", hint="e.g. gpulaunch submit --auto 1 -- python train.py")
-    from gpu_launch.commands.launch import check_before_choosing
+    from gpu_launch.commands.launch import check_command
 
-    check_before_choosing(inv)  # 126/127 and the like now, not in a log later
+    check_command(inv)  # 126/127 now, not in a log later
     pick.require_rereadable(inv, "a submitted job")
     if not inv.get("fallback"):  # with --fallback cpu, what no wait can meet runs on the CPU
         _check_hopeless(inv)
