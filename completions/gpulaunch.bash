@@ -34,7 +34,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--bind|--shell|--snapshot)
+        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
@@ -51,7 +51,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks plan help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks plan submit jobs log cancel help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -98,7 +98,7 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg)
+        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
             :  # a free value (a count, a size): nothing to offer
             return ;;
         --wait|--watch)
@@ -120,26 +120,30 @@ _gpulaunch() {
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --gpus-per-node --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        submit) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        jobs) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") ) ;;
         locks) COMPREPLY=( $(compgen -W "init" -- "$cur") ) ;;
         each)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }

@@ -70,7 +70,8 @@ def _fail(exc: GpuLaunchError) -> int:
 
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
-            "completions": "completions", "locks": "locks", "plan": "plan", RUN: "launch"}
+            "completions": "completions", "locks": "locks", "plan": "plan", "submit": "submit", "jobs": "jobs",
+            "log": "log", "cancel": "cancel", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 
@@ -85,6 +86,10 @@ def run(argv: list[str]) -> int:
         from gpu_launch.cluster import task_main
 
         return task_main(argv[1:], os.environ)
+    if argv[:1] == ["__job"]:  # hidden: the supervisor of a detached job (`gpulaunch submit` starts it)
+        from gpu_launch.jobs.supervisor import main as job_main
+
+        return job_main(argv[1:], os.environ)
     if not argv:  # a bare `gpulaunch`: what a new user types first deserves a usage, not an error
         from gpu_launch.options.helptext import short_usage
 
@@ -108,5 +113,6 @@ def run(argv: list[str]) -> int:
         from gpu_launch.options import config
 
         inv = config.apply(inv, os.environ)  # options not on the command line: GPULAUNCH_*, then the file
-    module = __import__(f"gpu_launch.commands.{COMMANDS[inv.command]}", fromlist=["run"])
+    verb = "submit" if inv.command == RUN and inv.get("detach") else inv.command  # --detach: submit's other spelling
+    module = __import__(f"gpu_launch.commands.{COMMANDS[verb]}", fromlist=["run"])
     return module.run(inv)

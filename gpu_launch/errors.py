@@ -27,6 +27,7 @@ __all__ = [
     "ReservationConflict",
     "LockDirError",
     "JobsFailed",
+    "JobError",
     "CheckFailed",
     "CommandNotFound",
     "NotExecutable",
@@ -67,7 +68,7 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.NOT_ENOUGH_GPUS: "the request cannot be met by the GPUs that exist or are eligible",
     ExitCode.WAIT_TIMEOUT: "--wait ran out before the GPUs were free",
     ExitCode.RESERVED: "a GPU named by --gpus is reserved by another gpulaunch job",
-    ExitCode.BAD_FILE: "a snapshot, config, model or lock file is missing, invalid or unsafe",
+    ExitCode.BAD_FILE: "a snapshot, config, model, lock or job file is missing, invalid or unsafe",
     ExitCode.CHECK_FAILED: "check: CUDA sees other devices than the ones chosen",
     ExitCode.JOBS_FAILED: "each: at least one job failed or could not start",
     ExitCode.OUTPUT_FAILED: "stdout could not be written (closed, disk full)",
@@ -164,6 +165,12 @@ class LockDirError(GpuLaunchError):
 class ModelFileError(GpuLaunchError):
     """A model file, folder or cached Hugging Face id that cannot be read as a model: missing,
     truncated, garbage or crafted headers, an unknown layout."""
+
+    exit_code = ExitCode.BAD_FILE
+
+
+class JobError(GpuLaunchError):
+    """A detached job's directory, record or log is unsafe or cannot be read (``submit``, ``jobs``, ``log``, ``cancel``)."""
 
     exit_code = ExitCode.BAD_FILE
 

@@ -21,7 +21,7 @@ LOCK_DIR = os.path.join(tempfile.mkdtemp(prefix="gpulaunch-robust-"), "locks")
 CONFIG_HOME = os.path.join(os.path.dirname(LOCK_DIR), "config-home")
 
 __all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed", "run_gpulaunch", "gpulaunch_argv",
-           "run_in_terminal", "has_option"]
+           "run_in_terminal", "start_in_terminal", "has_option"]
 
 #: What every test process and child runs with (tests/conftest.py puts it in os.environ for the whole session):
 #: a private lock directory, no config file. So another gpulaunch job on this machine, holding GPUs in the
@@ -29,8 +29,10 @@ __all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed
 #: An admin's hardened /var/lib/gpulaunch/locks on the test machine is moved out of sight too, so a test
 #: that drops GPULAUNCH_LOCK_DIR to exercise the /tmp default gets that default.
 NO_HARDENED_DIR = LOCK_DIR + "-no-hardened-dir"
+#: XDG_STATE_HOME: where detached jobs keep their records and logs (gpulaunch submit), never the tester's own.
+STATE_HOME = os.path.join(os.path.dirname(LOCK_DIR), "state-home")
 HERMETIC = {"GPULAUNCH_LOCK_DIR": LOCK_DIR, "GPULAUNCH_HARDENED_LOCK_DIR": NO_HARDENED_DIR, "GPULAUNCH_CONFIG": "",
-            "XDG_CONFIG_HOME": CONFIG_HOME}
+            "XDG_CONFIG_HOME": CONFIG_HOME, "XDG_STATE_HOME": STATE_HOME}
 
 
 def scrubbed(drop: tuple[str, ...] = ("GPULAUNCH_",), environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -71,19 +73,11 @@ def run_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = 
     """Run gpulaunch with a terminal for its stdin, stdout and stderr (``columns`` wide, if given); with
     ``interrupt_after``, type Ctrl-C once that text showed twice (two ``--watch`` frames). Returns what the
     terminal got and the exit status; killed after ``timeout`` seconds."""
-    import fcntl
-    import pty
     import select
     import signal
-    import struct
-    import termios
     import time
 
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once, nothing else
-        os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
-    if columns is not None:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    pid, fd = start_in_terminal(argv, env, columns, rows)
     out = b""
     sent = False
     deadline = time.monotonic() + timeout
@@ -105,6 +99,25 @@ def run_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = 
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return out, os.waitstatus_to_exitcode(status)
+
+
+def start_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = None,
+                      rows: int = 50, program: bool = False) -> tuple[int, int]:
+    """Start ``gpulaunch ARGV`` (``program``: ARGV itself, e.g. a shell) on a new terminal of its own (a pty:
+    its session, its controlling terminal); returns its pid and the terminal's descriptor. The caller reads
+    the descriptor and reaps the pid."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    argv = argv if program else [sys.executable, "-m", "gpu_launch", *argv]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once, nothing else
+        os.execve(argv[0], argv, env)
+    if columns is not None:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    return pid, fd
 
 
 def has_option(name: str) -> bool:

@@ -194,6 +194,7 @@ def _environment(base: Path, home: Path, s: Settings) -> dict[str, str]:
         "PATH": os.pathsep.join([str(base / "bin"), os.path.dirname(sys.executable), env.get("PATH", "")]),
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),  # detached jobs (submit): the block's own, numbered from 1
         "GPULAUNCH_CONFIG": "",
         "GPULAUNCH_LOCK_DIR": str(base / "locks"),
         "GPULAUNCH_HARDENED_LOCK_DIR": str(base / "no-hardened-dir"),

@@ -139,3 +139,15 @@ def test_verbose_timings_stay_off_stdout() -> None:
 def test_env_json() -> None:
     doc = validated(gpulaunch("--snapshot", "dgx-h100", "env", "--auto", "2", "--json"), schemas.ENV)
     assert len(doc["devices"]) == 2
+
+
+def test_jobs_json_and_submit_json_follow_their_schema(tmp_path) -> None:
+    """Detached jobs (issue 26): the new job as submit prints it, and the list once it has run."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "GPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}
+    new = validated(gpulaunch("--snapshot", "dgx-h100", "submit", "--json", "--auto", "1", "--", sys.executable, "-c",
+                              "print('hi')", env=env), schemas.JOBS)
+    assert [(j["id"], j["state"], j["argv"][-1]) for j in new["jobs"]] == [("1", "waiting", "print('hi')")]
+    gpulaunch("log", "1", "-f", env=env)
+    listed = validated(gpulaunch("jobs", "--json", env=env), schemas.JOBS)
+    assert [(j["id"], j["state"], j["exit_code"]) for j in listed["jobs"]] == [("1", "done", 0)]
+    assert listed["job_dir"] == str(tmp_path / "state" / "gpulaunch" / "jobs")

@@ -25,6 +25,7 @@ BUILT_IN = {
     "bind": "auto (off on examples)",
     "shell": "sh (bash, zsh)",
     "wait": "off (fail at once)",
+    "grace": "10s",
     "watch": "off (2s when given alone)",
     "snapshot": "none: NVML",
 }

@@ -23,8 +23,10 @@ __all__ = ["run"]
 def run(inv: Invocation) -> int:
     """Check the command, choose and reserve, tell the mapping, then bind and exec (or only inform)."""
     from gpu_launch.run import placeholders
+    from gpu_launch.run.execute import take_exec_notify
     from gpu_launch.share import acquire
 
+    notify = take_exec_notify(os.environ)  # a detached job's supervisor listens (gpu_launch/jobs/)
     informing = bool(inv.get("dry_run") or inv.get("explain"))
     if not inv.argv and not informing:
         if inv.positionals:
@@ -102,7 +104,7 @@ def run(inv: Invocation) -> int:
     if world is not None and node_command is not None and not quiet:
         print(f"gpulaunch: {node_task.describe(world, node_command)}", file=sys.stderr)
     if vis is not None:
-        pick.tell(inv, vis, selection, env)
+        pick.tell(inv, vis, selection, env, waited=got.waited)
     if inv.get("dry_run"):
         return _dry_run(inv, selection, env, argv, tuple(extra) if world is not None else ())
     from gpu_launch.run.execute import exec_command
@@ -116,7 +118,7 @@ def run(inv: Invocation) -> int:
         # The command keeps our pid and inherits the locks: the reservation ends when it does.
         got.reservation.record(os.getpid(), argv)
         got.reservation.make_inheritable()
-    exec_command(argv, env)
+    exec_command(argv, env, notify)
 
 
 def _refuse_node_options(inv: Invocation) -> None:
@@ -241,6 +243,11 @@ def _bind(inv: Invocation, machine: Machine, selection: Selection) -> None:
     if not inv.get("quiet") and (failed or binding.message):
         kind = "warning: " if failed or binding.warning else ""
         print(f"gpulaunch: {kind}{failed or binding.message}", file=sys.stderr)
+
+
+def check_command(inv: Invocation) -> None:
+    """The launch's first check, 126/127 now (``submit`` asks it too, before it detaches the launch)."""
+    _check_command(inv)
 
 
 def _check_command(inv: Invocation) -> None:

@@ -47,7 +47,16 @@ def run(inv: Invocation) -> int:
 
         # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
         machine = _read(inv, topo=True)
-        out.write(snapshot.dump(machine))
+        if inv.command == "ls":  # the machine, then who waits for it
+            import json
+
+            from gpu_launch.views import queue_table
+
+            doc = snapshot.to_dict(machine)
+            doc["queue"] = queue_table.as_json(_waiters(inv))
+            out.write(json.dumps(doc, indent=2) + "\n")
+        else:
+            out.write(snapshot.dump(machine))
         if not inv.get("quiet"):
             for warning in machine.warnings:  # the JSON has no place for them; stdout stays pure JSON
                 print(f"gpulaunch: warning: {warning}", file=sys.stderr)
@@ -105,6 +114,9 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
     if note:  # only where it tells the user something (`config` always names the lock dir)
         out.write(_wrap(note, width))
     _ls_parent_note(machine, out, width)
+    from gpu_launch.views import queue_table
+
+    out.write(queue_table.as_text(_waiters(inv), width))  # a section of its own; nothing when nobody waits
 
 
 def _wrap(text: str, width: int | None) -> str:
@@ -144,6 +156,19 @@ def _lock_dir(inv: Invocation) -> str:
     from gpu_launch.share import lockdir
 
     return lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
+
+
+def _waiters(inv: Invocation) -> list:
+    """The ``--wait`` queue of the lock directory a launch would use; unreadable: a warning, no queue."""
+    from gpu_launch.share import waitqueue
+
+    try:
+        return waitqueue.waiters(_lock_dir(inv))
+    except GpuLaunchError as exc:
+        print(f"gpulaunch: warning: the queue is not shown: {exc.message}", file=sys.stderr)
+    except OSError as exc:
+        print(f"gpulaunch: warning: the queue is not shown: {exc.strerror}", file=sys.stderr)
+    return []
 
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:

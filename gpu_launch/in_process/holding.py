@@ -112,7 +112,7 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
             print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)
             print("gpulaunch: fallback cpu: no GPU visible (CUDA_VISIBLE_DEVICES= empty)", file=sys.stderr)
         if vis is not None:
-            pick.tell(inv, vis, got.selection, env)
+            pick.tell(inv, vis, got.selection, env, waited=got.waited)
         if got.reservation is not None:
             # `gpulaunch ls` names this process (a notebook's kernel) as the holder.
             got.reservation.record(os.getpid(), _command_line())

@@ -55,20 +55,28 @@ SUBCOMMANDS: dict[str, str] = {
     "each": "run the commands in FILE (one a line; - or none: stdin), each on its own free GPUs (--gpus-per-job)",
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
     "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
+    "submit": "submit [OPTIONS] -- COMMAND: run a launch as a detached job (it waits for its GPUs); prints its id",
+    "jobs": "list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json)",
+    "log": "log ID: a detached job's output so far (-f: follow it until the job ends)",
+    "cancel": "cancel ID...: a waiting job leaves the queue; a running one gets SIGTERM, then SIGKILL (--grace)",
     "help": "show this help",
 }
-# `config` takes the launch's options too, so that it can show what a flag would override...
-SELECTING = frozenset({RUN, "config"})
-CHOOSING = frozenset({RUN, "env", "check", "config"})  # options that choose GPUs: a launch, env and check
+# `config` takes the launch's options too, so that it can show what a flag would override, and `submit`
+# passes them on to the launch it detaches...
+SELECTING = frozenset({RUN, "config", "submit"})
+CHOOSING = frozenset({RUN, "env", "check", "config", "submit"})  # options that choose GPUs: a launch, env and check
 SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
 CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
 # ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "nodes", "node_rank", "head",  # where one run stands among its nodes
-                        "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
+                        "ctx", "parallel", "kv_type", "engine",  # they describe one model's run
+                        "detach"})  # a default would detach every launch
 EACH = frozenset({"each", "config"})
 SUBMITTING = frozenset({RUN, "each", "config"})  # what `each --slurm` and `--nodes N --slurm` hand to sbatch
+#: Subcommands whose first word that is not an option starts the command (as a launch's does).
+PASS_THROUGH = frozenset({"submit"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
 
 
@@ -134,7 +142,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Sharing"),
     Option(("--lock-dir",), "lock_dir", "where reservations live, shared by all users "
            "[env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]", "DIR", lock_dir,
-           commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan"}), group="Sharing"),
+           commands=frozenset({RUN, "ls", "env", "check", "each", "config", "plan", "submit"}), group="Sharing"),
     Option(("--gpus-per-job",), "gpus_per_job", "each: GPUs per job (default 1)", "K", count,
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP); "
@@ -164,10 +172,15 @@ OPTIONS: tuple[Option, ...] = (
            "K", positive, EACH, "Slurm"),
     Option(("--sbatch-arg",), "sbatch_arg", "--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
            "--sbatch-arg=--qos=high)", "ARG", commands=SUBMITTING, group="Slurm", repeat=True),
-    Option(("--follow",), "follow", "--slurm: after submitting, follow the jobs until they end, with the live "
-           "view and summary of a local `each` (same as --wait)", commands=SUBMITTING, group="Slurm"),
+    Option(("--follow", "-f"), "follow", "--slurm: after submitting, follow the jobs until they end, with the live "
+           "view and summary of a local `each` (same as --wait); log: follow the job's log until the job ends",
+           commands=SUBMITTING | {"log"}, group="Slurm"),
     Option(("--cancel-on-interrupt",), "cancel_on_interrupt", "--slurm --follow: Ctrl-C cancels the job "
            "(scancel) without asking; without it, only a terminal is asked", commands=SUBMITTING, group="Slurm"),
+    Option(("--detach",), "detach", "run the launch as a detached job: the same as `gpulaunch submit OPTIONS -- "
+           "COMMAND`", commands=frozenset({RUN}), group="Jobs"),
+    Option(("--grace",), "grace", "cancel: seconds a running job has between SIGTERM and SIGKILL (default 10)",
+           "SECONDS", interval, frozenset({"cancel"}), "Jobs"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",
@@ -177,10 +190,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--shell",), "shell", "env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)",
            "SHELL", lambda v, o: shell(v, o), frozenset({"env"}), "Output"),
     Option(("--dry-run",), "dry_run", "print the environment and command that would run, and exit",
-           commands=SELECTING, group="Output"),
+           commands=SELECTING - {"submit"}, group="Output"),
     Option(("--explain",), "explain", "show why these GPUs: links, memory, exclusions, next-best sets",
-           commands=SELECTING, group="Output"),
-    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)", group="Output"),
+           commands=SELECTING - {"submit"}, group="Output"),
+    Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, jobs, submit, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
     Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
            commands=frozenset({"ls"}), group="Output"),
@@ -206,6 +219,7 @@ class Invocation:
     positionals: tuple[str, ...] = ()
     argv: tuple[str, ...] = ()  # the program to run, for ``run``
     flags: frozenset[str] = frozenset()  # the options given on the command line (not defaults from config)
+    words: tuple[tuple[str, ...], ...] = ()  # each option as written (``("--auto", "2")``), in order: `submit` passes them on
 
     def get(self, dest: str, default: Any = None) -> Any:
         return self.options.get(dest, default)
@@ -240,25 +254,30 @@ def parse(argv: Sequence[str]) -> Invocation:
     options: dict[str, Any] = {}
     positionals: list[str] = []
     command: str | None = None
+    words: list[tuple[str, ...]] = []
     i = 0
     while i < len(argv):
         token = argv[i]
         if token == "--":
-            if command is not None:
+            if command is not None and command not in PASS_THROUGH:
                 positionals.extend(argv[i + 1:])
                 break
-            return _finish(RUN, options, positionals, tuple(argv[i + 1:]))
+            return _finish(command or RUN, options, positionals, tuple(argv[i + 1:]), words=words)
         if token.startswith("-") and token != "-":
-            i = _take_option(argv, i, options)
+            nxt = _take_option(argv, i, options)
+            words.append(tuple(argv[i:nxt]))
+            i = nxt
             continue
         if command is None and token in SUBCOMMANDS and not ({"gpus", "auto", "fit"} & options.keys()):
             command = token
+        elif command in PASS_THROUGH:
+            return _finish(command, options, positionals, tuple(argv[i:]), words=words)
         elif command is not None:
             positionals.append(token)
         else:
-            return _finish(RUN, options, positionals, tuple(argv[i:]))
+            return _finish(RUN, options, positionals, tuple(argv[i:]), words=words)
         i += 1
-    return _finish(command or RUN, options, positionals, ())
+    return _finish(command or RUN, options, positionals, (), words=words)
 
 
 def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
@@ -328,7 +347,7 @@ def _take_cluster(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
 
 
 def _finish(command: str, options: dict[str, Any], positionals: list[str], argv: tuple[str, ...],
-            names: Mapping[str, str] | None = None) -> Invocation:
+            names: Mapping[str, str] | None = None, words: Sequence[tuple[str, ...]] = ()) -> Invocation:
     given: dict[str, str] = options.pop("_given", {})
     for dest in options:
         opt = next(o for o in OPTIONS if o.dest == dest)
@@ -353,7 +372,7 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
     if "gpus" in options and "exclude" in options:
         raise UsageError(f"{name('exclude')} makes no sense with {name('gpus')}",
                          hint=f"leave the GPU out of {name('gpus')} instead")
-    return Invocation(command, options, tuple(positionals), argv, frozenset(options))
+    return Invocation(command, options, tuple(positionals), argv, frozenset(options), tuple(words))
 
 
 def invocation(command: str, options: Mapping[str, Any], names: Mapping[str, str] | None = None) -> Invocation:

@@ -82,6 +82,25 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("gpulaunch locks init", "as root: root-owned /var/lib/gpulaunch/locks, a lock file per GPU; used when present"),
         ("gpulaunch --snapshot dgx-h100 locks init /srv/gpulaunch", "as root: another directory, for a snapshot's GPUs"),
     ),
+    "submit": (
+        ("gpulaunch submit --auto 2 -- python train.py --lr 3e-4",
+         "a detached job: prints its id and returns; it waits for 2 GPUs, then runs (log out if you like)"),
+        ("gpulaunch submit --gpus 3 --wait 2h -- python eval.py", "give up if GPU 3 is not free within 2 hours"),
+        ("gpulaunch submit -q --auto 1 -- python train.py", "print nothing but the job id: id=$(gpulaunch submit ...)"),
+    ),
+    "jobs": (
+        ("gpulaunch jobs", "your jobs: waiting (and where in the queue), running, done with the exit code, ..."),
+        ("gpulaunch jobs 3", "job 3 in full: command, directory, times, GPUs, log, why it failed"),
+        ("gpulaunch jobs --json", "the same for scripts"),
+    ),
+    "log": (
+        ("gpulaunch log 3", "job 3's output so far"),
+        ("gpulaunch log 3 -f", "follow it until the job ends"),
+    ),
+    "cancel": (
+        ("gpulaunch cancel 3", "a waiting job leaves the queue; a running one gets SIGTERM, SIGKILL 10 s later"),
+        ("gpulaunch cancel 3 4 --grace 60", "give them a minute to save a checkpoint"),
+    ),
     "help": (
         ("gpulaunch help ls", "the options and examples of one subcommand"),
         ("gpulaunch --help", "everything a launch accepts"),
@@ -91,6 +110,12 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
 
 #: Extra lines for ``gpulaunch SUBCOMMAND --help``, after the examples.
 NOTES: dict[str, tuple[str, ...]] = {
+    "submit": (
+        "`gpulaunch --detach OPTIONS -- COMMAND` is the same, written as a launch. The job runs exactly as that "
+        "launch would (in the --wait queue, reserving its GPUs for as long as the command runs), in a session of its "
+        "own with stdin closed; its output goes to its log. Jobs and logs live in ~/.local/state/gpulaunch/jobs "
+        "($XDG_STATE_HOME), readable by you alone; the command sees GPULAUNCH_JOB_ID.",
+    ),
     "config": (
         "The file: ~/.config/gpulaunch/config.toml ($XDG_CONFIG_HOME; GPULAUNCH_CONFIG=FILE picks another, "
         "GPULAUNCH_CONFIG= none), TOML keys named like the long options:",
@@ -103,7 +128,9 @@ NOTES: dict[str, tuple[str, ...]] = {
 }
 SYNOPSIS = {"plan": "gpulaunch plan [OPTIONS] MODEL | gpulaunch plan [OPTIONS] -- COMMAND...",
             "completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
-            "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]"}
+            "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]",
+            "submit": "gpulaunch submit [OPTIONS] [--] COMMAND [ARGS...]", "jobs": "gpulaunch jobs [--json] [ID]",
+            "log": "gpulaunch log [-f] ID", "cancel": "gpulaunch cancel [--grace SECONDS] ID..."}
 
 
 def width() -> int:

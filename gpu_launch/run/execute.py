@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 from gpu_launch.errors import CommandNotFound, NotExecutable, UsageError
 
@@ -17,7 +17,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["resolve_command", "exec_command"]
+__all__ = ["resolve_command", "exec_command", "take_exec_notify", "EXEC_NOTIFY"]
+
+#: A descriptor a detached job's supervisor hands the launch (gpu_launch/jobs/supervisor.py): the launch
+#: writes ``E<gpus>\n`` on it just before the exec (``F\n`` if the exec then fails), and the exec closes it.
+#: So the supervisor knows whether the command ran, and since when; the command never sees it.
+EXEC_NOTIFY = "GPULAUNCH_EXEC_NOTIFY"
 
 
 def resolve_command(argv: Sequence[str], env: Mapping[str, str]) -> str:
@@ -104,8 +109,27 @@ def _which(name: str, path: str) -> str | None:
     return None
 
 
-def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
-    """Replace this process with ``argv``; raises only if the exec itself fails."""
+def take_exec_notify(environ: MutableMapping[str, str]) -> int | None:
+    """The :data:`EXEC_NOTIFY` descriptor, taken out of ``environ`` (neither the command nor anything it
+    starts sees it) and made close-on-exec; None when there is none, or it is not a pipe."""
+    import stat
+
+    text = environ.pop(EXEC_NOTIFY, None)
+    if text is None or not text.isdigit() or len(text) > 6:
+        return None
+    fd = int(text)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        os.set_inheritable(fd, False)
+    except OSError:
+        return None
+    return fd
+
+
+def exec_command(argv: Sequence[str], env: Mapping[str, str], notify: int | None = None) -> NoReturn:
+    """Replace this process with ``argv``; raises only if the exec itself fails. ``notify``: the
+    :func:`take_exec_notify` descriptor, told the exec is under way (with the GPUs, ``GPULAUNCH_GPUS``)."""
     from gpu_launch import interrupt, streams
 
     path = resolve_command(argv, env)
@@ -115,14 +139,24 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
     args, environ = list(argv), dict(env)
     _undo_pythons_ignored_signals()
     interruptible = _hand_ctrl_c_over()
+    _tell(notify, b"E" + environ.get("GPULAUNCH_GPUS", "").encode("ascii", "replace") + b"\n")
     try:
         os.execve(path, args, environ)
     except OSError as exc:
+        _tell(notify, b"F\n")
         if interruptible:
             interrupt.install()
         if exc.errno == errno.ENOENT:
             raise CommandNotFound(f"{_shown(argv[0])}: {exc.strerror}") from None
         raise NotExecutable(f"{_shown(argv[0])}: cannot execute ({exc.strerror})") from None
+
+
+def _tell(fd: int | None, data: bytes) -> None:
+    if fd is not None:
+        try:
+            os.write(fd, data)
+        except OSError:  # the supervisor is gone: the command runs all the same
+            pass
 
 
 def _undo_pythons_ignored_signals() -> None:

@@ -134,6 +134,7 @@ class Acquired:
     reserved: dict[str, str] = field(default_factory=dict)  # uuid -> holder, as seen
     fallback_reason: str | None = None
     machine: Machine | None = None  # the snapshot the selection was made on
+    waited: float | None = None  # seconds spent waiting for the GPUs (--wait), when they were not free at once
 
 
 def device_uuids(machine: Machine) -> list[str]:

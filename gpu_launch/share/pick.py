@@ -219,7 +219,7 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
         return choose_within_parent(request, machine, constraints, parent)
 
     got = waiting.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
-                          environ=parent, chooser=chooser)
+                          environ=parent, chooser=chooser, command=inv.argv)
     machine = got.machine
     vis = visibility.resolve(machine, parent) if machine is not None else None
     # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
@@ -230,13 +230,19 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
 
 def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, str],
-         stream: IO[str] | None = None) -> None:
-    """The warnings, the parent's set and the cuda:i → GPU table, on stderr (unless -q)."""
+         stream: IO[str] | None = None, waited: float | None = None) -> None:
+    """The warnings, the parent's set and the cuda:i → GPU table, on stderr (unless -q); ``waited``:
+    how long ``--wait`` waited for the GPUs (None: they were free at once)."""
     if inv.get("quiet"):
         return
     from gpu_launch.views import render
 
     out = stream if stream is not None else sys.stderr
+    if waited is not None:
+        from gpu_launch.units import fmt_duration
+
+        took = f"{waited:.1f}s" if waited < 10 else fmt_duration(waited)
+        print(f"gpulaunch: waited {took} for the GPUs", file=out)
     for problem in vis.problems:
         print(f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}", file=out)
     for warning in (*vis.warnings, *selection.warnings):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
@@ -101,15 +101,17 @@ class _Sleeper:
 
 def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
             wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
-            quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser) -> Acquired:
+            quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser,
+            command: Sequence[str] = ()) -> Acquired:
     """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
 
-    Ctrl-C while waiting raises KeyboardInterrupt with nothing held and the queue left.
+    ``command``: what will run on the GPUs, noted in the waiter's ticket for `ls`. Ctrl-C while
+    waiting raises KeyboardInterrupt with nothing held and the queue left.
     """
     try:
         if wait is None:
             return attempt(request, read(), locking, chooser)
-        return _wait(request, read, locking, wait, stream, quiet, environ, chooser)
+        return _wait(request, read, locking, wait, stream, quiet, environ, chooser, command)
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
@@ -121,8 +123,21 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
         return Acquired(selection, None, {}, exc.message)
 
 
+def _ticket_note(request: Request, machine: Machine, command: Sequence[str]) -> str:
+    """What a waiter's ticket says it waits for (``ls`` shows it): the request, and the command."""
+    import json
+    import shlex
+
+    what = request.what(machine)
+    doc = {"request": what[5:] if what.startswith("need ") else what}
+    if command:
+        doc["command"] = shlex.join(command)[:500]
+    return json.dumps(doc, ensure_ascii=False)
+
+
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
-          stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser) -> Acquired:
+          stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser,
+          command: Sequence[str] = ()) -> Acquired:
     from gpu_launch.views.status_line import StatusLine
     from gpu_launch.share.waitqueue import Ticket
 
@@ -137,7 +152,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         machine = read()
         inside = inside_allotment(locking, machine)
         if not inside:
-            ticket = Ticket(locking.lock_dir)
+            ticket = Ticket(locking.lock_dir, _ticket_note(request, machine, command))
     with StatusLine(stream, quiet) as status:
         sleeper = _Sleeper(status, started)
         watch: holders.LockWatch | None = None
@@ -145,6 +160,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
             if ticket is not None:
                 ticket.join()
             last: GpuLaunchError | None = None
+            slept = False
             fresh = machine is not None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
@@ -160,7 +176,10 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     watch = holders.LockWatch(locking.lock_dir, device_uuids(machine), nested=inside) \
                         if locking is not None else None
                     try:
-                        return attempt(request, machine, locking, chooser)
+                        got = attempt(request, machine, locking, chooser)
+                        if slept:  # it did wait: the launch says for how long
+                            got.waited = time.monotonic() - started
+                        return got
                     except UNMET as exc:
                         last = exc
                         why = hopeless(request, machine)
@@ -196,6 +215,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                                       hint="wait longer (e.g. --wait 2h), ask for less, or run anyway with --fallback cpu")
                 status.update(now - started, what)
                 sleeper.sleep(min(interval, deadline - now), what, wake)
+                slept = True
         finally:
             if watch is not None:
                 watch.close()

@@ -47,13 +47,14 @@ if TYPE_CHECKING:
 
 from gpu_launch.share.lockdir import open_shared, queue_dir
 
-__all__ = ["Ticket", "QUEUE_LOCK", "TICK"]
+__all__ = ["Ticket", "Waiter", "waiters", "QUEUE_LOCK", "TICK"]
 
 QUEUE_LOCK = "queue.lock"
 #: Seconds between the head of line's cheap checks of the GPUs' locks (did one free?).
 TICK = 0.02
 _TICKET = re.compile(r"^ticket-(\d{1,30})-(\d{1,10})(?:-[0-9a-f]{1,32})?$")
 _SEQ_MAX = 10 ** 30 - 1  # the most digits a name may have; numbering never goes past it
+_NOTE_MAX = 2048  # bytes of a ticket's note that are written, and read back
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,9 @@ def _forget(path: str) -> None:
 class Ticket:
     """A place in the queue; use as a context manager (leaving it leaves the queue)."""
 
-    def __init__(self, lock_dir: str) -> None:
+    def __init__(self, lock_dir: str, note: str = "") -> None:
         self.lock_dir = lock_dir
+        self.note = note  # what it waits for (a JSON line), for `ls`: written before the ticket is in place
         self.dir = queue_dir(lock_dir)  # the tickets: the lock dir, or a hardened one's queue/
         self.fd: int | None = None
         self.name = ""
@@ -189,6 +191,8 @@ class Ticket:
             self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
             temp = os.path.join(self.dir, f".{self.name}")
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            if self.note:
+                os.write(fd, self.note.encode("utf-8")[:_NOTE_MAX] + b"\n")
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(temp, os.path.join(self.dir, self.name))
             self.fd = fd
@@ -236,3 +240,44 @@ class Ticket:
             pass
         os.close(self.fd)
         self.fd = None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A live ticket as ``ls`` shows it. ``uid`` and ``since_ns`` are the kernel's (the file's owner and
+    ctime); ``pid`` comes from the name and ``note`` from the contents, which the waiter wrote: display only."""
+
+    position: int  # 1: head of line
+    pid: int
+    uid: int
+    since_ns: int
+    note: str  # the JSON line the waiter wrote ("" for a ticket of an older gpulaunch)
+
+
+def waiters(lock_dir: str) -> list[Waiter]:
+    """The live waiters of ``lock_dir``'s queue, in queue order. Only looks: removes and keeps nothing."""
+    found = []
+    directory = queue_dir(lock_dir)
+    if not os.path.isdir(directory):
+        return []
+    for entry in _entries(directory):
+        try:
+            fd = os.open(os.path.join(directory, entry.name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: a live waiter
+                note = os.pread(fd, _NOTE_MAX, 0).decode("utf-8", "replace").split("\n", 1)[0]
+                pid = int(_TICKET.match(entry.name).group(2))  # type: ignore[union-attr]
+                found.append((_Entry(entry.seq, entry.name, st.st_ctime_ns), pid, st.st_uid, note))
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    found.sort(key=lambda item: item[0].order)
+    return [Waiter(i, pid, uid, e.ctime_ns, note) for i, (e, pid, uid, note) in enumerate(found, 1)]

@@ -15,6 +15,7 @@ environment          ``env --json``                              :data:`ENV`
 config               ``config --json``                           :data:`CONFIG`
 each                 ``each --json`` (also with ``--slurm``)     :data:`EACH`
 plan                 ``plan --json``, ``--fit MODEL --explain``  :data:`PLAN`
+jobs                 ``jobs --json``, ``submit --json``          :data:`JOBS`
 ===================  ==========================================  =====================
 
 Plain dicts, so the package needs no jsonschema at run time (the tests use it).
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "PLAN", "ALL"]
+__all__ = ["SNAPSHOT", "DRY_RUN", "EXPLAIN", "ENV", "CONFIG", "EACH", "PLAN", "JOBS", "ALL"]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _INT = {"type": "integer"}
@@ -95,6 +96,17 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
                                                                      "clock_memory_mhz")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
+    # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
+    "queue": {"type": "array", "items": _obj({
+        "position": {"type": "integer", "minimum": 1},
+        "user": _STR,  # the ticket's owner (the kernel's word), as a name where one is known
+        "uid": {"type": "integer", "minimum": 0},
+        "pid": {"type": "integer", "minimum": 0},  # the waiter's pid, in its own PID namespace
+        "since": {"type": "number"},  # when it joined the queue, seconds since the epoch
+        "waited_s": {"type": "number", "minimum": 0},
+        "request": _NSTR,  # "2 GPUs with ≥ 20.0 GiB free"; null: an older gpulaunch's ticket says nothing
+        "command": _NSTR,  # what will run, as one shell-quoted line (the waiter's own words)
+    })},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
 _DEVICE = _obj({
@@ -244,5 +256,27 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "notes": {"type": "array", "items": _STR},
 })
 
+_TIME = {"type": ["number", "null"]}  # seconds since the epoch
+
+#: ``jobs --json`` (and ``submit --json``, with the new job): the user's detached jobs, oldest first.
+JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
+    "job_dir": _STR,
+    "jobs": {"type": "array", "items": _obj({
+        "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+        "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot"]},
+        "position": {"type": ["integer", "null"], "minimum": 1},  # in the --wait queue, while it waits there
+        "exit_code": _NINT,  # the command's exit status; failed to start: gpulaunch's own
+        "signal": _NSTR,  # "SIGTERM" when a signal ended it
+        "note": _NSTR,  # why it failed to start, was cancelled or is lost
+        "gpus": _NSTR,  # the physical GPUs it got ("2,3"; "" on --fallback cpu); null before it ran
+        "submitted": {"type": "number"}, "started": _TIME, "ended": _TIME,
+        "pid": _NINT,  # the launch's, which the command keeps
+        "host": _STR, "cwd": _STR,
+        "argv": {"type": "array", "items": _STR},  # the command
+        "options": {"type": "array", "items": _STR},  # the launch's options, as given
+        "log": _STR,
+    })},
+})
+
 ALL: dict[str, dict[str, Any]] = {"snapshot": SNAPSHOT, "dry-run": DRY_RUN, "explain": EXPLAIN, "env": ENV,
-                                  "config": CONFIG, "each": EACH, "plan": PLAN}
+                                  "config": CONFIG, "each": EACH, "plan": PLAN, "jobs": JOBS}

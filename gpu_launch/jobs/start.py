@@ -1,0 +1,61 @@
+"""Starting a detached job: its record and log, then its supervisor, detached from the terminal.
+
+The supervisor (:mod:`gpu_launch.jobs.supervisor`) gets a session of its own (``setsid``: no
+controlling terminal, so neither closing the terminal nor the shell's exit reaches it), stdin from
+``/dev/null``, stdout and stderr on the job's log, and the log's lock, taken here first so that the
+job is looked after from the moment its record exists. Nothing waits for it: ``submit`` returns at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from gpu_launch.errors import JobError
+from gpu_launch.jobs.status import boot_id, host
+from gpu_launch.jobs.store import Job, JobDir
+from gpu_launch.records import replace
+
+__all__ = ["submit"]
+
+
+def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: Mapping[str, str]) -> tuple[Job, str]:
+    """Record a new job and start its supervisor; the job and its log's path."""
+    try:
+        cwd = os.getcwd()
+    except OSError as exc:
+        raise JobError(f"the current directory cannot be used for a job ({exc.strerror})",
+                       hint="cd to a directory that exists") from None
+    jobs = JobDir.open(environ, create=True)
+    assert jobs is not None
+    try:
+        job_id, log = jobs.new_id()
+        job = Job(job_id, "waiting", tuple(argv), tuple(options), cwd, host(), boot_id(), lock_dir,
+                  round(time.time(), 3))
+        try:
+            jobs.write(job)
+            lock = jobs.open_log(job_id)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                _spawn(job_id, lock, log, cwd, environ)
+            except OSError as exc:
+                jobs.write(replace(job, state="failed", ended=time.time(),
+                                   note=f"its supervisor could not be started ({exc.strerror})"))
+                raise JobError(f"job {job_id}: could not start its supervisor ({exc.strerror})") from None
+            finally:
+                os.close(lock)
+        finally:
+            os.close(log)
+        return job, jobs.log_path(job_id)
+    finally:
+        jobs.close()
+
+
+def _spawn(job_id: str, lock: int, log: int, cwd: str, environ: Mapping[str, str]) -> None:
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "gpu_launch", "__job", job_id, str(lock)], stdin=subprocess.DEVNULL,
+                     stdout=log, stderr=log, pass_fds=(lock,), start_new_session=True, cwd=cwd, env=dict(environ))

@@ -1,0 +1,88 @@
+"""What a job's record means now: still waiting (and where in the queue), running, over, or lost.
+
+A record that says the job is over is believed. One that says it waits or runs is checked:
+
+* written in an earlier boot of this machine (the kernel's boot id differs): **lost at reboot** —
+  the machine went down while the job waited or ran, and nothing of it runs now;
+* its supervisor no longer holds the log's lock: **lost** — the supervisor was killed (the
+  command, in a session of its own, may still run; its pid is in the record);
+* written on another host (a home directory shared over NFS): shown as recorded, not checked.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpu_launch.jobs.store import FINAL, Job, JobDir
+from gpu_launch.records import dataclass
+
+__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses"]
+
+#: Where the kernel tells this boot's id (a new random UUID at every boot).
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+#: What the table shows for each recorded state that is over.
+_SHOWN = {"done": "done", "failed": "failed to start", "cancelled": "cancelled"}
+
+
+def boot_id() -> str:
+    """This boot's id; "" where the kernel does not say (then no record is ever taken for lost at reboot)."""
+    try:
+        with open(BOOT_ID, encoding="ascii", errors="replace") as f:
+            return f.read(100).strip()
+    except OSError:
+        return ""
+
+
+def host() -> str:
+    return os.uname().nodename
+
+
+@dataclass(frozen=True)
+class Status:
+    """A job as ``gpulaunch jobs`` shows it."""
+
+    job: Job
+    state: str  # waiting, running, done, failed to start, cancelled, lost, lost at reboot
+    position: int | None = None  # in the --wait queue (1: next), while it waits
+    note: str | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.state not in ("waiting", "running")
+
+
+def status_of(job: Job, jobs: JobDir, boot: str, here: str, positions: dict[tuple[str, int], int]) -> Status:
+    """The job's status now (``boot``: this boot's id; ``here``: this host's name)."""
+    if job.state in FINAL:
+        return Status(job, _SHOWN[job.state], note=job.note)
+    if job.host != here:
+        return Status(job, job.state, note=f"on {job.host}: not checked from here")
+    if boot and job.boot_id and job.boot_id != boot:
+        return Status(job, "lost at reboot", note=f"the machine restarted while it was {job.state}")
+    if not jobs.alive(job.id):
+        again = jobs.read(job.id)  # it may have ended between the two looks
+        if again.state in FINAL:
+            return Status(again, _SHOWN[again.state], note=again.note)
+        where = f"; its command may still run as pid {job.pid}" if job.state == "running" and job.pid else ""
+        return Status(job, "lost", note=f"its supervisor ended while the job was {job.state}, without recording how "
+                                         f"it ended{where}")
+    position = positions.get((job.lock_dir, job.pid)) if job.state == "waiting" and job.pid else None
+    return Status(job, job.state, position)
+
+
+def statuses(jobs: JobDir, records: list[Job]) -> list[Status]:
+    """Every record's status; the queue positions of waiting ones read once per lock directory."""
+    boot, here = boot_id(), host()
+    positions: dict[tuple[str, int], int] = {}
+    waiting_dirs = {j.lock_dir for j in records if j.state == "waiting"}
+    if waiting_dirs:
+        from gpu_launch.errors import GpuLaunchError
+        from gpu_launch.share import waitqueue
+
+        for lock_dir in waiting_dirs:
+            try:
+                positions.update(((lock_dir, w.pid), w.position) for w in waitqueue.waiters(lock_dir))
+            except (GpuLaunchError, OSError):
+                continue  # an unreadable queue: no position shown
+    return [status_of(j, jobs, boot, here, positions) for j in records]

@@ -1,0 +1,184 @@
+"""The supervisor of one detached job: starts its launch, watches it, records how it ended.
+
+``gpulaunch submit`` starts it (``gpulaunch __job ID LOCKFD``) in a session of its own, with stdin
+closed and stdout and stderr on the job's log, holding the log's lock (``LOCKFD``, taken by
+``submit`` before it started us, so the job is never unattended for a moment). It holds no
+reservation: the launch it starts (``python -m gpu_launch OPTIONS -- COMMAND``, in a session of its
+own too, so a cancel reaches the command's whole process group) waits in the queue, reserves, and
+execs the command, which then holds the GPUs exactly as long as it runs. Just before the exec the
+launch writes ``E<gpus>`` on a pipe whose write end the exec closes
+(:data:`gpu_launch.run.execute.EXEC_NOTIFY`): that is how the supervisor tells "the command ran and
+exited 5" from "the launch failed with 5 (its --wait timed out)".
+
+Cancelling (``gpulaunch cancel``): a file ``.ID.cancel`` says so (and the grace), then SIGUSR1 tells
+us; we send SIGTERM to the job's process group, and SIGKILL once the grace is over. Both sides look
+for the other's word after leaving their own, so a cancel that comes while we start is not missed.
+A SIGTERM to the supervisor itself (a shutdown, a ``kill``) is passed on to the job the same way,
+without calling it cancelled. The child is waited for without being reaped (``WNOWAIT``) until its
+end is noted, so no signal of ours can reach a process that took its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+
+from gpu_launch.jobs.store import Job, JobDir
+from gpu_launch.records import replace
+from gpu_launch.run.execute import EXEC_NOTIFY
+
+# Annotations only: importing typing costs ~3 ms (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["main", "JOB_ENV", "DEFAULT_GRACE"]
+
+#: Set for the launch and the command: the job's id.
+JOB_ENV = "GPULAUNCH_JOB_ID"
+#: Seconds between SIGTERM and SIGKILL when a running job is cancelled.
+DEFAULT_GRACE = 10.0
+
+
+def main(args: list[str], environ: Mapping[str, str]) -> int:
+    """``gpulaunch __job ID LOCKFD`` (hidden: only ``submit`` starts it)."""
+    if len(args) != 2 or not args[1].isdigit():
+        sys.stderr.write("gpulaunch: error: __job is started by `gpulaunch submit`, not by hand\n")
+        return 2
+    os.set_inheritable(int(args[1]), False)  # the log's lock: ours alone, never the launch's
+    jobs = JobDir.open(environ)
+    if jobs is None:
+        return 7
+    return _Supervisor(jobs, jobs.read(args[0])).run()
+
+
+class _Supervisor:
+    def __init__(self, jobs: JobDir, job: Job) -> None:
+        self.jobs = jobs
+        self.job = job
+        self.pid = 0  # the launch (and then the command)
+        self.exited = False  # the child has ended (not yet reaped): no signal may go to its pid any more
+        self.cancelled = False
+
+    def run(self) -> int:
+        signal.signal(signal.SIGUSR1, lambda *_: self.cancel())
+        signal.signal(signal.SIGTERM, lambda *_: self._signal(signal.SIGTERM))
+        signal.signal(signal.SIGALRM, lambda *_: self._signal(signal.SIGKILL))
+        if self.jobs.cancel_grace(self.job.id) is not None:  # cancelled before it could start
+            self._record(state="cancelled", ended=time.time(), note="cancelled before it started: it never ran")
+            return 0
+        read_end, write_end = os.pipe()
+        self.pid = self._start(write_end)
+        os.close(write_end)
+        self._record(pid=self.pid, supervisor=os.getpid())
+        if self.jobs.cancel_grace(self.job.id) is not None:
+            self.cancel()
+        told = _read_line(read_end)
+        ran = told.startswith(b"E")
+        if ran:
+            self._record(state="running", started=time.time(), gpus=told[1:].decode("ascii", "replace"))
+        if _read_rest(read_end):  # "F": the exec failed after all
+            ran = False
+        os.close(read_end)
+        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        self.exited = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _, status = os.waitpid(self.pid, 0)
+        self._finish(ran, status)
+        return 0
+
+    def _start(self, notify: int) -> int:
+        """Fork and exec the launch: its own session, stdin closed, our stdout and stderr (the log)."""
+        job = self.job
+        argv = [sys.executable, "-m", "gpu_launch", *job.options, "--", *job.argv]
+        env = {**os.environ, EXEC_NOTIFY: str(notify), JOB_ENV: job.id}
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.set_inheritable(notify, True)
+                os.chdir(job.cwd)
+                os.execve(sys.executable, argv, env)
+            except BaseException as exc:  # noqa: BLE001  (the child must never return into our code)
+                os.write(2, f"gpulaunch: error: job {job.id}: could not start its launch: {exc}\n".encode())
+            finally:
+                os._exit(127)
+        return pid
+
+    def cancel(self) -> None:
+        """SIGTERM to the job now, SIGKILL after the grace the cancel asked for."""
+        if self.cancelled or self.pid == 0:
+            return
+        self.cancelled = True
+        grace = self.jobs.cancel_grace(self.job.id)
+        self._signal(signal.SIGTERM)
+        if not self.exited:
+            signal.setitimer(signal.ITIMER_REAL, max(grace if grace is not None else DEFAULT_GRACE, 0.001))
+
+    def _signal(self, sig: int) -> None:
+        """``sig`` to the job's process group (the launch leads it, the command keeps it)."""
+        if self.pid == 0 or self.exited:
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:  # not yet a group of its own (between fork and setsid): the process
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _record(self, **changes: Any) -> None:
+        self.job = replace(self.job, **changes)
+        self.jobs.write(self.job)
+
+    def _finish(self, ran: bool, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        exit_code, sig = (code, None) if code >= 0 else (None, signal.Signals(-code).name)
+        ended = time.time()
+        if ran:
+            state = "cancelled" if self.cancelled else "done"
+            note = f"cancelled while running; ended by {sig}" if self.cancelled and sig else \
+                "cancelled while running" if self.cancelled else None
+            self._record(state=state, ended=ended, exit_code=exit_code, signal=sig, note=note)
+        elif self.cancelled:
+            self._record(state="cancelled", ended=ended, note="cancelled while waiting: it never ran")
+        else:
+            self._record(state="failed", ended=ended, exit_code=exit_code, signal=sig,
+                         note=_last_error(self.jobs, self.job.id) or "the launch ended before the command started")
+        if self.cancelled:  # the log says so too, for whoever follows it
+            os.write(2, f"gpulaunch: job {self.job.id}: {self.job.note}\n".encode())
+
+
+def _read_line(fd: int) -> bytes:
+    """What the launch wrote up to its first newline, or all of it at end of file."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0]
+
+
+def _read_rest(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 4096):
+        data += chunk
+    return data
+
+
+def _last_error(jobs: JobDir, job_id: str) -> str | None:
+    """The launch's last ``gpulaunch: error: ...`` line in the log (why it failed to start)."""
+    fd = jobs.open_log(job_id)
+    try:
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, 16384, max(0, size - 16384)).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    errors = [line for line in tail.splitlines() if line.startswith("gpulaunch: error: ")]
+    return errors[-1][len("gpulaunch: error: "):][:500] if errors else None

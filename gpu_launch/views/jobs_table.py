@@ -1,0 +1,121 @@
+"""What ``gpulaunch jobs`` shows: a table of the user's detached jobs, one job in full, or JSON.
+
+Takes the statuses :mod:`gpu_launch.jobs.status` worked out (a job record, its state now, its place
+in the queue); only renders. The table fits ``width`` (the command is cut with "…"); commands are
+shown shell-quoted and escaped for the terminal.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+
+from gpu_launch.text import printable
+from gpu_launch.units import fmt_duration
+
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    #: a gpu_launch.jobs.status.Status (job, state, position, note); views import nothing above them
+    Status = Any
+
+__all__ = ["table", "detail", "as_json", "HEADER", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+HEADER = ("ID", "STATE", "EXIT", "GPUS", "SUBMITTED", "TIME", "COMMAND")
+#: the states in the order the count line names them
+STATES = ("waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot")
+
+
+def _state(s: Status) -> str:
+    return f"waiting #{s.position}" if s.state == "waiting" and s.position else s.state
+
+
+def _exit(s: Status) -> str:
+    job = s.job
+    if job.signal:
+        return job.signal
+    return str(job.exit_code) if job.exit_code is not None else "–"
+
+
+def _gpus(s: Status) -> str:
+    gpus = s.job.gpus
+    return "–" if gpus is None else gpus or "cpu"
+
+
+def _when(t: float, now: float) -> str:
+    """``14:02:11`` today, ``Mar 03 14:02`` on an earlier day."""
+    lt = time.localtime(t)
+    return time.strftime("%H:%M:%S" if time.localtime(now)[:3] == lt[:3] else "%b %d %H:%M", lt)
+
+
+def _time(s: Status, now: float) -> str:
+    """How long it has run (or ran); while it waits, how long it has waited."""
+    job = s.job
+    if job.started is not None:
+        return fmt_duration((job.ended or now) - job.started)
+    if s.state == "waiting":
+        return fmt_duration(now - job.submitted)
+    return "–"
+
+
+def command_text(argv: Sequence[str]) -> str:
+    return printable(shlex.join(argv))
+
+
+def table(statuses: Sequence[Status], width: int | None, now: float | None = None) -> str:
+    """The jobs, oldest first, then a line counting them by state."""
+    now = time.time() if now is None else now
+    rows = [(s.job.id, _state(s), _exit(s), _gpus(s), _when(s.job.submitted, now), _time(s, now),
+             command_text(s.job.argv)) for s in statuses]
+    widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(6)]
+    lines = []
+    for row in (HEADER, *rows):
+        line = "  ".join(row[i].rjust(widths[i]) if i in (0, 5) else row[i].ljust(widths[i]) for i in range(6))
+        line += "  " + row[6]
+        if width is not None and len(line) > width:
+            line = line[:width - 1] + "…"
+        lines.append(line.rstrip())
+    counts = [(state, sum(1 for s in statuses if s.state == state)) for state in STATES]
+    total = len(statuses)
+    lines.append(f"{total} job{'s' if total != 1 else ''}: " + ", ".join(f"{n} {state}" for state, n in counts if n))
+    return "\n".join(lines) + "\n"
+
+
+def detail(s: Status, log: str, now: float | None = None) -> str:
+    """One job in full: its state and why, what it runs, where, when, on which GPUs, its log."""
+    now = time.time() if now is None else now
+    job = s.job
+    head = _state(s)
+    if s.state in ("done", "cancelled", "failed to start") and (job.exit_code is not None or job.signal):
+        head += f", {'exit ' + str(job.exit_code) if job.exit_code is not None else 'killed by ' + str(job.signal)}"
+    rows = [("command", command_text(job.argv)),
+            ("launch", command_text(["gpulaunch", *job.options, "--", "COMMAND"])),
+            ("directory", printable(job.cwd)),
+            ("submitted", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.submitted)))]
+    if job.started is not None:
+        rows.append(("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.started))
+                     + f" (waited {fmt_duration(job.started - job.submitted)})"))
+    if job.ended is not None:
+        ran = f" (ran {fmt_duration(job.ended - job.started)})" if job.started is not None else ""
+        rows.append(("ended", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.ended)) + ran))
+    elif s.state in ("waiting", "running"):
+        rows.append(("for", _time(s, now)))
+    rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
+             ("log", printable(log))]
+    if s.note:
+        rows.append(("note", printable(s.note)))
+    return f"job {job.id}: {head}\n" + "".join(f"  {k:<10} {v}\n" for k, v in rows)
+
+
+def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str]) -> dict[str, Any]:
+    """``jobs --json`` (schema ``JOBS`` in views/schemas.py)."""
+    return {"schema": SCHEMA_VERSION, "job_dir": job_dir, "jobs": [{
+        "id": s.job.id, "state": s.state, "position": s.position, "exit_code": s.job.exit_code,
+        "signal": s.job.signal, "note": s.note, "gpus": s.job.gpus, "submitted": s.job.submitted,
+        "started": s.job.started, "ended": s.job.ended, "pid": s.job.pid, "host": s.job.host, "cwd": s.job.cwd,
+        "argv": list(s.job.argv), "options": list(s.job.options), "log": log,
+    } for s, log in zip(statuses, logs)]}
