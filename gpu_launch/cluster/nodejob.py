@@ -273,7 +273,7 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
                     say("running", f"running on {fields.get('NodeList', '?')}")
                     head = _head(job.log_dir, job_id)
                     if head:
-                        from gpu_launch.cluster.engines import endpoint
+                        from gpu_launch.fit.cmdline.node_flags import endpoint
 
                         say("head", f"head {head.get('node')} at {endpoint(str(head.get('addr')), int(head.get('port', 0)))}")
                 if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"):
