@@ -24,6 +24,11 @@ from gpu_launch.errors import UsageError
 from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for
 from gpu_launch.records import dataclass
 
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["World", "NodeCommand", "NodeRun", "detect", "fill", "peers", "endpoint", "beside"]
 
 
@@ -180,19 +185,17 @@ class NodeRun:
         return NodeCommand(argv, role or ("head" if self.world.rank == 0 else "worker"), first, files, index_cvd)
 
 
-def _module(engine: str | None) -> object | None:
+def _module(engine: str | None) -> Any:
     if engine is None or engine not in TABLES:
         return None
     return importlib.import_module(f"gpu_launch.fit.cmdline.{TABLES[engine]}")
 
 
-def detect(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
-    """The engine whose multi-node flags ``argv`` gets, or None (a command, or a form of an engine,
-    with none: it gets the placeholders only). An engine with no multi-node mode, or one spread only
-    when asked (llama.cpp), is refused here (exit 2), before anything is chosen."""
+def _form(argv: Sequence[str], environ: Mapping[str, str] | None) -> tuple[str, Any, Said] | None:
+    """(engine, its module, the command as its table reads it) when the command's form has multi-node flags."""
     engine = engine_of(argv)
     module = _module(engine)
-    if module is None:
+    if engine is None or module is None:
         return None
     refused = getattr(module, "NODES_REFUSED", None)
     if refused:
@@ -201,19 +204,26 @@ def detect(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str
     if check is None:
         return None
     said = read(argv, engine, environ)
-    return engine if check(argv, said) else None
+    return (engine, module, said) if check(argv, said) else None
+
+
+def detect(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """The engine whose multi-node flags ``argv`` gets, or None (a command, or a form of an engine,
+    with none: it gets the placeholders only). An engine with no multi-node mode, or one spread only
+    when asked (llama.cpp), is refused here (exit 2), before anything is chosen."""
+    found = _form(argv, environ)
+    return found[0] if found is not None else None
 
 
 def fill(argv: Sequence[str], world: World, files: str, environ: Mapping[str, str] | None = None
          ) -> NodeCommand | None:
     """This node's command for ``argv`` (``files``: where to write what the engine reads, deepspeed's
     hostfile), or None when gpulaunch knows no multi-node flags for it."""
-    engine = detect(argv, environ)
-    if engine is None:
+    found = _form(argv, environ)
+    if found is None:
         return None
-    module = _module(engine)
-    said = read(argv, engine, environ)
-    result: NodeCommand | None = getattr(module, "on_nodes")(NodeRun(argv, said, table_for(engine), world, files))
+    engine, module, said = found
+    result: NodeCommand = module.on_nodes(NodeRun(argv, said, table_for(engine), world, files))
     return result
 
 
