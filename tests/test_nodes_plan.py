@@ -218,3 +218,59 @@ def test_fit_model_slurm_takes_the_node_count_from_the_plan(models: dict[str, st
                       "--", "vllm", "serve", models["70b"], "--max-model-len", "8192", "--tensor-parallel-size", "{tp}")
     assert small.returncode == 0, small.stderr
     assert "--nodes 1 " in small.stdout or "--nodes=1" in small.stdout, small.stdout
+
+
+def _kv4_405b(folder: Path) -> None:
+    """Llama-3.1-405B's layout with 4 KV heads: on nodes of 8 GPUs, tp 8 would copy each head's cache twice,
+    so the plan keeps tp 4 and puts 2 stages on each node (2 nodes: tp 4 × pp 4, not tp 8 × pp 2)."""
+    from tests.docs_fixtures import _CONFIG_70B, _safetensors_llama
+
+    _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 126, "num_attention_heads": 128,
+                                "num_key_value_heads": 4, "hidden_size": 16384, "intermediate_size": 53248})
+
+
+def test_fit_model_slurm_runs_the_plans_tp_and_pp_on_every_node(tmp_path: Path) -> None:
+    """The batch script carries the plan's split (tp 4 × pp 4, not the node task's default tp 8 × pp 2) in the
+    command, its placeholders replaced (a node task sizes nothing); the node task, run as the script runs it
+    on two "machines" (two lock directories) with a fake vLLM, keeps it on both."""
+    import shlex
+    import socket
+
+    _kv4_405b(tmp_path / "M")
+    logs = tmp_path / "logs"
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--ctx", "32768", "--slurm", "--dry-run", "--log-dir",
+                     str(logs), "--", "vllm", "serve", str(tmp_path / "M"), "--max-model-len", "{ctx}")
+    assert proc.returncode == 0, proc.stderr
+    assert "# The model's plan: 2 nodes × 8 GPUs, tp 4 × pp 4, written into the command." in proc.stdout
+    words = shlex.split(proc.stdout.split("exec srun", 1)[1].replace("\\\n", " "))
+    task = words[words.index("-m") + 1:]  # gpulaunch's node task, as srun starts it on every node
+    assert task[:4] == ["gpu_launch", "--nodes", "2", "--gpus-per-node"] and task[4] == "8"
+    assert task[task.index("--") + 1:] == ["vllm", "serve", str(tmp_path / "M"), "--max-model-len", "32768",
+                                           "--tensor-parallel-size", "4", "--pipeline-parallel-size", "4"]
+    bindir, records = tmp_path / "bin", tmp_path / "records"
+    bindir.mkdir()
+    records.mkdir()
+    tests = Path(__file__).resolve().parent
+    (bindir / "vllm").write_text(f"#!{sys.executable}\nimport sys\nsys.path[:0] = [{str(tests)!r}, "
+                                 f"{str(tests.parent)!r}]\nimport fake_engine\nfake_engine.main('vllm')\n")
+    (bindir / "vllm").chmod(0o755)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cut = task.index("--")
+    procs = []
+    for rank in (1, 0):  # the worker first: it waits for the head
+        environ = clean_env({"GPULAUNCH_LOCK_DIR": str(tmp_path / f"locks-{rank}"), "FAKE_RECORDS": str(records),
+                             "PATH": f"{bindir}:{os.environ['PATH']}"})
+        argv = [sys.executable, "-m", *task[:cut], "--node-rank", str(rank), "--head", f"127.0.0.1:{port}",
+                *task[cut:]]
+        procs.append(subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      cwd=tmp_path))
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for rank in (0, 1):
+        record = json.loads((records / f"vllm-{rank}.json").read_text())
+        args = record["argv"]
+        assert args.count("--tensor-parallel-size") == 1 and args[args.index("--tensor-parallel-size") + 1] == "4"
+        assert args.count("--pipeline-parallel-size") == 1 and args[args.index("--pipeline-parallel-size") + 1] == "4"
+        assert len(record["held"]) == 8 and ("--headless" in args) == (rank == 1)

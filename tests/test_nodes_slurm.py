@@ -161,6 +161,33 @@ def test_fake_vllm_gets_its_rank_head_and_headless_on_every_node(cluster: slurm_
     assert cluster.scontrol("write", "batch_script", job, "-") == script
 
 
+def test_fit_model_slurm_gives_every_node_the_plans_tp_and_pp(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    """`--fit model --slurm` with no --nodes: a model too big for one node of 4 H100s, with 2 KV heads, is
+    planned as 2 nodes × tp 2 × pp 4 (tp kept at the KV heads, 2 stages a node). Both nodes run that split,
+    not the node task's own default (tp 4 × pp 2)."""
+    from docs_fixtures import _CONFIG_70B, _safetensors_llama
+
+    model = tmp_path / "M"
+    _safetensors_llama(model, {**_CONFIG_70B, "num_hidden_layers": 200, "num_key_value_heads": 2})
+    logs = tmp_path / "logs"
+    environ = _env(cluster, tmp_path, GPULAUNCH_SNAPSHOT=str(cluster.root / "snap-n1.json"))  # the node kind
+    proc = subprocess.run(gl("--fit", "model", "--ctx", "8192", "--slurm", "--follow", "--log-dir", str(logs), "--",
+                             "vllm", "serve", str(model), "--max-model-len", "{ctx}"), env=environ,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    m = re.search(r"submitted Slurm job (\d+): 2 nodes × 4 GPUs", proc.stderr)
+    assert m, proc.stderr
+    assert proc.returncode == 0, proc.stderr + _node_logs(logs, m.group(1))
+    ranks = _records(tmp_path, "vllm")
+    assert [ranks[r]["node"] for r in (0, 1)] == ["n1", "n2"] and ranks[0]["joined"] == [1]
+    for r in ranks.values():
+        args = r["argv"]
+        assert args[:4] == ["serve", str(model), "--max-model-len", "8192"]
+        assert args.count("--tensor-parallel-size") == 1 and args[args.index("--tensor-parallel-size") + 1] == "2"
+        assert args.count("--pipeline-parallel-size") == 1 and args[args.index("--pipeline-parallel-size") + 1] == "4"
+        assert len(r["held"]) == 4 and args[args.index("--nnodes") + 1] == "2"
+    assert "# The model's plan: 2 nodes × 4 GPUs, tp 2 × pp 4" in (logs / "nodes.sh").read_text()
+
+
 def test_fake_sglang_and_one_failing_rank_fails_the_job(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "sglang.launch_server", "--model-path", "./M"]
     proc, job, logs = _submit(cluster, tmp_path, command)

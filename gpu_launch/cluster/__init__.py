@@ -6,8 +6,9 @@ arguments and the fixed batch script), :mod:`.task` (what each array task runs: 
 from scontrol/sacct and the records, shown with the view of a local ``each``).
 
 ``--nodes``: :mod:`.nodes` (the node task a launch conducts on every node), :mod:`.rendezvous` (the head's
-address and port, published and waited for), :mod:`.engines` (each engine's multi-node flags) and
-:mod:`.nodejob` (``--nodes N --slurm``: the batch script, sbatch, following).
+address and port, published and waited for) and :mod:`.nodejob` (``--nodes N --slurm``: the batch script,
+sbatch, following). Each engine's multi-node flags are written beside its command-line table, which sizing
+reads too (:mod:`gpu_launch.fit.cmdline`).
 
 The names below are imported on first use, so that a node task does not pay for the sweep's modules.
 """

@@ -3,7 +3,8 @@
 The script (``LOGDIR/nodes.sh``, never overwritten: ``nodes.1.sh``, ...; ``--dry-run`` prints it) asks for N
 nodes with one task and G GPUs each, and holds one step: ``srun --kill-on-bad-exit=1 --ntasks-per-node=1``
 running gpulaunch's node task on every node (:mod:`gpu_launch.cluster.nodes`), the command after ``--``
-quoted word for word. Nothing in it is expanded by the batch shell: each node reads its own rank and the
+quoted word for word. ``--fit MODEL --slurm`` takes the nodes from the model's plan and writes the plan's
+split into that command (:func:`_with_plan`): a node task sizes nothing. Nothing in it is expanded by the batch shell: each node reads its own rank and the
 node list from Slurm. A node whose task fails (no G GPUs, the head unreachable, the engine exiting non-zero)
 ends the step, so the job fails as a whole. Each node's output goes to ``LOGDIR/job-ID.node-R.log``.
 
@@ -58,6 +59,7 @@ class NodeJob:
     partition: str | None = None
     time: str | None = None
     extra: tuple[str, ...] = ()  # --sbatch-arg, given to sbatch last so that they win
+    plan: str = ""  # --fit MODEL: the plan's split, written into the command
 
 
 def _pattern(path: str) -> str:
@@ -86,6 +88,7 @@ def script_text(job: NodeJob, python: str = sys.executable) -> str:
             "# gpulaunch's node task, which reads its rank and the node list from Slurm itself (SLURM_NODEID,\n"
             "# scontrol): this shell expands nothing. Every node chooses and reserves its GPUs, the head picks a\n"
             "# free port and publishes it in the log directory, and the engine gets its own multi-node flags.\n"
+            + (f"# The model's plan: {job.plan}, written into the command.\n" if job.plan else "")
             + "".join(f"#SBATCH {d}\n" for d in directives)
             + f"exec {shlex.join(srun)} \\\n    {shlex.join(task_argv(job, python)[:-len(job.argv) - 1])} \\\n"
             f"    -- {shlex.join(job.argv)}\n")
@@ -105,9 +108,10 @@ def _check_extra(extra: Sequence[str]) -> None:
                              hint="leave it out: the script asks for --nodes N with one task a node")
 
 
-def _nodes_from_plan(inv: Any) -> tuple[int, int]:
+def _nodes_from_plan(inv: Any) -> tuple[int, int, tuple[str, ...], str]:
     """``--fit MODEL --slurm`` without ``--nodes``: the node count and GPUs per node from the model's plan
-    on nodes like this machine (or ``--snapshot``, ``--gpus-per-node``), as ``plan`` shows it."""
+    on nodes like this machine (or ``--snapshot``, ``--gpus-per-node``), as ``plan`` shows it; the command
+    with the plan's split written in (:func:`_with_plan`); and the split in words, for the script."""
     from gpu_launch.errors import NotEnoughGpus
     from gpu_launch.share.model_plan import node_split
 
@@ -116,7 +120,41 @@ def _nodes_from_plan(inv: Any) -> tuple[int, int]:
         raise NotEnoughGpus(split.problem or "no number of nodes of this kind holds the model",
                             hint="`gpulaunch plan MODEL --gpus-per-node G` shows the split; a shorter context or a "
                                  "smaller quantisation may fit")
-    return split.nodes, inv.get("gpus_per_node") or split.gpus_per_node
+    argv = _with_plan(tuple(inv.argv), split.placeholders(), split.placement.engine if split.placement else "")
+    said = (f"{split.nodes} node{'s' if split.nodes != 1 else ''} × {split.gpus_per_node} GPUs, tp {split.tp} × "
+            f"pp {split.pp}")
+    return split.nodes, split.gpus_per_node, argv, said
+
+
+def _with_plan(argv: tuple[str, ...], values: Mapping[str, str], engine: str) -> tuple[str, ...]:
+    """The command every node runs, with the plan's split written in. A node task sizes nothing, so the
+    plan's placeholders (``{tp}``, ``{pp}``, ``{ctx}``, ``{gpu_mem_util}``...) are replaced here, and the
+    engine's own tensor- and pipeline-parallel flags are added where the command says neither: the node
+    task keeps what the command says (tp × pp = every GPU of the run), where it would otherwise fill in
+    its default (tp = GPUs per node, pp = nodes), which is not the plan's when the plan kept tp at the
+    model's KV heads and put several stages on each node."""
+    from gpu_launch.fit import cmdline
+    from gpu_launch.fit.cmdline import node_flags
+    from gpu_launch.run.placeholders import MODEL_NAMES
+
+    out = [argv[0]] if argv else []
+    for arg in argv[1:]:
+        name = arg[1:-1]
+        if arg[:1] == "{" and arg[-1:] == "}" and name in MODEL_NAMES:  # {{tp}}: the node task unescapes it
+            if name not in values:
+                raise UsageError(f"{arg} has no value for {engine or 'this engine'}",
+                                 hint="{gpu_layers} and {tensor_split} are llama.cpp's, {max_memory} Transformers'")
+            arg = values[name]
+        out.append(arg)
+    found = node_flags.detect(out, os.environ)  # TGI and MLC-LLM are refused before anything is submitted
+    if found is not None:
+        said = cmdline.read(out, found, os.environ)
+        table = cmdline.table_for(found)
+        for meaning in ("tp", "pp"):
+            flag = next((f for f in table.flags if f.meaning == meaning and not f.within), None)
+            if flag is not None and said.get(meaning) is None:
+                out += [flag.names[0], values[meaning]]
+    return tuple(out)
 
 
 def _write_script(log_dir: str, text: str) -> str:
@@ -139,8 +177,9 @@ def job_of(inv: Any) -> NodeJob:
 
     nnodes = inv.get("nodes")
     gpus = inv.get("gpus_per_node")
+    argv, plan = tuple(inv.argv), ""
     if nnodes is None:
-        nnodes, gpus = _nodes_from_plan(inv)
+        nnodes, gpus, argv, plan = _nodes_from_plan(inv)
     for dest in ("gpus", "auto", "node_rank", "head", "fallback"):
         if dest in inv.flags:
             name = "--" + dest.replace("_", "-")
@@ -160,8 +199,8 @@ def job_of(inv: Any) -> NodeJob:
         if dest in inv.flags:
             options += [flag] if inv.get(dest) is True else [flag, str(inv.get(dest))]
     log_dir = os.path.abspath(inv.get("log_dir") or default_log_dir())
-    return NodeJob(int(nnodes), int(gpus), tuple(inv.argv), log_dir, tuple(options), inv.get("partition"),
-                   inv.get("time"), extra)
+    return NodeJob(int(nnodes), int(gpus), argv, log_dir, tuple(options), inv.get("partition"),
+                   inv.get("time"), extra, plan)
 
 
 def submit(inv: Any) -> int:
@@ -273,7 +312,7 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
                     say("running", f"running on {fields.get('NodeList', '?')}")
                     head = _head(job.log_dir, job_id)
                     if head:
-                        from gpu_launch.cluster.engines import endpoint
+                        from gpu_launch.fit.cmdline.node_flags import endpoint
 
                         say("head", f"head {head.get('node')} at {endpoint(str(head.get('addr')), int(head.get('port', 0)))}")
                 if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"):
@@ -298,7 +337,7 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
                     raise Interrupted(f"interrupted: cancelled Slurm job {job_id}")
                 from gpu_launch.units import fmt_duration
 
-                raise WaitTimeout(f"Slurm job {job_id} is still running after {fmt_duration(limit)} (it goes on: "
+                raise WaitTimeout(f"Slurm job {job_id} is still running after {fmt_duration(limit or 0)} (it goes on: "
                                   f"squeue -j {job_id})", hint=f"logs in {job.log_dir}; scancel {job_id} stops it")
             until = time.monotonic() + interval
             while time.monotonic() < until and not received:

@@ -11,7 +11,8 @@ single launch does; this module adds what a node needs besides, in three steps t
    have them fails (exit 4), and ``srun --kill-on-bad-exit`` ends the others: never a silent smaller run.
 2. :func:`join`, once the GPUs are reserved: the head picks its port and publishes it; the others wait
    for it and check they can reach it (:mod:`gpu_launch.cluster.rendezvous`).
-3. :func:`command`: the engine's own flags (:mod:`gpu_launch.cluster.engines`), and the variables
+3. :func:`command`: the engine's own flags, written by the engine's table (:mod:`gpu_launch.fit.cmdline`, which
+   reads the command for sizing too: :mod:`~gpu_launch.fit.cmdline.node_flags`), and the variables
    ``GPULAUNCH_NNODES``, ``_NODE_RANK``, ``_HEAD_ADDR``, ``_HEAD_PORT`` for any command.
 """
 
@@ -23,8 +24,9 @@ import sys
 import time
 from collections.abc import Mapping
 
-from gpu_launch.cluster import engines, rendezvous
+from gpu_launch.cluster import rendezvous
 from gpu_launch.errors import ExitCode, UsageError
+from gpu_launch.fit.cmdline import node_flags
 from gpu_launch.records import dataclass, replace
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -53,7 +55,7 @@ class Place:
     head_addr: str | None = None  # known by hand, and on the head inside Slurm
     head_port: int | None = None  # known by hand when --head has one
     slurm: bool = False
-    engine: str | None = None  # the engine the command runs (engines.ENGINES), None for one gpulaunch does not know
+    engine: str | None = None  # the engine whose multi-node flags the command gets (fit.cmdline), None: placeholders
 
 
 def _number(environ: Mapping[str, str], *names: str) -> int | None:
@@ -67,7 +69,7 @@ def _number(environ: Mapping[str, str], *names: str) -> int | None:
 def place(inv: Invocation, environ: Mapping[str, str]) -> tuple[Place, Invocation]:
     """Where this node stands, and the invocation its GPUs are chosen with (see the module docstring)."""
     nnodes = int(inv.get("nodes"))
-    found = engines.detect(inv.argv)  # TGI and MLC-LLM are refused before anything is chosen
+    engine = node_flags.detect(inv.argv, environ)  # TGI and MLC-LLM are refused before anything is chosen
     for dest, hint in (("auto", "--gpus-per-node G"), ("fit", "--gpus-per-node G (--fit MODEL: with --slurm)"),
                        ("wait", "leave it out: the nodes start together")):
         if dest in inv.flags and not (dest == "fit" and isinstance(inv.get("fit"), str) and inv.get("slurm")):
@@ -93,7 +95,7 @@ def place(inv: Invocation, environ: Mapping[str, str]) -> tuple[Place, Invocatio
     if "gpus" not in options:
         options["auto"] = inv.get("gpus_per_node") or _allotment(inv, options)
     options.pop("fit", None)
-    return replace(here, engine=found[0] if found else None), replace(inv, options=options)
+    return replace(here, engine=engine), replace(inv, options=options)
 
 
 def _nowhere(nnodes: int, environ: Mapping[str, str]) -> UsageError:
@@ -163,12 +165,12 @@ def _allotment(inv: Invocation, options: dict[str, object]) -> int:
     return count
 
 
-def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = False) -> engines.World:
+def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = False) -> node_flags.World:
     """Once this node's GPUs are reserved: learn (or, on the head, pick and publish) the head's address and
     port; for llama.cpp also this node's own port, or on the head every other node's."""
     deadline = time.monotonic() + rendezvous.timeout(environ)
     engine = here.engine
-    peers_needed = engine is not None and engines.ENGINES[engine].peers
+    peers_needed = node_flags.peers(engine)
     addr = port = None
     head_addr, head_port = here.head_addr, here.head_port
     if here.rank == 0:
@@ -181,8 +183,8 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
                                {"addr": head_addr, "port": head_port, "host": socket.gethostname(),
                                 "node": here.names[0], "job": here.job})
         elif not here.job:
-            print(f"gpulaunch: head at {engines.endpoint(head_addr, head_port)}: start the other nodes with "
-                  f"--head {engines.endpoint(head_addr, head_port)}", file=sys.stderr)
+            print(f"gpulaunch: head at {node_flags.endpoint(head_addr, head_port)}: start the other nodes with "
+                  f"--head {node_flags.endpoint(head_addr, head_port)}", file=sys.stderr)
     elif head_addr is None:
         if informing:
             head_addr, head_port = "HEAD", 0
@@ -209,7 +211,7 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
             peers = tuple(_peer(str(here.run_dir), r, deadline, here.names[r]) for r in range(1, here.nnodes))
     elif here.rank > 0 and engine == "vllm" and not informing:
         addr = rendezvous.route_to(rendezvous.resolve(head_addr))  # ray --node-ip-address, when asked for Ray
-    return engines.World(here.nnodes, here.rank, gpus, head_addr, int(head_port or 0), job, here.names,
+    return node_flags.World(here.nnodes, here.rank, gpus, head_addr, int(head_port or 0), job, here.names,
                          addr or head_addr, port or 0, (), peers)
 
 
@@ -217,7 +219,7 @@ def _peer(run_dir: str, rank: int, deadline: float, name: str) -> str:
     record = rendezvous.wait_for(os.path.join(run_dir, f"rank-{rank}.json"), deadline, f"node {rank}'s rpc-server")
     addr, port = str(record["addr"]), int(str(record["port"]))
     rendezvous.probe(addr, port, deadline, listening=True)  # llama-server connects once: the server must be up
-    return engines.endpoint(addr, port)
+    return node_flags.endpoint(addr, port)
 
 
 def _check_loopback(addr: str, head_host: str, head_node: str) -> None:
@@ -229,28 +231,28 @@ def _check_loopback(addr: str, head_host: str, head_node: str) -> None:
                                f"{socket.gethostname()} cannot reach", hint=rendezvous.IFNAME_HINT)
 
 
-def values(world: engines.World) -> dict[str, str]:
+def values(world: node_flags.World) -> dict[str, str]:
     """The node placeholders' values: ``{nnodes} {node_rank} {head_addr} {head_port} {pp}``."""
     return {"nnodes": str(world.nnodes), "node_rank": str(world.rank), "head_addr": world.head_addr,
             "head_port": str(world.head_port), "pp": str(world.nnodes)}
 
 
-def command(argv: tuple[str, ...], world: engines.World, devices_ids: tuple[int, ...], files_dir: str,
-            quiet: bool) -> tuple[engines.NodeCommand, dict[str, str]]:
+def command(argv: tuple[str, ...], world: node_flags.World, devices_ids: tuple[int, ...], files_dir: str,
+            quiet: bool) -> tuple[node_flags.NodeCommand, dict[str, str]]:
     """This node's command (the engine's flags filled in) and the variables it gets besides."""
-    filled = engines.fill(argv, replace(world, local_ids=devices_ids), files_dir)
+    filled = node_flags.fill(argv, replace(world, local_ids=devices_ids), files_dir, os.environ)
     if filled is None:
         if not quiet and not any(arg.strip("{}") in NAMES for arg in argv[1:]):
             print(f"gpulaunch: warning: `{os.path.basename(argv[0])}` is no engine gpulaunch knows: it gets no "
                   "rank or head of its own (hint: write {node_rank} {nnodes} {head_addr} {head_port} where it "
                   "takes them, or read GPULAUNCH_NODE_RANK and friends)", file=sys.stderr)
-        filled = engines.NodeCommand(tuple(argv), "head" if world.rank == 0 else "worker")
+        filled = node_flags.NodeCommand(tuple(argv), "head" if world.rank == 0 else "worker")
     extra = {"GPULAUNCH_NNODES": str(world.nnodes), "GPULAUNCH_NODE_RANK": str(world.rank),
              "GPULAUNCH_HEAD_ADDR": world.head_addr, "GPULAUNCH_HEAD_PORT": str(world.head_port)}
     return filled, extra
 
 
-def describe(world: engines.World, node: engines.NodeCommand) -> str:
+def describe(world: node_flags.World, node: node_flags.NodeCommand) -> str:
     """``node 1 of 2 (n2), head n1 at 10.0.0.1:41235: worker (headless): vllm serve ... --headless``: this
     node's place and the command it runs with its flags filled in, on stderr (the node's log)."""
     import shlex
@@ -259,12 +261,12 @@ def describe(world: engines.World, node: engines.NodeCommand) -> str:
 
     name = world.names[world.rank] if world.rank < len(world.names) else str(world.rank)
     head = world.names[0] if world.names else "head"
-    at = engines.endpoint(world.head_addr, world.head_port) if world.head_port else world.head_addr
+    at = node_flags.endpoint(world.head_addr, world.head_port) if world.head_port else world.head_addr
     return (f"node {world.rank} of {world.nnodes} ({name}), head {head} at {at}: {node.role}: "
             + printable(shlex.join(node.argv)))
 
 
-def prepare(node: engines.NodeCommand, env: Mapping[str, str]) -> None:
+def prepare(node: node_flags.NodeCommand, env: Mapping[str, str]) -> None:
     """What runs before the exec: the files the engine reads (deepspeed's hostfile), then ``first``
     (``ray start --head``), which must succeed."""
     import subprocess

@@ -36,10 +36,19 @@ class NodeSplit:
     placement: fit_plan.Placement | None = None
     problem: str = ""
     notes: tuple[str, ...] = ()
+    ctx: int = 0  # the context it was sized for (0: not said)
 
     @property
     def ranks(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def placeholders(self) -> dict[str, str]:
+        """The plan's values for a launch on these nodes: ``{tp}`` and ``{pp}`` this split's, ``{ctx}``,
+        ``{gpu_mem_util}``... its placement's."""
+        values = self.placement.placeholders(self.ctx) if self.placement is not None else {}
+        if not self.ctx:
+            values.pop("ctx", None)
+        return {**values, "tp": str(self.tp), "pp": str(self.pp)}
 
 
 def _free(node: Sequence[fit_plan.Room]) -> list[fit_plan.Room]:
@@ -100,7 +109,7 @@ def split_for_nodes(s: fit_plan.Sizing, node: Sequence[fit_plan.Room], max_nodes
             break
         placement = fit_plan.place(fit_plan.sizing(s.model, s.engine, replace(st, tp=tp, pp=pp)), rooms * nodes)
         if placement.whole:
-            return NodeSplit(nodes, per_node, tp, pp, placement, notes=tuple(n for n in (note,) if n))
+            return NodeSplit(nodes, per_node, tp, pp, placement, notes=tuple(n for n in (note,) if n), ctx=st.ctx)
     return NodeSplit(0, per_node, tp, 0, problem=f"not even {max_nodes} nodes of this kind hold it at {st.ctx} tokens")
 
 
@@ -121,4 +130,4 @@ def _fixed(s: fit_plan.Sizing, rooms: list[fit_plan.Room], max_nodes: int) -> No
     if not placement.whole:
         return NodeSplit(0, used, tp, st.pp, placement, problem=f"{nodes} node(s) of {used} GPUs (tp {tp} × pp "
                                                                 f"{st.pp}) do not hold it at {st.ctx} tokens")
-    return NodeSplit(nodes, used, tp, st.pp, placement)
+    return NodeSplit(nodes, used, tp, st.pp, placement, ctx=st.ctx)

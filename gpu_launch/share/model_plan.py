@@ -146,5 +146,5 @@ def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:
     for n in model_sets.counts(s, len(biggest)):
         placement = fit_plan.place(s, model_sets.rooms(biggest[:n]))
         if model_sets.holds(s, placement):
-            return NodeSplit(1, n, placement.tp or n, placement.pp, placement)
+            return NodeSplit(1, n, placement.tp or n, placement.pp, placement, ctx=s.settings.ctx)
     return model_shortfall.node_split(s, usable)

@@ -8,7 +8,8 @@ documents one, the values it takes, and its parser's rules: whether ``--opt=valu
 repeated option means. :func:`read` applies a table to a command and answers, for each meaning,
 what the engine itself will see: the last value given (or a refusal where the engine refuses a
 repeat), else the environment's. Sizing (``fit/command.py``) and the node task of a several-node
-launch (``cluster/``) both read commands through it, so the two never disagree.
+launch both read commands through it, so the two never disagree; what each engine needs on every
+node of such a run is written beside its table (each module's ``on_nodes``, :mod:`.node_flags`).
 
 A number out of the range the engine accepts is one error line (exit 2) with the valid range,
 never a silent default: the table says the range, and no value is converted before its length is
@@ -21,9 +22,9 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from gpu_launch.errors import UsageError
+from gpu_launch.records import dataclass, field  # a node task reads its command on the launch path
 
 __all__ = ["Flag", "Table", "Setting", "Said", "table_for", "read", "engine_of", "engine_args", "TABLES"]
 
@@ -75,6 +76,10 @@ class Table:
     others: tuple[str, ...] = ()  # the engine's other options that share a prefix with these (ambiguity)
     model_verbs: tuple[str, ...] = ()  # `serve M`: the word after one of these verbs is the model
     options_end_at_positional: bool = False  # launchers: what follows the script is the script's own
+    commands: tuple[str, ...] = ()  # a launcher's subcommand before its options (accelerate's `launch`)
+    #: launchers: their options that take no value; any other option takes the next word (so that the
+    #: value of an option gpulaunch does not read is not taken for the script)
+    switches: tuple[str, ...] = ()
 
     def named(self, name: str) -> Flag | None:
         for flag in self.flags:
@@ -106,6 +111,9 @@ class Said:
     engine: str
     settings: Mapping[str, Setting] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # spellings seen but not read, and why
+    module: str = ""  # ``python -m MODULE``'s module, if it was started so
+    verb: str = ""  # the subcommand it was given (``serve``, ``launch``), if any
+    start: int = 1  # where the engine's own options begin in the command (after the module and the verb)
 
     def get(self, meaning: str) -> Setting | None:
         return self.settings.get(meaning)
@@ -155,7 +163,8 @@ def engine_of(argv: Sequence[str]) -> str | None:
     if word.startswith("llama-") or word in ("main", "server", "rpc-server"):
         return "llama.cpp"
     named = {"vllm": "vllm", "sglang": "sglang", "mlc_llm": "mlc", "mlc-llm": "mlc", "torchrun": "torchrun",
-             "text-generation-launcher": "tgi", "accelerate": "accelerate", "deepspeed": "deepspeed"}
+             "text-generation-launcher": "tgi", "accelerate": "accelerate", "accelerate-launch": "accelerate",
+             "deepspeed": "deepspeed"}
     if word in named:
         return named[word]
     if word.startswith("python"):
@@ -263,7 +272,10 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
     counts: dict[str, int] = {}
     notes: list[str] = []
     positional: list[tuple[int, str]] = []
-    i = 0
+    verb = args[0] if args and args[0] in (*table.model_verbs, *table.commands) else ""
+    if verb:
+        positional.append((offset, verb))
+    i = 1 if verb else 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
@@ -282,7 +294,7 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
                          f"(write {name_part} {inline})")
             flag = None
         if flag is None:
-            i += 1
+            i += 2 if table.options_end_at_positional and not eq and not _switch(arg, table) else 1
             continue
         if flag.kind == "switch":
             if eq:
@@ -309,7 +321,8 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
         i += used
     _model_positional(table, positional, found)
     _from_environment(table, environ or {}, found)
-    said = Said(table.engine, found, tuple(notes))
+    module = _python_module(argv) if argv and os.path.basename(argv[0]).startswith("python") else None
+    said = Said(table.engine, found, tuple(notes), module[0] if module else "", verb, offset + (1 if verb else 0))
     for meaning in found:  # every number checked where it comes in, placeholders aside
         said.number(meaning)
     return said
@@ -317,6 +330,15 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
 
 def _is_negative_number(arg: str) -> bool:
     return arg[1:2].isdigit()
+
+
+def _switch(arg: str, table: Table) -> bool:
+    """A launcher's option that takes no value (argparse's unique prefix of one too)."""
+    if arg in table.switches:
+        return True
+    if not (table.abbreviations and arg.startswith("--") and len(arg) > 3):
+        return False
+    return len({s for s in table.switches if s.startswith(arg)}) == 1
 
 
 def _overrides(value: str, index: int, table: Table, found: dict[str, Setting], counts: dict[str, int]) -> None:

@@ -8,9 +8,16 @@ used"); the ``LLAMA_ARG_*`` variable of an option is applied first and the comma
 ("... environment variable is set, but will be overwritten by command line argument"). Numbers go
 through ``std::stoi``: an int32, else the tool exits with "error while handling argument".
 ``-ngl`` takes a number, ``auto`` (-1) or ``all`` (-2).
+
+On every node of a several-node run (:func:`on_nodes`): its RPC backend, only when asked.
 """
 
-from gpu_launch.fit.cmdline import Flag, Table
+import os
+from collections.abc import Sequence
+
+from gpu_launch.errors import UsageError
+from gpu_launch.fit.cmdline import Flag, Said, Table
+from gpu_launch.fit.cmdline.node_flags import NodeCommand, NodeRun, beside
 
 INT32 = 2**31 - 1
 
@@ -41,3 +48,29 @@ TABLE = Table("llama.cpp", (
     Flag("host", ("--host",), env="LLAMA_ARG_HOST"),
     Flag("port", ("--port",), "int", "LLAMA_ARG_PORT", 0, 65535),
 ), source="ggml-org/llama.cpp common/arg.cpp (common_params_parse_ex, add_opt)", equals=False, underscores=True)
+
+NODES_PEERS = True  # on a several-node run the other nodes serve rpc-servers the head must learn
+
+
+def nodes_form(argv: Sequence[str], said: Said) -> bool:
+    """A ``llama-*`` tool (llama-bench aside) or llama-cpp-python's server, spread only when asked."""
+    word = os.path.basename(argv[0])
+    if not (word.startswith("llama-") and word != "llama-bench" or said.module == "llama_cpp.server"):
+        return False
+    if "{rpc}" not in argv[1:]:
+        raise UsageError(f"--nodes: `{word}` has no multi-node mode of its own, and its RPC backend is "
+                         "unauthenticated: gpulaunch spreads it only when asked",
+                         hint="write --rpc {rpc}: the other nodes then run rpc-server and the head lists them")
+    return True
+
+
+def on_nodes(run: NodeRun) -> NodeCommand:
+    """llama.cpp's RPC backend, only when asked (``--rpc {rpc}``: the RPC server is unauthenticated,
+    "never expose it to an open network"): every other node runs ``rpc-server -H ADDR -p PORT`` on its own
+    address (tools/rpc/rpc-server.cpp: ``-H``/``--host``, ``-p``/``--port``; it serves every GPU it sees,
+    here the chosen ones), and the head's ``--rpc`` lists them ("comma separated list of RPC servers")."""
+    world = run.world
+    if world.rank > 0:
+        return NodeCommand((beside(run.argv[0], "rpc-server"), "-H", world.addr, "-p", str(world.port)),
+                           "rpc-server")
+    return NodeCommand(tuple(",".join(world.peers) if arg == "{rpc}" else arg for arg in run.argv), "head")

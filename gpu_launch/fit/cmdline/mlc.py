@@ -25,3 +25,7 @@ TABLE = Table("mlc", (
     Flag("port", ("--port",), "int", low=1, high=65535),
 ), source="mlc-ai/mlc-llm python/mlc_llm/cli/serve.py (EngineConfigOverride.from_str)", abbreviations=True,
     model_verbs=("serve", "chat"))
+
+#: on a several-node run: refused, with the reason
+NODES_REFUSED = ("MLC-LLM shards a model over one machine's GPUs (tensor_parallel_shards) and documents no "
+                 "multi-node mode")

@@ -8,10 +8,16 @@ with the alias ``--model``; ``--tp-size``/``--tensor-parallel-size``, ``--pp-siz
 docs write ``--tp 2`` and ``--dp 2``: argparse's unique prefixes of ``--tp-size``/``--dp-size``
 (docs/advanced_features/server_arguments.md); ``--pp`` is ambiguous there (``--pp-size``,
 ``--pp-max-micro-batch-size``, ``--pp-async-batch-depth``) and SGLang refuses it. argparse: the last
-of a repeated option wins; ``--opt=value`` is read.
+of a repeated option wins; ``--opt=value`` is read. ``sglang serve M`` names its model by position
+(python/sglang/cli/serve.py, ``_normalize_positional_model_path``).
+
+On every node of a several-node run (:func:`on_nodes`): its ``--nnodes --node-rank --dist-init-addr``.
 """
 
-from gpu_launch.fit.cmdline import Flag, Table
+from collections.abc import Sequence
+
+from gpu_launch.fit.cmdline import Flag, Said, Table
+from gpu_launch.fit.cmdline.node_flags import NodeCommand, NodeRun, endpoint
 
 INT32 = 2**31 - 1
 RANKS = 1 << 20
@@ -32,6 +38,29 @@ TABLE = Table("sglang", (
     Flag("host", ("--host",)),
     Flag("port", ("--port",), "int", low=1, high=65535),
     Flag("config", ("--config",)),
-), source="sgl-project/sglang python/sglang/srt/server_args.py", abbreviations=True,
+), source="sgl-project/sglang python/sglang/srt/server_args.py", abbreviations=True, model_verbs=("serve",),
     others=("--pp-max-micro-batch-size", "--pp-async-batch-depth", "--model-impl", "--model-loader-extra-config",
             "--model-config-parser"))
+
+#: the entry points that start SGLang's server (``sglang serve`` is its CLI's: python/sglang/cli/serve.py)
+_SERVERS = ("sglang.launch_server", "sglang.srt.entrypoints.http_server")
+
+
+def nodes_form(argv: Sequence[str], said: Said) -> bool:
+    return said.module in _SERVERS or (not said.module and said.verb == "serve")
+
+
+def on_nodes(run: NodeRun) -> NodeCommand:
+    """SGLang's multi-node serving: the same ``--tp-size`` (every GPU of the run: its docs run 405B as
+    ``--tp 16`` over two nodes of 8), ``--nnodes`` and ``--dist-init-addr HOST:PORT`` everywhere, each node
+    its ``--node-rank`` (python/sglang/srt/server_args.py)."""
+    world = run.world
+    tp, pp = run.split(world.gpus * world.nnodes, 1)
+    run.value("tp", str(tp), "every GPU of the run")
+    if pp != 1:
+        run.value("pp", str(pp), "the pipeline stages")
+    run.value("nnodes", str(world.nnodes), "the nodes of this run")
+    run.value("node_rank", str(world.rank), "this node's rank")
+    run.value("dist_init_addr", endpoint(world.head_addr, world.head_port),
+              "the head's address and a free port picked for this run")
+    return run.done(append=True)

@@ -25,3 +25,7 @@ TABLE = Table("tgi", (
     Flag("master_port", ("--master-port",), "int", "MASTER_PORT", 1, 65535),
     Flag("port", ("--port", "-p"), "int", "PORT", 1, 65535),
 ), source="huggingface/text-generation-inference launcher/src/main.rs (struct Args)", repeats="refused")
+
+#: on a several-node run: refused, with the reason
+NODES_REFUSED = ("text-generation-inference shards a model over one machine's GPUs (--num-shard) and documents no "
+                 "multi-node mode")

@@ -9,9 +9,16 @@ parallel group's ``-tp -pp -dp -dpl -dpn -dpr -dpa -dpp -dpb -dcp -pcp``, ``--nn
 = tp × pp × pcp, each at least 1; ``CacheConfig.gpu_memory_utilization`` in (0, 1]). It is
 argparse: the last of a repeated option wins, ``--opt=value`` is read, and a unique prefix of a
 long option is that option. ``--max-model-len -1``/``auto`` means "as long as fits".
+
+On every node of a several-node run (:func:`on_nodes`): its multiprocessing multi-node mode, or Ray
+when asked.
 """
 
-from gpu_launch.fit.cmdline import Flag, Table
+from collections.abc import Sequence
+
+from gpu_launch.errors import UsageError
+from gpu_launch.fit.cmdline import Flag, Said, Table
+from gpu_launch.fit.cmdline.node_flags import NodeCommand, NodeRun, beside, endpoint
 
 INT32 = 2**31 - 1
 RANKS = 1 << 20  # no run has more ranks than this; a larger number is a typo
@@ -50,3 +57,60 @@ TABLE = Table("vllm", (
     others=("--max-num-partial-prefills", "--max-long-partial-prefills", "--max-logprobs", "--max-loras",
             "--max-lora-rank", "--max-cpu-loras", "--max-parallel-loading-workers", "--max-cudagraph-capture-size",
             "--data-parallel-hybrid-lb", "--data-parallel-external-lb", "--model-impl", "--model-loader-extra-config"))
+
+
+def nodes_form(argv: Sequence[str], said: Said) -> bool:
+    """``vllm serve`` (or ``python -m vllm.entrypoints.cli.main serve``) has the multi-node mode; the
+    other subcommands and entry points get the placeholders only."""
+    return said.verb == "serve"
+
+
+def on_nodes(run: NodeRun) -> NodeCommand:
+    """vLLM's multiprocessing multi-node mode (no Ray): every node runs ``vllm serve`` with the same
+    ``--nnodes --master-addr --master-port`` and its own ``--node-rank``; tp × pp (× -pcp) spans every
+    GPU and the nodes other than the head run ``--headless`` (no API server). vllm/config/parallel.py
+    (master_addr/master_port/node_rank/nnodes "for multi-node distributed inference when
+    distributed_executor_backend is mp"), vllm/entrypoints/cli/serve.py (``--headless``). Data
+    parallelism over nodes is vLLM's own (``--data-parallel-address``, ``--data-parallel-start-rank``...),
+    not this mode: refused."""
+    world = run.world
+    backend = run.text("executor")
+    for meaning in ("dp_local", "dp_rank", "dp_start_rank", "dp_address", "dp_rpc_port"):
+        run.refuse(meaning, "data-parallel replicas over nodes are vLLM's own multi-node mode; gpulaunch's is "
+                            "tensor × pipeline parallelism")
+    if (run.number("dp") or 1) > 1:
+        run.refuse("dp", "gpulaunch spreads tensor × pipeline parallelism over the nodes, not data-parallel "
+                         "replicas (vLLM's --data-parallel-address mode)")
+    tp, pp = run.split(world.gpus, world.nnodes, factor="pcp")
+    if backend == "ray":
+        return _ray(run, tp, pp)
+    if backend not in (None, "mp"):
+        raise UsageError(f"`vllm serve --distributed-executor-backend {backend}` does not go with --nodes",
+                         hint="leave it out (multiprocessing across nodes), or ask for ray")
+    run.value("nnodes", str(world.nnodes), "the nodes of this run")
+    run.value("node_rank", str(world.rank), "this node's rank")
+    run.value("master_addr", world.head_addr, "the head's address")
+    run.value("master_port", str(world.head_port), "a free port picked for this run on the head")
+    run.value("tp", str(tp), "GPUs per node")
+    run.value("pp", str(pp), "one pipeline stage a node")
+    run.switch("headless", world.rank > 0, "only the head serves the API")
+    return run.done(append=True, role="head" if world.rank == 0 else "worker (headless)")
+
+
+def _ray(run: NodeRun, tp: int, pp: int) -> NodeCommand:
+    """``--distributed-executor-backend ray``, only when asked: a Ray cluster of this run's own, its head
+    on a port picked for the run (never 6379), every node's GPUs given to Ray as ``--num-gpus`` with
+    gpulaunch's CUDA_VISIBLE_DEVICES (as indices) in place, so that the ids Ray hands to vLLM's workers
+    are the chosen GPUs (vllm #14807: vLLM took Ray's ids as GPUs 0..n-1). ``ray start`` flags:
+    ``--head --port``, ``--address``, ``--num-gpus``, ``--node-ip-address``, ``--block`` (Ray's CLI)."""
+    world = run.world
+    ray = beside(run.argv[0], "ray")
+    if world.rank > 0:
+        return NodeCommand((ray, "start", "--address", endpoint(world.head_addr, world.head_port),
+                            "--num-gpus", str(world.gpus), "--node-ip-address", world.addr, "--block"),
+                           "ray worker", index_cvd=True)
+    run.value("tp", str(tp), "GPUs per node")
+    run.value("pp", str(pp), "one pipeline stage a node")
+    first = (ray, "start", "--head", "--port", str(world.head_port), "--num-gpus", str(world.gpus),
+             "--node-ip-address", world.head_addr)
+    return run.done(append=True, role="head (ray)", first=first, index_cvd=True)
