@@ -63,6 +63,7 @@ CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every jo
 # ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
 PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
+                        "no_shell",  # no way back to the shell either
                         "ctx", "parallel", "kv_type", "engine"})  # they describe one model's run
 EACH = frozenset({"each", "config"})
 ANY = frozenset({RUN, *SUBCOMMANDS})
@@ -90,8 +91,9 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
+    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); "
+           "each: the GPUs the sweep may use",
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING | {"each"}, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
@@ -135,6 +137,10 @@ OPTIONS: tuple[Option, ...] = (
            frozenset({"each", "config"}), "Jobs"),
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)",
            "DIR", directory, frozenset({"each", "config"}), group="Jobs"),
+    Option(("--jobs-per-gpu",), "jobs_per_gpu", "each: up to K jobs share one GPU, which stays reserved for the "
+           "sweep while any of them runs (default 1)", "K", positive, EACH, "Jobs"),
+    Option(("--no-shell",), "no_shell", "each: run each line's words directly instead of through /bin/sh -c (no "
+           "redirections, pipes or &&)", commands=frozenset({"each"}), group="Jobs"),
     Option(("--slurm",), "slurm", "each: submit the jobs to Slurm as one job array instead of running them here; "
            "each task runs its line through `gpulaunch --auto K` inside its allocation", commands=frozenset({"each"}),
            group="Slurm"),
@@ -142,8 +148,8 @@ OPTIONS: tuple[Option, ...] = (
            commands=EACH, group="Slurm"),
     Option(("--time",), "time", "each --slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
            "T", slurm_time, EACH, "Slurm"),
-    Option(("--max-running",), "max_running", "each --slurm: at most K jobs of the array at once (--array=1-M%K)",
-           "K", positive, EACH, "Slurm"),
+    Option(("--max-running",), "max_running", "each: at most K jobs at once (--slurm: --array=1-M%K)",
+           "K", positive, EACH, "Jobs"),
     Option(("--sbatch-arg",), "sbatch_arg", "each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
            "--sbatch-arg=--qos=high)", "ARG", commands=EACH, group="Slurm", repeat=True),
     Option(("--follow",), "follow", "each --slurm: after submitting, follow the jobs until they end, with the live "
