@@ -17,7 +17,7 @@ import re
 import shlex
 import signal
 import time
-from dataclasses import dataclass, field
+from gpu_launch.records import dataclass, field
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
