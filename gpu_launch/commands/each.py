@@ -213,7 +213,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
         # Inside no job: GPUs held later are others' or our own jobs', never an allotment of ours.
         locking = replace(locking, nested=False)
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser, scope,
-                          max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1)
+                          max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1, machine=machine)
     scheduler.queue = not locking.nested
     with view:
         scheduler.run()

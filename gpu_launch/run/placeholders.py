@@ -73,7 +73,7 @@ _SHOWN = 40  # characters of a refused word shown in the error line
 class Unfilled(UsageError):
     """A placeholder that nothing fills here (``{tp}`` without ``--fit MODEL``); ``name`` says which."""
 
-    def __init__(self, name: str, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, name: str = "") -> None:
         super().__init__(message, hint=hint)
         self.name = name
 
@@ -142,8 +142,8 @@ class _Filler:
 
 def _unfilled(name: str, word: str) -> Unfilled:
     when = _BY_NAME[name].filled_when
-    return Unfilled(name, f"{{{name}}} is filled in only when {when}" if when else f"{{{name}}} has no value here",
-                    hint=f"write {{{{{name}}}}} for a literal {{{name}}}")
+    return Unfilled(f"{{{name}}} is filled in only when {when}" if when else f"{{{name}}} has no value here",
+                    hint=f"write {{{{{name}}}}} for a literal {{{name}}}", name=name)
 
 
 def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import re
 import shlex
 import signal
 import time
-from gpu_launch.records import dataclass, field
+from gpu_launch.records import dataclass, field, replace
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
@@ -37,6 +37,10 @@ class Job:
     argv: tuple[str, ...]  # the line split into words (what runs with --no-shell)
     source: str = ""  # the line as written (what the shell runs), surrounding blanks off
     shell: bool = False  # run through /bin/sh -c (each's default) rather than exec'd as ``argv``
+    #: a shell line that is one command (no operator, redirection, assignment or builtin) is run as
+    #: ``sh -c 'exec LINE'``, as bash runs ``bash -c LINE``: the job's pid, signals and status are the
+    #: command's own, not those of a shell waiting for it (:func:`parse_jobs` decides)
+    execs: bool = False
 
     @property
     def text(self) -> str:
@@ -53,20 +57,6 @@ class Job:
             filled = placeholders.substitute_shell(self.source, count)
             return (SHELL, "-c", f"exec {filled}" if self.execs else filled)
         return placeholders.substitute(self.argv, count)
-
-    @property
-    def execs(self) -> bool:
-        """A shell line that is one command (no operator, redirection, assignment or builtin) is run as
-        ``sh -c 'exec LINE'``, as bash runs ``bash -c LINE``: the job's pid, signals and status are the
-        command's own, not those of a shell waiting for it."""
-        if not self.shell:
-            return False
-        from gpu_launch.run.shellwords import one_command, words
-
-        try:
-            return self.program() is not None and one_command(self.source, words(self.source))
-        except ValueError:
-            return False
 
     def program(self) -> str | None:
         """The program the line starts, to check that it exists before anything runs; None when only the
@@ -182,8 +172,18 @@ def parse_jobs(text: str, source: str, shell: bool = False) -> list[Job]:
             raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
                              hint="check the quotes on that line") from None
         if argv:
-            jobs.append(Job(len(jobs) + 1, lineno, tuple(argv), line.strip(" \t"), shell))
+            job = Job(len(jobs) + 1, lineno, tuple(argv), line.strip(" \t"), shell)
+            jobs.append(replace(job, execs=True) if shell and _one_command(job) else job)
     return jobs
+
+
+def _one_command(job: Job) -> bool:
+    from gpu_launch.run.shellwords import one_command, words
+
+    try:
+        return job.program() is not None and one_command(job.source, words(job.source))
+    except ValueError:
+        return False
 
 
 def read_jobs(path: str | None, stdin: IO[str] | None, shell: bool = False) -> tuple[list[Job], str]:

@@ -183,7 +183,7 @@ class Scheduler:
     def __init__(self, jobs: Sequence[Job], request: acquire.Request, locking: acquire.Locking,
                  read: Callable[[], Machine], log_dir: str, view: Any, environ: Mapping[str, str],
                  chooser: acquire.Chooser = acquire.plain_chooser, scope: Scope | None = None,
-                 max_running: int | None = None, per_gpu: int = 1) -> None:
+                 max_running: int | None = None, per_gpu: int = 1, machine: Machine | None = None) -> None:
         self.states = [JobState(job) for job in jobs]
         self.pending: deque[JobState] = deque(self.states)
         self.running: list[JobState] = []
@@ -192,12 +192,13 @@ class Scheduler:
         self.read = read
         self.log_dir = log_dir
         self.view = view
-        self.environ = environ
+        self.environ = dict(environ)  # copied once: each job's environment is a copy of it (os.environ's decodes)
         self.scope = scope or Scope(environ=environ)
         self.chooser = self.scope.chooser(chooser)
         self.max_running = max_running
         self.shared = Shared(per_gpu) if per_gpu > 1 else None
         self.interval = waiting.poll_interval(environ)
+        self._just_read = machine  # the machine as the caller just read it: the first round's, not read twice
         self.ticket: Any = None
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
@@ -279,7 +280,8 @@ class Scheduler:
                     self.ticket.join()
                 behind = self.ticket.ahead() if self.ticket is not None else 0
             if machine is None and (not behind or self.shared is not None):
-                machine = self.read()  # once a round: the locks, re-read for every job, say who holds what
+                # Once a round (the locks, re-read for every job, say who holds what).
+                machine, self._just_read = self._just_read or self.read(), None
             if fresh and not behind and machine is not None:
                 try:
                     got = acquire.attempt(self.request, machine, self.locking, self.chooser)

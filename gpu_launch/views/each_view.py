@@ -81,6 +81,12 @@ def _wrapped(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, max(1, width), break_on_hyphens=False) or [""]
 
 
+def _use_color(stream: IO[str]) -> bool:
+    from gpu_launch.views.render import use_color  # (not even imported with -q)
+
+    return use_color(stream)
+
+
 def _counts_text(scheduler: Any) -> str:
     c = counts(scheduler)
     return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed"
@@ -120,8 +126,6 @@ def summary_doc(scheduler: Any, log_dir: str) -> dict[str, Any]:
 class View:
     def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True,
                  json: bool = False) -> None:
-        from gpu_launch.views.render import use_color
-
         self.err = err
         self.out = out
         self.quiet = quiet
@@ -129,7 +133,7 @@ class View:
         self.log_dir = log_dir
         self.intro = intro  # "N jobs, logs in DIR" (each --slurm has said so on submitting)
         self.json = json  # the summary as a JSON document
-        self.rich = not quiet and use_color(err)
+        self.rich = not quiet and _use_color(err)
         self._live: Any = None
         self._last_refresh = 0.0
         self._last_waiting = ""
