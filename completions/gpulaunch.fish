@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --bind --shell --snapshot
+            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --partition --time --max-running --sbatch-arg --bind --shell --snapshot
                 set i (math $i + 2); continue
             case --wait --watch
                 # the next word is the timeout only if it is a duration
@@ -91,7 +91,7 @@ end
 complete -c gpulaunch -n 'not __gpulaunch_in_command' -f
 complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_command)'
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check each env plan run' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); each: the GPUs the sweep may use'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
@@ -110,10 +110,12 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config run' -l no-lock -d 'take 
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls plan run' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l gpus-per-job -x -d 'each: GPUs per job (default 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l jobs-per-gpu -x -d 'each: up to K jobs share one GPU, which stays reserved for the sweep while any of them runs (default 1)'
+complete -c gpulaunch -n '__gpulaunch_option_ok each' -l no-shell -d 'each: run each line\'s words directly instead of through /bin/sh -c (no redirections, pipes or &&)'
 complete -c gpulaunch -n '__gpulaunch_option_ok each' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l partition -x -d 'each --slurm: the Slurm partition (sbatch --partition)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l time -x -d 'each --slurm: each job\'s time limit: 30m, 2h, 1d, or Slurm\'s own 1-12:00:00'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each --slurm: at most K jobs of the array at once (--array=1-M%K)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each: at most K jobs at once (--slurm: --array=1-M%K)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l sbatch-arg -x -d 'each --slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab --sbatch-arg=--qos=high)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l follow -d 'each --slurm: after submitting, follow the jobs until they end, with the live view and summary of a local `each` (same as --wait)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l cancel-on-interrupt -d 'each --slurm --follow: Ctrl-C cancels the job array (scancel) without asking; without it, only a terminal is asked'

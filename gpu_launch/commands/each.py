@@ -79,11 +79,13 @@ def checked_jobs(inv: Any) -> tuple[list[Job], str]:
     jobs, source = read_jobs(inv.positionals[0] if inv.positionals else None, sys.stdin, not inv.get("no_shell"))
     if not jobs:
         raise UsageError(f"{source}: no commands in it", hint="one command a line; # starts a comment")
+    found: set[str] = set()  # programs already found (48 lines of `python train.py` look it up once)
     for job in jobs:
         try:
             program = job.program()
-            if program is not None:
+            if program is not None and program not in found:
                 resolve_command((program, *job.argv[1:]), os.environ)
+                found.add(program)
             job.check()  # placeholders: refused now, before anything is reserved or waited for
         except GpuLaunchError as exc:
             raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None

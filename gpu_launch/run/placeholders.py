@@ -133,7 +133,7 @@ class _Filler:
                 raise UsageError(f"{{{name}}} inside the {self.what} {printable(repr(shown))} would be passed on "
                                  f"as it is: only a whole {self.what} or a whole value after = (--tp={{{name}}}) "
                                  "is replaced",
-                                 hint=f"make it a {self.what} of its own (--tp {{{name}}}) or KEY={{{name}}}; "
+                                 hint=f"write it as its own {self.what} (--tp {{{name}}}) or as KEY={{{name}}}; "
                                       f"{{{{{name}}}}} is a literal {{{name}}}")
             return opening[1:] + name + closing[1:]
 
