@@ -23,7 +23,7 @@ from typing import Any
 
 from gpu_launch.errors import UsageError
 from gpu_launch.run import placeholders
-from gpu_launch.share.jobfile import command_text, open_log, read_jobs
+from gpu_launch.share.jobfile import JobState, open_log, read_jobs
 from gpu_launch.text import printable
 
 __all__ = ["RECORDS", "record_path", "read_record", "task_main"]
@@ -98,9 +98,9 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                               "started": time.time()}
     _write_record(where, record)
     command = job.command(int(gpus))  # as the child's launch fills them for N GPUs
-    ran = command[2] if job.shell else command_text(command)
+    ran = JobState(job, argv=command).text  # (printable already)
     print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {printable(job_id)}_{number} on "
-          f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {printable(ran)}",
+          f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {ran}",
           file=sys.stderr, flush=True)
     # The shell after gpulaunch, its line filled in; the words as written, for the launch to fill.
     words = (*command[:2], placeholders.protect(command[2])) if job.shell else job.argv

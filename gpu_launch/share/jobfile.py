@@ -117,6 +117,16 @@ class JobState:
         return printable(command_text(self.argv))
 
     @property
+    def holder(self) -> tuple[str, ...]:
+        """The command to name in its lock files (``gpulaunch ls``): a line the shell execs, as its own words."""
+        if self.argv is not None and self.job.execs:
+            try:
+                return tuple(split_words(self.argv[2].removeprefix("exec ")))
+            except ValueError:
+                pass
+        return self.argv if self.argv is not None else self.job.argv
+
+    @property
     def seconds(self) -> float | None:
         if self.started is None:
             return None

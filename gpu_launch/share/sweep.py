@@ -151,7 +151,7 @@ class Shared:
     def join(self, state: JobState) -> None:
         for uuid in state.uuids:
             self.jobs[uuid].append(state)
-            write_holder(self.fds[uuid], state.proc.pid, state.argv or ())  # the newest job is the one `ls` names
+            write_holder(self.fds[uuid], state.proc.pid, state.holder)  # the newest job is the one `ls` names
 
     def leave(self, state: JobState) -> None:
         """A job ended: a GPU none of its jobs uses any more is given back."""
@@ -162,7 +162,7 @@ class Shared:
             if state in jobs:
                 jobs.remove(state)
             if jobs:
-                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].argv or ())
+                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder)
         self.drop_idle()
 
     def drop_idle(self) -> None:
@@ -268,8 +268,8 @@ class Scheduler:
         fresh = True  # GPUs no job of ours holds may still be had this round
         while self.pending:
             if self.max_running is not None and len(self.running) >= self.max_running:
-                self.view.waiting(self, f"waiting: {len(self.running)} jobs running, as many as --max-running "
-                                        f"{self.max_running} allows")
+                self.view.waiting(self, lambda: f"waiting: {len(self.running)} jobs running, as many as "
+                                                f"--max-running {self.max_running} allows")
                 return
             behind = 0
             if fresh:
@@ -301,7 +301,7 @@ class Scheduler:
                 assert machine is not None
                 self._start(self.pending.popleft(), devices, machine, None)
                 continue
-            self.view.waiting(self, self._why(machine, behind))
+            self.view.waiting(self, lambda: self._why(machine, behind))
             return
 
     def _why(self, machine: Machine | None, behind: int) -> str:
@@ -347,7 +347,7 @@ class Scheduler:
         finally:
             if fresh is not None:
                 if state.proc is not None:  # the job holds the locks too; name it, then let go of our copies
-                    fresh.record(state.proc.pid, state.argv or ())
+                    fresh.record(state.proc.pid, state.holder)
                 fresh.release()
             elif self.shared is not None:
                 if state.proc is not None:

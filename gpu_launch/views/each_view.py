@@ -14,6 +14,7 @@ tenth of a second under a minute. Only renders; :mod:`gpu_launch.commands.each` 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from gpu_launch.units import fmt_duration
@@ -197,9 +198,13 @@ class View:
             self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{after} (log {state.log or '–'})")
         self.refresh(scheduler, force=True)
 
-    def waiting(self, scheduler: Any, why: str) -> None:
+    def waiting(self, scheduler: Any, reason: Callable[[], str]) -> None:
         """Why the queued jobs wait (``waiting: all 8 GPUs in use by this sweep``, ``waiting for others'
-        GPUs: ...``): said once, and again only when the reason changes, not after every start."""
+        GPUs: ...``): said once, and again only when the reason changes, not after every start. The
+        reason is worked out only when it is shown (not with ``-q``)."""
+        if self.quiet:
+            return
+        why = reason()
         if why == self._last_waiting:
             return
         self._last_waiting = why
