@@ -107,17 +107,15 @@ class _Filler:
             head, eq, rest = word.partition("=") if previous != "--overrides" else ("", "", word)
             return head + eq + ";".join(self.word(part) for part in rest.split(";"))
         whole = _WHOLE.fullmatch(word)
-        if whole:
-            filled = self.group(*whole.groups(), word)
-            if filled is not None:
-                return filled
+        filled = self.group(whole.group(1), whole.group(2), whole.group(3), word) if whole else None
+        if filled is not None:
+            return filled
         key = _KEY.match(word)
-        if key:
-            value = _WHOLE.fullmatch(word, key.end())
-            if value:
-                filled = self.group(*value.groups(), word)
-                if filled is not None:
-                    return key.group() + filled
+        value = _WHOLE.fullmatch(word, key.end()) if key else None
+        if key and value:
+            filled = self.group(value.group(1), value.group(2), value.group(3), word)
+            if filled is not None:
+                return key.group() + filled
         return self.inside(word)
 
     def inside(self, text: str) -> str:
