@@ -105,12 +105,18 @@ def test_max_running_caps_a_local_sweep(tmp_path: Path, locks: Path) -> None:
 
 
 def test_gpus_is_the_set_the_sweep_may_use(tmp_path: Path, locks: Path) -> None:
-    jobs = tmp_path / "jobs.txt"
-    jobs.write_text("echo $GPULAUNCH_GPUS\n" * 6)
-    logs = tmp_path / "logs"
-    done = run(["--snapshot", "workstation-4x", "each", str(jobs), "--gpus", "1,3", "--log-dir", str(logs)], locks)
-    assert done.returncode == 0, done.stderr
-    assert {p.read_text().strip() for p in logs.glob("job-*.log")} == {"1", "3"}
+    jobs, rec = _recorder_jobs(tmp_path, 4)
+    sweep = start(["--snapshot", "workstation-4x", "each", str(jobs), "--gpus", "1,3", "--log-dir",
+                   str(tmp_path / "logs")], locks)
+    try:
+        wait_for(lambda: len(_up(rec)) == 2, what="2 jobs, on GPUs 1 and 3")
+        assert sorted(_up(rec).values()) == ["1", "3"]
+        (rec / "release-all").touch()
+        assert sweep.wait(timeout=60) == 0
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sorted(_up(rec).values()) in (["1", "1", "3", "3"], ["1", "1", "1", "3"], ["1", "3", "3", "3"])
     too_many = run(["--snapshot", "workstation-4x", "each", str(jobs), "--gpus", "1", "--gpus-per-job", "2"], locks)
     assert too_many.returncode == 4, too_many.stderr
     assert "--gpus-per-job 2: --gpus gives the sweep 1 GPU (hint: ask for at most 1 GPUs per job)" in too_many.stderr
