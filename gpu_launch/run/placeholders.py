@@ -61,12 +61,13 @@ _BY_NAME = {p.name: p for p in PLACEHOLDERS}
 NAMES = tuple(p.name for p in PLACEHOLDERS if not p.filled_when)  # every launch and job fills these
 MODEL_NAMES = tuple(p.name for p in PLACEHOLDERS if p.filled_when == _MODEL)
 
+# Compiled on first use (re caches them), i.e. only for a word with a brace in it.
 #: ``{name}`` with any number of braces; a ``$`` before it makes it the shell's ``${name}``
-_GROUP = re.compile(r"(\$?)(\{+)([A-Za-z_][A-Za-z0-9_]*)(\}+)")
-_WHOLE = re.compile(r"(\{+)([A-Za-z_][A-Za-z0-9_]*)(\}+)")
+_GROUP = r"(\$?)(\{+)([A-Za-z_][A-Za-z0-9_]*)(\}+)"
+_WHOLE = r"(\{+)([A-Za-z_][A-Za-z0-9_]*)(\}+)"
 #: ``KEY=`` of an option (``--tp=``), a variable (``NPROC=``) or a dotted key (``trainer.devices=``, ``+x.y=``)
-_KEY = re.compile(r"(?:--?|\+\+?)?[A-Za-z_][A-Za-z0-9_.-]*=")
-_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]+|\{+[A-Za-z_][A-Za-z0-9_]*\}+", re.ASCII)
+_KEY = r"(?:--?|\+\+?)?[A-Za-z_][A-Za-z0-9_.-]*="
+_SHELL_SAFE = r"(?a:[\w@%+=:,./-]+|\{+[A-Za-z_][A-Za-z0-9_]*\}+)"
 _SHOWN = 40  # characters of a refused word shown in the error line
 
 
@@ -103,15 +104,17 @@ class _Filler:
         return self.values[name]
 
     def word(self, word: str, previous: str | None = None) -> str:
+        if "{" not in word:
+            return word
         if previous == "--overrides" or word.startswith("--overrides="):  # MLC-LLM: "k={tp};k2={ctx}"
             head, eq, rest = word.partition("=") if previous != "--overrides" else ("", "", word)
             return head + eq + ";".join(self.word(part) for part in rest.split(";"))
-        whole = _WHOLE.fullmatch(word)
+        whole = re.fullmatch(_WHOLE, word)
         filled = self.group(whole.group(1), whole.group(2), whole.group(3), word) if whole else None
         if filled is not None:
             return filled
-        key = _KEY.match(word)
-        value = _WHOLE.fullmatch(word, key.end()) if key else None
+        key = re.match(_KEY, word)
+        value = re.compile(_WHOLE).fullmatch(word, key.end()) if key else None
         if key and value:
             filled = self.group(value.group(1), value.group(2), value.group(3), word)
             if filled is not None:
@@ -135,7 +138,7 @@ class _Filler:
                                       f"{{{{{name}}}}} is a literal {{{name}}}")
             return opening[1:] + name + closing[1:]
 
-        return _GROUP.sub(one, text) if "{" in text else text
+        return re.sub(_GROUP, one, text) if "{" in text else text
 
 
 def _unfilled(name: str, word: str) -> Unfilled:
@@ -196,10 +199,10 @@ def _shell_word(word: str, was: str) -> str:
     """``word`` quoted for the shell; a ``KEY=`` kept outside the quotes (``NPROC={n}`` stays an assignment)."""
     import shlex
 
-    key = _KEY.match(was)
+    key = re.match(_KEY, was)
     head = key.group() if key and word.startswith(key.group()) else ""
     value = word[len(head):]
-    return head + (value if _SHELL_SAFE.fullmatch(value) else shlex.quote(value))
+    return head + (value if re.fullmatch(_SHELL_SAFE, value) else shlex.quote(value))
 
 
 def protect(text: str) -> str:
@@ -211,4 +214,4 @@ def protect(text: str) -> str:
             return m.group()
         return "{" + opening + name + closing + "}"
 
-    return _GROUP.sub(one, text)
+    return re.sub(_GROUP, one, text)

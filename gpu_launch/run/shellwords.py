@@ -19,9 +19,11 @@ __all__ = ["Word", "words", "one_command", "SPECIAL"]
 
 #: Characters that end a word outside quotes (blanks and the shell's operator characters).
 SPECIAL = frozenset(" \t\n;&|()<>")
-_PLAIN = re.compile(r"[^ \t\n;&|()<>'\"\\$`]+")
-_IN_DOUBLE = re.compile(r'[^"\\$`]+')
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]")
+_NOT_PLAIN = frozenset(";&|()<>'\"\\$`#\n")  # a line with none of these is words between blanks
+# Compiled on first use (re caches them): a sweep of plain lines never pays for them.
+_PLAIN = r"[^ \t\n;&|()<>'\"\\$`]+"
+_IN_DOUBLE = r'[^"\\$`]+'
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,13 @@ def words(line: str) -> list[Word]:
     unclosed quote or a trailing backslash, as the job file's own splitting raises."""
     found: list[Word] = []
     pos, end = 0, len(line)
+    if _NOT_PLAIN.isdisjoint(line):  # the usual `python train.py --lr 1e-3`: no quoting, no operator
+        for word in line.replace("\t", " ").split(" "):
+            if word:
+                found.append(Word(pos, pos + len(word), word))
+            pos += len(word) + 1
+        return found
+    plain_run = re.compile(_PLAIN)
     while pos < end:
         ch = line[pos]
         if ch in SPECIAL:
@@ -64,7 +73,7 @@ def words(line: str) -> list[Word]:
                 literal = False
                 pos = _expansion(line, pos)
             else:
-                run = _PLAIN.match(line, pos)
+                run = plain_run.match(line, pos)
                 assert run is not None
                 parts.append(run.group())
                 pos = run.end()
@@ -87,8 +96,9 @@ def _double_quoted(line: str, pos: int, parts: list[str]) -> tuple[int, bool]:
     no expansion. Inside, a backslash quotes only ``$ ` " \\`` (and a newline)."""
     plain = True
     end = len(line)
+    in_double = re.compile(_IN_DOUBLE)
     while True:
-        run = _IN_DOUBLE.match(line, pos)
+        run = in_double.match(line, pos)
         if run:
             parts.append(run.group())
             pos = run.end()
@@ -121,7 +131,7 @@ def _expansion(line: str, pos: int) -> int:
         return _balanced(line, pos + 1, "(", ")")
     if nxt == "{":
         return _balanced(line, pos + 1, "{", "}")
-    name = _NAME.match(line, pos + 1)
+    name = re.compile(_NAME).match(line, pos + 1)
     return name.end() if name else pos + 1  # a lone $ stands for itself
 
 

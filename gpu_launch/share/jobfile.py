@@ -70,7 +70,8 @@ class Job:
         except ValueError:
             return None
         word = first[0].value if first and first[0].start == 0 else None  # (a line that starts with ( or >: the shell's)
-        if not word or word in _SHELL_WORDS or _ASSIGNMENT.match(word):
+        name, eq, _ = word.partition("=") if word else ("", "", "")
+        if not word or word in _SHELL_WORDS or eq and name.isascii() and name.isidentifier():  # (NAME=…: an assignment)
             return None
         return word
 
@@ -155,7 +156,6 @@ _SHELL_WORDS = frozenset("""! { } case do done elif else esac fi for if in then 
     . : break continue eval exec exit export readonly return set shift times trap unset
     alias bg cd command false fc fg getopts hash jobs kill newgrp pwd read true type ulimit umask unalias wait
     echo printf test [ local source""".split())
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 _PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no placeholder
 
