@@ -21,9 +21,11 @@ as ``>``, ``|``, ``&&`` between words), and a replaced word is written back quot
 
 ``{n}`` is the number of devices chosen, ``{gpus}`` the logical list the command sees, ``0,1,…,n-1``
 (CUDA numbers them from 0 inside CUDA_VISIBLE_DEVICES; the physical numbers are in GPULAUNCH_GPUS).
-With ``--fit MODEL`` the plan fills ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``,
-``{gpu_mem_util}`` and ``{max_memory}``; without a model a command that uses them is refused. A new
-placeholder is one more row of :data:`PLACEHOLDERS`, saying what fills it.
+With ``--fit MODEL`` the plan fills ``{tp}``, ``{pp}``, ``{gpu_layers}``, ``{tensor_split}``,
+``{ctx}``, ``{gpu_mem_util}`` and ``{max_memory}``; with ``--nodes`` each node fills ``{nnodes}``,
+``{node_rank}``, ``{head_addr}``, ``{head_port}`` and ``{pp}``. Where nothing fills one, a command
+that uses it is refused (:class:`Unfilled`, saying what would). A new placeholder is one more row of
+:data:`PLACEHOLDERS`, saying what fills it.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from collections.abc import Collection, Mapping, Sequence
 from gpu_launch.errors import UsageError
 from gpu_launch.records import dataclass
 
-__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "Unfilled", "substitute", "substitute_shell",
-           "check", "check_shell", "protect"]
+__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "Unfilled", "substitute",
+           "substitute_shell", "check", "check_shell", "protect", "names_used", "model_names_used", "node_names_used"]
 
 
 @dataclass(frozen=True)
@@ -47,19 +49,26 @@ class Placeholder:
 
 
 _MODEL = "--fit names a model"
+_NODES = "--nodes is given"
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("n", "the number of GPUs chosen"),
     Placeholder("gpus", "the logical list the command sees, 0,1,…,n-1"),
     Placeholder("tp", "tensor-parallel size", _MODEL),
+    Placeholder("pp", "pipeline stages (the plan's; with --nodes, one a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("gpu_layers", "llama.cpp -ngl: layers on the GPUs, the output layer counting as one", _MODEL),
     Placeholder("tensor_split", "layers per GPU (llama.cpp -ts)", _MODEL),
     Placeholder("ctx", "the context sized for", _MODEL),
     Placeholder("gpu_mem_util", "vLLM's --gpu-memory-utilization", _MODEL),
     Placeholder("max_memory", "Accelerate's max_memory map as JSON, by the child's device numbers", _MODEL),
+    Placeholder("nnodes", "the nodes of a --nodes run", _NODES),
+    Placeholder("node_rank", "this node's rank, from 0", _NODES),
+    Placeholder("head_addr", "the head node's address", _NODES),
+    Placeholder("head_port", "the head node's port", _NODES),
 )
 _BY_NAME = {p.name: p for p in PLACEHOLDERS}
 NAMES = tuple(p.name for p in PLACEHOLDERS if not p.filled_when)  # every launch and job fills these
-MODEL_NAMES = tuple(p.name for p in PLACEHOLDERS if p.filled_when == _MODEL)
+MODEL_NAMES = tuple(p.name for p in PLACEHOLDERS if _MODEL in p.filled_when)  # the plan's (--fit MODEL)
+NODE_NAMES = tuple(p.name for p in PLACEHOLDERS if p.filled_when == _NODES)  # a node's own (--nodes); {pp} too
 
 # Compiled on first use (re caches them), i.e. only for a word with a brace in it.
 #: ``{name}`` with any number of braces; a ``$`` before it makes it the shell's ``${name}``
@@ -79,9 +88,10 @@ class Unfilled(UsageError):
         self.name = name
 
 
-def _values(count: int, model: Mapping[str, str] | None) -> dict[str, str]:
+def _values(count: int, *more: Mapping[str, str] | None) -> dict[str, str]:
     values = {"n": str(count), "gpus": ",".join(str(i) for i in range(count))}
-    values.update((k, v) for k, v in (model or {}).items() if k in _BY_NAME and k not in values)
+    for given in more:
+        values.update((k, v) for k, v in (given or {}).items() if k in _BY_NAME and k not in NAMES)
     return values
 
 
@@ -92,6 +102,7 @@ class _Filler:
     def __init__(self, values: Mapping[str, str], what: str = "argument") -> None:
         self.values = values
         self.what = what  # "argument" or "word", for the error line
+        self.used: list[str] = []  # the names filled, in order
 
     def group(self, opening: str, name: str, closing: str, whole: str) -> str | None:
         """A whole ``{…name…}`` filled; None when it is no placeholder (unknown name, unbalanced)."""
@@ -101,6 +112,7 @@ class _Filler:
             return opening[1:] + name + closing[1:]  # {{n}} -> {n}: one level of escape off
         if name not in self.values:
             raise _unfilled(name, whole)
+        self.used.append(name)
         return self.values[name]
 
     def word(self, word: str, previous: str | None = None) -> str:
@@ -147,22 +159,43 @@ def _unfilled(name: str, word: str) -> Unfilled:
                     hint=f"write {{{{{name}}}}} for a literal {{{name}}}", name=name)
 
 
-def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """``argv`` with its placeholders filled for ``count`` chosen devices and the plan's values
-    (``model``: ``{"tp": "4", ...}``) when a model sized the choice. The program name is kept."""
+def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None,
+               nodes: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``argv`` with its placeholders filled for ``count`` chosen devices, the plan's values (``model``:
+    ``{"tp": "4", ...}``) when a model sized the choice, and a node's place in a ``--nodes`` run
+    (``nodes``: ``{"node_rank": "1", ...}``). The program name is kept."""
     if not argv:
         return tuple(argv)
-    filler = _Filler(_values(count, model))
+    return _fill_words(argv, _Filler(_values(count, model, nodes)))
+
+
+def _fill_words(argv: Sequence[str], filler: _Filler) -> tuple[str, ...]:
     return (argv[0], *(filler.word(arg, argv[i - 1] if i > 1 else None) for i, arg in enumerate(argv[1:], start=1)))
 
 
 def check(argv: Sequence[str], filled: Collection[str] = NAMES) -> None:
     """Refuse (UsageError, exit 2) a command whose placeholders would not all be filled: one inside
     an argument, or one in the table that nothing in ``filled`` fills (:class:`Unfilled`)."""
-    substitute_with = {name: "0" for name in filled}
-    filler = _Filler(substitute_with)
-    for i, arg in enumerate(argv[1:], start=1):
-        filler.word(arg, argv[i - 1] if i > 1 else None)
+    if argv:
+        _fill_words(argv, _Filler({name: "0" for name in filled}))
+
+
+def names_used(argv: Sequence[str]) -> tuple[str, ...]:
+    """The placeholders ``argv`` uses where they are filled (whole, ``KEY={name}``, MLC's overrides), in order."""
+    filler = _Filler({p.name: "0" for p in PLACEHOLDERS})
+    if argv:
+        _fill_words(argv, filler)
+    return tuple(filler.used)
+
+
+def model_names_used(argv: Sequence[str]) -> tuple[str, ...]:
+    """The plan's placeholders (``{tp}``...) ``argv`` uses: they need ``--fit MODEL``."""
+    return tuple(name for name in names_used(argv) if name in MODEL_NAMES)
+
+
+def node_names_used(argv: Sequence[str]) -> tuple[str, ...]:
+    """A node's placeholders (``{node_rank}``...) ``argv`` uses: they need ``--nodes``."""
+    return tuple(name for name in names_used(argv) if name in NODE_NAMES)
 
 
 def substitute_shell(text: str, count: int, model: Mapping[str, str] | None = None) -> str:
