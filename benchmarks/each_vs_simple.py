@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""`gpulaunch each` against `simple_gpu_scheduler` on the same sweep (issue 20 item 14).
+"""`gpulaunch each` against `simple_gpu_scheduler` on the same sweep (issue 20 item 14, issue 26 item 3).
 
     python benchmarks/each_vs_simple.py [--jobs 48] [--job 0.5] [--runs 5] [--json FILE] [--repo CHECKOUT]
 
 The sweep: ``--jobs`` × ``sleep JOB`` over the 8 idle GPUs of the bundled ``dgx1-v100`` machine
 (``--snapshot``, so no GPU is needed), in a private lock directory. ``gpulaunch each`` reads the job
-file; ``simple_gpu_scheduler --gpus 0 … 7`` (PyPI ``simple-gpu-scheduler``: it reads commands on stdin
-and runs each through a shell on a free GPU) gets the same lines. Each of ``--runs`` pairs runs both,
-alternating which goes first; reported: the median wall time of each, and their ratio (target: gpulaunch
-≤ 1.05 × simple_gpu_scheduler; the ideal is jobs / 8 × JOB seconds). ``--repo`` measures another
-checkout's gpulaunch (e.g. the main branch, for before/after numbers).
+file and runs each line through ``/bin/sh -c``, as ``simple_gpu_scheduler --gpus 0 … 7`` (PyPI
+``simple-gpu-scheduler``: it reads commands on stdin and runs each through a shell on a free GPU) does
+with the same lines; ``gpulaunch each --no-shell`` (direct exec, no shell in between) is timed too where
+the checkout has it. Each of ``--runs`` rounds runs all of them, rotating which goes first; reported: the
+median wall time of each, and the ratios (target: gpulaunch each, shell in between, ≤ 1.05 ×
+simple_gpu_scheduler; the ideal is jobs / 8 × JOB seconds). ``--repo`` measures another checkout's
+gpulaunch (e.g. the main branch, for before/after numbers; before issue 26 its `each` had no shell).
 
 Skips (exit 0, saying why) when ``simple_gpu_scheduler`` is not installed. Standard library only.
 """
@@ -32,7 +34,7 @@ SNAPSHOT = "dgx1-v100"  # 8 idle GPUs
 GPUS = 8
 TARGET_RATIO = 1.05
 
-__all__ = ["pair", "main", "TARGET_RATIO"]
+__all__ = ["one_round", "main", "TARGET_RATIO"]
 
 
 def _timed(argv: list[str], env: dict[str, str], cwd: str, stdin: str | None = None) -> float:
@@ -47,9 +49,17 @@ def _timed(argv: list[str], env: dict[str, str], cwd: str, stdin: str | None = N
     return wall
 
 
-def pair(jobs: int, job: float, repo: Path, simple: str, gpulaunch_first: bool) -> tuple[float, float]:
-    """One run of each scheduler on the same sweep: (gpulaunch seconds, simple_gpu_scheduler seconds)."""
+def _has_no_shell(repo: Path) -> bool:
+    """Whether ``repo``'s `each` takes --no-shell (a checkout from before issue 26 runs lines without a shell)."""
+    done = subprocess.run([sys.executable, "-m", "gpu_launch", "help", "each"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(repo)}, cwd=tempfile.gettempdir(), timeout=60)
+    return "--no-shell" in done.stdout
+
+
+def one_round(jobs: int, job: float, repo: Path, simple: str, order: tuple[str, ...]) -> dict[str, float]:
+    """Each of ``order`` (``each``, ``each --no-shell``, ``simple``) once on the same sweep: name -> seconds."""
     lines = f"sleep {job}\n" * jobs
+    times: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="each-vs-simple-") as tmp:
         job_file = Path(tmp, "jobs.txt")
         job_file.write_text(lines)
@@ -61,16 +71,14 @@ def pair(jobs: int, job: float, repo: Path, simple: str, gpulaunch_first: bool) 
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("GPULAUNCH_", "CUDA_", "SLURM_")) and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(GPULAUNCH_CONFIG="", GPULAUNCH_LOCK_DIR=str(locks), PYTHONPATH=str(repo))
-        ours = [sys.executable, "-m", "gpu_launch", "--snapshot", SNAPSHOT, "each", str(job_file), "-q",
-                "--log-dir", str(Path(tmp, "logs"))]
-        theirs = [simple, "--gpus", *map(str, range(GPUS))]
-        if gpulaunch_first:
-            a = _timed(ours, env, tmp)
-            b = _timed(theirs, env, tmp, lines)
-        else:
-            b = _timed(theirs, env, tmp, lines)
-            a = _timed(ours, env, tmp)
-    return a, b
+        for name in order:
+            if name == "simple":
+                times[name] = _timed([simple, "--gpus", *map(str, range(GPUS))], env, tmp, lines)
+                continue
+            ours = [sys.executable, "-m", "gpu_launch", "--snapshot", SNAPSHOT, "each", str(job_file), "-q",
+                    "--log-dir", str(Path(tmp, f"logs-{len(times)}")), *name.split()[1:]]
+            times[name] = _timed(ours, env, tmp)
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,23 +93,33 @@ def main(argv: list[str] | None = None) -> int:
     if simple is None:
         print("skipped: simple_gpu_scheduler is not installed (pip install simple-gpu-scheduler)")
         return 0
-    pair(GPUS, 0.0, args.repo, simple, True)  # warm-up: bytecode written, files in the page cache
-    ours, theirs = [], []
+    names = ["each", "simple", *(["each --no-shell"] if _has_no_shell(args.repo) else [])]
+    one_round(GPUS, 0.0, args.repo, simple, tuple(names))  # warm-up: bytecode written, files in the page cache
+    times: dict[str, list[float]] = {name: [] for name in names}
     for run in range(args.runs):
-        a, b = pair(args.jobs, args.job, args.repo, simple, gpulaunch_first=run % 2 == 0)
-        ours.append(a)
-        theirs.append(b)
-        print(f"run {run + 1}: gpulaunch each {a:.3f} s, simple_gpu_scheduler {b:.3f} s")
+        order = tuple(names[run % len(names):] + names[:run % len(names)])  # who goes first rotates
+        got = one_round(args.jobs, args.job, args.repo, simple, order)
+        for name in names:
+            times[name].append(got[name])
+        print(f"run {run + 1}: " + ", ".join(f"{_label(name)} {got[name]:.3f} s" for name in names))
+    median = {name: statistics.median(values) for name, values in times.items()}
     result = {"jobs": args.jobs, "job_s": args.job, "gpus": GPUS, "ideal_s": args.jobs / GPUS * args.job,
-              "gpulaunch_median_s": statistics.median(ours), "simple_median_s": statistics.median(theirs),
-              "gpulaunch_s": ours, "simple_s": theirs}
+              "shell": "each --no-shell" in names, "gpulaunch_median_s": median["each"],
+              "simple_median_s": median["simple"], "gpulaunch_s": times["each"], "simple_s": times["simple"]}
     result["ratio"] = result["gpulaunch_median_s"] / result["simple_median_s"]
-    print(f"median: gpulaunch each {result['gpulaunch_median_s']:.3f} s, simple_gpu_scheduler "
-          f"{result['simple_median_s']:.3f} s, ratio {result['ratio']:.3f} (target ≤ {TARGET_RATIO}; ideal "
-          f"{result['ideal_s']:.1f} s)")
+    if "each --no-shell" in names:
+        result.update(no_shell_median_s=median["each --no-shell"], no_shell_s=times["each --no-shell"],
+                      no_shell_ratio=median["each --no-shell"] / median["simple"])
+    print("median: " + ", ".join(f"{_label(name)} {median[name]:.3f} s" for name in names) +
+          f"; ratio {result['ratio']:.3f} (target ≤ {TARGET_RATIO}; ideal {result['ideal_s']:.1f} s)" +
+          (f", --no-shell {result['no_shell_ratio']:.3f}" if "no_shell_ratio" in result else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def _label(name: str) -> str:
+    return {"each": "gpulaunch each", "simple": "simple_gpu_scheduler"}.get(name, f"gpulaunch {name}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
+        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
@@ -98,7 +98,7 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
+        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
             :  # a free value (a count, a size): nothing to offer
             return ;;
         --wait|--watch)
@@ -120,9 +120,9 @@ _gpulaunch() {
         topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        each) opts="--min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        each) opts="--gpus -g --min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         submit) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
@@ -130,7 +130,7 @@ _gpulaunch() {
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return

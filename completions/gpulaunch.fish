@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
+            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
                 set i (math $i + 2); continue
             case --wait --watch
                 # the next word is the timeout only if it is a duration
@@ -91,7 +91,7 @@ end
 complete -c gpulaunch -n 'not __gpulaunch_in_command' -f
 complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_command)'
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check each env plan run submit' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); each: the GPUs the sweep may use'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
@@ -110,6 +110,8 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config run submit' -l no-lock -d
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env ls plan run submit' -l lock-dir -x -a '(__fish_complete_directories)' -d 'where reservations live, shared by all users [env GPULAUNCH_LOCK_DIR, default /tmp/gpulaunch-locks]'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l gpus-per-job -x -d 'each: GPUs per job (default 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l log-dir -x -a '(__fish_complete_directories)' -d 'each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP); --nodes: the batch script, the nodes\' logs and the head\'s address (a directory every node sees)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l jobs-per-gpu -x -d 'each: up to K jobs share one GPU, which stays reserved for the sweep while any of them runs (default 1)'
+complete -c gpulaunch -n '__gpulaunch_option_ok each' -l no-shell -d 'each: run each line\'s words directly instead of through /bin/sh -c (no redirections, pipes or &&)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l nodes -x -d 'run COMMAND over N nodes: with --slurm, submit it; inside a Slurm step (srun), or with --node-rank and --head, be one of them. Each node chooses and reserves its GPUs, and the engine gets its own rank, head and port flags ({nnodes} {node_rank} {head_addr} {head_port} {pp} for other commands)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run submit' -l gpus-per-node -x -d '--nodes: GPUs on each node (default: every GPU the node\'s allotment holds); --fit MODEL, plan: a node has G GPUs like this machine\'s (default: all of them), and a model one such node cannot hold is planned over N nodes (tp within, pp across)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l node-rank -x -d '--nodes by hand (no Slurm): this machine\'s rank, 0 (the head) to N-1'
@@ -117,7 +119,7 @@ complete -c gpulaunch -n '__gpulaunch_option_ok run' -l head -x -d '--nodes by h
 complete -c gpulaunch -n '__gpulaunch_option_ok each run' -l slurm -d 'each: submit the jobs to Slurm as one job array instead of running them here; each task runs its line through `gpulaunch --auto K` inside its allocation. --nodes N: submit one job of N nodes, one gpulaunch node task a node'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l partition -x -d '--slurm: the Slurm partition (sbatch --partition)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l time -x -d '--slurm: each job\'s time limit: 30m, 2h, 1d, or Slurm\'s own 1-12:00:00'
-complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each --slurm: at most K jobs of the array at once (--array=1-M%K)'
+complete -c gpulaunch -n '__gpulaunch_option_ok config each' -l max-running -x -d 'each: at most K jobs at once (--slurm: --array=1-M%K)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l sbatch-arg -x -d '--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab --sbatch-arg=--qos=high)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each log run' -l follow -s f -d '--slurm: after submitting, follow the jobs until they end, with the live view and summary of a local `each` (same as --wait); log: follow the job\'s log until the job ends'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l cancel-on-interrupt -d '--slurm --follow: Ctrl-C cancels the job (scancel) without asking; without it, only a terminal is asked'

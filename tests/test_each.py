@@ -143,7 +143,7 @@ def test_ctrl_c_stops_launching_and_forwards_to_running_jobs(tmp_path: Path, loc
     assert "not started" in sweep.stdout.read()
 
 
-def test_parse_jobs_splits_like_a_shell_without_one() -> None:
+def test_parse_jobs_splits_like_a_shell() -> None:
     jobs = parse_jobs("a 'b c' $HOME\n\n  # comment\nd  # trailing\n", "f")
     assert [(j.number, j.line, j.argv) for j in jobs] == [(1, 1, ("a", "b c", "$HOME")), (2, 4, ("d",))]
     with pytest.raises(UsageError, match="f, line 2: cannot split"):
@@ -159,7 +159,8 @@ def test_each_help_lists_its_options() -> None:
     result = run(["help", "each"])
     assert result.returncode == 0
     assert "--gpus-per-job K" in result.stdout and "--log-dir DIR" in result.stdout and "--min-free" in result.stdout
-    assert "--gpus SPEC" not in result.stdout
+    for option in ("--gpus, -g SPEC", "--jobs-per-gpu K", "--max-running K", "--no-shell"):  # issue 26 item 3
+        assert option in result.stdout
 
 
 def test_each_stays_inside_the_parents_visible_gpus(tmp_path: Path, locks: Path) -> None:

@@ -52,7 +52,8 @@ def test_each_json_is_a_summary_document(tmp_path: Path) -> None:
     assert doc["schema"] == 1 and doc["slurm_job_id"] is None and doc["log_dir"] == str(tmp_path / "logs")
     assert doc["counts"] == {"done": 1, "running": 0, "queued": 0, "failed": 2, "not_started": 0}
     first, second, third = doc["jobs"]
-    assert first["argv"] == ["sh", "-c", 'echo "$@"', "job", "--ngpu", "2", "--devices", "0,1", "--literal", "{n}"]
+    # The line ran through the shell (exec'd by it: one command), placeholders filled in
+    assert first["argv"] == ["/bin/sh", "-c", "exec sh -c 'echo \"$@\"' job --ngpu 2 --devices 0,1 --literal {n}"]
     assert (first["job"], first["line"], first["status"], first["exit_code"], first["signal"]) == (1, 1, "done", 0, None)
     assert len(first["gpus"]) == 2 and first["log"] == str(tmp_path / "logs" / "job-1.log")
     assert first["seconds"] is not None and first["seconds"] >= 0

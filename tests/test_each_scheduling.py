@@ -37,7 +37,8 @@ def test_each_waits_for_gpus_free_for_its_jobs_and_says_so(tmp_path: Path, locks
     assert done.returncode == 0, done.stderr
     used = _gpus(logs)
     assert len(used) == 8 and not {"0", "1"} & set(used), used  # was: jobs 7 and 8 on alice's GPUs 0, 1
-    assert "waiting for GPUs: need 1 GPU not busy or full with others' work" in done.stderr
+    assert "waiting for others' GPUs: need 1 GPU not busy or full with others' work; 6 of 8 in use by this sweep" \
+        in done.stderr
 
 
 def test_max_util_100_is_the_users_choice_to_take_busy_gpus(tmp_path: Path, locks: Path) -> None:
@@ -77,14 +78,14 @@ def test_wait_under_auto_waits_for_gpus_free_for_it_and_says_which_are_busy(lock
 # --- issue 20 item 14: jobs are reaped the moment they end ------------------------------------------
 
 def test_the_scheduler_wakes_when_a_job_ends_not_at_a_polling_tick() -> None:
-    """The loop sleeps in `_Signals.wait` until a signal: a job's end (SIGCHLD) wakes it at once.
+    """The loop sleeps in `Signals.wait` until a signal: a job's end (SIGCHLD) wakes it at once.
     (Before, it slept a fixed 0.1 s between checks, and ~0.2 s after the last job.)"""
     import subprocess
     import time
 
-    from gpu_launch.commands.each import _Signals
+    from gpu_launch.share.sweep import Signals
 
-    with _Signals() as signals:
+    with Signals() as signals:
         job = subprocess.Popen(["sleep", "0.2"])
         started = time.monotonic()
         signals.wait(30.0)  # returns on the SIGCHLD, long before the timeout

@@ -221,7 +221,8 @@ def test_follow_json_shows_what_each_task_ran_and_quiet_prints_the_id(cluster: s
     job_id = doc["slurm_job_id"]
     assert re.search(rf"as Slurm job array {job_id} ", proc.stderr)
     first, second = doc["jobs"]
-    assert first["argv"][-4:] == ["0", "2", "--devices", "0,1"]  # PROBE 0 {n} --devices {gpus}
+    assert first["argv"][:2] == ["/bin/sh", "-c"]  # the line through the shell, after the task's gpulaunch
+    assert first["argv"][2].endswith(" 0 2 --devices 0,1")  # PROBE 0 {n} --devices {gpus}
     assert (first["status"], first["exit_code"], first["node"]) == ("done", 0, cluster.node)
     assert len(first["gpus"]) == 2 and first["log"] == str(logs / "job-1.log")
     assert (second["status"], second["exit_code"]) == ("failed", 4)
@@ -234,6 +235,28 @@ def test_follow_json_shows_what_each_task_ran_and_quiet_prints_the_id(cluster: s
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert re.fullmatch(r"\d+\n", quiet.stdout), quiet.stdout
     subprocess.run(["scancel", quiet.stdout.strip()], env={**os.environ, **cluster.env}, timeout=60)
+
+
+def test_each_task_runs_its_line_through_the_shell_after_gpulaunch(cluster: slurm_cluster.Cluster,
+                                                                   tmp_path: Path) -> None:
+    """Issue 26 item 3 on Slurm: `gpulaunch --auto N -- /bin/sh -c LINE`, LINE filled in for N GPUs; --no-shell: words."""
+    (tmp_path / "sub dir").mkdir()
+    jobs = _sweep(tmp_path, ["cd 'sub dir' && NPROC={n} PROBE 0 {n} > probe.txt; echo '{{n}}' {gpus} >> probe.txt",
+                             "echo {n} > out.txt"])
+    logs = tmp_path / "logs"
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--gpus-per-job", "2", "--follow", "--log-dir", str(logs)),
+                          env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    probe, literal = (tmp_path / "sub dir" / "probe.txt").read_text().splitlines()
+    assert json.loads(probe[6:])["n"] == "2" and literal == "{n} 0,1"
+    assert (tmp_path / "out.txt").read_text() == "2\n"
+    assert "gpulaunch: CUDA_VISIBLE_DEVICES=" in (logs / "job-1.log").read_text()  # gpulaunch chose, then the shell ran
+
+    (tmp_path / "direct.txt").write_text("echo {n} > out.txt\n")
+    direct = subprocess.run(gl("each", "direct.txt", "--slurm", "--no-shell", "--follow", "--log-dir", str(tmp_path / "d")),
+                            env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert direct.returncode == 0, direct.stderr
+    assert "1 > out.txt" in (tmp_path / "d" / "job-1.log").read_text()  # the words, exec'd: no redirection
 
 
 def test_sbatch_args_that_replace_the_work_never_reach_slurm(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_launch.run import placeholders
 from gpu_launch.share.jobfile import Job, JobState
 from gpu_launch.cluster.submitting import Submitted, cancel, require
 from gpu_launch.cluster.task import read_record
@@ -223,7 +222,7 @@ class Follower:
 
     def _ran(self, state: JobState) -> tuple[str, ...]:
         """The command the task ran: its ``gpulaunch --auto K`` replaced ``{n}`` and ``{gpus}`` for K GPUs."""
-        return placeholders.substitute(state.job.argv, self.submitted.request.gpus_per_job)
+        return state.job.command(self.submitted.request.gpus_per_job)
 
 
 def follow(follower: Follower, timeout: float | None, cancel_on_interrupt: bool, can_ask: bool) -> str:

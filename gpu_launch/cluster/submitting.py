@@ -1,10 +1,11 @@
 """Submitting ``gpulaunch each --slurm``'s job array: the time limit, the job-file copy, sbatch's arguments.
 
-The validated jobs are written, one normalised line each (``shlex.join``, placeholders as written,
-which the job file's splitting reads back to the same argv), to a copy of the job file in the log
-directory, and ``sbatch --array=1-M%K --gres=gpu:N`` gets a fixed batch script on stdin. The script
-holds no job line: it execs ``python -m gpu_launch __slurm-task COPY LOGDIR N`` (:mod:`.task`). No
-shell reads a job line. sbatch arguments that would replace that script or the array, or submit
+The validated jobs are written, one line each (shell text as written; with ``--no-shell`` normalised
+by ``shlex.join``, which the job file's splitting reads back to the same argv; placeholders as
+written either way), to a copy of the job file in the log directory, and ``sbatch --array=1-M%K
+--gres=gpu:N`` gets a fixed batch script on stdin. The script holds no job line: it execs
+``python -m gpu_launch __slurm-task COPY LOGDIR N [--no-shell]`` (:mod:`.task`); only the task's own
+``/bin/sh -c`` ever reads a job line. sbatch arguments that would replace that script or the array, or submit
 nothing, are refused before sbatch runs (:func:`check_extra`), so that nothing is ever reported
 done that did not run.
 """
@@ -106,6 +107,7 @@ class ArrayRequest:
     time: str | None = None
     extra: tuple[str, ...] = ()  # --sbatch-arg, last so that they win
     name: str = "gpulaunch-each"
+    shell: bool = True  # each line runs through /bin/sh -c (False: --no-shell)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ class Submitted:
 
 
 def write_job_copy(log_dir: str, jobs: Sequence[Job]) -> str:
-    """``LOGDIR/jobs.txt`` (jobs.1.txt, ... if taken): job N on line N, each line read back to the same argv."""
+    """``LOGDIR/jobs.txt`` (jobs.1.txt, ... if taken): job N on line N, each line read back to the same job
+    (shell text as written; with --no-shell, words that split back to the same argv)."""
     text = "".join(job.text + "\n" for job in jobs)  # ({n} as written: the task's launch replaces it)
     for attempt in range(1000):
         path = os.path.join(log_dir, "jobs.txt" if attempt == 0 else f"jobs.{attempt}.txt")
@@ -142,7 +145,8 @@ def sbatch_argv(req: ArrayRequest, sbatch: str = "sbatch") -> list[str]:
 
 def batch_script(req: ArrayRequest, python: str = sys.executable) -> str:
     """The batch script: a fixed exec of the task entry; the job lines stay in the copy, unread by any shell."""
-    argv = [python, "-m", "gpu_launch", "__slurm-task", req.job_file, req.log_dir, str(req.gpus_per_job)]
+    argv = [python, "-m", "gpu_launch", "__slurm-task", req.job_file, req.log_dir, str(req.gpus_per_job),
+            *([] if req.shell else ["--no-shell"])]
     return ("#!/bin/sh\n"
             "# gpulaunch each --slurm: array task N runs line N of the job file through `gpulaunch --auto "
             f"{req.gpus_per_job}`\n"

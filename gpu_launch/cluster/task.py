@@ -1,8 +1,12 @@
-"""The array task's side of ``gpulaunch each --slurm``: ``python -m gpu_launch __slurm-task COPY LOGDIR N``.
+"""The array task's side of ``gpulaunch each --slurm``: ``python -m gpu_launch __slurm-task COPY LOGDIR N [--no-shell]``.
 
 Each task reads line ``$SLURM_ARRAY_TASK_ID`` of the copy itself, opens ``LOGDIR/job-N.log`` (never
 overwriting), and runs the line through ``gpulaunch --auto N`` as a child, so the allocation's GPUs
-are subdivided by topology, the mapping is logged and ``{n}``/``{gpus}`` work. It writes a small JSON
+are subdivided by topology, the mapping is logged and ``{n}``/``{gpus}`` work. A shell line goes
+after gpulaunch: ``gpulaunch --auto N -- /bin/sh -c LINE``, LINE with ``{n}`` and ``{gpus}`` already
+filled in for N GPUs and quoted for the shell (and any literal ``{n}`` left in it escaped once more,
+:func:`~gpu_launch.run.placeholders.protect`, so that the launch's own filling gives it back); with
+``--no-shell`` the line's words go after ``--`` and the launch fills them. It writes a small JSON
 record in ``LOGDIR/.slurm/`` (where it ran, its GPUs, its exit code) for the follower to read.
 """
 
@@ -19,7 +23,7 @@ from typing import Any
 
 from gpu_launch.errors import UsageError
 from gpu_launch.run import placeholders
-from gpu_launch.share.jobfile import command_text, open_log, read_jobs
+from gpu_launch.share.jobfile import JobState, open_log, read_jobs
 from gpu_launch.text import printable
 
 __all__ = ["RECORDS", "record_path", "read_record", "task_main"]
@@ -64,16 +68,18 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     the child chooses within the allocation (the CUDA_VISIBLE_DEVICES slurmd set), reserves, tells the
     mapping (into the log) and execs the command. The child's status becomes this task's.
     """
-    if len(argv) != 3 or _small_number(argv[2]) is None:
-        raise UsageError("__slurm-task needs JOBFILE LOGDIR GPUS", hint="it is run by `gpulaunch each --slurm`")
-    job_file, log_dir, gpus = argv
+    shell = list(argv[3:]) != ["--no-shell"]
+    if len(argv) not in (3, 4) or len(argv) == 4 and shell or _small_number(argv[2]) is None:
+        raise UsageError("__slurm-task needs JOBFILE LOGDIR GPUS [--no-shell]",
+                         hint="it is run by `gpulaunch each --slurm`")
+    job_file, log_dir, gpus = argv[:3]
     task_text = environ.get("SLURM_ARRAY_TASK_ID", "")
     number = _small_number(task_text)
     if number is None:
         shown = repr(task_text[:40]) if task_text else "none"
         raise UsageError(f"__slurm-task runs inside a Slurm job array task (SLURM_ARRAY_TASK_ID: {shown})",
                          hint="it is run by `gpulaunch each --slurm`")
-    jobs, _ = read_jobs(job_file, None)  # the copy written at submission, read like any job file
+    jobs, _ = read_jobs(job_file, None, shell)  # the copy written at submission, read like any job file
     if not 1 <= number <= len(jobs):
         raise UsageError(f"{job_file}: no job {number} (it has {len(jobs)})")
     job = jobs[number - 1]
@@ -91,11 +97,14 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                               "gpus": allocation, "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
                               "started": time.time()}
     _write_record(where, record)
-    ran = command_text(placeholders.substitute(job.argv, int(gpus)))  # as the child's launch replaces them
+    command = job.command(int(gpus))  # as the child's launch fills them for N GPUs
+    ran = JobState(job, argv=command).text  # (printable already)
     print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {printable(job_id)}_{number} on "
-          f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {printable(ran)}",
+          f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {ran}",
           file=sys.stderr, flush=True)
-    child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *job.argv]
+    # The shell after gpulaunch, its line filled in; the words as written, for the launch to fill.
+    words = (*command[:2], placeholders.protect(command[2])) if job.shell else job.argv
+    child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *words]
     def forward(signum: int, frame: object) -> None:
         """``scancel --batch --signal=USR1``, sbatch's ``--signal=B:...``: only this shell's stand-in gets them."""
         try:

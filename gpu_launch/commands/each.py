@@ -1,26 +1,21 @@
 """``gpulaunch each``: run a list of commands, each on its own free GPUs, as GPUs free up.
 
-The job file has one command a line, split like a shell would split it (``shlex``) but never run
-through a shell; blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin.
+The job file has one command a line, run through ``/bin/sh -c`` as Slurm's ``--wrap`` and
+simple-gpu-scheduler do (redirections, ``cd … &&``, ``VAR=…``, pipes), ``{n}`` and ``{gpus}`` filled in
+and quoted for the shell; ``--no-shell`` splits it like a shell would (``shlex``) and execs the words.
+Blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin. Before anything is reserved,
+every line is checked: quotes closed, its program found (127/126 naming the line), every placeholder
+one that will be filled (exit 2: :mod:`gpu_launch.run.placeholders`).
 
-Design: this process is the scheduler. For the next job it selects and locks ``--gpus-per-job``
-GPUs exactly as a launch does (only among the GPUs a parent's CUDA_VISIBLE_DEVICES allows) (:func:`gpu_launch.share.acquire.attempt`: same constraints, reserved
-GPUs skipped, first come first served with other waiters through a queue ticket), then starts the
-job with those lock descriptors passed to it (``pass_fds``), writes the job's pid into the lock
-files and closes its own copies. From then on the *job* holds its reservation: it ends when the
-job exits, crashes or is killed, whatever happens to this scheduler. So no two jobs (of this
-sweep, or anyone's gpulaunch) are ever on one GPU, and ``gpulaunch ls`` shows each job's pid.
-
-A sweep is polite: it waits for GPUs free for its jobs, never putting one on a GPU that is busy or
-full with someone's work (``--max-util`` sets the user's own bar instead). Inside a job (``gpulaunch
---gpus 2,3 -- gpulaunch each jobs.txt``, a Slurm step, a process that called ``gpu_launch.use()``),
-the job's GPUs are its allotment: whatever their load they are the sweep's, shared out among its jobs
-one level deeper (:mod:`gpu_launch.share.nesting`), so two jobs never share one; and it waits without
-a ticket in the machine's queue, where it could stand behind someone waiting for its own job's GPUs.
-
-The loop sleeps until something happens: a job's end (SIGCHLD) or Ctrl-C wakes it at once through
-the interpreter's wake-up pipe, so a GPU is handed to the next job within milliseconds; only GPUs
-freed by others are looked for every ``GPULAUNCH_POLL_INTERVAL``.
+Locally this process is the scheduler (:mod:`gpu_launch.share.sweep`): each job on GPUs selected and
+locked exactly as a launch does, within ``--gpus``, at most ``--max-running`` at once, up to
+``--jobs-per-gpu`` on one GPU. A sweep is polite: it waits for GPUs free for its jobs, never putting
+one on a GPU that is busy or full with someone's work (``--max-util`` sets the user's own bar
+instead). Inside a job (``gpulaunch --gpus 2,3 -- gpulaunch each jobs.txt``, a Slurm step, a process
+that called ``gpu_launch.use()``), the job's GPUs are its allotment: whatever their load they are the
+sweep's, shared out among its jobs one level deeper (:mod:`gpu_launch.share.nesting`); and it waits
+without a ticket in the machine's queue, where it could stand behind someone waiting for its own
+job's GPUs.
 
 Each job runs in its own process group with stdin from /dev/null, and its stdout and stderr go to
 ``--log-dir``/job-N.log (N is the job's number, 1-based, in file order); an existing file is never
@@ -37,222 +32,22 @@ line through ``gpulaunch --auto K`` inside its allocation; ``--follow`` shows it
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpu_launch.share import acquire, waiting
 from gpu_launch.share.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
-from gpu_launch.errors import (GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, ReservationConflict,
-                               UsageError)
+from gpu_launch.share.sweep import Scheduler, Scope
+from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Machine
 
 __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "default_log_dir", "open_log"]
 
-_REFRESH_EVERY = 0.25  # seconds between redraws of the live view while nothing else happens
-
-
-class _Signals:
-    """Turns SIGINT/SIGTERM into a counter the loop reads, so a signal never lands mid-spawn; and wakes
-    the loop the moment one arrives or a job ends (SIGCHLD), through the interpreter's wake-up pipe,
-    so finished jobs are reaped at once instead of at the next tick of a polling interval."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self._old: dict[int, Any] = {}
-        self._pipe: tuple[int, int] | None = None
-        self._old_wakeup = -1
-
-    def __enter__(self) -> _Signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self._handle)
-        read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._pipe = (read_end, write_end)
-        # The C-level handler writes the signal's number to the pipe at once, even while this thread
-        # blocks in select(): a job that ends between the reap and the wait is never missed.
-        self._old_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        self._old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._child)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        signal.set_wakeup_fd(self._old_wakeup)
-        if self._pipe is not None:
-            for fd in self._pipe:
-                os.close(fd)
-            self._pipe = None
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.received.append(signum)
-
-    def _child(self, signum: int, frame: object) -> None:
-        """A job ended: the wake-up byte is what matters; reaping happens in the loop."""
-
-    def wait(self, timeout: float) -> None:
-        """Sleep until a signal (a job's end, Ctrl-C) arrives or ``timeout`` seconds pass."""
-        import select
-
-        assert self._pipe is not None
-        ready, _, _ = select.select([self._pipe[0]], [], [], max(0.0, timeout))
-        if ready:
-            try:
-                while os.read(self._pipe[0], 512):
-                    pass
-            except BlockingIOError:
-                pass
-
-
-class Scheduler:
-    """Starts queued jobs as GPUs free up; see the module docstring."""
-
-    def __init__(self, jobs: Sequence[Job], request: acquire.Request, locking: acquire.Locking,
-                 read: Callable[[], Machine], log_dir: str, view: Any, environ: Mapping[str, str],
-                 chooser: acquire.Chooser = acquire.plain_chooser) -> None:
-        self.states = [JobState(job) for job in jobs]
-        self.pending: deque[JobState] = deque(self.states)
-        self.running: list[JobState] = []
-        self.request = request
-        self.locking = locking
-        self.read = read
-        self.log_dir = log_dir
-        self.view = view
-        self.environ = environ
-        self.chooser = chooser
-        self.interval = waiting.poll_interval(environ)
-        self.ticket: Any = None
-        #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
-        self.queue = True
-        self.stopping = 0  # signals received
-
-    def run(self) -> None:
-        next_try = 0.0
-        with _Signals() as signals:
-            try:
-                while self.pending and not self.stopping or self.running:
-                    while len(signals.received) > self.stopping:
-                        self._stop(signals.received[self.stopping])
-                    if self._reap():
-                        next_try = 0.0
-                    if self.pending and not self.stopping and time.monotonic() >= next_try:
-                        self._start_what_fits()
-                        # Jobs of ours ending wake us at once; GPUs others free are looked for every interval.
-                        next_try = time.monotonic() + self.interval
-                    self.view.refresh(self)
-                    if not (self.pending and not self.stopping or self.running):
-                        break
-                    if self._reap():  # ended while we were starting others: no sleep
-                        next_try = 0.0
-                        continue
-                    timeout = next_try - time.monotonic() if self.pending and not self.stopping else 3600.0
-                    if getattr(self.view, "_live", None) is not None:
-                        timeout = min(timeout, _REFRESH_EVERY)
-                    signals.wait(timeout)
-            finally:
-                self._leave_queue()
-        for state in self.pending:
-            state.status, state.note = "not started", "interrupted before it started"
-
-    def _leave_queue(self) -> None:
-        if self.ticket is not None:
-            self.ticket.leave()
-            self.ticket = None
-
-    def _stop(self, signum: int) -> None:
-        """First signal: stop launching, forward it to the jobs. Later ones: SIGKILL the jobs."""
-        self.stopping += 1
-        self._leave_queue()
-        forward = signum if self.stopping == 1 else signal.SIGKILL
-        self.view.stopping(self, signal.Signals(forward).name)
-        for state in self.running:
-            try:
-                os.killpg(state.proc.pid, forward)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _reap(self) -> bool:
-        finished = [s for s in self.running if s.proc.poll() is not None]
-        for state in finished:
-            self.running.remove(state)
-            state.ended = time.monotonic()
-            state.returncode = state.proc.returncode
-            state.status = "done" if state.returncode == 0 else "failed"
-            self.view.finished(self, state)
-        return bool(finished)
-
-    def _start_what_fits(self) -> None:
-        from gpu_launch.share.waitqueue import Ticket
-
-        machine = None
-        while self.pending:
-            if self.ticket is None and self.queue:
-                self.ticket = Ticket(self.locking.lock_dir)
-                self.ticket.join()
-            if self.ticket is not None and self.ticket.ahead() > 0:
-                return
-            if machine is None:  # once a round: the locks, re-read for every job, say who holds what
-                machine = self.read()
-            try:
-                got = acquire.attempt(self.request, machine, self.locking, self.chooser)
-            except (NotEnoughGpus, ReservationConflict):
-                self.view.waiting(self, self.request.what(machine))
-                return
-            self._leave_queue()
-            self._spawn(self.pending.popleft(), got)
-            elig = got.selection.eligibility
-            if self.pending and elig is not None and len(elig.eligible) < 2 * len(got.selection.devices):
-                # What was eligible a moment ago, less this job's: not enough for the next. Say so now
-                # rather than read the locks again to find it out; a job ending wakes the loop.
-                self.view.waiting(self, self.request.what(machine))
-                return
-
-    def _spawn(self, state: JobState, got: acquire.Acquired) -> None:
-        from gpu_launch.run import environment
-        from gpu_launch.run import placeholders
-        from gpu_launch.choose import visibility
-
-        assert got.reservation is not None and got.machine is not None
-        devices = got.selection.devices
-        # Under a parent's narrowed view (a Slurm allocation, CUDA_VISIBLE_DEVICES=...), UUIDs, as a launch writes.
-        env = environment.build(devices, self.environ,
-                                use_uuid=visibility.resolve(got.machine, self.environ).restricted,
-                                lock_dir=self.locking.for_child(self.environ))
-        argv = placeholders.substitute(state.job.argv, len(devices))  # {n}, {gpus}, as for a launch
-        state.argv = argv  # what the views show
-        state.gpus = ",".join(str(d.gpu.index) for d in devices)
-        try:
-            log_fd, state.log = open_log(self.log_dir, state.job.number)
-        except GpuLaunchError:
-            got.reservation.release()
-            raise
-        try:
-            state.proc = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                pass_fds=tuple(got.reservation.fds.values()), start_new_session=True)
-        except OSError as exc:
-            state.status, state.note = "failed", f"could not start: {exc.strerror or exc}"
-            state.started = state.ended = time.monotonic()
-            self.view.finished(self, state)
-            return
-        finally:
-            os.close(log_fd)
-            if state.proc is None:
-                got.reservation.release()
-        # The job now holds the locks too; name it as the holder, then let go of our copies.
-        got.reservation.record(state.proc.pid, argv)
-        got.reservation.release()
-        state.status, state.started = "running", time.monotonic()
-        self.running.append(state)
-        self.view.started(self, state)
-
 
 #: options that only mean something to Slurm, and those only to the scheduler on this machine
-SLURM_ONLY = ("partition", "time", "max_running", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
-LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir")
+SLURM_ONLY = ("partition", "time", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
+LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu")
 
 
 def run(inv: Any) -> int:
@@ -281,12 +76,17 @@ def checked_jobs(inv: Any) -> tuple[list[Job], str]:
     if len(inv.positionals) > 1:
         raise UsageError(f"`each` takes one job file, got {len(inv.positionals)} arguments",
                          hint="put all the commands in one file, one a line")
-    jobs, source = read_jobs(inv.positionals[0] if inv.positionals else None, sys.stdin)
+    jobs, source = read_jobs(inv.positionals[0] if inv.positionals else None, sys.stdin, not inv.get("no_shell"))
     if not jobs:
         raise UsageError(f"{source}: no commands in it", hint="one command a line; # starts a comment")
+    found: set[str] = set()  # programs already found (48 lines of `python train.py` look it up once)
     for job in jobs:
         try:
-            resolve_command(job.argv, os.environ)
+            program = job.program()
+            if program is not None and program not in found:
+                resolve_command((program, *job.argv[1:]), os.environ)
+                found.add(program)
+            job.check()  # placeholders: refused now, before anything is reserved or waited for
         except GpuLaunchError as exc:
             raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None
     return jobs, source
@@ -326,7 +126,7 @@ def submit_to_slurm(inv: Any) -> int:
     _make_log_dir(log_dir)
     copy = slurm.write_job_copy(log_dir, jobs)
     request = slurm.ArrayRequest(copy, log_dir, len(jobs), k, inv.get("max_running"), inv.get("partition"),
-                                 inv.get("time"), tuple(extra))
+                                 inv.get("time"), tuple(extra), shell=not inv.get("no_shell"))
     try:
         # A --snapshot on the command line reaches the tasks as the variable (sbatch exports the environment).
         environ = {**os.environ, "GPULAUNCH_SNAPSHOT": inv.get("snapshot")} if inv.get("snapshot") else os.environ
@@ -393,9 +193,13 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
         return read_machine(inv, processes=True, topology=k > 1)
 
     machine = read()
-    why = acquire.hopeless(request, machine)
+    scope = _scope(inv, machine)
+    sweepable = scope.narrow(machine)
+    why = acquire.hopeless(request, sweepable)
     if why is not None:
-        raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
+        if scope.only is not None:
+            why = f"--gpus gives the sweep {len(sweepable.gpus)} GPU{'s' if len(sweepable.gpus) != 1 else ''}"
+        raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(sweepable.gpus)} GPUs per job")
     from gpu_launch.share.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
@@ -410,7 +214,8 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
         # Inside no job: GPUs held later are others' or our own jobs', never an allotment of ours.
         locking = replace(locking, nested=False)
-    scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser)
+    scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser, scope,
+                          max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1, machine=machine)
     scheduler.queue = not locking.nested
     with view:
         scheduler.run()
@@ -421,6 +226,21 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     if failed:
         raise _jobs_failed(failed, jobs, f"their logs are in {log_dir}")
     return 0
+
+
+def _scope(inv: Any, machine: Machine) -> Scope:
+    """``--gpus SPEC``: the set of whole GPUs the sweep may use, within what the parent allows."""
+    items = inv.get("gpus")
+    if items is None:
+        return Scope(environ=os.environ)
+    from gpu_launch.choose import spec, visibility
+
+    devices = spec.resolve(items, machine, "--gpus")
+    if any(d.mig is not None for d in devices):
+        raise UsageError("each --gpus takes whole GPUs, not MIG devices",
+                         hint="name the GPUs by index or GPU- UUID (gpulaunch ls)")
+    visibility.resolve(machine, os.environ).check_allowed(devices)
+    return Scope(frozenset(d.uuid for d in devices), os.environ)
 
 
 def _tally(states: Sequence[JobState], log_dir: str) -> str:

@@ -46,12 +46,14 @@ def run(inv: Invocation) -> int:
     else:
         _refuse_node_options(inv)
     sized = isinstance(inv.get("fit"), str)  # --fit MODEL
-    if not sized:
-        used = [name for name in placeholders.model_names_used(inv.argv) if not (nodes and name == "pp")]
-        if used:
-            raise UsageError(f"{{{used[0]}}} is filled in only when --fit names a model",
-                             hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
-                                  f"write {{{{{used[0]}}}}} for a literal {{{used[0]}}}")
+    node_names = (*placeholders.NODE_NAMES, "pp") if nodes is not None else ()
+    try:  # a placeholder that would reach the command unfilled: refused before anything is reserved or waited for
+        placeholders.check(inv.argv, (*placeholders.NAMES, *(placeholders.MODEL_NAMES if sized else ()), *node_names))
+    except placeholders.Unfilled as exc:
+        if exc.name not in placeholders.MODEL_NAMES:
+            raise
+        raise UsageError(exc.message, hint="e.g. gpulaunch --fit model -- " + " ".join(inv.argv[:3]) + " ...; "
+                                           f"write {{{{{exc.name}}}}} for a literal {{{exc.name}}}") from None
     quiet = bool(inv.get("quiet"))
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=not (informing or inv.get("no_lock")),
                                  snapshot=pick.snapshot_source(inv))
@@ -67,12 +69,13 @@ def run(inv: Invocation) -> int:
     plan = selection.plan
     model_values = plan.placeholders() if plan is not None else None
     if model_values is not None:
-        missing = [name for name in placeholders.model_names_used(inv.argv) if name not in model_values]
-        if missing:
-            raise UsageError(f"{{{missing[0]}}} has no value for {plan.sizing.engine.name}" if plan else "",
+        try:
+            placeholders.check(inv.argv, (*placeholders.NAMES, *model_values, *node_names))
+        except placeholders.Unfilled as exc:
+            raise UsageError(f"{{{exc.name}}} has no value for {plan.sizing.engine.name}" if plan else "",
                              hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
                                   "{max_memory} Transformers', {pp} the tensor-parallel engines'; "
-                                  "--engine names the engine")
+                                  "--engine names the engine") from None
     world = None
     if nodes is not None:  # reserved: now learn (or, on the head, pick and publish) the head's address and port
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
@@ -99,7 +102,6 @@ def run(inv: Invocation) -> int:
     if plan is not None and not quiet:
         _tell_plan(plan)
     if not quiet:
-        _warn_near_misses(inv.argv)
         _warn_launcher_overrides(argv)
     if world is not None and node_command is not None and not quiet:
         print(f"gpulaunch: {node_task.describe(world, node_command)}", file=sys.stderr)
@@ -208,16 +210,6 @@ def _dry_run(inv: Invocation, selection: Selection, env: dict[str, str], argv: t
     else:
         sys.stdout.write(render.dry_run_text(env, environment.SET_VARIABLES + more, argv))
     return 0
-
-
-def _warn_near_misses(argv: tuple[str, ...]) -> None:
-    """``--tp={n}`` is passed on unchanged: say so, and how to write it."""
-    from gpu_launch.run import placeholders
-
-    for arg in placeholders.near_misses(argv):
-        print(f"gpulaunch: warning: {arg!r} is passed on unchanged: only a placeholder that is a whole argument "
-              f"({arg.partition('=')[2]} alone) is replaced (write {arg.partition('=')[0]} {arg.partition('=')[2]})",
-              file=sys.stderr)
 
 
 def _warn_launcher_overrides(argv: tuple[str, ...]) -> None:

@@ -72,6 +72,7 @@ PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  #
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "nodes", "node_rank", "head",  # where one run stands among its nodes
                         "ctx", "parallel", "kv_type", "engine",  # they describe one model's run
+                        "no_shell",  # no way back to the shell either
                         "detach"})  # a default would detach every launch
 EACH = frozenset({"each", "config"})
 SUBMITTING = frozenset({RUN, "each", "config"})  # what `each --slurm` and `--nodes N --slurm` hand to sbatch
@@ -102,8 +103,9 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
+    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); "
+           "each: the GPUs the sweep may use",
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING | {"each"}, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
@@ -148,6 +150,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--log-dir",), "log_dir", "each: one log file per job in DIR (default ./gpulaunch-logs/TIMESTAMP); "
            "--nodes: the batch script, the nodes' logs and the head's address (a directory every node sees)",
            "DIR", directory, SUBMITTING, group="Jobs"),
+    Option(("--jobs-per-gpu",), "jobs_per_gpu", "each: up to K jobs share one GPU, which stays reserved for the "
+           "sweep while any of them runs (default 1)", "K", positive, EACH, "Jobs"),
+    Option(("--no-shell",), "no_shell", "each: run each line's words directly instead of through /bin/sh -c (no "
+           "redirections, pipes or &&)", commands=frozenset({"each"}), group="Jobs"),
     Option(("--nodes",), "nodes", "run COMMAND over N nodes: with --slurm, submit it; inside a Slurm step (srun), "
            "or with --node-rank and --head, be one of them. Each node chooses and reserves its GPUs, and the "
            "engine gets its own rank, head and port flags ({nnodes} {node_rank} {head_addr} {head_port} {pp} for "
@@ -168,8 +174,8 @@ OPTIONS: tuple[Option, ...] = (
            commands=SUBMITTING, group="Slurm"),
     Option(("--time",), "time", "--slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
            "T", slurm_time, SUBMITTING, "Slurm"),
-    Option(("--max-running",), "max_running", "each --slurm: at most K jobs of the array at once (--array=1-M%K)",
-           "K", positive, EACH, "Slurm"),
+    Option(("--max-running",), "max_running", "each: at most K jobs at once (--slurm: --array=1-M%K)",
+           "K", positive, EACH, "Jobs"),
     Option(("--sbatch-arg",), "sbatch_arg", "--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "
            "--sbatch-arg=--qos=high)", "ARG", commands=SUBMITTING, group="Slurm", repeat=True),
     Option(("--follow", "-f"), "follow", "--slurm: after submitting, follow the jobs until they end, with the live "

@@ -69,7 +69,9 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "each": (
         ("gpulaunch each jobs.txt", "run every line of jobs.txt, each on 1 GPU as GPUs free up; logs in ./gpulaunch-logs"),
         ("gpulaunch each jobs.txt --gpus-per-job 2 --min-free 40GiB", "each job on 2 GPUs with 40 GiB free each"),
-        ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line"),
+        ("gpulaunch each - --log-dir logs", "read the commands from stdin, one a line (each runs through /bin/sh -c)"),
+        ("gpulaunch each jobs.txt --gpus 0-3 --jobs-per-gpu 2 --max-running 6",
+         "on GPUs 0-3 only, two small jobs a GPU, at most 6 at once"),
         ("gpulaunch each jobs.txt --slurm --gpus-per-job 2 --max-running 8 --follow",
          "on a Slurm cluster: one job array, each task on 2 GPUs chosen inside its allocation; follow it"),
     ),

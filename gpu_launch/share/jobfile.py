@@ -1,10 +1,13 @@
 """The job file and the log files of ``gpulaunch each``, local or on Slurm.
 
-The job file has one command a line, split like a shell would split it (``shlex``'s rules, in linear
-time: :func:`gpu_launch.text.split_words`) but never run through a shell; blank lines and ``#``
-comments are skipped, and a UTF-8 byte order mark at the start (Windows editors write one) is not
-part of the first command. Each job's output goes to
-``DIR/job-N.log`` (N: the job's number, 1-based, in file order), never overwriting a file.
+The job file has one command a line. Each line is shell text, run by ``/bin/sh -c`` (redirections,
+``cd … &&``, ``VAR=…``, pipes), its placeholders filled in and quoted for the shell
+(:func:`gpu_launch.run.placeholders.substitute_shell`); with ``--no-shell`` it is split like a shell
+would split it (``shlex``'s rules, in linear time: :func:`gpu_launch.text.split_words`) and executed
+directly. Either way the line must split (quotes closed); blank lines and ``#`` comments are
+skipped, and a UTF-8 byte order mark at the start (Windows editors write one) is not part of the
+first command. Each job's output goes to ``DIR/job-N.log`` (N: the job's number, 1-based, in file
+order), never overwriting a file.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import re
 import shlex
 import signal
 import time
-from dataclasses import dataclass, field
+from gpu_launch.records import dataclass, field, replace
 from typing import IO, Any
 
 from gpu_launch.errors import UsageError
@@ -23,16 +26,63 @@ from gpu_launch.text import printable, split_words
 __all__ = ["Job", "JobState", "command_text", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
 
 
+#: The shell that runs a job line (as Slurm's ``--wrap`` and simple-gpu-scheduler do)
+SHELL = "/bin/sh"
+
+
 @dataclass(frozen=True)
 class Job:
     number: int  # 1-based, in file order
     line: int  # line number in the job file
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # the line split into words (what runs with --no-shell)
+    source: str = ""  # the line as written (what the shell runs), surrounding blanks off
+    shell: bool = False  # run through /bin/sh -c (each's default) rather than exec'd as ``argv``
+    #: a shell line that is one command (no operator, redirection, assignment or builtin) is run as
+    #: ``sh -c 'exec LINE'``, as bash runs ``bash -c LINE``: the job's pid, signals and status are the
+    #: command's own, not those of a shell waiting for it (:func:`parse_jobs` decides)
+    execs: bool = False
 
     @property
     def text(self) -> str:
-        """The line as a shell would read it back to ``argv`` (the Slurm copy holds these lines)."""
-        return command_text(self.argv)
+        """The line as written for the shell, or as a shell would read it back to ``argv`` (the Slurm
+        copy holds these lines, placeholders unfilled)."""
+        return self.source if self.shell else command_text(self.argv)
+
+    def command(self, count: int) -> tuple[str, ...]:
+        """What runs for a job on ``count`` GPUs: ``/bin/sh -c LINE`` with ``{n}``/``{gpus}`` filled in and
+        quoted, or the words with them filled in."""
+        from gpu_launch.run import placeholders
+
+        if self.shell:
+            filled = placeholders.substitute_shell(self.source, count)
+            return (SHELL, "-c", f"exec {filled}" if self.execs else filled)
+        return placeholders.substitute(self.argv, count)
+
+    def program(self) -> str | None:
+        """The program the line starts, to check that it exists before anything runs; None when only the
+        shell knows (a builtin or keyword such as ``cd``/``for``, an assignment, an expansion)."""
+        if not self.shell:
+            return self.argv[0]
+        from gpu_launch.run.shellwords import words
+
+        try:
+            first = words(self.source)[:1]
+        except ValueError:
+            return None
+        word = first[0].value if first and first[0].start == 0 else None  # (a line that starts with ( or >: the shell's)
+        name, eq, _ = word.partition("=") if word else ("", "", "")
+        if not word or word in _SHELL_WORDS or eq and name.isascii() and name.isidentifier():  # (NAME=…: an assignment)
+            return None
+        return word
+
+    def check(self) -> None:
+        """Refuse (exit 2) a placeholder that would not be filled: inside a word, or not one ``each`` fills."""
+        from gpu_launch.run import placeholders
+
+        if self.shell:
+            placeholders.check_shell(self.source)
+        else:
+            placeholders.check(self.argv)
 
 
 def command_text(argv: tuple[str, ...]) -> str:
@@ -48,6 +98,7 @@ class JobState:
     job: Job
     status: str = "queued"
     gpus: str = ""
+    uuids: tuple[str, ...] = ()  # the devices it runs on
     log: str = ""
     started: float | None = None
     ended: float | None = None
@@ -60,7 +111,21 @@ class JobState:
     @property
     def text(self) -> str:
         """The command for the views: as it ran once started, as written before; escaped for a terminal."""
-        return printable(command_text(self.argv if self.argv is not None else self.job.argv))
+        if self.argv is None:
+            return printable(self.job.text)
+        if self.job.shell and len(self.argv) == 3:  # the shell text that ran
+            return printable(self.argv[2].removeprefix("exec ") if self.job.execs else self.argv[2])
+        return printable(command_text(self.argv))
+
+    @property
+    def holder(self) -> tuple[str, ...]:
+        """The command to name in its lock files (``gpulaunch ls``): a line the shell execs, as its own words."""
+        if self.argv is not None and self.job.execs:
+            try:
+                return tuple(split_words(self.argv[2].removeprefix("exec ")))
+            except ValueError:
+                pass
+        return self.argv if self.argv is not None else self.job.argv
 
     @property
     def seconds(self) -> float | None:
@@ -78,8 +143,19 @@ class JobState:
                 return f"killed by {signal.Signals(-self.returncode).name}"
             except ValueError:
                 return f"killed by signal {-self.returncode}"
+        if self.job.shell and 128 < self.returncode < 128 + signal.NSIG:  # the shell's word for its command's signal
+            try:
+                return f"exit {self.returncode} ({signal.Signals(self.returncode - 128).name})"
+            except ValueError:
+                pass
         return f"exit {self.returncode}"
 
+
+#: POSIX sh's reserved words and special and regular built-ins (and bash's few more): no file to look for
+_SHELL_WORDS = frozenset("""! { } case do done elif else esac fi for if in then until while time function select
+    . : break continue eval exec exit export readonly return set shift times trap unset
+    alias bg cd command false fc fg getopts hash jobs kill newgrp pwd read true type ulimit umask unalias wait
+    echo printf test [ local source""".split())
 
 _PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no placeholder
 
@@ -87,8 +163,8 @@ _PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no place
 MAX_JOB_BYTES = 64 * 1024 * 1024
 
 
-def parse_jobs(text: str, source: str) -> list[Job]:
-    """The commands in ``text``, one a line; UsageError naming the line for a bad one.
+def parse_jobs(text: str, source: str, shell: bool = False) -> list[Job]:
+    """The commands in ``text``, one a line (shell text with ``shell``); UsageError naming the line for a bad one.
 
     Lines end at newlines only (CRLF too): a form feed or other separator that ``str.splitlines``
     would split on stays inside its line, so it can never split a quoted argument in two.
@@ -106,12 +182,23 @@ def parse_jobs(text: str, source: str) -> list[Job]:
             raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
                              hint="check the quotes on that line") from None
         if argv:
-            jobs.append(Job(len(jobs) + 1, lineno, tuple(argv)))
+            job = Job(len(jobs) + 1, lineno, tuple(argv), line.strip(" \t"), shell)
+            jobs.append(replace(job, execs=True) if shell and _one_command(job) else job)
     return jobs
 
 
-def read_jobs(path: str | None, stdin: IO[str] | None) -> tuple[list[Job], str]:
-    """Read the job file (``-`` or None: stdin); returns the jobs and the source's name.
+def _one_command(job: Job) -> bool:
+    from gpu_launch.run.shellwords import one_command, words
+
+    try:
+        return job.program() is not None and one_command(job.source, words(job.source))
+    except ValueError:
+        return False
+
+
+def read_jobs(path: str | None, stdin: IO[str] | None, shell: bool = False) -> tuple[list[Job], str]:
+    """Read the job file (``-`` or None: stdin), its lines shell text with ``shell``; returns the jobs and
+    the source's name.
 
     Read as bytes with a bound (hardware/files.py) and decoded as UTF-8 whichever it is, so the
     same bytes give the same outcome from a file and from stdin.
@@ -129,14 +216,14 @@ def read_jobs(path: str | None, stdin: IO[str] | None) -> tuple[list[Job], str]:
         except (OSError, ValueError):
             raise UsageError("`each`: stdin cannot be read", hint="give a job file: gpulaunch each jobs.txt") from None
         raw = files.read_fd(fd, "stdin", UsageError, MAX_JOB_BYTES)
-        return parse_jobs(files.decode(raw, "stdin", UsageError), "stdin"), "stdin"
+        return parse_jobs(files.decode(raw, "stdin", UsageError), "stdin", shell), "stdin"
     files.check_path(path, "job file", UsageError)
     label = f"job file {path}"
     try:
         raw = files.read_bytes(path, label, UsageError, MAX_JOB_BYTES, pipes=True)
     except FileNotFoundError:
         raise UsageError(f"{label}: no such file") from None
-    return parse_jobs(files.decode(raw, label, UsageError), path), path
+    return parse_jobs(files.decode(raw, label, UsageError), path, shell), path
 
 
 def default_log_dir(now: float | None = None) -> str:

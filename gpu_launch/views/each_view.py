@@ -1,20 +1,25 @@
 """What ``gpulaunch each`` shows: progress on stderr, the summary table on stdout.
 
 On a terminal: a live rich panel (done / running / queued / failed, and the running jobs); otherwise
-one plain line per event. ``-q``: no progress and no summary (the exit status and the error line
-still tell). ``--json``: the summary is a JSON document (:func:`summary_doc`, schema ``EACH`` in
-views/schemas.py) instead of the table, whatever ``-q`` says. Commands are shown as they ran (``{n}``
-and ``{gpus}`` replaced), escaped for the terminal. Only renders; :mod:`gpu_launch.commands.each` decides.
+one plain line per event, and a waiting line only when the reason to wait changes. ``-q``: no
+progress and no summary (the exit status and the error line still tell). ``--json``: the summary is
+a JSON document (:func:`summary_doc`, schema ``EACH`` in views/schemas.py) instead of the table,
+whatever ``-q`` says. Commands are shown as they ran (``{n}`` and ``{gpus}`` replaced), escaped for
+the terminal. On a terminal the summary and the running jobs fit its width, one line a job
+(:func:`fit_rows`: the command is cut with "…", then whole columns are left out, least useful first,
+down to 20 columns); in a pipe or file the summary has every column in full. Times are shown to a
+tenth of a second under a minute. Only renders; :mod:`gpu_launch.commands.each` decides.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from gpu_launch.units import fmt_duration
 
-__all__ = ["View", "counts", "summary_rows", "summary_doc", "SCHEMA_VERSION"]
+__all__ = ["View", "counts", "summary_rows", "summary_doc", "fit_rows", "took", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -32,6 +37,57 @@ def counts(scheduler: Any) -> dict[str, int]:
     }
 
 
+def took(seconds: float) -> str:
+    """A job's time: ``2.0s`` (a tenth of a second under a minute: a 1.96 s job is no "1s"), ``1m05s``, ``2h03m``."""
+    return f"{seconds:.1f}s" if seconds < 59.95 else fmt_duration(seconds)
+
+
+#: Columns left out first when a terminal is too narrow for the summary (the title names the log
+#: directory, and job N's log is job-N.log in it); the command is cut with "…" before it goes.
+_GIVE_UP = ("LOG", "NODE", "GPUS", "COMMAND", "TIME", "RESULT")
+_CUT_NO_SHORTER = 12  # the command column is left out rather than cut below this many characters
+
+
+def fit_rows(rows: list[list[str]], width: int, give_up: tuple[str, ...] = _GIVE_UP) -> list[str]:
+    """``rows`` (the first one the header) as aligned lines of at most ``width`` characters, one a row:
+    the last column is cut with "…"; columns in ``give_up`` are left out, in that order, while the rest
+    does not fit (the first column always stays)."""
+    names = rows[0]
+    keep = list(range(len(names)))
+    while True:
+        natural = [max(len(row[c]) for row in rows) for c in keep]
+        room = width - sum(natural[:-1]) - 2 * (len(keep) - 1)
+        last = names[keep[-1]]
+        least = min(natural[-1], _CUT_NO_SHORTER if last.upper() == "COMMAND" else 4)
+        left = [names.index(n) for n in give_up if n in names and names.index(n) in keep[1:]]
+        if room >= least or not left:
+            break
+        keep.remove(left[0])
+    widths = natural[:-1] + [max(1, min(natural[-1], room))]
+    lines = []
+    for row in rows:
+        cells = [_cut(row[c], w) for c, w in zip(keep, widths)]
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
+    return lines
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(0, width - 1)] + "…"
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after ", " or "; " where it can be."""
+    import textwrap
+
+    return textwrap.wrap(text, max(1, width), break_on_hyphens=False) or [""]
+
+
+def _use_color(stream: IO[str]) -> bool:
+    from gpu_launch.views.render import use_color  # (not even imported with -q)
+
+    return use_color(stream)
+
+
 def _counts_text(scheduler: Any) -> str:
     c = counts(scheduler)
     return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed"
@@ -44,7 +100,7 @@ def summary_rows(scheduler: Any) -> list[list[str]]:
     for s in scheduler.states:
         seconds = s.seconds
         rows.append([str(s.job.number), s.status, s.outcome, *([s.node or "–"] if nodes else []), s.gpus or "–",
-                     fmt_duration(seconds) if seconds is not None else "–", s.log or "–", s.text])
+                     took(seconds) if seconds is not None else "–", s.log or "–", s.text])
     return rows
 
 
@@ -71,8 +127,6 @@ def summary_doc(scheduler: Any, log_dir: str) -> dict[str, Any]:
 class View:
     def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True,
                  json: bool = False) -> None:
-        from gpu_launch.views.render import use_color
-
         self.err = err
         self.out = out
         self.quiet = quiet
@@ -80,7 +134,7 @@ class View:
         self.log_dir = log_dir
         self.intro = intro  # "N jobs, logs in DIR" (each --slurm has said so on submitting)
         self.json = json  # the summary as a JSON document
-        self.rich = not quiet and use_color(err)
+        self.rich = not quiet and _use_color(err)
         self._live: Any = None
         self._last_refresh = 0.0
         self._last_waiting = ""
@@ -129,26 +183,33 @@ class View:
             print(f"{_PREFIX} {text}", file=self.err, flush=True)
 
     def started(self, scheduler: Any, state: Any) -> None:
-        self._last_waiting = ""
         where = f"{state.node} " if getattr(state, "node", "") else ""
         self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
                   f"(log {state.log or '–'}): {state.text}")
         self.refresh(scheduler, force=True)
 
     def finished(self, scheduler: Any, state: Any) -> None:
-        took = f" after {fmt_duration(state.seconds)}" if state.seconds is not None else ""
+        after = f" after {took(state.seconds)}" if state.seconds is not None else ""
         if state.status == "done":
-            self._say(f"job {state.job.number}/{self.total} done{took}")
+            self._say(f"job {state.job.number}/{self.total} done{after}")
         elif state.status == "not started":
             self._say(f"job {state.job.number}/{self.total} not started: {state.outcome}")
         else:
-            self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{took} (log {state.log or '–'})")
+            self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{after} (log {state.log or '–'})")
         self.refresh(scheduler, force=True)
 
-    def waiting(self, scheduler: Any, what: str) -> None:
-        if what != self._last_waiting and not self._live:
-            self._say(f"waiting for GPUs: {what} ({_counts_text(scheduler)})")
-        self._last_waiting = what
+    def waiting(self, scheduler: Any, reason: Callable[[], str]) -> None:
+        """Why the queued jobs wait (``waiting: all 8 GPUs in use by this sweep``, ``waiting for others'
+        GPUs: ...``): said once, and again only when the reason changes, not after every start. The
+        reason is worked out only when it is shown (not with ``-q``)."""
+        if self.quiet:
+            return
+        why = reason()
+        if why == self._last_waiting:
+            return
+        self._last_waiting = why
+        if not self._live:
+            self._say(f"{why} ({_counts_text(scheduler)})")
 
     def stopping(self, scheduler: Any, signal_name: str) -> None:
         running = len(scheduler.running)
@@ -162,22 +223,25 @@ class View:
         if not force and now - self._last_refresh < 0.25:
             return
         self._last_refresh = now
-        from rich.table import Table
+        from rich.console import Group
         from rich.text import Text
 
         c = counts(scheduler)
-        table = Table(box=None, show_header=False, pad_edge=False, title_justify="left",
-                      title=Text.assemble(("gpulaunch each  ", "bold"), (f"{c['done']} done", "green"), "  ",
-                                          (f"{c['running']} running", "cyan"), "  ",
-                                          (f"{c['queued']} queued", "yellow"), "  ",
-                                          (f"{c['failed']} failed", "red" if c["failed"] else "dim")))
-        for state in scheduler.running:
-            where = f"{state.node} " if getattr(state, "node", "") else ""
-            table.add_row(f"job {state.job.number}", f"{where}GPU {state.gpus}", fmt_duration(state.seconds or 0),
-                          Text(state.text, overflow="ellipsis", no_wrap=True))
+        width = self._live.console.width
+        title = Text.assemble(("gpulaunch each  ", "bold"), (f"{c['done']} done", "green"), "  ",
+                              (f"{c['running']} running", "cyan"), "  ", (f"{c['queued']} queued", "yellow"), "  ",
+                              (f"{c['failed']} failed", "red" if c["failed"] else "dim"))
+        lines: list[Any] = [title]
+        if scheduler.running:
+            rows = [["JOB", "GPUS", "TIME", "COMMAND"]]
+            for state in scheduler.running:
+                where = f"{state.node} " if getattr(state, "node", "") else ""
+                rows.append([f"job {state.job.number}", f"{where}GPU {state.gpus}", took(state.seconds or 0),
+                             state.text])
+            lines += [Text(line) for line in fit_rows(rows, width, ("GPUS", "COMMAND", "TIME"))[1:]]
         if self._last_waiting and c["queued"]:
-            table.add_row("", "", "", Text(f"waiting for GPUs: {self._last_waiting}", style="dim"))
-        self._live.update(table, refresh=True)
+            lines.append(Text(_cut(self._last_waiting, width), style="dim"))
+        self._live.update(Group(*lines), refresh=True)
 
     def summary(self, scheduler: Any) -> None:
         if self.json:
@@ -192,26 +256,38 @@ class View:
 
         rows = summary_rows(scheduler)
         if use_color(self.out):
-            from rich.console import Console
-            from rich.table import Table
-            from rich.text import Text
-
-            # The log directory once, in the title, and each LOG cell as the file in it: a whole path
-            # per row took ~40 columns and was folded mid-path at 80.
-            prefix = self.log_dir.rstrip("/") + "/"
-            log = rows[0].index("LOG")
-            title = _counts_text(scheduler)
-            if all(row[log].startswith(prefix) for row in rows[1:] if row[log] != "–"):
-                rows = [rows[0], *([*row[:log], row[log].removeprefix(prefix), *row[log + 1:]] for row in rows[1:])]
-                title += f"; logs in {prefix}"
-            table = Table(box=None, header_style="bold", pad_edge=False, title=title, title_justify="left")
-            for column in rows[0]:
-                table.add_column(column.capitalize() if column != "GPUS" else "GPUs", overflow="fold")
-            style = {"done": "green", "failed": "red", "running": "cyan"}
-            for row in rows[1:]:
-                table.add_row(*[Text(cell, style=style.get(row[1], "") if i == 1 else "") for i, cell in enumerate(row)])
-            Console(file=self.out, highlight=False).print(table)
+            self._terminal_summary(scheduler, rows)
             return
         widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
         self.out.write("\n".join([_counts_text(scheduler), *lines]) + "\n")
+
+    def _terminal_summary(self, scheduler: Any, rows: list[list[str]]) -> None:
+        """The summary on a terminal: one line a job, within its width (:func:`fit_rows`), coloured."""
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console(file=self.out, highlight=False)
+        width = console.width
+        # The log directory once, in the title, and each LOG cell as the file in it: a whole path
+        # per row took ~40 columns and was folded mid-path at 80.
+        prefix = self.log_dir.rstrip("/") + "/"
+        log = rows[0].index("LOG")
+        tally = _counts_text(scheduler)
+        title = _wrapped(tally, width)
+        if all(row[log].startswith(prefix) for row in rows[1:] if row[log] != "–"):
+            rows = [rows[0], *([*row[:log], row[log].removeprefix(prefix), *row[log + 1:]] for row in rows[1:])]
+            one = f"{tally}; logs in {prefix}"
+            title = [one] if len(one) <= width else [*title, *_wrapped(f"logs in {prefix}", width)]
+        header = [name.capitalize() if name != "GPUS" else "GPUs" for name in rows[0]]
+        lines = fit_rows([header, *rows[1:]], width, tuple(n.capitalize() if n != "GPUS" else "GPUs" for n in _GIVE_UP))
+        style = {"done": "green", "failed": "red", "running": "cyan"}
+        out = [Text(line) for line in title] + [Text(lines[0], style="bold")]
+        for row, line in zip(rows[1:], lines[1:]):
+            text = Text(line)
+            status = line.find(row[1], len(row[0]))
+            if row[1] in style and status >= 0:
+                text.stylize(style[row[1]], status, status + len(row[1]))
+            out.append(text)
+        for text in out:
+            console.print(text, no_wrap=True, overflow="crop")
