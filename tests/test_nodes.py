@@ -50,8 +50,8 @@ def _exec_line(args: list[str], tmp_path: Path, rank: int = 1) -> list[str]:
                                                   "--nproc_per_node=gpu train.py"),
     ("accelerate launch --multi_gpu train.py", 1, "accelerate launch --num_machines 2 --machine_rank 1 --main_process_ip "
                                                   "10.0.0.1 --main_process_port 29400 --num_processes 4 --multi_gpu train.py"),
-    ("python train.py --rank {node_rank} --of {nnodes} --at {head_addr}:x {head_port} --pp {pp} {{pp}}", 1,
-     "python train.py --rank 1 --of 2 --at {head_addr}:x 29400 --pp 2 {pp}"),
+    ("python train.py --rank {node_rank} --of {nnodes} --at {{head_addr}}:x --addr={head_addr} {head_port} --pp {pp} {{pp}}", 1,
+     "python train.py --rank 1 --of 2 --at {head_addr}:x --addr=10.0.0.1 29400 --pp 2 {pp}"),
 ])
 def test_each_engine_gets_its_own_flags(tmp_path: Path, command: str, rank: int, want: str) -> None:
     assert _exec_line(shlex.split(command), tmp_path, rank) == shlex.split(want)
