@@ -23,7 +23,7 @@ __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
     "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "constraint_failure",
     "could_ever_be_chosen", "largest_total_mib", "could_ever_hold",
-    "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES",
+    "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES", "others_work_warnings",
 ]
 
 FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
@@ -40,8 +40,8 @@ class Constraints:
     reserved: dict[str, str] = field(default_factory=dict)  # UUID -> who holds it (reservations)
     #: Where ``exclude`` came from, for messages: ``--exclude``, ``GPULAUNCH_EXCLUDE=0``, ``exclude in FILE:LINE``.
     exclude_source: str = "--exclude"
-    #: a job that waits (``each``, ``--wait`` with ``--auto``/``--fit``) is only given GPUs free for it:
-    #: not busy or full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
+    #: ``--auto``/``--fit`` and ``each`` (waiting or not) are only given GPUs free for them: not busy or
+    #: full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
     polite: bool = False
     allotted: frozenset[str] = frozenset()  # GPU UUIDs
 
@@ -143,8 +143,9 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
 
 
 def _not_free_for_it(gpu: Gpu, c: Constraints) -> str | None:
-    """A waiting job's rule (``Constraints.polite``): a GPU busy or full with others' work is not free
-    for it; it waits rather than pile onto a colleague's run. Its own allotment's GPUs are its own."""
+    """The rule for busy GPUs (``Constraints.polite``): a GPU busy or full with others' work is not free
+    for ``--auto``/``--fit``, waiting or not; a job waits, or fails, rather than pile onto a colleague's
+    run. Its own allotment's GPUs are its own; ``--max-util`` (100 takes them all) is the user's own bar."""
     if not c.polite or gpu.uuid in c.allotted or c.max_util is not None:  # --max-util: the user's own bar
         return None
     level = availability(gpu)
@@ -281,9 +282,10 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
             most, most_n = total, n
     sizes = ", ".join(str(n) for n in FIT_SIZES if n <= len(elig.eligible))
     biggest = largest_total_mib([g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude)])
+    why = grouped((e.gpu.label, e.reason) for e in elig.excluded)
     raise NotEnoughGpus(
         f"--fit {need}: the best set of {sizes} eligible GPU(s) holds at most {fmt_mib(most)} free "
-        f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible)",
+        f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible{': ' + why if why else ''})",
         hint="wait with --wait, or lower the size (quantise, shorter context)" if biggest >= need.mib else
         f"no wait can help: the {min(max(FIT_SIZES), len(machine.gpus))} largest GPUs here have {fmt_mib(biggest)} "
         "in total; lower the size (quantise, shorter context)",
@@ -327,10 +329,21 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
     return Selection(devices, tuple(warnings))
 
 
+def others_work_warnings(devices: tuple[Device, ...], me: str | None) -> tuple[str, ...]:
+    """The warnings ``-q`` never hides: one per chosen whole GPU that is busy or full with work that is
+    not all ``me``'s (someone else computes there, or NVML could not say whose work it is)."""
+    def only_mine(gpu: Gpu) -> bool:
+        return gpu.processes_known and bool(gpu.processes) and all(p.user == me for p in gpu.processes)
+
+    return tuple(_load_warnings(tuple(d.gpu for d in devices if d.mig is None and not only_mine(d.gpu)),
+                                Availability.BUSY))
+
+
 def _load_warnings(gpus: tuple[Gpu, ...], least: Availability = Availability.PARTLY_USED) -> list[str]:
     """One warning per GPU at ``least`` this loaded: ``--auto``/``--fit`` warn about every chosen GPU
     that is not idle (gpulaunch put the job on someone's GPU), ``--gpus`` about busy and full ones
-    (the user chose it); ``-q`` silences both."""
+    (the user chose it); ``-q`` silences those about partly used GPUs, never those about GPUs someone
+    else computes on (:func:`others_work_warnings`)."""
     warnings = []
     for gpu in gpus:
         level = availability(gpu)

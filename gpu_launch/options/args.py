@@ -116,7 +116,9 @@ OPTIONS: tuple[Option, ...] = (
            "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
-    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", percent, CONSTRAINING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may "
+           "also take GPUs busy or full with others' work, which they skip otherwise", "PCT", percent, CONSTRAINING,
+           "Constraints"),
     Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
            commands=CONSTRAINING, group="Constraints"),
     Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
@@ -187,7 +189,8 @@ OPTIONS: tuple[Option, ...] = (
            optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", file_name, group="Input"),
-    Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
+    Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table), and the warning that a GPU "
+           "someone else computes on was taken", group="Output"),
     Option(("--verbose", "-v"), "verbose", "more detail: NVML query timings", group="Output", counted=True),
     Option(("--help", "-h"), "help", "show this help and exit", group="Output"),
     Option(("--version", "-V"), "version", "print the version and exit", group="Output"),

@@ -7,9 +7,9 @@ Waiting for GPUs (``--wait``) and ``--fallback cpu`` build on it (:mod:`gpu_laun
 Both are used by a launch and by ``each``.
 
 Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
-deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue. A
-waiting ``--auto``/``--fit`` and ``each`` are polite (``Request.polite``): they wait for GPUs not busy
-or full with others' work, except their allotment's.
+deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue.
+``--auto``/``--fit`` and ``each``, waiting or not, are polite (``Request.polite``): they take only GPUs
+not busy or full with others' work, except their allotment's.
 """
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ class Request:
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
     exclude_source: str = "--exclude"  # where --exclude came from (the config file, GPULAUNCH_EXCLUDE), for messages
-    #: a job that waits (``each``; ``--wait`` with --auto/--fit) gets only GPUs free for it: none busy
-    #: or full with others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys).
-    polite: bool = False
+    #: --auto/--fit and ``each``, waiting or not, get only GPUs free for them: none busy or full with
+    #: others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys, with a warning).
+    polite: bool = True
 
     def constraints(self, machine: Machine, reserved: Mapping[str, str],
                     allotted: frozenset[str] = frozenset()) -> gpu_select.Constraints:

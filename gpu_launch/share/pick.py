@@ -140,7 +140,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
                            mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
-                           exclude_source=_exclude_source(inv), polite=waiting and explicit is None)
+                           exclude_source=_exclude_source(inv))
 
 
 def _exclude_source(inv: Invocation) -> str:
@@ -206,9 +206,9 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
     def read() -> Machine:
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
-        # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
+        # users for what is said ("GPU 0 is busy by alice", which -q does not hide), from /proc without psutil.
         # Temperatures and versions are never a choice (display=False); `--gpus 2` reads GPU 2's state only.
-        return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
+        return read_machine(inv, processes=True, process_details=False, process_users=True,
                             topology=not explicit and (request.fit is not None or request.model is not None
                                                        or (request.auto or 1) > 1
                                                        or bool(inv.get("explain"))),
@@ -230,15 +230,22 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
 def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, str],
          stream: IO[str] | None = None) -> None:
-    """The warnings, the parent's set and the cuda:i → GPU table, on stderr (unless -q)."""
+    """The warnings, the parent's set and the cuda:i → GPU table, on stderr. ``-q`` leaves only the
+    warnings about GPUs someone else computes on: a job put there is never a silent surprise."""
+    from gpu_launch.choose.select import others_work_warnings
+    from gpu_launch.share.holders import current_user
+
+    out = stream if stream is not None else sys.stderr
+    loud = others_work_warnings(selection.devices, current_user())
     if inv.get("quiet"):
+        for warning in loud:
+            print(f"gpulaunch: warning: {warning}", file=out)
         return
     from gpu_launch.views import render
 
-    out = stream if stream is not None else sys.stderr
     for problem in vis.problems:
         print(f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}", file=out)
-    for warning in (*vis.warnings, *selection.warnings):
+    for warning in (*vis.warnings, *selection.warnings, *(w for w in loud if w not in selection.warnings)):
         print(f"gpulaunch: warning: {warning}", file=out)
     header = vis.header()
     if header:
