@@ -116,8 +116,8 @@ _gpulaunch() {
     esac
     if [[ $cur == -* ]]; then
         case $sub in
-        ls) opts="--lock-dir --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        ls) opts="--gpus -g --lock-dir --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        topo) opts="--gpus -g --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
@@ -126,7 +126,7 @@ _gpulaunch() {
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow --cancel-on-interrupt --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return

@@ -91,7 +91,7 @@ end
 complete -c gpulaunch -n 'not __gpulaunch_in_command' -f
 complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_command)'
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env ls plan run topo' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); ls, topo: show only these'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
@@ -129,7 +129,8 @@ complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the en
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l json -d 'machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
-complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id (and each holder\'s whole line where the table has room only for its user and command)'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l processes -s p -d 'ls: list every process under the table: GPU, pid, user, GPU memory and command (like gpustat -c)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l watch -f -d 'ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; not on a terminal, print one listing after another'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
 complete -c gpulaunch -n '__gpulaunch_option_ok check completions config each env help locks ls plan run topo' -l quiet -s q -d 'print nothing but errors (no mapping table), and the warning that a GPU someone else computes on was taken'

@@ -94,8 +94,8 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3)",
-           "SPEC", lambda v, o: spec.parse(v, o), SIZING, "Selection"),
+    Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); "
+           "ls, topo: show only these", "SPEC", lambda v, o: spec.parse(v, o), SIZING | {"ls", "topo"}, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
@@ -182,8 +182,11 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING, group="Output"),
     Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
-    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
+    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id (and each holder's "
+           "whole line where the table has room only for its user and command)",
            commands=frozenset({"ls"}), group="Output"),
+    Option(("--processes", "-p"), "processes", "ls: list every process under the table: GPU, pid, user, GPU memory "
+           "and command (like gpustat -c)", commands=frozenset({"ls"}), group="Output"),
     Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
            "not on a terminal, print one listing after another", "SECONDS", interval, frozenset({"ls"}), "Output",
            optional=True, default=2.0),
