@@ -251,7 +251,8 @@ class Scheduler:
 
 #: options that only mean something to Slurm, and those only to the scheduler on this machine
 SLURM_ONLY = ("partition", "time", "max_running", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
-LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir")
+LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "min_total_memory", "account_as_free",
+              "min_count", "max_count")
 
 
 def run(inv: Any) -> int:
@@ -384,17 +385,26 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
+    least, most = inv.get("min_count"), inv.get("max_count")  # an elastic count per job (as a launch's)
+    if (least is not None or most is not None) and "gpus_per_job" in inv.flags:
+        raise UsageError("--gpus-per-job and --min-count/--max-count cannot be used together",
+                         hint="a fixed count: --gpus-per-job K; as many as are free for each job: --max-count K")
+    elastic = least is not None or most is not None
+    from gpu_launch.share.pick import free_accounts
+
     # A sweep waits for GPUs free for its jobs rather than pile onto others' work (``--max-util`` decides instead).
-    request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
-                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True)
+    request = acquire.Request(auto=None if elastic else k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
+                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True, min_count=least,
+                              max_count=most, min_total=inv.get("min_total_memory"), free_accounts=free_accounts(inv))
 
     def read() -> Machine:
-        return read_machine(inv, processes=True, topology=k > 1)
+        return read_machine(inv, processes=True, topology=k > 1 or (elastic and most != 1))
 
     machine = read()
     why = acquire.hopeless(request, machine)
     if why is not None:
-        raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
+        asked = f"--gpus-per-job {k}" if not elastic else f"--min-count {least or 1}"
+        raise NotEnoughGpus(f"{asked}: {why}", hint=f"ask for at most {len(machine.gpus)} GPUs per job")
     from gpu_launch.share.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
