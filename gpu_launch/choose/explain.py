@@ -147,13 +147,16 @@ def _versus(theirs: str, ours: str, s: dict[str, Any], best: dict[str, Any], cri
     return theirs, ours
 
 
-#: Stands for a space that must not break a line (inside a parenthesis kept whole).
+#: Stands for a space that must not break a line (inside a parenthesis kept whole); a line that starts
+#: with it is never wrapped: an exclusion's reason that holds a file path, which must stay whole.
 _AS_IS = "\x00"
 
 
 def _wrap(line: str, width: int = WIDTH) -> list[str]:
     """``line`` in lines of at most ``width`` columns, continued four columns further in; a parenthesis
     (``(worst SYS on 4 pairs, 0 NVLinks inside)``) is kept on one line where it fits one."""
+    if line.startswith(_AS_IS):
+        return [line[1:]]
     if len(line) <= width:
         return [line]
     import re
@@ -200,8 +203,8 @@ def as_text(selection: Selection, machine: Machine, width: int = WIDTH) -> str:
     lines += [f"warning: {w}" for w in doc["warnings"]]
     if doc["excluded"]:
         lines.append("excluded:")
-        # Wrapped at spaces only: a file path in a reason (`exclude = … in FILE:LINE`) stays whole.
-        lines += [f"  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
+        # A reason that names a file (`exclude = … in FILE:LINE`, a lock file) stays on one line; others wrap.
+        lines += [f"{_AS_IS if '/' in e['reason'] else ''}  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
     if doc.get("less_available"):
         lines.append(f"left out (less available than {doc['set']['availability']}, and enough {doc['set']['availability']} GPUs exist):")
         lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]
