@@ -34,11 +34,11 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
+        --min-count|--max-count|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--min-total-memory|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --wait|--watch)
+        --account-as-free|--wait|--watch)
             # Its value is optional: the next word is the timeout only if it is a duration.
             if [[ ${COMP_WORDS[i+1]} == = ]]; then
                 i+=3
@@ -92,16 +92,16 @@ _gpulaunch() {
             return ;;
         --snapshot)
             compopt -o filenames 2>/dev/null
-            COMPREPLY=( $(compgen -P "$eq" -W "dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x" -- "$cur") $(compgen -P "$eq" -f -- "$cur") )
+            COMPREPLY=( $(compgen -P "$eq" -W "dgx-h100 dgx1-v100 mig-a100 mixed-a100 pcie-8x workstation-4x" -- "$cur") $(compgen -P "$eq" -f -- "$cur") )
             return ;;
         --lock-dir|--log-dir)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
+        --auto|-n|--fit|--min-count|--max-count|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--min-total-memory|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
             :  # a free value (a count, a size): nothing to offer
             return ;;
-        --wait|--watch)
+        --account-as-free|--wait|--watch)
             (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command
             ;;
         --fallback)
@@ -116,21 +116,21 @@ _gpulaunch() {
     esac
     if [[ $cur == -* ]]; then
         case $sub in
-        ls) opts="--lock-dir --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        topo) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        env) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        check) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--reserve --min-free --max-util --idle --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        ls) opts="--gpus -g --lock-dir --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        topo) opts="--gpus -g --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        env) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        check) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        each) opts="--gpus -g --min-free --max-util --idle --exclude -x --wait --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        each) opts="--gpus -g --min-count --max-count --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        submit) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         jobs) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return

@@ -15,9 +15,9 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --ctx --parallel --kv-type --engine --reserve --min-free --max-util --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
+            case --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --min-total-memory --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
                 set i (math $i + 2); continue
-            case --wait --watch
+            case --account-as-free --wait --watch
                 # the next word is the timeout only if it is a duration
                 if test $i -lt (count $tokens); and string match -qr -- '^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$' $tokens[(math $i + 1)]
                     set i (math $i + 2); continue
@@ -91,17 +91,21 @@ end
 complete -c gpulaunch -n 'not __gpulaunch_in_command' -f
 complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_command)'
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check each env plan run submit' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); each: the GPUs the sweep may use'
+complete -c gpulaunch -n '__gpulaunch_option_ok check each env ls plan run submit topo' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); each: the GPUs the sweep may use; ls, topo: show only these'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
+complete -c gpulaunch -n '__gpulaunch_option_ok check each env run submit' -l min-count -x -d 'an elastic count, as nvisel\'s: at least N GPUs (default 1), and with --max-count as many eligible ones as there are up to its M; {n} gets the count taken'
+complete -c gpulaunch -n '__gpulaunch_option_ok check each env run submit' -l max-count -x -d 'an elastic count: as many eligible GPUs as there are, up to N (at least --min-count\'s, default 1): --max-count 4 is "up to 4, at least 1"'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l parallel -x -d '--fit MODEL, plan: N sequences at once (default: the command\'s -np, else llama-server\'s 4 slots, else 1)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l kv-type -x -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l engine -x -d '--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run submit' -l reserve -x -d '--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context instead of the engine\'s allowance'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l max-util -x -d 'only GPUs at or below PCT utilisation'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l max-util -x -d 'only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may also take GPUs busy or full with others\' work, which they skip otherwise'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l min-total-memory -x -d 'only GPUs with at least SIZE of memory in all (the 80 GB cards of a mixed box: 80GB = 80*10^9 bytes; an 80 GB card has 79.6 GiB)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l account-as-free -f -d 'count USER\'s processes (yours, without USER; several: alice,bob) as gone when choosing: their memory free, a GPU only they use idle. USER is only read from the next word when it names a user here: write --account-as-free=USER to be unambiguous'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l exclude -s x -x -a '(__gpulaunch_gpus)' -d 'never pick these GPUs (same syntax as --gpus)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run submit' -l wait -f -d 'when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); waiters are served first come, first served. TIMEOUT is only read from the next word when it is a duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most TIMEOUT)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run submit' -l fallback -x -a 'cpu' -d 'when the GPUs cannot be had (after --wait), run anyway on the CPU: CUDA_VISIBLE_DEVICES= (empty)'
@@ -133,10 +137,11 @@ complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the en
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
 complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l json -d 'machine-readable output on stdout (ls, env, config, plan, jobs, submit, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
-complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id (and each holder\'s whole line where the table has room only for its user and command)'
+complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l processes -s p -d 'ls: list every process under the table: GPU, pid, user, GPU memory and command (like gpustat -c)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l watch -f -d 'ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; not on a terminal, print one listing after another'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l quiet -s q -d 'print nothing but errors (no mapping table)'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 mixed-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l quiet -s q -d 'print nothing but errors (no mapping table), and the warning that a GPU someone else computes on was taken'
 complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l verbose -s v -d 'more detail: NVML query timings'
 complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l help -s h -d 'show this help and exit'
 complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l version -s V -d 'print the version and exit'

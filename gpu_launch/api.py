@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     #: ``None``/``False``: do not wait; ``True``: for ever; seconds; ``"30m"``; a timedelta.
     WaitSpec: TypeAlias = "bool | float | str | timedelta | None"
     PathSpec: TypeAlias = "str | os.PathLike[str]"
+    #: ``True``: your own processes; a user name, or several (``"alice,bob"``, ``["alice", "bob"]``).
+    AccountSpec: TypeAlias = "bool | str | Sequence[str] | None"
 
 __all__ = ["Device", "Reservation", "use", "select", "reserve", "release", "machine", "held", "cuda_started", "plan"]
 
@@ -72,7 +74,9 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
         min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
         exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
         wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-        quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None) -> tuple[Device, ...]:
+        quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None,
+        min_count: int | None = None, max_count: int | None = None, min_total_memory: SizeSpec | None = None,
+        account_as_free: AccountSpec = None) -> tuple[Device, ...]:
     """Choose GPUs, reserve them for the life of this process, and point CUDA at them.
 
     Sets ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and ``GPULAUNCH_GPUS`` in
@@ -96,12 +100,18 @@ def use(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec | No
     Hugging Face id) chooses the fewest GPUs that hold that model at ``ctx`` tokens (default: its
     own context), as ``gpulaunch --fit MODEL`` does; :func:`plan` shows the numbers. Returns the
     devices in CUDA order.
+
+    nvisel's options: ``min_count=``/``max_count=`` instead of ``n`` (as many eligible GPUs as there
+    are within the range: ``max_count=4`` is "up to 4, at least 1"), ``min_total_memory=`` (only cards
+    with that much memory in all) and ``account_as_free=`` (``True``: your own processes, or a user
+    name or names, count as gone when choosing), as ``--min-count``... do.
     """
     refuse_if_cuda_started("use()")
     fit = _fit_or_model(fit, model)
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
-                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet,
+                             **_nvisel(min_count, max_count, min_total_memory, account_as_free)})
     with HELD.guard:  # one process, one use(): threads calling it take turns
         release()  # the first choice goes, and the parent's variables come back, before choosing again
         saved = {name: os.environ.get(name) for name in (*SET_VARIABLES, LOCK_DIR_VARIABLE)}
@@ -126,7 +136,8 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
            min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
            exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
            wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
-           quiet: bool | None = None) -> tuple[Device, ...]:
+           quiet: bool | None = None, min_count: int | None = None, max_count: int | None = None,
+           min_total_memory: SizeSpec | None = None, account_as_free: AccountSpec = None) -> tuple[Device, ...]:
     """Choose only, as ``gpulaunch env`` does: no reservation, no change to ``os.environ``.
 
     GPUs that other gpulaunch jobs reserved are skipped (``gpus=`` on one only warns), and so are
@@ -136,7 +147,8 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
     """
     inv = invocation("env", {"auto": n, "gpus": gpus, "fit": fit, "min_free": min_free, "max_util": max_util,
                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "snapshot": snapshot,
-                             "lock_dir": lock_dir, "quiet": quiet})
+                             "lock_dir": lock_dir, "quiet": quiet,
+                             **_nvisel(min_count, max_count, min_total_memory, account_as_free)})
     seconds = wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
         from gpu_launch.records import replace
@@ -188,7 +200,8 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
             exclude: GpuSpec | None = None, mig: bool | None = None, uuid: bool | None = None,
             wait: WaitSpec = None, snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None,
             quiet: bool | None = None, model: PathSpec | None = None, ctx: int | None = None,
-            inherit: bool = False) -> Reservation:
+            inherit: bool = False, min_count: int | None = None, max_count: int | None = None,
+            min_total_memory: SizeSpec | None = None, account_as_free: AccountSpec = None) -> Reservation:
     """Choose and reserve GPUs for other processes, leaving this one's environment alone.
 
     Use it as a context manager (``with gpu_launch.reserve(2) as r:``), or call ``r.release()``.
@@ -208,9 +221,18 @@ def reserve(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec 
     fit = _fit_or_model(fit, model)
     inv = invocation("run", {"auto": n, "gpus": gpus, "fit": fit, "ctx": ctx, "min_free": min_free, "max_util": max_util,
                              "idle": idle, "exclude": exclude, "mig": mig, "uuid": uuid, "wait": wait,
-                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet})
+                             "snapshot": snapshot, "lock_dir": lock_dir, "quiet": quiet,
+                             **_nvisel(min_count, max_count, min_total_memory, account_as_free)})
     got, variables = choose(inv, take=True, inherit=inherit)
     return Reservation(in_cuda_order(got.selection.devices), variables, got.reservation)
+
+
+def _nvisel(min_count: int | None, max_count: int | None, min_total_memory: SizeSpec | None,
+            account_as_free: AccountSpec) -> dict[str, object]:
+    """nvisel's options, by option dest: ``--min-count``, ``--max-count``, ``--min-total-memory``,
+    ``--account-as-free``."""
+    return {"min_count": min_count, "max_count": max_count, "min_total_memory": min_total_memory,
+            "account_as_free": account_as_free}
 
 
 def _fit_or_model(fit: SizeSpec | None, model: PathSpec | None) -> SizeSpec | None:

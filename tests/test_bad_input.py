@@ -79,7 +79,8 @@ def _one_gpu_free(mib: int) -> bytes:
     """One GPU with exactly ``mib`` free: sits between 20GB (19073 MiB) and 20GiB (20480 MiB)."""
     def change(data: dict[str, Any]) -> None:
         gpu = data["gpus"][0]
-        gpu.update(memory_total_mib=49140, memory_used_mib=49140 - mib, memory_free_mib=mib, processes=[])
+        # (a 24 GiB card, so that the rest in use does not make it busy: --auto would skip it)
+        gpu.update(memory_total_mib=24576, memory_used_mib=24576 - mib, memory_free_mib=mib, processes=[])
         data["gpus"] = [gpu]
         data.pop("links", None)
     return _mutate(change)
@@ -201,7 +202,7 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("auto-huge", (*S, "--auto", BIG, "--", "true"), U, "is not a whole number"),
     Bad("auto-no-value", (*S, "--auto"), U, "--auto needs a value"),
     Bad("fit-percent", (*S, "--fit", "10%", "--", "true"), U, "a percentage makes no sense here"),
-    Bad("fit-too-big", (*S, "--fit", "10TiB", "--", "true"), N, "holds at most 492.0 GiB free"),
+    Bad("fit-too-big", (*S, "--fit", "10TiB", "--", "true"), N, "holds at most 318.6 GiB free"),
     # constraints
     Bad("min-free-gb-accepted", ("--snapshot", "{dir}/free-20000mib.json", "--min-free", "20GB", *RUN, "--", "true"), 0),
     Bad("min-free-gb-is-not-gib", ("--snapshot", "{dir}/free-20000mib.json", "--min-free", "20GiB", "--", "true"), N,
@@ -369,12 +370,14 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("nodes-nowhere", (*S, "--nodes", "2", "--", "true"), U, "--nodes 2 needs Slurm, or --node-rank and --head"),
     Bad("nodes-gpus-per-node-too-many", (*S, "--nodes", "2", "--gpus-per-node", "9", "--node-rank", "1", "--head",
                                          "h:1", "--", "true"), N, "node 1 of 2: need 9 GPUs, but this machine has 8"),
-    Bad("nodes-nnodes-contradicts", (*S, "--nodes", "2", "--node-rank", "1", "--head", "h:1", *RUN, "--", "torchrun",
+    Bad("nodes-nnodes-contradicts", (*S, "--nodes", "2", "--gpus-per-node", "4", "--node-rank", "1", "--head", "h:1",
+                                     *RUN, "--", "torchrun",
                                      "--nnodes", "3", "x.py"), U, "`torchrun --nnodes 3` contradicts this run"),
     Bad("nodes-tgi", (*S, "--nodes", "2", "--node-rank", "1", "--head", "h:1", *RUN, "--", "text-generation-launcher"), U,
         "text-generation-inference shards a model over one machine's GPUs"),
-    Bad("nodes-head-unresolvable", (*S, "--nodes", "2", "--node-rank", "1", "--head", "no-such-head.invalid:1", "--",
-                                    "true"), ExitCode.RENDEZVOUS_FAILED, "does not resolve"),
+    Bad("nodes-head-unresolvable", (*S, "--nodes", "2", "--gpus-per-node", "4", "--node-rank", "1", "--head",
+                                    "no-such-head.invalid:1", "--", "true"), ExitCode.RENDEZVOUS_FAILED,
+        "does not resolve"),
 )
 
 #: The codes a run over the catalogue must show it can produce (the rest come with other issues).

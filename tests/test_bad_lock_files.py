@@ -37,7 +37,8 @@ def test_a_planted_symlink_makes_only_its_gpu_unavailable(tmp_path: Path) -> Non
         assert "(owner: nobody)" in named.stderr and "(hint: ask nobody to remove it" in named.stderr
     other = run([*SNAP, "--gpus", "3", "-q", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], locks)
     assert (other.returncode, other.stdout) == (0, "3\n"), other.stderr
-    auto = run([*SNAP, "--auto", "7", "-q", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], locks)
+    auto = run([*SNAP, "--auto", "7", "--max-util", "100", "-q", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+               locks)
     assert auto.returncode == 0 and "2" not in auto.stdout.strip().split(","), auto.stderr
     explain = run([*SNAP, "--auto", "1", "--explain"], locks)
     assert f"GPU 2: unavailable for reservation: its lock file {planted} is a symlink" in explain.stdout

@@ -115,18 +115,21 @@ def _pairs_0_1_and_2_3() -> Machine:
 
 def test_auto_takes_one_busy_gpu_not_two_when_an_idle_one_is_left(tmp_path):
     snap = write_snapshot(tmp_path / "pairs.json", _pairs_0_1_and_2_3())
-    done = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--dry-run", "--", "true")
+    # Busy GPUs are only taken when the user says so (--max-util 100); then one, not two.
+    ask = ("--snapshot", snap, "--exclude", "1", "--auto", "2", "--max-util", "100")
+    done = run_cli(*ask, "--dry-run", "--", "true")
     assert done.returncode == 0, done.stderr
     assert "CUDA_VISIBLE_DEVICES=0,2" in done.stdout  # {0, 2}: one other person's GPU, not two
-    # The choice said so: GPU 2 is alice's.
-    assert "gpulaunch: warning: GPU 2 is busy by alice (97% utilisation, 21.1 GiB free)" in done.stderr
-    quiet = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--dry-run", "-q", "--", "true")
-    assert quiet.returncode == 0 and quiet.stderr == ""
-    doc = json.loads(run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--explain", "--json").stdout)
+    # The choice said so: GPU 2 is alice's; -q does not hide it (she computes there).
+    said = "gpulaunch: warning: GPU 2 is busy by alice (97% utilisation, 21.1 GiB free)"
+    assert said in done.stderr
+    quiet = run_cli(*ask, "--dry-run", "-q", "--", "true")
+    assert quiet.returncode == 0 and quiet.stderr == said + "\n"
+    doc = json.loads(run_cli(*ask, "--explain", "--json").stdout)
     assert doc["set"]["gpus_by_availability"] == {"idle": 1, "partly_used": 0, "busy": 1, "full": 0}
     # Runner-ups tie the chosen set up to the models: {0, 3}, never the better-linked {2, 3}.
     assert [(s["gpus"], s["lost_on"]) for s in doc["next_best"]] == [([0, 3], "lower indices")]
-    text = run_cli("--snapshot", snap, "--exclude", "1", "--auto", "2", "--explain").stdout
+    text = run_cli(*ask, "--explain").stdout
     assert "  availability: busy (non-idle GPUs: 1 busy); model: NVIDIA H100 80GB HBM3\n" in text
     assert "ranked by: availability > non-idle GPUs taken > GPU models > worst link" in text
 
@@ -139,11 +142,11 @@ def test_a_nearly_full_gpu_is_its_own_class_below_busy(tmp_path):
     gpus += [gpu(i, used=TOTAL - 47104, util=60, users=("dave",), numa=1) for i in range(4, 8)]
     m = machine(gpus, lambda i, j: "PIX" if i // 2 == j // 2 else "PXB" if i // 4 == j // 4 else "SYS")
     snap = write_snapshot(tmp_path / "pcie.json", m)
-    done = run_cli("--snapshot", snap, "--auto", "4", "--dry-run", "--", "true")
+    done = run_cli("--snapshot", snap, "--auto", "4", "--max-util", "100", "--dry-run", "--", "true")
     assert done.returncode == 0, done.stderr
     assert "CUDA_VISIBLE_DEVICES=0,2,3,4" in done.stdout
     assert "warning: GPU 4 is busy by dave" in done.stderr
-    doc = json.loads(run_cli("--snapshot", snap, "--auto", "4", "--explain", "--json").stdout)
+    doc = json.loads(run_cli("--snapshot", snap, "--auto", "4", "--max-util", "100", "--explain", "--json").stdout)
     assert doc["less_available"] == [{"gpu": 1, "availability": "full"}]
     assert doc["thresholds"]["full_min_memory_used_percent"] == 90
 
@@ -261,8 +264,9 @@ def test_gpus_on_an_unhealthy_gpu_warns_and_obeys():
 
 # --- 6. --auto and --fit say when they put the job on someone's GPU ------------------------------
 
-def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_silences_it():
-    done = run_cli("--snapshot", "pcie-8x", "--fit", "300GiB", "--dry-run", "--", "true")
+def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_does_not_hide_others_work():
+    ask = ("--snapshot", "pcie-8x", "--fit", "300GiB", "--max-util", "100")
+    done = run_cli(*ask, "--dry-run", "--", "true")
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "warning" in line]
     assert warnings == ["gpulaunch: warning: GPU 2 is busy by carol (60% utilisation, 27.6 GiB free)",
@@ -270,8 +274,9 @@ def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_silences_it():
     # The same words as --gpus on that GPU.
     explicit = run_cli("--snapshot", "pcie-8x", "--gpus", "2", "--dry-run", "--", "true")
     assert warnings[0] in explicit.stderr.splitlines()
-    quiet = run_cli("--snapshot", "pcie-8x", "--fit", "300GiB", "--dry-run", "-q", "--", "true")
-    assert quiet.returncode == 0 and quiet.stderr == ""
+    # -q: carol and dave compute there, so it is said all the same.
+    quiet = run_cli(*ask, "--dry-run", "-q", "--", "true")
+    assert quiet.returncode == 0 and quiet.stderr.splitlines() == warnings
     idle = run_cli("--snapshot", "pcie-8x", "--auto", "6", "--dry-run", "--", "true")  # the six idle GPUs
     assert idle.returncode == 0 and "warning" not in idle.stderr
 

@@ -179,8 +179,9 @@ def test_bash_with_equals_split_by_wordbreaks(shell_env: dict[str, str]) -> None
 def test_bash_subcommands_options_and_values(shell_env: dict[str, str]) -> None:
     assert bash_complete("gpulaunch ", shell_env) == list(args.SUBCOMMANDS)
     assert bash_complete("gpulaunch co", shell_env)[:2] == ["config", "completions"]
-    assert bash_complete("gpulaunch ls --", shell_env) == ["--lock-dir", "--json", "--topo", "--wide", "--watch", "--snapshot", "--quiet", "--verbose",
-                                                           "--help", "--version"]
+    assert bash_complete("gpulaunch ls --", shell_env) == ["--gpus", "--lock-dir", "--json", "--topo", "--wide", "--processes",
+                                                           "--watch", "--snapshot", "--quiet", "--verbose", "--help",
+                                                           "--version"]
     assert "--min-free" in bash_complete("gpulaunch --m", shell_env)
     assert bash_complete("gpulaunch completions ", shell_env) == ["bash", "zsh", "fish"]
     assert bash_complete("gpulaunch --snapshot dgx", shell_env)[:2] == ["dgx-h100", "dgx1-v100"]
@@ -274,7 +275,7 @@ def test_zsh(shell_env: dict[str, str]) -> None:
     assert zsh_complete("gpulaunch completions ", shell_env) == ["ADD:bash", "ADD:zsh", "ADD:fish"]
     assert zsh_complete("gpulaunch --bind ", shell_env) == ["ADD:auto", "ADD:on", "ADD:off"]
     assert "ADD:--topo" in zsh_complete("gpulaunch ls --", shell_env)
-    assert "ADD:--gpus" not in zsh_complete("gpulaunch ls --", shell_env)
+    assert "ADD:--auto" not in zsh_complete("gpulaunch ls --", shell_env)
     assert zsh_complete("gpulaunch --auto 2 -- python tr", shell_env) == ["NORMAL:python tr:2"]
     assert zsh_complete("gpulaunch --gpus 0 pyth", shell_env) == ["NORMAL:pyth:1"]
     # the loose ends: --wait's optional value, each's job file, a GPU not offered twice
@@ -305,7 +306,7 @@ def test_fish(shell_env: dict[str, str], tmp_path: Path) -> None:
     assert fish_complete("gpulaunch completions ", shell_env) == ["bash", "fish", "zsh"]
     assert sorted(fish_complete("gpulaunch env --shell ", shell_env)) == ["bash", "fish", "sh", "zsh"]
     assert "--topo" in fish_complete("gpulaunch ls --", shell_env)
-    assert "--gpus" not in fish_complete("gpulaunch ls --", shell_env)
+    assert "--auto" not in fish_complete("gpulaunch ls --", shell_env)
     assert "--gpus" not in fish_complete("gpulaunch --auto 2 -- ls --", shell_env)
     (tmp_path / "sizes.txt").write_text("")
     (tmp_path / "jobs.txt").write_text("")

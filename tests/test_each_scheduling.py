@@ -71,8 +71,10 @@ def test_wait_under_auto_waits_for_gpus_free_for_it_and_says_which_are_busy(lock
     assert done.returncode == 5, done.stderr  # WaitTimeout: it would have put the job on alice's GPU 0
     assert "GPU 0, GPU 1 busy or full with others' work" in done.stderr
     assert "GPU 0: busy by alice (98% utilisation; --max-util 100 takes it anyway)" in done.stderr
-    now = run(["--snapshot", "dgx-h100", "--auto", "7", "--", "true"], locks)  # no --wait: as before, a warning
-    assert now.returncode == 0 and "warning: GPU 0 is busy by alice" in now.stderr
+    # No --wait: the same rule (issue 26 item 5); the request fails at once, saying why (it took GPU 0 before).
+    now = run(["--snapshot", "dgx-h100", "--auto", "7", "--", "true"], locks)
+    assert now.returncode == 4, now.stderr
+    assert "GPU 0: busy by alice (98% utilisation; --max-util 100 takes it anyway)" in now.stderr
 
 
 # --- issue 20 item 14: jobs are reaped the moment they end ------------------------------------------

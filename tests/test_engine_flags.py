@@ -116,7 +116,9 @@ def test_vllm_without_a_tp_runs_one_gpu_and_gets_one(models: dict[str, str], fak
 def test_tgi_num_shard_is_obeyed(models: dict[str, str], fake_bin: str, how: str) -> None:
     # was: --num-shard 8 ignored, one GPU given to a launcher that then starts 8 shards
     argv = ["--model-id", models["8b"], "--max-total-tokens", "4096"] + (["--num-shard", "8"] if how == "flag" else [])
-    got = child(gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--", "text-generation-launcher", *argv,
+    # all 8: alice's busy GPUs 0 and 1 too, which the busy rule leaves out unless --max-util says otherwise
+    got = child(gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--max-util", "100", "--",
+                          "text-generation-launcher", *argv,
                           path=fake_bin, env={"NUM_SHARD": "8"} if how == "env" else None))
     assert len(got["gpus"]) == 8
 
@@ -213,8 +215,10 @@ def test_every_documented_way_to_start_an_engine_names_its_model(models: dict[st
 
 def test_a_utilisation_below_what_others_use_says_whose_memory_it_is(models: dict[str, str]) -> None:
     # was: "vLLM may use 0.0 GiB of the tightest"
-    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "vllm", "serve",
-                     models["70b-bf16"], "--max-model-len", "32768", "--gpu-memory-utilization", "0.5", "-tp", "{tp}")
+    # --max-util 100: alice's busy GPUs are candidates, so their memory in use is what falls short
+    proc = gpulaunch("--snapshot", "dgx-h100", "--fit", "model", "--max-util", "100", "--dry-run", "--", "vllm",
+                     "serve", models["70b-bf16"], "--max-model-len", "32768", "--gpu-memory-utilization", "0.5", "-tp",
+                     "{tp}")
     line = one_line(proc, 4)
     assert "0.0 GiB" not in line
     assert "--gpu-memory-utilization 0.50 needs 39.8 GiB of each GPU free at start" in line

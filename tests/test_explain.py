@@ -76,9 +76,14 @@ def test_text_explains_set_exclusions_and_runner_ups():
     assert "ranked by: availability > non-idle GPUs taken > GPU models > worst link" in text
     assert "≤ 5% memory used" in text
     assert "excluded:\n  GPU 0: excluded by --exclude\n" in text
-    assert "  GPU 2: busy\n  GPU 6: full\n" in text  # 2.6 GiB of 48 GiB free: full
+    # Others' busy and full GPUs are not --auto's to take: excluded, saying how to take them anyway.
+    assert ("  GPU 2: busy by carol (60% utilisation; --max-util 100 takes it anyway)\n"
+            "  GPU 6: full by dave (100% utilisation; --max-util 100 takes it anyway)\n") in text
     assert "full: ≥ 90% memory used or none free" in text
     assert "  GPU 1, GPU 3: lost on worst link (PXB vs PIX)" in text
+    # With --max-util 100 they are eligible, and left out as less available than the idle ones.
+    anyway = run_cli("--snapshot", "pcie-8x", "--auto", "2", "--exclude", "0", "--max-util", "100", "--explain")
+    assert "  GPU 2: busy\n  GPU 6: full\n" in anyway.stdout  # 2.6 GiB of 48 GiB free: full
 
 
 def test_text_for_an_explicit_choice_shows_the_warnings():

@@ -83,14 +83,14 @@ def test_long_holders_and_many_processes_still_fit_80_columns() -> None:
     assert "alice (pid" in text  # the holder is cut, not lost
 
 
-def test_used_and_free_add_up_to_total_with_reserved_memory(tmp_path: Path) -> None:
+def test_used_is_as_nvidia_smi_shows_it_and_reserved_apart(tmp_path: Path) -> None:
     doc = snapshot.to_dict(snapshot.resolve("workstation-4x"))
     doc["gpus"][0].update(memory_total_mib=1000, memory_used_mib=300, memory_free_mib=600, memory_reserved_mib=100)
     path = tmp_path / "reserved.json"
     path.write_text(json.dumps(doc))
     out = gpulaunch("--snapshot", str(path), "ls").stdout
     row = next(line for line in out.splitlines() if line.split()[:1] == ["0"])
-    assert "600 MiB" in row and "400 MiB / 1000 MiB" in row  # used shown = 300 used + 100 reserved
+    assert "600 MiB" in row and "300 MiB / 1000 MiB" in row  # NVML v2's used, as nvidia-smi (issue 26 item 6)
     wide = gpulaunch("--snapshot", str(path), "ls", "--wide", COLUMNS="200").stdout
     header, row = wide.splitlines()[1], next(line for line in wide.splitlines() if line.split()[:1] == ["0"])
     assert "RESERVED" in header and "100 MiB" in row

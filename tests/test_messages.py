@@ -128,8 +128,8 @@ def test_explain_shows_enough_precision_when_two_values_differ(tmp_path) -> None
 
 def test_explain_lines_stay_readable() -> None:
     for machine, n in (("dgx-h100", "8"), ("dgx-h100", "4"), ("pcie-8x", "4"), ("dgx1-v100", "4")):
-        done = gpulaunch(["--snapshot", machine, "--auto", n, "--explain"])
+        done = gpulaunch(["--snapshot", machine, "--auto", n, "--max-util", "100", "--explain"])
         assert done.returncode == 0, done.stderr
         assert max(len(line) for line in done.stdout.splitlines()) <= 100, machine
-    eight = gpulaunch(["--snapshot", "dgx-h100", "--auto", "8", "--explain"]).stdout
+    eight = gpulaunch(["--snapshot", "dgx-h100", "--auto", "8", "--max-util", "100", "--explain"]).stdout
     assert "links: all 28 pairs NV18" in eight

@@ -126,7 +126,7 @@ def test_a_batch_script_is_refused_with_the_srun_that_fixes_it(tmp_path: Path) -
 
 
 def test_an_unresolvable_head_is_exit_11_naming_the_interface_variables(tmp_path: Path) -> None:
-    proc = _run(["--nodes", "2", "--node-rank", "1", "--head", "no-such-head.invalid:29400", "--", "python", "x.py"],
+    proc = _run(["--nodes", "2", "--gpus-per-node", "4", "--node-rank", "1", "--head", "no-such-head.invalid:29400", "--", "python", "x.py"],
                 tmp_path)
     assert proc.returncode == 11, proc.stderr
     assert "'no-such-head.invalid' does not resolve" in proc.stderr and "NCCL_SOCKET_IFNAME" in proc.stderr
@@ -140,7 +140,7 @@ def test_a_head_with_no_route_is_exit_11(tmp_path: Path) -> None:
     name = f"gltest-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        proc = subprocess.run(["ip", "netns", "exec", name, *gl("--snapshot", "dgx-h100", "--nodes", "2",
+        proc = subprocess.run(["ip", "netns", "exec", name, *gl("--snapshot", "dgx-h100", "--nodes", "2", "--gpus-per-node", "4",
                                "--node-rank", "1", "--head", "10.254.0.1:29400", "--", "python", "x.py")],
                               env=env(tmp_path / "locks", GPULAUNCH_RENDEZVOUS_TIMEOUT="1s"), capture_output=True,
                               text=True, timeout=60, cwd=tmp_path)
@@ -208,7 +208,7 @@ def test_a_head_port_given_by_hand_that_another_job_holds_is_refused(tmp_path: P
     """Two runs on one fixed port would join each other: the head says so before anything starts."""
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        proc = _run(["--nodes", "2", "--node-rank", "0", "--head", f"127.0.0.1:{port}", "--", "python", "x.py"],
+        proc = _run(["--nodes", "2", "--gpus-per-node", "4", "--node-rank", "0", "--head", f"127.0.0.1:{port}", "--", "python", "x.py"],
                     tmp_path)
     assert proc.returncode == 11, proc.stderr
     assert f"port {port} is in use on" in proc.stderr and "leave the port out" in proc.stderr

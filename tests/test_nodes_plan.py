@@ -260,7 +260,10 @@ def test_fit_model_slurm_runs_the_plans_tp_and_pp_on_every_node(tmp_path: Path) 
     cut = task.index("--")
     procs = []
     for rank in (1, 0):  # the worker first: it waits for the head
+        # GPULAUNCH_MAX_UTIL=100: each "node" is a dgx-h100 whose GPUs 0 and 1 are alice's, busy; a node
+        # started by hand takes busy GPUs only when told (in a Slurm allocation they are the step's own)
         environ = clean_env({"GPULAUNCH_LOCK_DIR": str(tmp_path / f"locks-{rank}"), "FAKE_RECORDS": str(records),
+                             "GPULAUNCH_MAX_UTIL": "100",
                              "PATH": f"{bindir}:{os.environ['PATH']}"})
         argv = [sys.executable, "-m", *task[:cut], "--node-rank", str(rank), "--head", f"127.0.0.1:{port}",
                 *task[cut:]]

@@ -70,9 +70,9 @@ def _stress_round(tmp_path: Path, locks: Path, n: int, wait: bool) -> list[tuple
     rec.mkdir()
     release = tmp_path / f"release-{n}"
     logs = [open(tmp_path / f"err-{n}-{i}.txt", "w+") for i in range(PROCESSES)]
-    # --max-util 100: a waiting --auto would otherwise (rightly) wait for GPUs 0 and 1 to stop being alice's
-    args = ["--snapshot", "dgx-h100", "--auto", "1", "--lock-dir", str(locks),
-            *(["--wait", "--max-util", "100"] if wait else []),
+    # --max-util 100: --auto would otherwise (rightly) skip GPUs 0 and 1, busy with alice's work
+    args = ["--snapshot", "dgx-h100", "--auto", "1", "--lock-dir", str(locks), "--max-util", "100",
+            *(["--wait"] if wait else []),
             "--", "python3", "-c", SPAN, str(rec), str(release)]
     procs = [subprocess.Popen(gl(*args), env=env(), stdout=subprocess.DEVNULL, stderr=log) for log in logs]
     try:
@@ -142,7 +142,7 @@ def test_reservation_lives_as_long_as_the_command_and_ls_shows_it(tmp_path: Path
         assert clash.returncode == 6
         assert "GPU 3 is reserved by" in clash.stderr and f"pid {holder.pid}" in clash.stderr
         assert "--share" in clash.stderr
-        other = run(["--snapshot", "dgx-h100", "--auto", "8", "--", "true"], locks)
+        other = run(["--snapshot", "dgx-h100", "--auto", "8", "--max-util", "100", "--", "true"], locks)
         assert other.returncode == 4 and "GPU 3: reserved by" in other.stderr
     finally:
         release.touch()

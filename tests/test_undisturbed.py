@@ -53,7 +53,7 @@ def test_every_helper_launches_on_gpus_held_in_the_default_directory() -> None:
     _ok(test_json.gpulaunch(*all4))
     _ok(test_output.gpulaunch(*all4))
     _ok(test_fast_paths._launch(os.environ.get("PATH", os.defpath), "true", cwd=Path.cwd()))  # dgx-h100 GPU 3
-    auto = run_cli("--snapshot", "dgx-h100", "--auto", "8", "--dry-run", "--json")
+    auto = run_cli("--snapshot", "dgx-h100", "--auto", "8", "--max-util", "100", "--dry-run", "--json")
     assert auto.returncode == 0 and json.loads(auto.stdout)["env"]["GPULAUNCH_GPUS"] == "0,1,2,3,4,5,6,7", auto.stderr
     if os.environ.get(INNER):  # the outer test's hold is visible to a launch that uses the default directory
         env = {k: v for k, v in cli_run.clean_env().items() if k != "GPULAUNCH_LOCK_DIR"}

@@ -147,7 +147,8 @@ def _versus(theirs: str, ours: str, s: dict[str, Any], best: dict[str, Any], cri
     return theirs, ours
 
 
-#: Marks a line that is never wrapped: an exclusion's reason may hold a file path, which must stay whole.
+#: Stands for a space that must not break a line (inside a parenthesis kept whole); a line that starts
+#: with it is never wrapped: an exclusion's reason that holds a file path, which must stay whole.
 _AS_IS = "\x00"
 
 
@@ -202,7 +203,8 @@ def as_text(selection: Selection, machine: Machine, width: int = WIDTH) -> str:
     lines += [f"warning: {w}" for w in doc["warnings"]]
     if doc["excluded"]:
         lines.append("excluded:")
-        lines += [f"{_AS_IS}  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
+        # A reason that names a file (`exclude = … in FILE:LINE`, a lock file) stays on one line; others wrap.
+        lines += [f"{_AS_IS if '/' in e['reason'] else ''}  GPU {e['gpu']}: {e['reason']}" for e in doc["excluded"]]
     if doc.get("less_available"):
         lines.append(f"left out (less available than {doc['set']['availability']}, and enough {doc['set']['availability']} GPUs exist):")
         lines += [f"  GPU {g['gpu']}: {g['availability']}" for g in doc["less_available"]]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Machine
-from gpu_launch.choose.select import IDLE_MAX_USED, Constraints, Selection, grouped, held_reason, min_free_failure
+from gpu_launch.choose.select import (IDLE_MAX_USED, Constraints, Selection, grouped, held_reason, min_free_failure,
+                                      min_total_failure)
 from gpu_launch.units import Size, fmt_mib
 
 __all__ = ["candidates", "choose_mig"]
@@ -32,6 +33,9 @@ def _reason(device: Device, c: Constraints) -> str | None:
     for uuid in (mig.uuid, gpu.uuid):
         if uuid in c.reserved:
             return held_reason(c.reserved[uuid])
+    small = min_total_failure(mig.memory_total_mib, c.min_total)
+    if small is not None:
+        return small
     if mig.memory_free_mib is None:
         return "free memory unknown"
     short = min_free_failure(mig.memory_free_mib, mig.memory_total_mib, c.min_free)

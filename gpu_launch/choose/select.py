@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Availability", "availability", "Constraints", "Exclusion", "Eligibility", "Selection",
-    "eligibility", "min_free_failure", "choose_auto", "choose_fit", "check_explicit", "mig_mode_error", "constraint_failure",
+    "eligibility", "min_free_failure", "min_total_failure", "choose_auto", "choose_elastic", "choose_fit",
+    "check_explicit", "mig_mode_error", "constraint_failure",
     "could_ever_be_chosen", "largest_total_mib", "could_ever_hold",
-    "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES",
+    "IDLE_MAX_USED", "BUSY_MIN_UTIL", "BUSY_MIN_USED", "FIT_SIZES", "others_work_warnings",
 ]
 
 FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
@@ -31,7 +32,8 @@ FIT_SIZES = (1, 2, 4, 8)  # the GPU counts tensor parallelism accepts
 
 @dataclass(frozen=True)
 class Constraints:
-    """What every chosen GPU must satisfy (``--min-free``, ``--max-util``, ``--idle``, ``--exclude``)."""
+    """What every chosen GPU must satisfy (``--min-free``, ``--max-util``, ``--idle``, ``--exclude``,
+    ``--min-total-memory``)."""
 
     min_free: Size | None = None
     max_util: int | None = None
@@ -40,13 +42,16 @@ class Constraints:
     reserved: dict[str, str] = field(default_factory=dict)  # UUID -> who holds it (reservations)
     #: Where ``exclude`` came from, for messages: ``--exclude``, ``GPULAUNCH_EXCLUDE=0``, ``exclude in FILE:LINE``.
     exclude_source: str = "--exclude"
-    #: a job that waits (``each``, ``--wait`` with ``--auto``/``--fit``) is only given GPUs free for it:
-    #: not busy or full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
+    #: ``--auto``/``--fit`` and ``each`` (waiting or not) are only given GPUs free for them: not busy or
+    #: full with someone's work, unless in ``allotted`` (its own, made by Slurm or a parent job)
     polite: bool = False
     allotted: frozenset[str] = frozenset()  # GPU UUIDs
+    min_total: Size | None = None  # --min-total-memory: the card's (or MIG device's) own total memory
 
     def describe(self) -> str:
         parts = []
+        if self.min_total is not None:
+            parts.append(f"≥ {self.min_total} total")
         if self.min_free is not None:
             parts.append(f"≥ {self.min_free} free")
         if self.max_util is not None:
@@ -75,6 +80,17 @@ def min_free_failure(free_mib: int, total_mib: int | None, min_free: Size | None
     need = min_free.of(total_mib)
     if need is None or free_mib < need:
         return f"{fmt_mib(free_mib)} free < {min_free} asked by --min-free"
+    return None
+
+
+def min_total_failure(total_mib: int | None, min_total: Size | None) -> str | None:
+    """The --min-total-memory phrase when a card (or MIG device) has less memory in all than asked."""
+    if min_total is None or min_total.mib is None:
+        return None
+    if total_mib is None:
+        return "total memory unknown, so --min-total-memory cannot be checked"
+    if total_mib < min_total.mib:
+        return f"{fmt_mib(total_mib)} total < {min_total} asked by --min-total-memory"
     return None
 
 
@@ -119,10 +135,12 @@ def held_reason(who: str) -> str:
     return who if who.startswith((UNRESERVABLE, BLOCKED)) else f"reserved by {who}"
 
 
-def could_ever_be_chosen(gpu: Gpu, exclude: frozenset[str] = frozenset()) -> bool:
+def could_ever_be_chosen(gpu: Gpu, exclude: frozenset[str] = frozenset(), min_total: Size | None = None) -> bool:
     """Whether waiting could ever make ``gpu`` eligible for ``--auto``/``--fit``: not when NVML cannot
-    read it, it is in MIG mode, unhealthy or excluded (load and reservations change; these do not)."""
-    return gpu.available and not gpu.in_mig_mode and not gpu.health and gpu.uuid not in exclude
+    read it, it is in MIG mode, unhealthy, excluded or too small for ``--min-total-memory`` (load and
+    reservations change; these do not)."""
+    return (gpu.available and not gpu.in_mig_mode and not gpu.health and gpu.uuid not in exclude
+            and min_total_failure(gpu.memory_total_mib, min_total) is None)
 
 
 def largest_total_mib(gpus: list[Gpu]) -> int:
@@ -147,8 +165,9 @@ def _failed_constraint(gpu: Gpu, c: Constraints) -> str | None:
 
 
 def _not_free_for_it(gpu: Gpu, c: Constraints) -> str | None:
-    """A waiting job's rule (``Constraints.polite``): a GPU busy or full with others' work is not free
-    for it; it waits rather than pile onto a colleague's run. Its own allotment's GPUs are its own."""
+    """The rule for busy GPUs (``Constraints.polite``): a GPU busy or full with others' work is not free
+    for ``--auto``/``--fit``, waiting or not; a job waits, or fails, rather than pile onto a colleague's
+    run. Its own allotment's GPUs are its own; ``--max-util`` (100 takes them all) is the user's own bar."""
     if not c.polite or gpu.uuid in c.allotted or c.max_util is not None:  # --max-util: the user's own bar
         return None
     level = availability(gpu)
@@ -179,6 +198,9 @@ def _unusable(gpu: Gpu, c: Constraints) -> str | None:
 def constraint_failure(gpu: Gpu, c: Constraints) -> str | None:
     """The first of the user's constraints (``--min-free``, ``--max-util``, ``--idle``) ``gpu``
     fails, or None. Unlike health or MIG mode, these may change while one waits."""
+    small = min_total_failure(gpu.memory_total_mib, c.min_total)
+    if small is not None:
+        return small
     if gpu.memory_free_mib is None:
         return "free memory unknown (NVML could not read it)"
     short = min_free_failure(gpu.memory_free_mib, gpu.memory_total_mib, c.min_free)
@@ -229,14 +251,19 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
         msg += f" ({why})"
     hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
     could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
-    lasting = [g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude)]
+    lasting = [g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude, constraints.min_total)]
     if could < n:
         hint = (f"no wait can help: {could} of {total} GPUs could ever have --min-free {constraints.min_free} free; "
                 "lower --min-free")
     elif len(lasting) < n:
         mig = any(g.mig_devices for g in machine.gpus)  # --mig can use those
+        small = "" if constraints.min_total is None else f", smaller than --min-total-memory {constraints.min_total}"
         hint = (f"no wait can help: only {len(lasting)} of {total} GPUs can be given whole (the others are in MIG "
-                f"mode, unhealthy, unreadable or excluded); ask for fewer" + (", or use --mig" if mig else ""))
+                f"mode, unhealthy, unreadable or excluded{small}); ask for fewer" + (", or use --mig" if mig else ""))
+        if small:  # "80GiB" for an 80 GB card (79.6 GiB): say what the cards here have
+            largest = max((g.memory_total_mib or 0 for g in machine.gpus), default=0)
+            hint += (f"; the largest card here has {fmt_mib(largest)} in all (sizes as cards are sold are decimal: "
+                     "80GB)")
     if total == 0:
         msg = f"need {n} GPU{'s' if n != 1 else ''}, but this machine shows no GPUs"
         hint = "`nvidia-smi` should list them; or try a bundled example: --snapshot dgx-h100"
@@ -266,6 +293,17 @@ def choose_auto(machine: Machine, n: int, constraints: Constraints, runner_ups: 
     return Selection(tuple(Device(g) for g in best), tuple(warnings), elig, ranked)
 
 
+def choose_elastic(machine: Machine, least: int, most: int | None, constraints: Constraints,
+                   runner_ups: int = 0) -> Selection:
+    """``--min-count``/``--max-count`` (nvisel's elastic count): as many eligible GPUs as there are, at
+    most ``most`` (None: all), the best set of that many; fewer than ``least`` is a shortfall."""
+    elig = eligibility(machine, constraints)
+    n = min(len(elig.eligible), most if most is not None else len(elig.eligible))
+    if n < least:
+        raise _not_enough(least, machine, elig, constraints)
+    return choose_auto(machine, n, constraints, runner_ups)
+
+
 def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_ups: int = 0) -> Selection:
     """The smallest count in 1, 2, 4, 8 whose best set has ``need`` free in total (``--fit``)."""
     if need.mib is None:
@@ -284,10 +322,12 @@ def choose_fit(machine: Machine, need: Size, constraints: Constraints, runner_up
         if total > most:
             most, most_n = total, n
     sizes = ", ".join(str(n) for n in FIT_SIZES if n <= len(elig.eligible))
-    biggest = largest_total_mib([g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude)])
+    biggest = largest_total_mib([g for g in machine.gpus
+                                 if could_ever_be_chosen(g, constraints.exclude, constraints.min_total)])
+    why = grouped((e.gpu.label, e.reason) for e in elig.excluded)
     raise NotEnoughGpus(
         f"--fit {need}: the best set of {sizes} eligible GPU(s) holds at most {fmt_mib(most)} free "
-        f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible)",
+        f"(on {most_n}; {len(elig.eligible)} of {len(machine.gpus)} GPUs are eligible{': ' + why if why else ''})",
         hint="wait with --wait, or lower the size (quantise, shorter context)" if biggest >= need.mib else
         f"no wait can help: the {min(max(FIT_SIZES), len(machine.gpus))} largest GPUs here have {fmt_mib(biggest)} "
         "in total; lower the size (quantise, shorter context)",
@@ -323,7 +363,8 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
             continue
         if gpu.health:
             warnings.append(f"{gpu.label}: unhealthy ({'; '.join(gpu.health)})")
-        reason = constraint_failure(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle))
+        reason = constraint_failure(gpu, Constraints(constraints.min_free, constraints.max_util, constraints.idle,
+                                                     min_total=constraints.min_total))
         if reason is not None:
             warnings.append(f"{gpu.label}: {reason}")
         else:
@@ -331,10 +372,21 @@ def check_explicit(devices: tuple[Device, ...], machine: Machine, constraints: C
     return Selection(devices, tuple(warnings))
 
 
+def others_work_warnings(devices: tuple[Device, ...], me: str | None) -> tuple[str, ...]:
+    """The warnings ``-q`` never hides: one per chosen whole GPU that is busy or full with work that is
+    not all ``me``'s (someone else computes there, or NVML could not say whose work it is)."""
+    def only_mine(gpu: Gpu) -> bool:
+        return gpu.processes_known and bool(gpu.processes) and all(p.user == me for p in gpu.processes)
+
+    return tuple(_load_warnings(tuple(d.gpu for d in devices if d.mig is None and not only_mine(d.gpu)),
+                                Availability.BUSY))
+
+
 def _load_warnings(gpus: tuple[Gpu, ...], least: Availability = Availability.PARTLY_USED) -> list[str]:
     """One warning per GPU at ``least`` this loaded: ``--auto``/``--fit`` warn about every chosen GPU
     that is not idle (gpulaunch put the job on someone's GPU), ``--gpus`` about busy and full ones
-    (the user chose it); ``-q`` silences both."""
+    (the user chose it); ``-q`` silences those about partly used GPUs, never those about GPUs someone
+    else computes on (:func:`others_work_warnings`)."""
     warnings = []
     for gpu in gpus:
         level = availability(gpu)

@@ -47,7 +47,8 @@ __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "def
 
 #: options that only mean something to Slurm, and those only to the scheduler on this machine
 SLURM_ONLY = ("partition", "time", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
-LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu")
+LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu", "min_total_memory",
+              "account_as_free", "min_count", "max_count")
 
 
 def run(inv: Any) -> int:
@@ -185,21 +186,30 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
+    least, most = inv.get("min_count"), inv.get("max_count")  # an elastic count per job (as a launch's)
+    if (least is not None or most is not None) and "gpus_per_job" in inv.flags:
+        raise UsageError("--gpus-per-job and --min-count/--max-count cannot be used together",
+                         hint="a fixed count: --gpus-per-job K; as many as are free for each job: --max-count K")
+    elastic = least is not None or most is not None
+    from gpu_launch.share.pick import free_accounts
+
     # A sweep waits for GPUs free for its jobs rather than pile onto others' work (``--max-util`` decides instead).
-    request = acquire.Request(auto=k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
-                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True)
+    request = acquire.Request(auto=None if elastic else k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
+                              idle=bool(inv.get("idle")), exclude=inv.get("exclude"), polite=True, min_count=least,
+                              max_count=most, min_total=inv.get("min_total_memory"), free_accounts=free_accounts(inv))
 
     def read() -> Machine:
-        return read_machine(inv, processes=True, topology=k > 1)
+        return read_machine(inv, processes=True, topology=k > 1 or (elastic and most != 1))
 
     machine = read()
     scope = _scope(inv, machine)
     sweepable = scope.narrow(machine)
     why = acquire.hopeless(request, sweepable)
     if why is not None:
+        asked = f"--gpus-per-job {k}" if not elastic else f"--min-count {least or 1}"
         if scope.only is not None:
             why = f"--gpus gives the sweep {len(sweepable.gpus)} GPU{'s' if len(sweepable.gpus) != 1 else ''}"
-        raise NotEnoughGpus(f"--gpus-per-job {k}: {why}", hint=f"ask for at most {len(sweepable.gpus)} GPUs per job")
+        raise NotEnoughGpus(f"{asked}: {why}", hint=f"ask for at most {len(sweepable.gpus)} GPUs per job")
     from gpu_launch.share.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))

@@ -3,6 +3,8 @@
 ``ls`` fits the terminal it is in (one line per GPU, :mod:`gpu_launch.views.ls_table`); ``--watch``
 redraws it in place until Ctrl-C. With no NVIDIA driver, a plain ``ls`` shows the bundled example
 machine with a note (exit 0: it is what a new user wants to see); ``ls --json`` stays strict (exit 3).
+``--gpus SPEC`` shows those GPUs only (``nvidia-smi -i``); ``--processes`` lists every process under the
+table with its command (:mod:`gpu_launch.views.ls_processes`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 
 from gpu_launch.share import pick
 from gpu_launch.errors import GpuLaunchError, NvmlUnavailable, UsageError
+from gpu_launch.views.ls_table import Held
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
 
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
+    from gpu_launch.share.holders import Holder
 
 
 __all__ = ["run", "DEMO"]
@@ -82,9 +86,34 @@ def run(inv: Invocation) -> int:
 
 
 def _read(inv: Invocation, topo: bool) -> Machine:
-    return pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
-                             topology=topo or bool(inv.get("json")),
-                             **({"extras": True} if inv.get("wide") else {}))
+    shown = _indices(inv.get("gpus"))
+    machine = pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
+                                topology=topo or bool(inv.get("json")),
+                                **({"extras": True} if inv.get("wide") else {}),
+                                **({"state_of": shown} if shown is not None else {}))
+    return _only(machine, inv.get("gpus"))
+
+
+def _indices(items: object) -> frozenset[int] | None:
+    """The NVML indices ``--gpus`` names when they are plain indices (only their state is read), else None."""
+    if not isinstance(items, tuple) or not all(getattr(i, "kind", None) == "index" and i.last - i.first < 1024
+                                               for i in items):
+        return None
+    return frozenset(n for i in items for n in range(i.first, i.last + 1))
+
+
+def _only(machine: Machine, items: object) -> Machine:
+    """``machine`` with only the GPUs ``--gpus`` names (a MIG device: its GPU), in NVML order, like
+    ``nvidia-smi -i``; their corner of the link matrix with them. No ``--gpus``: the whole machine."""
+    if items is None:
+        return machine
+    from gpu_launch.choose import spec
+    from gpu_launch.records import replace
+
+    named = {d.gpu.uuid for d in spec.resolve(items, machine)}  # type: ignore[arg-type]
+    keep = [pos for pos, g in enumerate(machine.gpus) if g.uuid in named]
+    links = None if machine.links is None else tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
+    return replace(machine, gpus=tuple(machine.gpus[pos] for pos in keep), links=links)
 
 
 def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool]:
@@ -97,17 +126,24 @@ def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool]:
             raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
     from gpu_launch.hardware import snapshot
 
-    return snapshot.resolve(DEMO), True
+    return _only(snapshot.resolve(DEMO), inv.get("gpus")), True
 
 
 def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool) -> None:
     from gpu_launch.views import render
 
     reserved = _reserved(inv, machine)
+    wide = bool(inv.get("wide"))
     if rich_ok:
-        render.ls_rich(machine, out, reserved, width, wide=bool(inv.get("wide")))
+        render.ls_rich(machine, out, reserved, width, wide=wide)
     else:
-        out.write(render.ls_plain(machine, reserved, width, wide=bool(inv.get("wide"))))
+        out.write(render.ls_plain(machine, reserved, width, wide=wide))
+    if wide and reserved and width is not None:  # the table shows each holder short: here in full
+        out.writelines(_wrap(line, width) for line in _holders_in_full(machine, reserved, width))
+    if inv.get("processes"):
+        from gpu_launch.views import ls_processes
+
+        out.write("\n" + ls_processes.text(machine, width))
     from gpu_launch.share import lockdir
 
     note = lockdir.shared_note(_lock_dir(inv))
@@ -117,6 +153,24 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
     from gpu_launch.views import queue_table
 
     out.write(queue_table.as_text(_waiters(inv), width))  # a section of its own; nothing when nobody waits
+
+
+def _holders_in_full(machine: Machine, reserved: dict[str, Held], width: int) -> list[str]:
+    """``GPU 2, GPU 3 reserved by alice (pid 4242, for 1h02m: python train.py --lr 3e-4)``, one line a
+    holder, when the table is too narrow for the whole line (``ls --wide``)."""
+    from gpu_launch.views.ls_table import layout
+
+    if layout(machine, reserved, None, wide=True).width() <= width:
+        return []  # the full layout fits: its cells say it all
+    from gpu_launch.hardware.model import Device
+
+    by_holder: dict[str, list[str]] = {}
+    for g in machine.gpus:
+        for device in (Device(g), *(Device(g, m) for m in g.mig_devices)):
+            held = reserved.get(device.uuid)
+            if held is not None:
+                by_holder.setdefault(held.whole or held.full, []).append(device.label)
+    return [f"{', '.join(labels)} reserved by {full}" for full, labels in by_holder.items()]
 
 
 def _wrap(text: str, width: int | None) -> str:
@@ -171,7 +225,7 @@ def _waiters(inv: Invocation) -> list:
     return []
 
 
-def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
+def _reserved(inv: Invocation, machine: Machine) -> dict[str, Held]:
     """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
     from gpu_launch.share import holders
 
@@ -186,5 +240,23 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, str]:
     labels = {u: Device(g, m).label for g in machine.gpus for u, m in ((g.uuid, None), *((m.uuid, m) for m in g.mig_devices))}
     for uuid, bad in unusable.items():
         print(f"gpulaunch: warning: {labels.get(uuid, uuid)} is {bad.describe()} (hint: {bad.hint})", file=sys.stderr)
-    return {**{uuid: holder.describe() for uuid, holder in held.items()},
-            **{uuid: bad.short() for uuid, bad in unusable.items()}}
+    return {**{uuid: _held(holder) for uuid, holder in held.items()},
+            **{uuid: Held(bad.short(), "unavailable") for uuid, bad in unusable.items()}}
+
+
+def _held(holder: Holder) -> Held:
+    """How ``ls`` names a holder: its line (the command cut), the short form an 80-column table shows (its
+    user and command word), and the line with the whole command."""
+    from gpu_launch.records import replace
+    from gpu_launch.text import printable
+    from gpu_launch.views.ls_table import command_word
+
+    full = holder.describe()
+    if holder.user is None and holder.command is None:
+        return Held(full, full if holder.pid is None else f"pid {holder.pid}", full)
+    if holder.shared:  # not a reservation: say what blocks the GPU, even in the short form
+        return Held(full, f"shared lock: {printable(holder.user or '?')}", full)
+    whole = replace(holder, command=None).describe()
+    if holder.command and whole.endswith(")"):
+        whole = f"{whole[:-1]}: {printable(' '.join(holder.command.split()))})"
+    return Held(full, f"{printable(holder.user or '?')} {printable(command_word(holder.command))}", whole)

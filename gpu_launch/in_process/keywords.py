@@ -46,7 +46,16 @@ def _convert(dest: str, name: str, value: object) -> object:
         if not isinstance(value, bool):
             raise UsageError(f"{name}: expected True or False, got {shown(value)}", hint=f"e.g. {name}=True")
         return value
-    if isinstance(value, str):
+    if dest == "account_as_free" and not isinstance(value, str):
+        if value is True:
+            return ""  # your own processes, as the bare flag
+        if value is False:
+            return None
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{name}: expected True or user names, got {shown(value)}",
+                             hint=f'e.g. {name}=True (your own processes) or {name}=["alice", "bob"]')
+        text = ",".join(value)
+    elif isinstance(value, str):
         text = value
     elif dest in ("snapshot", "lock_dir") and isinstance(value, os.PathLike):
         return os.fspath(value)
@@ -56,7 +65,7 @@ def _convert(dest: str, name: str, value: object) -> object:
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {value!r}")
     elif dest == "fit" and isinstance(value, os.PathLike):  # model=Path(...): a model, as --fit ./model.gguf
         return os.fspath(value)
-    elif dest in ("fit", "min_free", "reserve"):
+    elif dest in ("fit", "min_free", "reserve", "min_total_memory"):
         return _size(value, name, allow_percent=dest == "min_free")
     elif dest in ("ctx", "parallel") and isinstance(value, int):
         text = str(bounded(value, name, 1, _MAX_TOKENS, limits=f"1 to {_MAX_TOKENS}"))  # (str(10**5000) raises)
@@ -66,8 +75,8 @@ def _convert(dest: str, name: str, value: object) -> object:
         if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
             raise UsageError(f"{name}: expected GPU indices or UUIDs, got {shown(value)}", hint=f"e.g. {name}=[0, 1]")
         text = ",".join(str(bounded(v, name, 0, MAX_GPUS) if isinstance(v, int) else v) for v in value)
-    elif dest in ("auto", "max_util") and isinstance(value, int):
-        text = str(bounded(value, name, 0, MAX_GPUS if dest == "auto" else 100))
+    elif dest in ("auto", "max_util", "min_count", "max_count") and isinstance(value, int):
+        text = str(bounded(value, name, 0, 100 if dest == "max_util" else MAX_GPUS))
     else:
         raise UsageError(f"{name}: expected {_WANTED.get(dest, 'a string')}, got {type(value).__name__}",
                          hint=f"e.g. {name}={_EXAMPLES.get(dest, repr('...'))}")
@@ -81,9 +90,11 @@ def _convert(dest: str, name: str, value: object) -> object:
 
 _WANTED = {"auto": "a whole number", "gpus": "GPU indices or UUIDs", "exclude": "GPU indices or UUIDs",
            "fit": "a size", "min_free": "a size", "max_util": "a percentage", "snapshot": "a file or example name",
-           "lock_dir": "a directory"}
+           "lock_dir": "a directory", "min_count": "a whole number", "max_count": "a whole number",
+           "min_total_memory": "a size", "account_as_free": "True or user names"}
 _EXAMPLES = {"auto": "2", "gpus": '"4-7"', "exclude": "[0]", "fit": '"60GiB"', "min_free": '"20GiB"',
-             "max_util": "30", "snapshot": '"dgx-h100"', "lock_dir": '"/tmp/gpulaunch-locks"'}
+             "max_util": "30", "snapshot": '"dgx-h100"', "lock_dir": '"/tmp/gpulaunch-locks"', "min_count": "1",
+             "max_count": "4", "min_total_memory": '"80GB"', "account_as_free": "True"}
 
 
 def _size(value: object, name: str, allow_percent: bool) -> Size:

@@ -32,8 +32,11 @@ from gpu_launch.options.values import (
     shell,
     slurm_time,
     tokens,
+    total_size,
+    users,
     wait,
     whole_number,
+    is_user,
 )
 from gpu_launch.units import parse_size
 
@@ -68,13 +71,16 @@ CHOOSING = frozenset({RUN, "env", "check", "config", "submit"})  # options that 
 SIZING = CHOOSING | {"plan"}  # what describes a model's run, and the GPUs `plan` may lay it on
 CONSTRAINING = CHOOSING | {"each", "plan"}  # constraints also apply to every job of `each`, and to `plan`
 # ...except these, which choose what one launch does and have no default (config.py, docs/configuration.md).
-PER_LAUNCH = frozenset({"gpus", "auto", "fit", "dry_run", "explain", "share",  # share: a default would defeat reservations
+PER_LAUNCH = frozenset({"gpus", "auto", "fit", "min_count", "max_count",  # how many: this launch's own
+                        "dry_run", "explain", "share",  # share: a default would defeat reservations
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "nodes", "node_rank", "head",  # where one run stands among its nodes
                         "ctx", "parallel", "kv_type", "engine",  # they describe one model's run
                         "no_shell",  # no way back to the shell either
                         "detach"})  # a default would detach every launch
 EACH = frozenset({"each", "config"})
+#: The options that say how GPUs are chosen: one of them (or --min-count/--max-count) per command.
+CHOOSE_HOW = frozenset({"gpus", "auto", "fit", "min_count", "max_count"})
 SUBMITTING = frozenset({RUN, "each", "config"})  # what `each --slurm` and `--nodes N --slurm` hand to sbatch
 #: Subcommands whose first word that is not an option starts the command (as a launch's does).
 PASS_THROUGH = frozenset({"submit"})
@@ -95,6 +101,8 @@ class Option:
     counted: bool = False  # -v, -vv
     optional: bool = False  # the value may be left out: taken from the next word only if it converts
     default: Any = None  # the value when ``optional`` and left out
+    #: ``optional``: whether the next word is the value (default: whether it converts)
+    takes_next: Callable[[str], bool] | None = None
     repeat: bool = False  # may be given more than once: the values are kept in order, as a tuple
 
     @property
@@ -104,14 +112,20 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(("--gpus", "-g"), "gpus", "physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); "
-           "each: the GPUs the sweep may use",
-           "SPEC", lambda v, o: spec.parse(v, o), SIZING | {"each"}, "Selection"),
+           "each: the GPUs the sweep may use; ls, topo: show only these",
+           "SPEC", lambda v, o: spec.parse(v, o), SIZING | {"each", "ls", "topo"}, "Selection"),
     Option(("--auto", "-n"), "auto", "pick the best N GPUs: idle first, one model, best links, most free memory",
            "N", count, CHOOSING, "Selection"),
     Option(("--fit",), "fit", "pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL "
            "(a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also "
            "fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}",
            "SIZE|MODEL", fit, CHOOSING, "Selection"),
+    Option(("--min-count",), "min_count", "an elastic count, as nvisel's: at least N GPUs (default 1), and with "
+           "--max-count as many eligible ones as there are up to its M; {n} gets the count taken", "N", count,
+           CHOOSING | {"each"}, "Selection"),
+    Option(("--max-count",), "max_count", "an elastic count: as many eligible GPUs as there are, up to N (at least "
+           "--min-count's, default 1): --max-count 4 is \"up to 4, at least 1\"", "N", count, CHOOSING | {"each"},
+           "Selection"),
     Option(("--ctx",), "ctx", "--fit MODEL, plan: size the KV cache for N tokens (default: the command's -c/--max-model-len, "
            "else the model's own)", "N", tokens, SIZING, "Model"),
     Option(("--parallel",), "parallel", "--fit MODEL, plan: N sequences at once (default: the command's -np, else "
@@ -126,9 +140,18 @@ OPTIONS: tuple[Option, ...] = (
            "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
-    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation", "PCT", percent, CONSTRAINING, "Constraints"),
+    Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may "
+           "also take GPUs busy or full with others' work, which they skip otherwise", "PCT", percent, CONSTRAINING,
+           "Constraints"),
     Option(("--idle",), "idle", "only idle GPUs (no compute process, at most 5% of memory used)",
            commands=CONSTRAINING, group="Constraints"),
+    Option(("--min-total-memory",), "min_total_memory", "only GPUs with at least SIZE of memory in all (the 80 GB "
+           "cards of a mixed box: 80GB = 80*10^9 bytes; an 80 GB card has 79.6 GiB)", "SIZE", total_size,
+           CONSTRAINING, "Constraints"),
+    Option(("--account-as-free",), "account_as_free", "count USER's processes (yours, without USER; several: "
+           "alice,bob) as gone when choosing: their memory free, a GPU only they use idle. USER is only read from "
+           "the next word when it names a user here: write --account-as-free=USER to be unambiguous", "USER", users,
+           CONSTRAINING, "Constraints", optional=True, default="", takes_next=is_user),
     Option(("--exclude", "-x"), "exclude", "never pick these GPUs (same syntax as --gpus)", "SPEC",
            lambda v, o: spec.parse(v, o), CONSTRAINING, "Constraints"),
     Option(("--wait",), "wait", "when the GPUs are not free, wait for them (for ever, or at most TIMEOUT: 30m, 2h); "
@@ -201,14 +224,18 @@ OPTIONS: tuple[Option, ...] = (
            commands=SELECTING - {"submit"}, group="Output"),
     Option(("--json",), "json", "machine-readable output on stdout (ls, env, config, plan, jobs, submit, --dry-run, --explain)", group="Output"),
     Option(("--topo",), "topo", "ls: add the link matrix (NVLink, PCIe, NUMA)", commands=frozenset({"ls"}), group="Output"),
-    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id",
+    Option(("--wide",), "wide", "ls: add power, fan, clocks, reserved memory and PCI bus id (and each holder's "
+           "whole line where the table has room only for its user and command)",
            commands=frozenset({"ls"}), group="Output"),
+    Option(("--processes", "-p"), "processes", "ls: list every process under the table: GPU, pid, user, GPU memory "
+           "and command (like gpustat -c)", commands=frozenset({"ls"}), group="Output"),
     Option(("--watch",), "watch", "ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; "
            "not on a terminal, print one listing after another", "SECONDS", interval, frozenset({"ls"}), "Output",
            optional=True, default=2.0),
     Option(("--snapshot",), "snapshot", "read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]",
            "FILE", file_name, group="Input"),
-    Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table)", group="Output"),
+    Option(("--quiet", "-q"), "quiet", "print nothing but errors (no mapping table), and the warning that a GPU "
+           "someone else computes on was taken", group="Output"),
     Option(("--verbose", "-v"), "verbose", "more detail: NVML query timings", group="Output", counted=True),
     Option(("--help", "-h"), "help", "show this help and exit", group="Output"),
     Option(("--version", "-V"), "version", "print the version and exit", group="Output"),
@@ -274,7 +301,7 @@ def parse(argv: Sequence[str]) -> Invocation:
             words.append(tuple(argv[i:nxt]))
             i = nxt
             continue
-        if command is None and token in SUBCOMMANDS and not ({"gpus", "auto", "fit"} & options.keys()):
+        if command is None and token in SUBCOMMANDS and not (CHOOSE_HOW & options.keys()):
             command = token
         elif command in PASS_THROUGH:
             return _finish(command, options, positionals, tuple(argv[i:]), words=words)
@@ -304,7 +331,7 @@ def _take_option(argv: Sequence[str], i: int, options: dict[str, Any]) -> int:
     elif opt.optional:
         # `--wait 2h` takes 2h; `--wait python train.py` takes nothing: only a word that converts.
         nxt = i + 1
-        if i + 1 < len(argv) and opt.convert is not None:
+        if i + 1 < len(argv) and opt.convert is not None and (opt.takes_next is None or opt.takes_next(argv[i + 1])):
             try:
                 converted = opt.convert(argv[i + 1], name)
             except UsageError:
@@ -369,9 +396,20 @@ def _finish(command: str, options: dict[str, Any], positionals: list[str], argv:
         return (names or {}).get(dest) or f"--{dest.replace('_', '-')}"
 
     chosen = [name(d) for d in ("gpus", "auto", "fit") if d in options]
+    if "min_count" in options or "max_count" in options:
+        chosen.append("/".join(name(d) for d in ("min_count", "max_count") if d in options))
     if len(chosen) > 1:
         raise UsageError(f"{' and '.join(chosen)} cannot be used together",
-                         hint=f"name GPUs with {name('gpus')}, or let {name('auto')}/{name('fit')} pick them")
+                         hint=f"name GPUs with {name('gpus')}, or let {name('auto')}/{name('fit')} pick them"
+                              + (" (--auto N is --min-count N --max-count N)" if {"min_count", "max_count"} & options.keys()
+                                 else ""))
+    least, most = options.get("min_count"), options.get("max_count")
+    if least is not None and most is not None and least > most:
+        raise UsageError(f"{name('min_count')} {least} is more than {name('max_count')} {most}",
+                         hint=f"e.g. {name('min_count')} 1 {name('max_count')} {least}")
+    if options.get("mig") and (least is not None or most is not None):
+        raise UsageError(f"{name('mig')} chooses one MIG device: {name('min_count')}/{name('max_count')} make no "
+                         "sense with it", hint="leave them out: --mig alone")
     if "gpus" in options and options.get("mig"):  # (the Python API may pass mig=False)
         raise UsageError(f"{name('mig')} makes no sense with {name('gpus')}",
                          hint=f"name the MIG device by its MIG- UUID in {name('gpus')}, or use --auto 1 --mig")

@@ -256,7 +256,8 @@ def effective(inv: Invocation, environ: Mapping[str, str]) -> list[Setting]:
     for opt in configurable():
         if opt.dest in inv.options:
             value = inv.options[opt.dest]
-            out.append(Setting(opt.names[0], opt.dest, value, _display(value), "flag", opt.names[0]))
+            shown = "yours" if value == "" and opt.dest == "account_as_free" else _display(value)  # given alone
+            out.append(Setting(opt.names[0], opt.dest, value, shown, "flag", opt.names[0]))
         elif opt.dest in defaults:
             out.append(defaults[opt.dest])
         else:

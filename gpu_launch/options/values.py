@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["whole_number", "count", "bind_mode", "shell", "wait", "interval", "fallback", "positive", "slurm_time", "file_name", "directory", "lock_dir", "usable_path", "fit", "tokens", "kv_type", "engine", "percent", "head"]
+__all__ = ["whole_number", "count", "users", "is_user", "total_size", "bind_mode", "shell", "wait", "interval", "fallback", "positive", "slurm_time", "file_name", "directory", "lock_dir", "usable_path", "fit", "tokens", "kv_type", "engine", "percent", "head"]
 
 
 def whole_number(text: str, option: str, example: str) -> int:
@@ -34,6 +34,36 @@ def count(text: str, option: str) -> int:
     if value < 1:
         raise UsageError(f"{option}: {value} GPUs makes no sense", hint=f"ask for 1 or more, e.g. {option} 2")
     return value
+
+
+def users(text: str, option: str) -> str:
+    """``--account-as-free`` USER: one user name or several, comma-separated (``alice,bob``), as written
+    once each; ``""`` (the option given alone) means the user running gpulaunch."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",")))
+    bad = next((n for n in names if not n or not n.isprintable() or len(n) > 64 or n.startswith("-")), None)
+    if bad is not None:
+        shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "…"
+        raise UsageError(f"{option}: {shown} is not a user name (or several, comma-separated)",
+                         hint=f"e.g. {option}=alice, or {option} alone for your own")
+    return ",".join(names)
+
+
+def is_user(word: str) -> bool:
+    """Whether ``word`` names users of this machine (``--account-as-free`` reads its optional USER from
+    the next word only then: ``--account-as-free python train.py`` runs python)."""
+    import pwd
+
+    try:
+        for name in word.split(","):
+            pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        return False
+    return bool(word)
+
+
+def total_size(text: str, option: str) -> Any:
+    """``--min-total-memory`` SIZE: absolute (a percentage of the card's own total means nothing)."""
+    return parse_size(text, option, allow_percent=False)
 
 
 def bind_mode(text: str, option: str) -> str:

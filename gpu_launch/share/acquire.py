@@ -7,9 +7,9 @@ Waiting for GPUs (``--wait``) and ``--fallback cpu`` build on it (:mod:`gpu_laun
 Both are used by a launch and by ``each``.
 
 Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
-deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue. A
-waiting ``--auto``/``--fit`` and ``each`` are polite (``Request.polite``): they wait for GPUs not busy
-or full with others' work, except their allotment's.
+deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue.
+``--auto``/``--fit`` and ``each``, waiting or not, are polite (``Request.polite``): they take only GPUs
+not busy or full with others' work, except their allotment's.
 """
 from __future__ import annotations
 
@@ -61,9 +61,27 @@ class Request:
     #: waited for), instead of being used at once with a warning.
     strict: bool = False
     exclude_source: str = "--exclude"  # where --exclude came from (the config file, GPULAUNCH_EXCLUDE), for messages
-    #: a job that waits (``each``; ``--wait`` with --auto/--fit) gets only GPUs free for it: none busy
-    #: or full with others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys).
-    polite: bool = False
+    #: --auto/--fit and ``each``, waiting or not, get only GPUs free for them: none busy or full with
+    #: others' work (``--max-util`` sets the user's own bar instead; ``--gpus`` obeys, with a warning).
+    polite: bool = True
+    #: --min-count/--max-count (nvisel's elastic count): as many eligible GPUs as there are, in this range
+    min_count: int | None = None
+    max_count: int | None = None
+    min_total: Size | None = None  # --min-total-memory
+    #: --account-as-free: the users whose processes count as gone when choosing (choose/accounting.py)
+    free_accounts: frozenset[str] = frozenset()
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_count is not None or self.max_count is not None
+
+    def seen(self, machine: Machine) -> Machine:
+        """The machine as this request judges it (``--account-as-free``: without those users' processes)."""
+        if not self.free_accounts:
+            return machine
+        from gpu_launch.choose import accounting
+
+        return accounting.as_free(machine, self.free_accounts)
 
     def constraints(self, machine: Machine, reserved: Mapping[str, str],
                     allotted: frozenset[str] = frozenset()) -> gpu_select.Constraints:
@@ -71,7 +89,7 @@ class Request:
             if self.exclude else frozenset()
         return gpu_select.Constraints(self.min_free, self.max_util, self.idle, excluded, dict(reserved),
                                       self.exclude_source, polite=self.polite and self.gpus is None,
-                                      allotted=allotted)
+                                      allotted=allotted, min_total=self.min_total)
 
     def what(self, machine: Machine) -> str:
         """The request in words: ``need 2 GPUs with ≥ 20 GiB free``."""
@@ -90,6 +108,11 @@ class Request:
         n = self.auto or 1
         if self.mig:
             return f"need a MIG device{with_desc}"
+        if self.elastic:
+            least = self.min_count or 1
+            if self.max_count is None:
+                return f"need at least {least} GPU{'s' if least != 1 else ''}{with_desc}"
+            return f"need {least} to {self.max_count} GPUs{with_desc}"
         return f"need {n} GPU{'s' if n != 1 else ''}{with_desc}"
 
 
@@ -155,12 +178,31 @@ def plain_chooser(request: Request, machine: Machine, constraints: gpu_select.Co
         return by_model.choose_by_model(machine, request.model, constraints, request.runner_ups)
     if request.fit is not None:
         return gpu_select.choose_fit(machine, request.fit, constraints, request.runner_ups)
+    if request.elastic:
+        return gpu_select.choose_elastic(machine, request.min_count or 1, request.max_count, constraints,
+                                         request.runner_ups)
     return gpu_select.choose_auto(machine, request.auto or 1, constraints, request.runner_ups)
 
 
-def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
+def _choose(request: Request, real: Machine, reserved: Mapping[str, str], chooser: Chooser,
             unusable: Mapping[str, lockdir.Unusable] | None = None,
             allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
+    """The selection, made on the machine as the request sees it (``--account-as-free``), of the real
+    machine's devices: what is shown of them (free memory, load) is what is there."""
+    machine = request.seen(real)
+    selection = _choose_seen(request, machine, reserved, chooser, unusable, allotted)
+    if machine is real:
+        return selection
+    from gpu_launch.hardware.model import Device
+    from gpu_launch.records import replace
+
+    by_uuid = {g.uuid: g for g in real.gpus}
+    return replace(selection, devices=tuple(Device(by_uuid.get(d.gpu.uuid, d.gpu), d.mig) for d in selection.devices))
+
+
+def _choose_seen(request: Request, machine: Machine, reserved: Mapping[str, str], chooser: Chooser,
+                 unusable: Mapping[str, lockdir.Unusable] | None = None,
+                 allotted: frozenset[str] = frozenset()) -> gpu_select.Selection:
     constraints = request.constraints(machine, reserved, allotted)
     if request.gpus is not None:
         devices = gpu_spec.resolve(request.gpus, machine)
@@ -187,7 +229,7 @@ def _choose(request: Request, machine: Machine, reserved: Mapping[str, str], cho
 
 def _unmet(request: Request, machine: Machine, devices: tuple[Device, ...]) -> list[str]:
     """The named whole GPUs that fail the request's --min-free/--max-util/--idle, each with why."""
-    plain = gpu_select.Constraints(request.min_free, request.max_util, request.idle)
+    plain = gpu_select.Constraints(request.min_free, request.max_util, request.idle, min_total=request.min_total)
     if not plain.describe():
         return []  # no constraints: a named GPU is ready as soon as no one else reserves it
     # Only what may change while waiting: an unhealthy GPU gets the --gpus warning, not a wait for ever.
@@ -333,13 +375,15 @@ def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = fr
     excluded = frozenset(d.uuid for d in gpu_spec.resolve(request.exclude, machine, "--exclude")) \
         if request.exclude else frozenset()
     excluded |= unlockable
-    usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded)]
+    usable = [g for g in machine.gpus if gpu_select.could_ever_be_chosen(g, excluded, request.min_total)]
     if request.gpus is not None:
         for device in gpu_spec.resolve(request.gpus, machine):
             if not device.gpu.available:
                 return f"{device.gpu.label} is unavailable"
             if device.mig is None and not gpu_select.could_ever_hold(device.gpu, request.min_free):
                 return f"{device.gpu.label} could never have --min-free {request.min_free} free"
+            if request.strict and gpu_select.min_total_failure(device.memory_total_mib, request.min_total):
+                return f"{device.label} will never have more memory in all"
         return None
     if request.mig:
         return None  # the MIG chooser says what is impossible
@@ -352,7 +396,7 @@ def hopeless(request: Request, machine: Machine, unlockable: frozenset[str] = fr
         if request.fit.mib is not None and biggest < request.fit.mib:
             return f"--fit {request.fit}: all usable GPUs together have {fmt_mib(biggest)}"
         return None
-    n = request.auto or 1
+    n = request.auto or request.min_count or 1
     if n > len(usable):
         if n > len(machine.gpus):
             return "the machine has too few GPUs"  # the error itself already says how many

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 __all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
-           "named_indices", "choose", "tell"]
+           "free_accounts", "named_indices", "choose", "tell"]
 
 
 def snapshot_source(inv: Invocation) -> str | None:
@@ -102,6 +102,9 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
             return mig.choose_mig(scope, request.auto or 1, constraints, request.fit)
         if request.fit is not None:
             return select.choose_fit(scope, request.fit, constraints, request.runner_ups)
+        if request.elastic:
+            return select.choose_elastic(scope, request.min_count or 1, request.max_count, constraints,
+                                         request.runner_ups)
         return select.choose_auto(scope, request.auto or 1, constraints, request.runner_ups)
     except NotEnoughGpus as exc:
         if vis.restricted:
@@ -131,8 +134,13 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
         given = sizing_flags[0]
         raise UsageError(f"--{given.replace('_', '-')} sizes a model: it needs --fit MODEL",
                          hint="e.g. gpulaunch --fit model --ctx 8192 -- llama-server -m ./q4.gguf")
-    if explicit is None and fit is None and auto is None and model is None:
+    least, most = inv.get("min_count"), inv.get("max_count")
+    if auto is not None and (least is not None or most is not None):  # (--nodes sets --auto itself)
+        raise UsageError("--min-count/--max-count do not go with --auto or --nodes",
+                         hint="--auto N is --min-count N --max-count N; --nodes takes --gpus-per-node")
+    if explicit is None and fit is None and auto is None and model is None and least is None and most is None:
         auto = 1  # a bare `gpulaunch CMD` gets the best single GPU
+
     if inv.get("share") and explicit is None:
         raise UsageError("--share is for --gpus", hint="--auto and --fit always skip GPUs reserved by others")
     runner_ups = 3 if inv.get("explain") else 0  # next-best sets cost search time; only --explain shows them
@@ -140,7 +148,18 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
                            max_util=inv.get("max_util"), idle=bool(inv.get("idle")), exclude=inv.get("exclude"),
                            share=bool(inv.get("share")) or choose_only, runner_ups=runner_ups,
                            mig=bool(inv.get("mig")), strict=explicit is not None and waiting, model=model,
-                           exclude_source=_exclude_source(inv), polite=waiting and explicit is None)
+                           exclude_source=_exclude_source(inv), min_count=least, max_count=most,
+                           min_total=inv.get("min_total_memory"), free_accounts=free_accounts(inv))
+
+
+def free_accounts(inv: Invocation) -> frozenset[str]:
+    """The users ``--account-as-free`` names; given alone, the user running gpulaunch."""
+    accounts = inv.get("account_as_free")
+    if accounts == "":
+        from gpu_launch.share.holders import current_user
+
+        return frozenset((current_user(),))
+    return frozenset(accounts.split(",")) if accounts else frozenset()
 
 
 def _exclude_source(inv: Invocation) -> str:
@@ -179,8 +198,10 @@ def _could_be_chosen(request: Request) -> Callable[[Gpu], bool]:
     links are worth reading. Never narrower than the choice's own eligibility, which it mirrors."""
     from gpu_launch.choose import select
 
-    plain = select.Constraints(request.min_free, request.max_util, request.idle)
-    return lambda gpu: select.could_ever_be_chosen(gpu) and select.constraint_failure(gpu, plain) is None
+    plain = select.Constraints(request.min_free, request.max_util, request.idle, min_total=request.min_total)
+    # (--account-as-free frees memory: a GPU full of those users' work may be chosen, so every GPU counts)
+    return lambda gpu: select.could_ever_be_chosen(gpu) and (bool(request.free_accounts)
+                                                             or select.constraint_failure(gpu, plain) is None)
 
 
 def choose(inv: Invocation, locking: Locking | None = None, wait: float | None = None,
@@ -206,11 +227,12 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
     def read() -> Machine:
         # Processes on every path that decides (whether a GPU is idle, and `--gpus`' warnings); their
-        # users only for what is said ("GPU 0 is busy by alice"), from /proc without psutil.
+        # users for what is said ("GPU 0 is busy by alice", which -q does not hide), from /proc without psutil.
         # Temperatures and versions are never a choice (display=False); `--gpus 2` reads GPU 2's state only.
-        return read_machine(inv, processes=True, process_details=False, process_users=not inv.get("quiet"),
+        return read_machine(inv, processes=True, process_details=False, process_users=True,
                             topology=not explicit and (request.fit is not None or request.model is not None
                                                        or (request.auto or 1) > 1
+                                                       or (request.elastic and request.max_count != 1)
                                                        or bool(inv.get("explain"))),
                             display=False, state_of=named_indices(request, parent),
                             links_among=None if inv.get("explain") else _could_be_chosen(request))
@@ -231,13 +253,20 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
 
 def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, str],
          stream: IO[str] | None = None, waited: float | None = None) -> None:
-    """The warnings, the parent's set and the cuda:i → GPU table, on stderr (unless -q); ``waited``:
-    how long ``--wait`` waited for the GPUs (None: they were free at once)."""
+    """The warnings, the parent's set and the cuda:i → GPU table, on stderr; ``waited``: how long
+    ``--wait`` waited for the GPUs (None: they were free at once). ``-q`` leaves only the warnings about
+    GPUs someone else computes on: a job put there is never a silent surprise."""
+    from gpu_launch.choose.select import others_work_warnings
+    from gpu_launch.share.holders import current_user
+
+    out = stream if stream is not None else sys.stderr
+    loud = others_work_warnings(selection.devices, current_user())
     if inv.get("quiet"):
+        for warning in loud:
+            print(f"gpulaunch: warning: {warning}", file=out)
         return
     from gpu_launch.views import render
 
-    out = stream if stream is not None else sys.stderr
     if waited is not None:
         from gpu_launch.units import fmt_duration
 
@@ -245,7 +274,7 @@ def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, 
         print(f"gpulaunch: waited {took} for the GPUs", file=out)
     for problem in vis.problems:
         print(f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}", file=out)
-    for warning in (*vis.warnings, *selection.warnings):
+    for warning in (*vis.warnings, *selection.warnings, *(w for w in loud if w not in selection.warnings)):
         print(f"gpulaunch: warning: {warning}", file=out)
     header = vis.header()
     if header:

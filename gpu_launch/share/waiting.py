@@ -54,7 +54,8 @@ def poll_interval(environ: Mapping[str, str]) -> float:
 
 
 def _eligible_now(request: Request, machine: Machine, reserved: Mapping[str, str]) -> str:
-    elig = gpu_select.eligibility(machine, request.constraints(machine, reserved))
+    seen = request.seen(machine)  # --account-as-free: as the choice sees it
+    elig = gpu_select.eligibility(seen, request.constraints(seen, reserved))
     if request.gpus is not None:  # --gpus: only the named GPUs matter, and why each is not ready
         named = {d.uuid for d in gpu_spec.resolve(request.gpus, machine)}
         text = ", ".join(g.label for g in elig.eligible if g.uuid in named) or "none"

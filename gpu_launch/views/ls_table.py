@@ -5,12 +5,17 @@ Three layouts, chosen by what fits (``gpustat`` fits in 62 columns, ``nvitop -1`
 - full: the whole model name, ``65.3 GiB / 79.6 GiB``, every process as ``user:pid memory``;
 - compact (80 columns): the name without its ``NVIDIA``/``Tesla`` prefix, ``65.3/79.6 GiB``, processes as
   ``user memory``;
-- then the PROCESSES and RESERVED BY cells are cut (``…``, ``+2``) to what is left, and as a last resort
-  any line is cut at the width, so that a GPU never takes two lines.
+- then the holders' column (RESERVED BY, HELD BY at 80) shows each as its user and command word
+  (``alice train.py``), and
+  the PROCESSES cell keeps what fits: ``+2`` for the processes left out, then the users alone
+  (``alice, bob``), then ``…``; as a last resort any line is cut at the width, so that a GPU never
+  takes two lines.
 
-``--wide`` adds power, fan, clocks and the PCI bus id when they are known. Memory: USED counts what
-the driver reserves for itself (NVML's ``reserved``), so USED + FREE = TOTAL as nvidia-smi's summary
-shows it; ``--wide`` shows the reserved part in a column of its own.
+``--wide`` adds power, fan, clocks and the PCI bus id when they are known. Memory: USED is what
+nvidia-smi's Memory-Usage shows, NVML's allocated memory without what the driver reserves for itself
+(``nvmlMemory_v2_t.used``; with the v1 call of a driver before R510, which has no ``reserved``, used
+includes it): USED + FREE falls short of TOTAL by the reserved part, which ``--wide`` shows in a
+column of its own (hardware/nvml.py reads v2, CUDA-FACTS B11).
 Plain text and the rich table draw the same cells (:mod:`gpu_launch.views.render`).
 """
 
@@ -22,7 +27,8 @@ from dataclasses import dataclass
 from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.units import fmt_mib
 
-__all__ = ["Table", "Last", "layout", "fit_line", "fit_width", "short_name", "used_mib", "gpu_notes", "WIDE_HEADER"]
+__all__ = ["Table", "Last", "Held", "layout", "fit_line", "fit_width", "short_name", "used_mib", "gpu_notes",
+           "command_word", "holder_column", "WIDE_HEADER", "HELD_BY"]
 
 #: Columns that are numbers, right-aligned.
 RIGHT = frozenset({"FREE", "UTIL", "TEMP", "POWER", "FAN", "RESERVED"})
@@ -79,10 +85,58 @@ def short_name(name: str) -> str:
 
 
 def used_mib(gpu: Gpu) -> int | None:
-    """Used memory as ``ls`` shows it: NVML's used plus what the driver reserves, so used + free = total."""
-    if gpu.memory_used_mib is None:
-        return None
-    return gpu.memory_used_mib + (gpu.memory_reserved_mib or 0)
+    """Used memory as ``ls`` shows it: as nvidia-smi and nvitop show it, NVML's used without the driver's
+    reserved memory. The NVML docs' own words differ by page (the v2 struct's ``used`` is "Allocated
+    device memory", v1's "Sum of Reserved and Allocated"; one note says v2's includes reserved), but
+    on the drivers users compared, nvidia-smi shows 0 MiB used on an idle card where v1 says 300-900
+    (gpustat #141, rust-nvml/nvml-wrapper #57), and nvitop reads v2's ``used``."""
+    return gpu.memory_used_mib
+
+
+@dataclass(frozen=True)
+class Held:
+    """Who reserves a GPU: ``full`` for the RESERVED BY cell (``alice (pid 4242, for 1h02m: python
+    train.py)``, its command cut at 40 characters), ``short`` for the HELD BY cell of an 80-column
+    layout (``alice train.py``), and ``whole``, the line with the whole command (``ls --wide``)."""
+
+    full: str
+    short: str
+    whole: str = ""
+
+
+#: Programs whose first argument (a script, or ``-m module``) says more than their own name.
+_INTERPRETERS = ("python", "sh", "bash", "zsh", "node", "perl", "ruby", "uv", "uvx")
+
+
+def command_word(command: str | None) -> str:
+    """The word that names a command: ``torchrun --nproc-per-node 4 train.py`` → ``torchrun``,
+    ``/usr/bin/python3 -u train.py`` → ``train.py``, ``python -m vllm.entrypoints.api_server`` →
+    ``vllm.entrypoints.api_server``; ``VAR=1`` assignments in front are skipped."""
+    import os
+    import shlex
+
+    try:
+        words = shlex.split(command or "")
+    except ValueError:  # an unbalanced quote: the words as they are
+        words = (command or "").split()
+    while words and "=" in words[0] and not words[0].startswith(("-", "/", "=")):
+        words = words[1:]
+    if not words:
+        return "?"
+    program = os.path.basename(words[0]) or words[0]
+    if program.rstrip("0123456789.") not in _INTERPRETERS:
+        return program
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "-m":
+            return next(rest, program)
+        if word == "-c":  # code on the command line: the interpreter is all there is to name
+            return program
+        if word == "run" and program == "uv":
+            continue
+        if not word.startswith("-"):
+            return os.path.basename(word) or word
+    return program
 
 
 def _gib(mib: int | None) -> str:
@@ -124,23 +178,28 @@ def _processes(gpu: Gpu, compact: bool) -> list[str]:
 
 @dataclass(frozen=True)
 class Last:
-    """The PROCESSES cell: notes (MIG mode, health; joined by ``;``), then processes (joined by ``,``)."""
+    """The PROCESSES cell: notes (MIG mode, health; joined by ``;``), then processes (joined by ``,``);
+    ``users``: the processes' users alone, each once, for a cell with no room for their memory."""
 
     notes: tuple[str, ...] = ()
     processes: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
 
-    def text(self, keep: int | None = None) -> str:
-        shown = self.processes if keep is None else self.processes[:keep]
-        more = f" +{len(self.processes) - len(shown)}" if len(shown) < len(self.processes) else ""
+    def text(self, keep: int | None = None, items: tuple[str, ...] | None = None) -> str:
+        items = self.processes if items is None else items
+        shown = items if keep is None else items[:keep]
+        more = f" +{len(items) - len(shown)}" if len(shown) < len(items) else ""
         parts = [*self.notes, ", ".join(shown) + more] if shown or more else list(self.notes)
         return "; ".join(p for p in parts if p) or "–"
 
     def cut(self, room: int) -> str:
-        """As many processes as fit in ``room``, then ``+N`` for the rest; at last a ``…``."""
-        for keep in range(len(self.processes), 0, -1):
-            if len(self.text(keep)) <= room:
-                return self.text(keep)
-        return fit_line(self.text(1 if self.processes else None), room)
+        """As many processes as fit in ``room``, then ``+N`` for the rest; then the users alone (``alice,
+        bob``: who is there matters more than how much each holds); at last a ``…``."""
+        for items in (self.processes, self.users):
+            for keep in range(len(items), 0, -1):
+                if len(self.text(keep, items)) <= room:
+                    return self.text(keep, items)
+        return fit_line(self.text(1 if self.processes else None, self.users or None), room)
 
 
 def _last(gpu: Gpu, compact: bool) -> Last:
@@ -148,7 +207,8 @@ def _last(gpu: Gpu, compact: bool) -> Last:
     procs = _processes(gpu, compact)
     if notes and procs == ["?"]:
         procs = ["processes ?"]
-    return Last(notes, tuple(procs))
+    users = tuple(dict.fromkeys(p.user or "?" for p in gpu.processes)) if gpu.processes_known else ()
+    return Last(notes, tuple(procs), users)
 
 
 def _wide_cells(gpu: Gpu, compact: bool) -> list[str]:
@@ -168,12 +228,27 @@ def _wide_cells(gpu: Gpu, compact: bool) -> list[str]:
 
 
 WIDE_HEADER = ("RESERVED", "POWER", "FAN", "SM/MEM MHz", "BUS ID")
+#: The holders' column, in the full and the compact layout (where its four columns go to the holder).
+HELD_BY = ("RESERVED BY", "HELD BY")
 
 
-def _build(machine: Machine, reserved: Mapping[str, str], compact: bool, wide: bool) -> tuple[Table, list[Last]]:
+def holder_column(table: Table) -> int | None:
+    """Where the holders' column is in ``table``, if it has one."""
+    return next((c for c, name in enumerate(table.header) if name in HELD_BY), None)
+
+
+def _holder(reserved: Mapping[str, str | Held], uuid: str, compact: bool) -> str:
+    held = reserved.get(uuid)
+    if isinstance(held, Held):
+        return held.short if compact else held.full
+    return held or "–"
+
+
+def _build(machine: Machine, reserved: Mapping[str, str | Held], compact: bool,
+           wide: bool) -> tuple[Table, list[Last]]:
     held = bool(reserved)
     header = ["GPU", "NAME", "FREE", "USED/TOTAL" if compact else "MEMORY USED/TOTAL", "UTIL", "TEMP",
-              *(WIDE_HEADER if wide else ()), *(["RESERVED BY"] if held else []), "PROCESSES"]
+              *(WIDE_HEADER if wide else ()), *([HELD_BY[compact]] if held else []), "PROCESSES"]
     rows: list[tuple[str, ...]] = []
     kinds: list[str] = []
     gpus: list[Gpu] = []
@@ -181,7 +256,7 @@ def _build(machine: Machine, reserved: Mapping[str, str], compact: bool, wide: b
     blank_wide = [""] * len(WIDE_HEADER) if wide else []
     for g in machine.gpus:
         name = short_name(g.name) if compact else g.name
-        holder = [reserved.get(g.uuid) or "–"] if held else []
+        holder = [_holder(reserved, g.uuid, compact)] if held else []
         if not g.available:
             rows.append((str(g.index), name, "", "unavailable", "", "", *blank_wide, *holder))
             lasts.append(Last((g.error or "NVML could not read it",)))
@@ -198,7 +273,7 @@ def _build(machine: Machine, reserved: Mapping[str, str], compact: bool, wide: b
         for m in g.mig_devices:
             mig_name = f"└ MIG {m.profile or ''}".rstrip()
             rows.append(("", mig_name, fmt_mib(m.memory_free_mib), _memory(m.memory_used_mib, m.memory_total_mib, compact),
-                         "", "", *blank_wide, *([reserved.get(m.uuid) or "–"] if held else [])))
+                         "", "", *blank_wide, *([_holder(reserved, m.uuid, compact)] if held else [])))
             lasts.append(Last((m.uuid,)))
             kinds.append("mig")
             gpus.append(g)
@@ -206,9 +281,14 @@ def _build(machine: Machine, reserved: Mapping[str, str], compact: bool, wide: b
     table = Table(tuple(header), joined, tuple(kinds), tuple(gpus))
     if wide and compact:  # a --wide column nothing here can fill (no fan on SXM boards) only takes room
         empty = {c for c, name in enumerate(header) if name in WIDE_HEADER and all(r[c] in ("–", "") for r in joined)}
-        table = Table(tuple(h for c, h in enumerate(header) if c not in empty),
-                      tuple(tuple(x for c, x in enumerate(r) if c not in empty) for r in joined), table.kinds, table.gpus)
+        table = _without(table, empty)
     return table, lasts
+
+
+def _without(table: Table, columns: set[int]) -> Table:
+    return Table(tuple(h for c, h in enumerate(table.header) if c not in columns),
+                 tuple(tuple(x for c, x in enumerate(r) if c not in columns) for r in table.rows), table.kinds,
+                 table.gpus)
 
 
 def fit_line(text: str, width: int) -> str:
@@ -223,9 +303,12 @@ def _with_column(table: Table, column: int, cells: Sequence[str]) -> Table:
     return Table(table.header, rows, table.kinds, table.gpus)
 
 
-def layout(machine: Machine, reserved: Mapping[str, str] | None = None, width: int | None = None,
+
+
+def layout(machine: Machine, reserved: Mapping[str, str | Held] | None = None, width: int | None = None,
            wide: bool = False) -> Table:
-    """The ``ls`` table for ``width`` columns (None: no limit, the full layout)."""
+    """The ``ls`` table for ``width`` columns (None: no limit, the full layout). ``reserved``: who holds
+    each GPU (uuid -> :class:`Held`, or the text to show as it is)."""
     reserved = reserved or {}
     table, lasts = _build(machine, reserved, compact=False, wide=wide)
     if width is None or table.width() <= width:
@@ -234,11 +317,17 @@ def layout(machine: Machine, reserved: Mapping[str, str] | None = None, width: i
     if table.width() <= width:
         return table
     last = len(table.header) - 1
-    if "RESERVED BY" in table.header:  # a holder reads well enough as "alice (pid 4242…"; it gets 60% of the room
-        col = table.header.index("RESERVED BY")
+    col = holder_column(table)
+    if col is not None and not wide:  # who holds a GPU says more than its temperature (in the full layout)
+        table = _without(table, {table.header.index("TEMP")})
+        last, col = last - 1, col - 1
+        if table.width() <= width:
+            return table
+    if col is not None:  # the holder ("alice train.py") first; the processes get the rest, down to their users
         widths = table.widths()
         left = width - (table.width() - widths[col] - widths[last])
-        room = max(MIN_CUT, min(24, widths[col], left * 3 // 5))
+        users = max(len(table.header[last]), *(len(cell.text(1, cell.users or None)) for cell in lasts))
+        room = max(MIN_CUT, min(24, widths[col], left - users))
         table = _with_column(table, col, [fit_line(r[col], room) for r in table.rows])
     widths = table.widths()
     room = max(MIN_CUT, width - (sum(widths[:last]) + GAP * last))

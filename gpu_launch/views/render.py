@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.units import fmt_mib
-from gpu_launch.views.ls_table import RIGHT, fit_line, gpu_notes, layout, used_mib
+from gpu_launch.views.ls_table import RIGHT, Held, fit_line, gpu_notes, holder_column, layout, used_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -35,8 +35,14 @@ LEGEND = (
 
 
 def use_color(stream: IO[str]) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set to something (no-color.org)."""
+    """Colour (and rich's drawing) only on a terminal, and never when NO_COLOR is set to something
+    (no-color.org). A pipe is never one, whatever FORCE_COLOR says; nor is a notebook cell reached
+    through IPython's ``!`` (a pseudo-terminal that pexpect reads, shown as text), which a Jupyter
+    kernel's children tell by the ``JPY_*`` variables its launcher sets (ipykernel also sets
+    ``TERM=xterm-color`` and ``FORCE_COLOR=1`` there, so rich itself would draw)."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    if os.environ.get("JPY_PARENT_PID") or os.environ.get("JPY_SESSION_NAME"):
         return False
     return bool(getattr(stream, "isatty", lambda: False)())
 
@@ -92,7 +98,7 @@ def _header(machine: Machine) -> str:
     return "  ".join(b for b in bits if b)
 
 
-def ls_plain(machine: Machine, reserved: Mapping[str, str] | None = None, width: int | None = None,
+def ls_plain(machine: Machine, reserved: Mapping[str, str | Held] | None = None, width: int | None = None,
              wide: bool = False) -> str:
     """The `ls` table, one line per GPU within ``width`` columns (None: no limit); with ``reserved``
     (uuid -> holder) non-empty, a RESERVED BY column is added (:mod:`gpu_launch.views.ls_table`)."""
@@ -122,8 +128,8 @@ def _bar(used: int | None, total: int | None, width: int = 12) -> str:
 _BAR = 12
 
 
-def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | None = None, width: int | None = None,
-            wide: bool = False) -> None:
+def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str | Held] | None = None,
+            width: int | None = None, wide: bool = False) -> None:
     """The `ls` table for a terminal: the cells of :func:`ls_plain`, coloured, with a memory bar when there is room."""
     from rich.console import Console
     from rich.markup import escape
@@ -144,7 +150,7 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str] | Non
         grid.add_column(column.title() if column not in ("GPU", "BUS ID", "SM/MEM MHz") else column,
                         justify="right" if column in RIGHT else "left", no_wrap=True, overflow="ellipsis")
     last = len(table.header) - 1
-    held = table.header.index("RESERVED BY") if "RESERVED BY" in table.header else None
+    held = holder_column(table)
     for row, kind, g in zip(table.rows, table.kinds, table.gpus):
         cells = [escape(c) for c in row]
         if kind == "unavailable":

@@ -22,6 +22,9 @@ gpu_launch.use(gpus=[3, 1], exclude=0, min_free=20 * 2**30, max_util=30, idle=Tr
 gpu_launch.use(fit="60GiB", wait=True, snapshot="dgx-h100", lock_dir=os.path.join("/tmp", "locks"))
 gpu_launch.use(mig=True, uuid=True, wait=timedelta(minutes=5))
 devs: tuple[gpu_launch.Device, ...] = gpu_launch.select(2, idle=True)
+gpu_launch.use(max_count=4, min_count=1, min_total_memory="80GB", account_as_free=True)
+elastic: tuple[gpu_launch.Device, ...] = gpu_launch.select(max_count=4, account_as_free=["alice", "bob"])
+gpu_launch.reserve(min_count=2, min_total_memory=80 * 10**9, account_as_free="alice").release()
 m: Machine = gpu_launch.machine()
 m2: Machine = gpu_launch.machine(snapshot="dgx-h100")
 with gpu_launch.reserve(gpus="4-7", wait="30m") as r:
@@ -46,5 +49,7 @@ gpu_launch.use(min_free=[20])  # E: not a size
 gpu_launch.use(gpus=3.5)  # E: not a GPU spec
 gpu_launch.use(wait=[1])  # E: not a duration
 gpu_launch.use(min_fre="20GiB")  # E: no such option
+gpu_launch.use(max_count="4")  # E: a count is a number
+gpu_launch.select(account_as_free=3)  # E: True or user names
 gpu_launch.select(2).cuda  # E: a tuple of devices
 bad: int = gpu_launch.machine()  # E: returns the model

@@ -1,0 +1,170 @@
+"""nvisel's options (issue 26 item 7): an elastic count (`--min-count`/`--max-count`), `--account-as-free
+[USER]` and `--min-total-memory`, in a launch, `env`, `each` and the Python API.
+
+What a user sees: the GPUs a real child got (its GPULAUNCH_GPUS and `{n}`), exit codes, one line. On
+dgx-h100 six GPUs are eligible (alice's 0 and 1 are busy); `mixed-a100` has two A100 80GB (GPU 1 partly
+used by carol) and two A100 40GB.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sharing_helpers import env, run, write_snapshot
+
+from gpu_launch.hardware import snapshot
+from gpu_launch.share.holders import current_user
+
+SHOW = ["python3", "-c", "import os, sys; print(sys.argv[1], os.environ['GPULAUNCH_GPUS'])", "{n}"]
+
+
+@pytest.fixture
+def locks(tmp_path: Path) -> Path:
+    return tmp_path / "locks"
+
+
+# -- --min-count / --max-count -------------------------------------------------------------------
+
+def test_max_count_takes_as_many_eligible_gpus_as_there_are_up_to_it(locks: Path) -> None:
+    four = run(["--snapshot", "dgx-h100", "--max-count", "4", "--", *SHOW], locks)
+    assert four.returncode == 0 and four.stdout == "4 2,3,4,6\n", four.stderr  # {n} is the count taken
+    # Up to 8: the six eligible ones (bob's partly used GPU 5 among them, with a warning), never alice's.
+    most = run(["--snapshot", "dgx-h100", "--max-count", "8", "--", *SHOW], locks)
+    assert most.returncode == 0 and most.stdout == "6 2,3,4,5,6,7\n", most.stderr
+    assert "warning: GPU 5 is partly used by bob" in most.stderr
+    at_least = run(["--snapshot", "dgx-h100", "--min-count", "3", "--", *SHOW], locks)  # no --max-count: all
+    assert at_least.stdout == "6 2,3,4,5,6,7\n", at_least.stderr
+
+
+def test_min_count_not_met_is_exit_4_and_runs_nothing(locks: Path) -> None:
+    done = run(["--snapshot", "dgx-h100", "--min-count", "7", "--max-count", "8", "--", *SHOW], locks)
+    assert done.returncode == 4 and done.stdout == ""
+    assert done.stderr.startswith("gpulaunch: error: need 7 GPUs, but only 6 of 8 are eligible (GPU 0: busy by alice")
+    # Inside a job of 3 GPUs: its 3, up to 4.
+    nested = run(["--snapshot", "dgx-h100", "-q", "--gpus", "2,3,4", "--", "python3", "-m", "gpu_launch",
+                  "--snapshot", "dgx-h100", "--max-count", "4", "--", *SHOW], locks)
+    assert nested.stdout == "3 2,3,4\n", nested.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--min-count", "3", "--max-count", "2"], "--min-count 3 is more than --max-count 2"),
+    (["--auto", "2", "--max-count", "4"], "--auto and --max-count cannot be used together"),
+    (["--gpus", "0", "--min-count", "1"], "--gpus and --min-count cannot be used together"),
+    (["--max-count", "2", "--mig"], "--mig chooses one MIG device"),
+    (["--min-count", "0"], "--min-count: 0 GPUs makes no sense"),
+    (["--min-total-memory", "50%"], "a percentage makes no sense here"),
+    (["--account-as-free=-x"], "--account-as-free: '-x' is not a user name"),
+])
+def test_bad_combinations_are_one_line_exit_2(args: list[str], says: str, locks: Path) -> None:
+    done = run(["--snapshot", "dgx-h100", *args, "--", "true"], locks)
+    assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_env_and_each_take_the_elastic_count(tmp_path: Path, locks: Path) -> None:
+    done = run(["--snapshot", "dgx-h100", "env", "--max-count", "3", "--json"], locks)
+    assert done.returncode == 0 and json.loads(done.stdout)["env"]["GPULAUNCH_GPUS"] == "4,6,7", done.stderr
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("""python3 -c 'import os, sys; print(sys.argv[1], os.environ["GPULAUNCH_GPUS"])' {n}\n""")
+    logs = tmp_path / "logs"
+    sweep = run(["--snapshot", "dgx-h100", "each", str(jobs), "--max-count", "2", "--min-total-memory", "70GiB",
+                 "--log-dir", str(logs), "-q"], locks)
+    assert sweep.returncode == 0, sweep.stderr
+    assert [p.read_text() for p in logs.glob("job-*.log")] == ["2 2,3\n"]
+    both = run(["--snapshot", "dgx-h100", "each", str(jobs), "--max-count", "2", "--gpus-per-job", "2"], locks)
+    assert both.returncode == 2 and "cannot be used together" in both.stderr
+    slurm = run(["--snapshot", "dgx-h100", "each", str(jobs), "--slurm", "--min-count", "2"], locks)
+    assert slurm.returncode == 2 and "--min-count does not apply to `each --slurm`" in slurm.stderr
+
+
+# -- --min-total-memory --------------------------------------------------------------------------
+
+def test_min_total_memory_takes_the_80_gb_cards_of_a_mixed_box(locks: Path) -> None:
+    plain = run(["--snapshot", "mixed-a100", "--auto", "2", "--", *SHOW], locks)
+    assert plain.stdout == "2 2,3\n", plain.stderr  # the idle 40 GB pair wins on availability
+    big = run(["--snapshot", "mixed-a100", "--auto", "2", "--min-total-memory", "80GB", "--", *SHOW], locks)
+    assert big.returncode == 0 and big.stdout == "2 0,1\n", big.stderr
+    assert "warning: GPU 1 is partly used by carol" in big.stderr
+    three = run(["--snapshot", "mixed-a100", "--auto", "3", "--min-total-memory", "80GB", "--", *SHOW], locks)
+    assert three.returncode == 4 and three.stdout == ""
+    assert "GPUs 2,3: 40.0 GiB total < 74.5 GiB asked by --min-total-memory" in three.stderr
+    assert "no wait can help" in three.stderr  # a card does not grow
+    # --gpus on a small card: checked but obeyed, as --min-free is.
+    named = run(["--snapshot", "mixed-a100", "--gpus", "3", "--min-total-memory", "80GB", "--", *SHOW], locks)
+    assert named.returncode == 0 and "warning: GPU 3: 40.0 GiB total < 74.5 GiB" in named.stderr
+    waits = run(["--snapshot", "mixed-a100", "--gpus", "3", "--min-total-memory", "80GB", "--wait", "1", "--",
+                 *SHOW], locks)
+    assert waits.returncode == 4 and "waiting cannot help: GPU 3 will never have more memory" in waits.stderr
+
+
+# -- --account-as-free ---------------------------------------------------------------------------
+
+def _mine(tmp_path: Path) -> Path:
+    """dgx-h100 with GPUs 0 and 1's processes this user's (a notebook kernel holding 64.7 GiB at 97-98 %)."""
+    doc = json.loads(snapshot.dump(snapshot.resolve("dgx-h100")))
+    for gpu in doc["gpus"][:2]:
+        for proc in gpu["processes"]:
+            proc["user"] = current_user()
+    return write_snapshot(tmp_path / "mine.json", doc)
+
+
+def test_account_as_free_counts_my_own_processes_as_gone(tmp_path: Path, locks: Path) -> None:
+    mine = str(_mine(tmp_path))
+    before = run(["--snapshot", mine, "--auto", "8", "--", *SHOW], locks)
+    assert before.returncode == 4  # my own kernels make GPUs 0 and 1 busy
+    done = run(["--snapshot", mine, "--auto", "8", "--account-as-free", "--", *SHOW], locks)
+    assert done.returncode == 0 and done.stdout == "8 0,1,2,3,4,5,6,7\n", done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warned == ["gpulaunch: warning: GPU 5 is partly used by bob (3% utilisation, 65.1 GiB free)"]  # not mine
+    # A memory bar: 70 GiB free only once my 64.7 GiB count as free.
+    need = run(["--snapshot", mine, "--auto", "1", "--min-free", "70GiB", "--exclude", "2-7", "--account-as-free",
+                "--", *SHOW], locks)
+    assert need.returncode == 0 and need.stdout == "1 0\n", need.stderr
+    # The mapping shows what is really free there.
+    assert "14.4 GiB free" in need.stderr
+    # --account-as-free is only read as USER when the next word names a user: here `python3` runs.
+    assert run(["--snapshot", mine, "--account-as-free", *SHOW[:1], "-c", "print('ran')"], locks).stdout == "ran\n"
+
+
+def test_account_as_free_for_named_users(locks: Path) -> None:
+    done = run(["--snapshot", "dgx-h100", "--max-count", "8", "--account-as-free=alice,bob", "-q", "--", *SHOW],
+               locks)
+    assert done.returncode == 0 and done.stdout == "8 0,1,2,3,4,5,6,7\n", done.stderr
+    # alice still computes there: -q does not hide it.
+    assert "warning: GPU 0 is busy by alice" in done.stderr
+    api = run(["--snapshot", "dgx-h100", "env", "--min-count", "7", "--account-as-free=alice", "--json"], locks)
+    assert json.loads(api.stdout)["env"]["GPULAUNCH_GPUS"] == "0,1,2,3,4,5,6,7", api.stderr
+
+
+def test_python_api_takes_them_too(tmp_path: Path, locks: Path) -> None:
+    import gpu_launch
+    from gpu_launch.errors import NotEnoughGpus, UsageError
+
+    common = {"snapshot": "dgx-h100", "lock_dir": str(locks), "quiet": True}
+    assert [d.index for d in gpu_launch.select(max_count=4, **common)] == [2, 3, 4, 6]  # type: ignore[arg-type]
+    assert [d.index for d in gpu_launch.select(min_count=2, max_count=3, **common)] == [4, 6, 7]  # type: ignore[arg-type]
+    assert len(gpu_launch.select(max_count=8, account_as_free=["alice", "bob"], **common)) == 8  # type: ignore[arg-type]
+    mine = str(_mine(tmp_path))
+    assert len(gpu_launch.select(8, account_as_free=True, snapshot=mine, lock_dir=str(locks), quiet=True)) == 8
+    with gpu_launch.reserve(2, min_total_memory="80GB", snapshot="mixed-a100", lock_dir=str(locks), quiet=True) as r:
+        assert r.env["GPULAUNCH_GPUS"] == "0,1"
+    with pytest.raises(NotEnoughGpus):
+        gpu_launch.select(min_count=7, **common)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as exc:
+        gpu_launch.select(2, max_count=3, **common)  # type: ignore[arg-type]
+    assert exc.value.message == "n and max_count cannot be used together"
+    with pytest.raises(UsageError):
+        gpu_launch.select(account_as_free=3, **common)  # type: ignore[arg-type]
+
+
+def test_config_and_env_defaults_for_the_constraints(tmp_path: Path, locks: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('min-total-memory = "80GB"\n')
+    done = run(["--snapshot", "mixed-a100", "--auto", "2", "--", *SHOW], env=env(locks, GPULAUNCH_CONFIG=str(config)))
+    assert done.stdout == "2 0,1\n", done.stderr
+    count = tmp_path / "count.toml"
+    count.write_text("max-count = 2\n")
+    refused = run(["--snapshot", "mixed-a100", "--", *SHOW], env=env(locks, GPULAUNCH_CONFIG=str(count)))
+    assert refused.returncode == 7 and "'max-count' cannot have a default" in refused.stderr  # this launch's own
