@@ -74,10 +74,13 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str], columns: int | None = None, rows: int = 50,
                  timeout: float = 30) -> None:
         import pty
+        import signal
         import time
 
         self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: exec at once, nothing else
+        if self.pid == 0:  # the child: as a terminal starts a program (a runner under nohup ignores SIGHUP), exec
+            for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
         if columns is not None:
             self.resize(columns, rows)
