@@ -63,9 +63,16 @@ def _argv(how: str, top: str) -> list[str]:
     return [sys.executable, "-X", "importtime", str(script), *ARGS]
 
 
+def _as_from_a_terminal() -> None:
+    """In the child: SIGINT at its default action, as a program typed at a terminal starts (this script run
+    in the background, `cmd &` or nohup, would hand its children an ignored SIGINT, which gpulaunch keeps)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def one_run(argv: list[str], delay_s: float, env: dict[str, str], repo: Path = REPO) -> tuple[str, int, list[str]]:
     """One launch interrupted ``delay_s`` after the interpreter's start-up: (outcome, exit status, lines)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo,
+                            preexec_fn=_as_from_a_terminal)
     anchor = b"| runpy\n" if "-m" in argv else b"| site\n"
     seen = b""
     try:
