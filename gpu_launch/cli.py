@@ -39,12 +39,15 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
         except GpuLaunchError as exc:
             code = _fail(exc)
+        if interrupt.settle():  # a Ctrl-C still waiting for its retry (gpu_launch.interrupt): it ends us now
+            raise KeyboardInterrupt
         if gpu_launch.PROGRAM and interrupt.ours():
             # The way out (sys.exit, the interpreter's flush and finalisers) is outside every `try`:
             # a Ctrl-C there is the one line and 130 again, not a traceback.
             signal.signal(signal.SIGINT, gpu_launch._early_interrupt)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
+        interrupt.settle()  # nor a retry of this one (gpu_launch.interrupt)
         sys.stderr.write("gpulaunch: interrupted\n")
         code = int(ExitCode.INTERRUPTED)
         if gpu_launch.PROGRAM:

@@ -13,7 +13,8 @@ The handler is Python's, but for one place: while the import system's own code r
 every import it runs a weakref callback (a module lock's), and a KeyboardInterrupt raised in a
 callback cannot propagate: Python prints ``Exception ignored in: <function ... cb>`` with a traceback
 and drops it (about 1 start-up Ctrl-C in 500, ``benchmarks/ctrl_c_start_up.py``). There the handler
-raises nothing and asks again a millisecond later (SIGALRM), once the import is done.
+raises nothing and asks again a millisecond later (SIGALRM), once the import is done; a retry whose
+Ctrl-C has meanwhile become a KeyboardInterrupt another way (:func:`seen`) raises nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["install", "ours", "seen"]
+__all__ = ["install", "ours", "seen", "settle"]
 
 #: the pipe's read end, made once per process (``cli.main`` may run more than once in tests)
 _read_end: int | None = None
@@ -59,17 +60,33 @@ def install() -> None:
 
 #: the retry's delay: an import's callback is over well within it, a person notices nothing
 _RETRY_S = 0.001
+#: a Ctrl-C waits for its retry; it is over once the Ctrl-C became a KeyboardInterrupt (:func:`settle`)
+_retrying = False
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT (and its retry, SIGALRM): raise KeyboardInterrupt, except inside the import system."""
+    global _retrying
+    if signum == signal.SIGALRM and not _retrying:
+        return  # the Ctrl-C it was for is already a KeyboardInterrupt: one Ctrl-C, one exception
     if frame is not None and str(frame.f_globals.get("__name__")).startswith("importlib._bootstrap"):
+        _retrying = True
         signal.signal(signal.SIGALRM, _interrupt)
         signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
         return
-    if signum == signal.SIGALRM:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    settle()
     raise KeyboardInterrupt
+
+
+def settle() -> bool:
+    """The Ctrl-C has become a KeyboardInterrupt (here, or at the hand-over's :func:`seen`): no retry may
+    raise another, in the ``except`` or ``finally`` that handles this one. True if one was waiting."""
+    global _retrying
+    if not _retrying:
+        return False
+    _retrying = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return True
 
 
 def ours() -> bool:
@@ -88,4 +105,7 @@ def seen() -> bool:
         data = os.read(_read_end, 4096)
     except OSError:  # BlockingIOError: nothing came
         return False
-    return bytes([signal.SIGINT]) in data
+    if bytes([signal.SIGINT]) not in data:
+        return False
+    settle()  # the caller raises it
+    return True

@@ -116,6 +116,44 @@ def test_ctrl_c_inside_the_import_system_is_raised_once_the_import_is_done() -> 
     assert done.stderr == ""
 
 
+def test_a_ctrl_c_whose_retry_is_due_when_the_hand_over_raises_it_is_raised_once() -> None:
+    """The hand-over finds the Ctrl-C (its wakeup byte) while its retry is still due: the retry must not
+    raise a second KeyboardInterrupt in the except or finally that handles the first (a traceback
+    instead of the one line, 1 start-up Ctrl-C in ~200 as a non-root user)."""
+    program = textwrap.dedent("""
+        import signal, sys, time
+        from gpu_launch import interrupt
+
+        interrupt.install()
+        frames = []
+
+        class Finder:
+            @staticmethod
+            def find_spec(name, path=None, target=None):
+                frames.append(sys._getframe(1))
+                return None
+
+        sys.meta_path.insert(0, Finder)
+        try:
+            import no_such_module_at_all
+        except ImportError:
+            pass
+        handler = signal.signal(signal.SIGINT, lambda signum, frame: None)
+        signal.raise_signal(signal.SIGINT)  # the real signal: its byte in the wakeup pipe
+        signal.signal(signal.SIGINT, handler)
+        handler(signal.SIGINT, frames[0])  # as Python called it inside the import system: a retry is due
+        print("seen", interrupt.seen(), flush=True)
+        try:
+            time.sleep(0.3)
+            print("no second KeyboardInterrupt", flush=True)
+        except KeyboardInterrupt:
+            print("a second KeyboardInterrupt", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=clean_env(),
+                          timeout=60, cwd=ROOT)
+    assert done.stdout.splitlines() == ["seen True", "no second KeyboardInterrupt"], (done.stdout, done.stderr)
+
+
 def test_ctrl_c_ignored_by_the_parent_stays_ignored_through_start_up(driver: Path) -> None:
     """`gpulaunch ... &` in a script: the package's first statement must not take SIGINT back."""
     done = subprocess.run([sys.executable, str(driver), "--snapshot", "dgx-h100", "--auto", "1", "--", sys.executable,
