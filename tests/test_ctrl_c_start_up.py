@@ -103,9 +103,11 @@ def test_ctrl_c_inside_the_import_system_is_raised_once_the_import_is_done() -> 
             pass
         inside = frames[0]
         print(inside.f_globals["__name__"], flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the retry waits until we look
         signal.getsignal(signal.SIGINT)(signal.SIGINT, inside)  # as Python calls it there
         print("nothing raised inside", flush=True)
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             time.sleep(10)
         except KeyboardInterrupt:
             print("raised outside", flush=True)
@@ -141,9 +143,11 @@ def test_a_ctrl_c_whose_retry_is_due_when_the_hand_over_raises_it_is_raised_once
         handler = signal.signal(signal.SIGINT, lambda signum, frame: None)
         signal.raise_signal(signal.SIGINT)  # the real signal: its byte in the wakeup pipe
         signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the retry waits until the hand-over
         handler(signal.SIGINT, frames[0])  # as Python called it inside the import system: a retry is due
         print("seen", interrupt.seen(), flush=True)
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
             time.sleep(0.3)
             print("no second KeyboardInterrupt", flush=True)
         except KeyboardInterrupt:
