@@ -80,28 +80,39 @@ def test_ctrl_c_at_imports_all_through_start_up_is_one_line_and_130(driver: Path
                                                                                           done.stderr[-2000:])
 
 
+#: A child's first lines: gpulaunch's Ctrl-C handling installed, and ``inside``, a frame of the import
+#: system's own (the one that calls finders), to hand the handler as Python would there.
+INSIDE_AN_IMPORT = """\
+import signal, sys, time
+from gpu_launch import interrupt
+
+interrupt.install()
+frames = []
+
+class Finder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        frames.append(sys._getframe(1))
+        return None
+
+sys.meta_path.insert(0, Finder)
+try:
+    import no_such_module_at_all
+except ImportError:
+    pass
+inside = frames[0]
+"""
+
+
+def _child(program: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", INSIDE_AN_IMPORT + textwrap.dedent(program)], capture_output=True,
+                          text=True, env=clean_env(), timeout=60, cwd=ROOT)
+
+
 def test_ctrl_c_inside_the_import_system_is_raised_once_the_import_is_done() -> None:
     """Where Python would drop a KeyboardInterrupt (the weakref callback that ends every import prints
     "Exception ignored" and goes on) the handler raises nothing, and the interrupt comes a moment later."""
-    program = textwrap.dedent("""
-        import signal, sys, time
-        from gpu_launch import interrupt
-
-        interrupt.install()
-        frames = []
-
-        class Finder:  # hands back the import system's own frame, the one that calls finders
-            @staticmethod
-            def find_spec(name, path=None, target=None):
-                frames.append(sys._getframe(1))
-                return None
-
-        sys.meta_path.insert(0, Finder)
-        try:
-            import no_such_module_at_all
-        except ImportError:
-            pass
-        inside = frames[0]
+    done = _child("""
         print(inside.f_globals["__name__"], flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the retry waits until we look
         signal.getsignal(signal.SIGINT)(signal.SIGINT, inside)  # as Python calls it there
@@ -112,8 +123,6 @@ def test_ctrl_c_inside_the_import_system_is_raised_once_the_import_is_done() -> 
         except KeyboardInterrupt:
             print("raised outside", flush=True)
     """)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=clean_env(),
-                          timeout=60, cwd=ROOT)
     assert done.stdout.splitlines() == ["importlib._bootstrap", "nothing raised inside", "raised outside"], done
     assert done.stderr == ""
 
@@ -122,29 +131,12 @@ def test_a_ctrl_c_whose_retry_is_due_when_the_hand_over_raises_it_is_raised_once
     """The hand-over finds the Ctrl-C (its wakeup byte) while its retry is still due: the retry must not
     raise a second KeyboardInterrupt in the except or finally that handles the first (a traceback
     instead of the one line, 1 start-up Ctrl-C in ~200 as a non-root user)."""
-    program = textwrap.dedent("""
-        import signal, sys, time
-        from gpu_launch import interrupt
-
-        interrupt.install()
-        frames = []
-
-        class Finder:
-            @staticmethod
-            def find_spec(name, path=None, target=None):
-                frames.append(sys._getframe(1))
-                return None
-
-        sys.meta_path.insert(0, Finder)
-        try:
-            import no_such_module_at_all
-        except ImportError:
-            pass
+    done = _child("""
         handler = signal.signal(signal.SIGINT, lambda signum, frame: None)
         signal.raise_signal(signal.SIGINT)  # the real signal: its byte in the wakeup pipe
         signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})  # the retry waits until the hand-over
-        handler(signal.SIGINT, frames[0])  # as Python called it inside the import system: a retry is due
+        handler(signal.SIGINT, inside)  # as Python called it inside the import system: a retry is due
         print("seen", interrupt.seen(), flush=True)
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
@@ -153,8 +145,6 @@ def test_a_ctrl_c_whose_retry_is_due_when_the_hand_over_raises_it_is_raised_once
         except KeyboardInterrupt:
             print("a second KeyboardInterrupt", flush=True)
     """)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=clean_env(),
-                          timeout=60, cwd=ROOT)
     assert done.stdout.splitlines() == ["seen True", "no second KeyboardInterrupt"], (done.stdout, done.stderr)
 
 
