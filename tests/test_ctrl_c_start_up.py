@@ -163,3 +163,31 @@ def test_a_program_that_imports_the_package_keeps_its_own_ctrl_c() -> None:
                            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
                           capture_output=True, text=True, timeout=60, env=clean_env(), cwd=ROOT)
     assert done.stdout == "True\n", done.stderr
+
+
+def test_a_ctrl_c_as_the_mapping_is_printed_leaves_whole_lines() -> None:
+    """The mapping goes out in one write, newlines included: a Ctrl-C right after a write must not leave a
+    line without its newline, for `gpulaunch: interrupted` to be glued to (print() writes its end apart)."""
+    from gpu_launch.choose import select, visibility
+    from gpu_launch.hardware import snapshot
+    from gpu_launch.options.args import parse
+    from gpu_launch.run import environment
+    from gpu_launch.share import pick
+
+    class CtrlCAfterAWrite:
+        written = ""
+
+        def write(self, text: str) -> int:
+            self.written += text
+            raise KeyboardInterrupt  # the Ctrl-C lands as this write returns
+
+        def flush(self) -> None:
+            pass
+
+    machine = snapshot.resolve("dgx-h100")
+    selection = select.choose_auto(machine, 2, select.Constraints())
+    out = CtrlCAfterAWrite()
+    with pytest.raises(KeyboardInterrupt):
+        pick.tell(parse(["--auto", "2", "--", "true"]), visibility.resolve(machine, {}), selection,
+                  environment.build(selection.devices, {}), out)  # type: ignore[arg-type]
+    assert out.written.endswith("\n") and "cuda:1 → GPU 3" in out.written, repr(out.written)
