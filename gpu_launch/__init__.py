@@ -9,6 +9,52 @@ See :mod:`gpu_launch.api`. Importing the package imports nothing else: the API a
 loaded on first use (``gpulaunch`` itself starts with this module, and every millisecond counts).
 """
 
+# The program's first statements. A Ctrl-C from here on, while gpulaunch is still importing, is one line
+# and exit 130; before this point no gpulaunch code has run (the interpreter's start-up, runpy or the
+# console-script wrapper looking for this package: docs/exit-codes.md). So nothing may come before it,
+# and it uses builtin modules only: importing signal.py would itself be an unguarded millisecond.
+
+
+def _early_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C while the program is still importing: one line and exit 130, never a traceback.
+
+    ``cli.main`` replaces this with Python's own handler as soon as it runs, turns a KeyboardInterrupt
+    into the same line and code from then on, and puts this back for the way out.
+    """
+    import os
+    import _signal
+
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # a second Ctrl-C must not print the line twice
+    try:
+        os.write(2, b"gpulaunch: interrupted\n")
+    except OSError:
+        pass
+    os._exit(130)
+
+
+def _as_program() -> bool:
+    """Whether this process is gpulaunch itself (the console script or ``python -m gpu_launch``), not a
+    program that imports the package: only then may the package take over SIGINT at import."""
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 == "-m":  # `python -m gpu_launch` while the package is being imported
+        orig = getattr(sys, "orig_argv", [])
+        return "gpu_launch" in orig[orig.index("-m") + 1:orig.index("-m") + 2] if "-m" in orig else False
+    return argv0.rsplit("/", 1)[-1] == "gpulaunch"
+
+
+#: True in the gpulaunch process itself (not in a program or test that imports the package).
+PROGRAM = _as_program()
+
+if PROGRAM:
+    import _signal
+
+    if _signal.getsignal(_signal.SIGINT) != _signal.SIG_IGN:  # started ignoring it (`cmd &` in a script): keep to that
+        _signal.signal(_signal.SIGINT, _early_interrupt)
+    del _signal
+
+
 __version__ = "0.1.0"
 
 #: name -> the module that defines it, imported on first access (PEP 562)
@@ -53,40 +99,3 @@ def __getattr__(name: str) -> object:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
-
-
-def _early_interrupt(signum: int, frame: object) -> None:
-    """Ctrl-C while the program is still importing: one line and exit 130, never a traceback.
-
-    ``cli.main`` replaces this with Python's own handler as soon as it runs, and turns a
-    KeyboardInterrupt into the same line and code from then on.
-    """
-    import os
-
-    try:
-        os.write(2, b"gpulaunch: interrupted\n")
-    except OSError:
-        pass
-    os._exit(130)
-
-
-def _as_program() -> bool:
-    """Whether this process is gpulaunch itself (the console script or ``python -m gpu_launch``), not a
-    program that imports the package: only then may the package take over SIGINT at import."""
-    import sys
-
-    argv0 = sys.argv[0] if sys.argv else ""
-    if argv0 == "-m":  # `python -m gpu_launch` while the package is being imported
-        orig = getattr(sys, "orig_argv", [])
-        return "gpu_launch" in orig[orig.index("-m") + 1:orig.index("-m") + 2] if "-m" in orig else False
-    return argv0.rsplit("/", 1)[-1] == "gpulaunch"
-
-
-#: True in the gpulaunch process itself (not in a program or test that imports the package).
-PROGRAM = _as_program()
-
-if PROGRAM:
-    import signal as _signal
-
-    if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:  # started ignoring it (`cmd &` in a script): keep to that
-        _signal.signal(_signal.SIGINT, _early_interrupt)

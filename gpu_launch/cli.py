@@ -25,24 +25,31 @@ __all__ = ["main", "run"]
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point. Exits with gpulaunch's code, or becomes the command."""
+    import gpu_launch
     from gpu_launch import interrupt, streams
 
     try:
-        # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
-        # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
-        interrupt.install()
-        code = run(sys.argv[1:] if argv is None else list(argv))
-        sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
-    except GpuLaunchError as exc:
-        code = _fail(exc)
+        try:
+            # A closed pipe (`gpulaunch ls | head`) should end us quietly, as it does other Unix tools.
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            streams.install()  # closed or full stdout/stderr: one error line, never a lost launch
+            # Ctrl-C from here on is a KeyboardInterrupt (gpu_launch/__init__.py handled it until now).
+            interrupt.install()
+            code = run(sys.argv[1:] if argv is None else list(argv))
+            sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
+        except GpuLaunchError as exc:
+            code = _fail(exc)
+        if interrupt.settle():  # a Ctrl-C still waiting for its retry (gpu_launch.interrupt): it ends us now
+            raise KeyboardInterrupt
+        if gpu_launch.PROGRAM and interrupt.ours():
+            # The way out (sys.exit, the interpreter's flush and finalisers) is outside every `try`:
+            # a Ctrl-C there is the one line and 130 again, not a traceback.
+            signal.signal(signal.SIGINT, gpu_launch._early_interrupt)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
+        interrupt.settle()  # nor a retry of this one (gpu_launch.interrupt)
         sys.stderr.write("gpulaunch: interrupted\n")
         code = int(ExitCode.INTERRUPTED)
-        import gpu_launch
-
         if gpu_launch.PROGRAM:
             # Straight out with 130: an interrupted import can leave CPython flagging the KeyboardInterrupt
             # as unhandled, and it then ends the process by SIGINT at exit, whatever sys.exit said.

@@ -8,6 +8,13 @@ So the C-level handler also writes to a pipe (:func:`signal.set_wakeup_fd`), and
 reads the pipe once SIGINT is blocked, just before the exec: every SIGINT that reached gpulaunch
 is seen there, whatever became of it in Python. (Without it, the test of this in CI once saw 1
 launch in 10 run its command to the end after a Ctrl-C.)
+
+The handler is Python's, but for one place: while the import system's own code runs. At the end of
+every import it runs a weakref callback (a module lock's), and a KeyboardInterrupt raised in a
+callback cannot propagate: Python prints ``Exception ignored in: <function ... cb>`` with a traceback
+and drops it (about 1 start-up Ctrl-C in 500, ``benchmarks/ctrl_c_start_up.py``). There the handler
+raises nothing and asks again a millisecond later (SIGALRM), once the import is done; a retry whose
+Ctrl-C has meanwhile become a KeyboardInterrupt another way (:func:`seen`) raises nothing.
 """
 
 from __future__ import annotations
@@ -15,15 +22,20 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["install", "ours", "seen"]
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+
+__all__ = ["install", "ours", "seen", "settle"]
 
 #: the pipe's read end, made once per process (``cli.main`` may run more than once in tests)
 _read_end: int | None = None
 
 
 def install() -> None:
-    """Ctrl-C raises KeyboardInterrupt from now on, unless SIGINT was ignored when we started (a
-    background job of a script): then gpulaunch and the command it execs ignore it too.
+    """Ctrl-C raises KeyboardInterrupt from now on (:func:`_interrupt`), unless SIGINT was ignored when
+    we started (a background job of a script): then gpulaunch and the command it execs ignore it too.
 
     Called after ``streams.install``: a closed standard descriptor is held on /dev/null by then, so
     the pipe cannot take its number. Its ends are close-on-exec: the command never sees them.
@@ -31,7 +43,7 @@ def install() -> None:
     global _read_end
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _interrupt)
     if _read_end is not None:
         return
     read_end, write_end = os.pipe()
@@ -46,9 +58,40 @@ def install() -> None:
     _read_end = read_end
 
 
+#: the retry's delay: an import's callback is over well within it, a person notices nothing
+_RETRY_S = 0.001
+#: a Ctrl-C waits for its retry; it is over once the Ctrl-C became a KeyboardInterrupt (:func:`settle`)
+_retrying = False
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT (and its retry, SIGALRM): raise KeyboardInterrupt, except inside the import system."""
+    global _retrying
+    if signum == signal.SIGALRM and not _retrying:
+        return  # the Ctrl-C it was for is already a KeyboardInterrupt: one Ctrl-C, one exception
+    if frame is not None and str(frame.f_globals.get("__name__")).startswith("importlib._bootstrap"):
+        _retrying = True
+        signal.signal(signal.SIGALRM, _interrupt)
+        signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+        return
+    settle()
+    raise KeyboardInterrupt
+
+
+def settle() -> bool:
+    """The Ctrl-C has become a KeyboardInterrupt (here, or at the hand-over's :func:`seen`): no retry may
+    raise another, in the ``except`` or ``finally`` that handles this one. True if one was waiting."""
+    global _retrying
+    if not _retrying:
+        return False
+    _retrying = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return True
+
+
 def ours() -> bool:
-    """Whether Ctrl-C is still Python's KeyboardInterrupt (not ignored, not an embedder's handler)."""
-    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    """Whether Ctrl-C is still a KeyboardInterrupt (not ignored, not an embedder's handler)."""
+    return signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _interrupt)
 
 
 def seen() -> bool:
@@ -62,4 +105,7 @@ def seen() -> bool:
         data = os.read(_read_end, 4096)
     except OSError:  # BlockingIOError: nothing came
         return False
-    return bytes([signal.SIGINT]) in data
+    if bytes([signal.SIGINT]) not in data:
+        return False
+    settle()  # the caller raises it
+    return True

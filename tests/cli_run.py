@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +21,7 @@ LOCK_DIR = os.path.join(tempfile.mkdtemp(prefix="gpulaunch-robust-"), "locks")
 CONFIG_HOME = os.path.join(os.path.dirname(LOCK_DIR), "config-home")
 
 __all__ = ["ROOT", "LOCK_DIR", "CONFIG_HOME", "HERMETIC", "clean_env", "scrubbed", "run_gpulaunch", "gpulaunch_argv",
-           "run_in_terminal", "start_in_terminal", "has_option"]
+           "run_in_terminal", "start_in_terminal", "Terminal", "has_option"]
 
 #: What every test process and child runs with (tests/conftest.py puts it in os.environ for the whole session):
 #: a private lock directory, no config file. So another gpulaunch job on this machine, holding GPUs in the
@@ -68,37 +68,92 @@ def run_gpulaunch(*args: str, env: Mapping[str, str] | None = None,
                           env=clean_env(env), timeout=timeout, cwd=ROOT)
 
 
+class Terminal:
+    """gpulaunch on a pseudo-terminal (its stdin, stdout and stderr), driven step by step: wait for some
+    output, then type, resize or signal. ``columns``/``rows``: its size; every wait ends by ``timeout``
+    seconds after the start (the process is then killed)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], columns: int | None = None, rows: int = 50,
+                 timeout: float = 30) -> None:
+        import pty
+        import signal
+        import time
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: as a terminal starts a program (a runner under nohup ignores SIGHUP), exec
+            for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_DFL)
+            os.execve(sys.executable, [sys.executable, "-m", "gpu_launch", *argv], env)
+        if columns is not None:
+            self.resize(columns, rows)
+        self.out = b""
+        self.deadline = time.monotonic() + timeout
+        self.status: int | None = None
+
+    def resize(self, columns: int, rows: int = 50) -> None:
+        """Set the terminal's size: the kernel sends SIGWINCH to the program in it."""
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.fd, keys)  # b"\x03": Ctrl-C, the terminal sends SIGINT to the foreground job
+
+    def _read(self) -> bool:
+        """Read what is there (waiting up to 0.5 s); False once the program closed the terminal or the time is up."""
+        import select
+        import time
+
+        if time.monotonic() >= self.deadline:
+            return False
+        ready, _, _ = select.select([self.fd], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # EIO: every copy of the terminal's other end is closed
+                return False
+            if not chunk:
+                return False
+            self.out += chunk
+        return True
+
+    def wait_for(self, predicate: Callable[[bytes], bool]) -> bytes:
+        """Read until ``predicate(all output so far)`` holds; fails the test if the program ends or the time is up."""
+        while not predicate(self.out):
+            if not self._read():
+                out, status = self.finish()
+                raise AssertionError(f"gave up waiting (exit status {status}); the terminal showed: "
+                                     f"{out.decode(errors='replace')[-3000:]!r}")
+        return self.out
+
+    def finish(self) -> tuple[bytes, int]:
+        """Read to the end (killed when the time is up); what the terminal got and the exit status."""
+        import signal
+        import time
+
+        while self._read():
+            pass
+        if self.status is None:
+            if time.monotonic() >= self.deadline:
+                os.kill(self.pid, signal.SIGKILL)
+            _, status = os.waitpid(self.pid, 0)
+            self.status = os.waitstatus_to_exitcode(status)
+            os.close(self.fd)
+        return self.out, self.status
+
+
 def run_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = None,
                     interrupt_after: bytes | None = None, timeout: float = 30, rows: int = 50) -> tuple[bytes, int]:
     """Run gpulaunch with a terminal for its stdin, stdout and stderr (``columns`` wide, if given); with
     ``interrupt_after``, type Ctrl-C once that text showed twice (two ``--watch`` frames). Returns what the
     terminal got and the exit status; killed after ``timeout`` seconds."""
-    import select
-    import signal
-    import time
-
-    pid, fd = start_in_terminal(argv, env, columns, rows)
-    out = b""
-    sent = False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        if interrupt_after is not None and not sent and out.count(interrupt_after) >= 2:
-            os.write(fd, b"\x03")  # Ctrl-C, as typed: the terminal sends SIGINT to the foreground job
-            sent = True
-    else:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    return out, os.waitstatus_to_exitcode(status)
+    term = Terminal(argv, env, columns, rows, timeout)
+    if interrupt_after is not None:
+        term.wait_for(lambda out: out.count(interrupt_after) >= 2)
+        term.type(b"\x03")
+    return term.finish()
 
 
 def start_in_terminal(argv: list[str], env: dict[str, str], columns: int | None = None,
@@ -111,9 +166,13 @@ def start_in_terminal(argv: list[str], env: dict[str, str], columns: int | None 
     import struct
     import termios
 
+    import signal
+
     argv = argv if program else [sys.executable, "-m", "gpu_launch", *argv]
     pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once, nothing else
+    if pid == 0:  # the child: as a terminal starts a program (a runner under nohup ignores SIGHUP), exec
+        for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
         os.execve(argv[0], argv, env)
     if columns is not None:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))

@@ -21,6 +21,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: What a tester's shell or a CI machine may happen to set that changes how Python, a terminal library or
+#: gpulaunch behaves: dropped for the whole session, so that no test comes to depend on it (with
+#: PYTHONUNBUFFERED set, a test that read a child's prints in the wrong order passed in CI and failed
+#: for everyone else). .ci/run runs the suite under `env -i` too, for what this list misses.
+UNSTEADY = ("PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONWARNINGS", "PYTHONSTARTUP", "PYTHONINSPECT",
+            "PYTHONDEVMODE", "PYTHONUTF8", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "CLICOLOR_FORCE",
+            "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES")
+UNSTEADY_PREFIXES = ("GPULAUNCH_", "SLURM_")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def hermetic_environment() -> Iterator[None]:
     """Every test, and every child it starts, uses a private lock directory and no config file.
@@ -28,12 +38,13 @@ def hermetic_environment() -> Iterator[None]:
     Set in os.environ for the whole session, so a test that runs gpulaunch in-process or hands
     os.environ to a child inherits it; helpers that build an environment from scratch go through
     ``cli_run.scrubbed``/``clean_env``, which keep the private lock directory. The tester's own
-    GPULAUNCH_* settings (GPULAUNCH_WAIT=1h, ...) are dropped. tests/test_undisturbed.py checks that
-    reservations held in the default /tmp/gpulaunch-locks change no test's outcome.
+    GPULAUNCH_* settings (GPULAUNCH_WAIT=1h, ...) are dropped, and so are the UNSTEADY variables (a
+    Slurm job's, an exported CUDA_VISIBLE_DEVICES, PYTHONUNBUFFERED, ...). tests/test_undisturbed.py
+    checks that reservations held in the default /tmp/gpulaunch-locks change no test's outcome.
     """
     os.makedirs(CONFIG_HOME, exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
-        for name in [k for k in os.environ if k.startswith("GPULAUNCH_")]:
+        for name in [k for k in os.environ if k in UNSTEADY or k.startswith(UNSTEADY_PREFIXES)]:
             mp.delenv(name)
         for name, value in HERMETIC.items():
             mp.setenv(name, value)

@@ -42,7 +42,8 @@ def test_runner_prints_the_table_and_writes_json(tmp_path: Path) -> None:
         assert rows[key]["status"] == "ok", rows[key]
         assert rows[key]["runs"] == 2 and rows[key]["median_ms"] > 0
     assert rows["nvitop_import"]["status"] in ("ok", "skipped: nvitop not installed (pip install nvitop)")
-    assert doc["ratios"]["launch_vs_python_floor"] > 1
+    assert doc["ratios"]["launch_vs_python_floor"] > 0  # computed; how large is the benchmark's to say (2 runs on a
+    # loaded machine put the launch below the bare interpreter 1 time in a few)
     # ls was not selected: its rows say so instead of holding numbers.
     assert rows["ls_snapshot"]["status"] == "skipped: not selected (--only)"
     gpu_rows = [rows[k] for k in ("gpu_ls", "nvidia_smi", "gpustat", "gpu_launch_auto1", "nvisel")]

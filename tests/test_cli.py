@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
+import time
 
 import pytest
 
-from conftest import PRINT_CVD, run_cli
+from conftest import PRINT_CVD, clean_env, run_cli
 
 PY = sys.executable
 
@@ -72,9 +75,32 @@ def test_exec_keeps_the_pid():
     result = run_cli("--snapshot", "dgx-h100", "--gpus", "2", "-q", "--", PY, "-c",
                      "import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'gpu_launch', '--snapshot', "
                      f"'dgx-h100', '--gpus', '2', '-q', '--', sys.executable, '-c', {script!r}]); "
-                     "print(p.pid); p.wait()")
-    launched_pid, (child_pid, _) = result.stdout.split("\n")[0], result.stdout.split("\n")[1].split()
-    assert launched_pid == child_pid, result.stdout
+                     "p.wait(); print('launched', p.pid)")
+    # (In that order, and the parent's line after the child ended: its stdout is a pipe, block-buffered
+    # unless PYTHONUNBUFFERED is set, which the test must not rely on.)
+    (child_pid, _), (said, launched_pid) = (line.split() for line in result.stdout.splitlines())
+    assert said == "launched" and launched_pid == child_pid, result.stdout
+
+
+def test_a_holder_is_named_by_its_program_not_its_path(tmp_path):
+    """A command at a long path (a conda environment's python, a clone's venv) is shown by its name: the
+    holder line's 40 characters showed only the path, never what it ran."""
+    deep = tmp_path / ("envs-" + "x" * 60) / "bin"
+    deep.mkdir(parents=True)
+    (deep / "sleep").symlink_to(shutil.which("sleep"))
+    holder = subprocess.Popen([PY, "-m", "gpu_launch", "--snapshot", "dgx-h100", "--gpus", "3", "-q", "--",
+                               str(deep / "sleep"), "60"], env=clean_env())
+    try:
+        deadline = time.monotonic() + 30
+        while f"(pid {holder.pid}, " not in (listing := run_cli("--snapshot", "dgx-h100", "ls").stdout):
+            assert time.monotonic() < deadline and holder.poll() is None, "the holder did not take GPU 3"
+            time.sleep(0.05)
+        taken = run_cli("--snapshot", "dgx-h100", "--gpus", "3", "--", "true")
+        assert taken.returncode == 6 and f"(pid {holder.pid}, for " in taken.stderr, taken.stderr
+        assert ": sleep 60)" in taken.stderr and str(deep) not in taken.stderr + listing, taken.stderr
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_commands_own_flags_are_not_parsed():

@@ -6,7 +6,7 @@ How examples are found (also stated in docs/index.md, "How the examples are chec
   (``text`` marks pictures and output: never run).
   If some of its lines start with the prompt ``$ ``, those lines are its commands (the rest is the
   output they print); otherwise every line that calls ``gpulaunch`` (the word, followed by a space)
-  is a command. Lines that do not call gpulaunch (``python -m pytest -q``) are not run here.
+  is a command. Lines that do not call gpulaunch (``.venv/bin/python -m pytest -q``) are not run here.
 - Each command runs through ``bash -c`` in a hermetic environment: a private lock directory, no config
   file, a temporary HOME and working directory (which hold a no-op ``train.py``, ``serve.py``,
   ``eval.py`` and small job files), no inherited ``CUDA_*``/``SLURM_*`` variables, and
@@ -462,15 +462,22 @@ def _setup_line() -> str:
     return lines[0]
 
 
+#: The README's test command: the environment's python by its path, so that it runs in any shell, activated
+#: or not, on a system where `python` does not exist (Debian has `python3` only).
+TEST_COMMAND = ".venv/bin/python -m pytest -q"
+
+
 def test_readme_setup_is_two_commands_and_ci_runs_the_test_command() -> None:
-    """The set-up line installs and runs the main job; `python -m pytest -q` runs the tests; .ci/run
-    runs that same test command (so the README's promise is what CI checks)."""
+    """The set-up line installs and runs the main job; TEST_COMMAND runs the tests; .ci/run runs that same
+    test command (so the README's promise is what CI checks), under `env -i`, in a clone at a long path."""
     line = _setup_line()
     assert "pip install -e '.[test]'" in line and "gpulaunch" in line
+    assert re.search(r"(^| )python( |$)", line.split(" -- ")[0]) is None  # `python` may not exist: python3
     readme = (ROOT / "README.md").read_text("utf-8")
-    assert "\n```\npython -m pytest -q\n```\n" in readme
+    assert f"\n```\n{TEST_COMMAND}\n```\n" in readme
     ci = (ROOT / ".ci" / "run").read_text("utf-8")
-    assert "\npython -m pytest -q\n" in ci and "pip install -q -e '.[test]'" in ci
+    assert f"\n{TEST_COMMAND}\n" in ci and "pip install -q -e '.[test]'" in ci
+    assert "env -i PATH=" in ci and "sixty-characters-or-more" in ci
 
 
 def test_readme_setup_demo_runs(sandbox: Path, tmp_path: Path) -> None:

@@ -10,14 +10,17 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cli_run import run_in_terminal, scrubbed
+from cli_run import Terminal, run_in_terminal, scrubbed
 
 from gpu_launch.hardware import snapshot
+from gpu_launch.units import fmt_mib
 from gpu_launch.views import render
+from gpu_launch.views.watch import SHOW_CURSOR
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -141,13 +144,14 @@ def _pty_run(argv: list[str], env: dict[str, str], columns: int, interrupt_after
     return run_in_terminal(argv, env, columns, interrupt_after, timeout, rows)
 
 
-@pytest.mark.parametrize("columns", [80, 100, 160])
+@pytest.mark.parametrize("columns", [30, 50, 80, 100, 160])
 def test_rich_ls_on_a_terminal_fits_the_width(columns: int) -> None:
     out, code = _pty_run(["--snapshot", "dgx-h100", "ls"], _env(), columns)
     assert code == 0
     text = ANSI.sub("", out.decode()).replace("\r", "")
     assert "\x1b[" in out.decode()  # coloured: it is the rich table
     assert [line for line in text.splitlines() if len(line) > columns] == []
+    assert text.splitlines()[0].startswith("dgx-h100-01  driver") and text.splitlines()[1].split()[0] == "GPU"
     assert len(_gpu_lines(text, "dgx-h100")) == 8
 
 
@@ -170,31 +174,112 @@ def test_rich_ls_wide_at_80_columns_cuts_lines_at_the_right_not_every_column(sna
 
 # -- --watch -------------------------------------------------------------------------------------
 
+def _frames(count: int) -> Callable[[bytes], bool]:
+    """Whether ``count`` whole --watch frames are on the terminal (each ends by clearing what is below it)."""
+    return lambda out: out.count(b"\x1b[J") >= count
+
+
+def _watch_two_frames(columns: int, then: int, rows: int = 50, snapshot: str = "dgx-h100") -> tuple[str, int]:
+    """``ls --watch 60`` on a terminal: the first frame at ``columns``, the second drawn by resizing it to
+    ``then`` (SIGWINCH), then Ctrl-C, typed once that frame is whole: the watch is then waiting, so the
+    Ctrl-C lands there whatever the load. (A 0.2 s watch interrupted as its second frame began failed
+    1 run in 20 on a busy machine: a third frame under way was cut short by the terminal itself, which
+    drops output not yet read when Ctrl-C is typed.)"""
+    term = Terminal(["--snapshot", snapshot, "ls", "--watch", "60"], _env(), columns, rows)
+    term.wait_for(_frames(1))
+    term.resize(then, rows)
+    term.wait_for(_frames(2))
+    term.type(b"\x03")
+    out, code = term.finish()
+    return out.decode(), code
+
+
 def test_watch_redraws_in_place_and_ctrl_c_leaves_cleanly() -> None:
-    out, code = _pty_run(["--snapshot", "dgx-h100", "ls", "--watch", "0.2"], _env(), 80,
-                         interrupt_after=b"(Ctrl-C to stop)")
+    text, code = _watch_two_frames(100, 80)
     assert code == 0
-    text = out.decode()
-    assert text.count("\x1b[H") >= 2  # redrawn from the top, not scrolled
+    assert text.count("\x1b[H") == 2  # redrawn from the top, not scrolled
     assert text.startswith("\x1b[?25l") and text.rstrip("\r\n").endswith("\x1b[?25h")  # cursor hidden, then back
     after = text.rsplit("\x1b[J", 1)[1]  # what follows the last frame: the echoed ^C and the cursor, nothing else
     assert "interrupted" not in after and "Traceback" not in text
     assert len(ANSI.sub("", after).replace("^C", "").strip()) == 0
-    frame = ANSI.sub("", text.split("\x1b[H")[-1]).replace("\r", "")
+    first, frame = (ANSI.sub("", f).replace("\r", "") for f in text.split("\x1b[H")[1:])
+    assert max(len(line) for line in first.splitlines()) > 80  # the resize was followed at once
     assert [line for line in frame.splitlines() if len(line) > 80] == []
     assert len(_gpu_lines(frame, "dgx-h100")) == 8
 
 
 def test_watch_frames_never_outgrow_a_short_terminal() -> None:
-    out, code = _pty_run(["--snapshot", "dgx-h100", "ls", "--watch", "0.2"], _env(), 80,
-                         interrupt_after=b"(Ctrl-C to stop)", rows=8)
+    text, code = _watch_two_frames(100, 80, rows=8)
     assert code == 0
-    frames = [ANSI.sub("", f).replace("\r", "") for f in out.decode().split("\x1b[H")[1:]]
-    assert len(frames) >= 2
+    frames = [ANSI.sub("", f).replace("\r", "") for f in text.split("\x1b[H")[1:]]
+    assert len(frames) == 2
     for frame in frames:
         lines = [line for line in frame.rstrip("\n").split("\n") if line != "^C"]  # (the terminal echoes Ctrl-C)
         assert len(lines) <= 7  # rows - 1: the redraw never scrolls the screen
     assert "more lines: make the terminal taller" in frames[-1]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_watch_ended_by_sigterm_or_sighup_shows_the_cursor_again(signum: int) -> None:
+    """`timeout 60 gpulaunch ls --watch`, `kill`, a closed terminal: the cursor comes back, then the signal
+    ends the process as its default action would (a shell sees 128 + N; `timeout` its own 124)."""
+    term = Terminal(["--snapshot", "dgx-h100", "ls", "--watch", "60"], _env(), 80)
+    term.wait_for(_frames(1))
+    os.kill(term.pid, signum)
+    out, code = term.finish()
+    text = out.decode()
+    assert code == -signum, (code, text[-500:])
+    assert text.count(SHOW_CURSOR) == 1 and text.rstrip("\r\n").endswith(SHOW_CURSOR), text[-300:]
+    assert "Traceback" not in text
+
+
+def test_watch_on_a_narrow_terminal_draws_lines_that_fit() -> None:
+    """Under 40 columns every line of each frame fits (a longer one wraps, and the redraw no longer
+    covers the frame before); the GPU's free memory and utilisation stay, the stamp drops its hint."""
+    text, code = _watch_two_frames(34, 24)
+    assert code == 0
+    machine = snapshot.resolve("dgx-h100")
+    for frame, width in zip(text.split("\x1b[H")[1:], (34, 24)):
+        lines = ANSI.sub("", frame).replace("\r", "").replace("^C", "").rstrip("\n").split("\n")
+        assert [line for line in lines if len(line) > width] == [], (width, lines)
+        assert re.fullmatch(r"every 60s  \d\d:\d\d:\d\d", lines[0]), lines[0]
+        for gpu, row in zip(machine.gpus, _gpu_lines("\n".join(lines), "dgx-h100")):
+            assert row.split()[0] == str(gpu.index) and fmt_mib(gpu.memory_free_mib) in row
+            assert f"{gpu.utilization_gpu}%" in row.split(), row
+
+
+def test_ls_on_a_narrow_terminal_fits_it() -> None:
+    """`ls` at 30 columns is 30 columns wide (it drew 40-column lines, which the terminal folded)."""
+    proc = gpulaunch("--snapshot", "dgx-h100", "ls", COLUMNS="30")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if len(line) > 30] == [] and lines[1].split() == ["GPU", "FREE", "UTIL", "PROCESSES"]
+
+
+@pytest.mark.parametrize("machine", ["dgx-h100", "pcie-8x", "mig-a100", "workstation-4x"])
+def test_narrow_layouts_give_up_columns_not_the_gpu_free_and_util(machine: str) -> None:
+    """From 79 columns down to 20: each line fits, each GPU keeps one line with its index and free memory,
+    and its utilisation from 30 columns up; columns go in their documented order; a held GPU's holder
+    stays down to 40 columns (after PROCESSES has gone)."""
+    shot = snapshot.resolve(machine)
+    held = {shot.gpus[0].uuid: "alice (pid 4242 since 09:14, python train.py --lr 3e-4)"}
+    gone = ["TEMP", "NAME", "USED/TOTAL"]
+    for width in range(79, 19, -1):
+        for reserved in ({}, held):
+            text = render.ls_plain(shot, reserved, width)
+            assert [line for line in text.splitlines() if len(line) > width] == [], (width, text)
+            header = text.splitlines()[1].split()
+            dropped = [name for name in gone if name not in header]
+            assert dropped == gone[:len(dropped)], (width, header)  # least needed first
+            rows = _gpu_lines(text, machine)
+            for gpu in shot.gpus:
+                row = next(r for r in rows if r.split()[0] == str(gpu.index))
+                assert fmt_mib(gpu.memory_free_mib) in row, (width, row)
+                if width >= 30 and gpu.utilization_gpu is not None:
+                    assert f"{gpu.utilization_gpu}%" in row, (width, row)
+            if reserved and width >= 40:
+                head = text.splitlines()[1]
+                assert ("RESERVED" in head or "HELD BY" in head) and "alice" in rows[0], (width, text)
 
 
 def test_watch_not_on_a_terminal_prints_frame_after_frame() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 from dataclasses import replace
 
 import pytest
@@ -243,14 +244,14 @@ def test_selection_is_deterministic():
 
 
 def test_cli_auto_2_on_workstation_reaches_the_child():
-    result = run_cli("--snapshot", "workstation-4x", "--auto", "2", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", "workstation-4x", "--auto", "2", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0,2"
     assert "cuda:1 → GPU 2" in result.stderr
 
 
 def test_cli_auto_4_on_dgx1_reaches_the_child():
-    result = run_cli("--snapshot", "dgx1-v100", "--auto", "4", "-q", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", "dgx1-v100", "--auto", "4", "-q", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() in ("0,1,2,3", "4,5,6,7")
     assert result.stderr == ""

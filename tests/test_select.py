@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -126,7 +127,7 @@ def test_explicit_gpus_warn_but_obey():
 
 
 def test_cli_not_enough_gpus_exit_code_and_message():
-    result = run_cli("--snapshot", "pcie-8x", "--auto", "7", "--idle", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", "pcie-8x", "--auto", "7", "--idle", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == int(ExitCode.NOT_ENOUGH_GPUS)
     assert result.stdout == ""
     line = result.stderr.strip()
@@ -137,13 +138,13 @@ def test_cli_not_enough_gpus_exit_code_and_message():
 
 def test_cli_constraints_steer_the_child():
     # pcie-8x: GPUs 2 and 6 are busy; excluding 0 and 1 moves the best PIX pair to 4,5.
-    result = run_cli("--snapshot", "pcie-8x", "--auto", "2", "--exclude", "0,1", "-q", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", "pcie-8x", "--auto", "2", "--exclude", "0,1", "-q", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "4,5"
 
 
 def test_cli_fit_reaches_the_child():
-    result = run_cli("--snapshot", "dgx-h100", "--fit", "100GiB", "-q", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", "dgx-h100", "--fit", "100GiB", "-q", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "2,3"
 
@@ -153,7 +154,7 @@ def test_cli_unavailable_gpu_is_never_chosen(tmp_path):
     broken = dataclasses.replace(m.gpus[0], available=False, error="GPU is lost")
     path = tmp_path / "lost.json"
     path.write_text(snapshot.dump(dataclasses.replace(m, gpus=(broken, *m.gpus[1:]))))
-    result = run_cli("--snapshot", str(path), "--auto", "2", "-q", "--", "python", "-c", PRINT_CVD)
+    result = run_cli("--snapshot", str(path), "--auto", "2", "-q", "--", sys.executable, "-c", PRINT_CVD)
     assert result.returncode == 0, result.stderr
     # Not the other bridged pair 1,3: GPU 3 is partly used, and idle GPUs come first.
     assert result.stdout.strip() == "1,2"

@@ -50,7 +50,7 @@ def run(inv: Invocation) -> int:
         doc = jobs_table.as_json([Status(job, "waiting")], job_dir_path(os.environ), [log])
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
-    print(job.id)
+    print(job.id, flush=True)  # the id first, as a terminal shows it, also when stdout is a pipe
     if not inv.get("quiet"):
         from gpu_launch.views.jobs_table import command_text
 

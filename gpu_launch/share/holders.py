@@ -78,7 +78,10 @@ class Holder:
 
         detail = ", ".join(bits)
         if self.command:
-            command = printable(" ".join(self.command.split()))  # one line, and no raw escapes
+            words = self.command.split()
+            if words and "/" in words[0] and words[0][0] not in "'\"":  # the program by its name: in 40 characters a
+                words[0] = words[0].rsplit("/", 1)[1] or words[0]  # conda or venv path left nothing of its script
+            command = printable(" ".join(words))  # one line, and no raw escapes
             command = command if len(command) <= 40 else command[:39] + "…"
             detail += f": {command}"
         return f"{printable(self.user) if self.user else '?'} ({detail})"

@@ -267,18 +267,22 @@ def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, 
         return
     from gpu_launch.views import render
 
+    lines = []
     if waited is not None:
         from gpu_launch.units import fmt_duration
 
         took = f"{waited:.1f}s" if waited < 10 else fmt_duration(waited)
-        print(f"gpulaunch: waited {took} for the GPUs", file=out)
-    for problem in vis.problems:
-        print(f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}", file=out)
-    for warning in (*vis.warnings, *selection.warnings, *(w for w in loud if w not in selection.warnings)):
-        print(f"gpulaunch: warning: {warning}", file=out)
+        lines.append(f"gpulaunch: waited {took} for the GPUs")
+    lines += [f"gpulaunch: warning: the parent's CUDA_VISIBLE_DEVICES: {problem}" for problem in vis.problems]
+    lines += [f"gpulaunch: warning: {warning}"
+              for warning in (*vis.warnings, *selection.warnings, *(w for w in loud if w not in selection.warnings))]
     header = vis.header()
     if header:
-        print(f"gpulaunch: {header}", file=out)
-    print(f"gpulaunch: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}", file=out)
+        lines.append(f"gpulaunch: {header}")
+    lines.append(f"gpulaunch: CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}")
     labels = vis.labels(selection.devices) if vis.parent_cvd else None
-    print("\n".join(render.mapping_lines(selection.devices, labels)), file=out, flush=True)
+    lines += render.mapping_lines(selection.devices, labels)
+    # One write, newlines included: print() writes its end apart, and a Ctrl-C between the two left the
+    # table's last line without one, `gpulaunch: interrupted` glued to it (1 start-up Ctrl-C in ~300).
+    out.write("".join(line + "\n" for line in lines))
+    out.flush()

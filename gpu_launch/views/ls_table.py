@@ -6,10 +6,11 @@ Three layouts, chosen by what fits (``gpustat`` fits in 62 columns, ``nvitop -1`
 - compact (80 columns): the name without its ``NVIDIA``/``Tesla`` prefix, ``65.3/79.6 GiB``, processes as
   ``user memory``;
 - then the holders' column (RESERVED BY, HELD BY at 80) shows each as its user and command word
-  (``alice train.py``), and
-  the PROCESSES cell keeps what fits: ``+2`` for the processes left out, then the users alone
-  (``alice, bob``), then ``…``; as a last resort any line is cut at the width, so that a GPU never
-  takes two lines.
+  (``alice train.py``), and the PROCESSES cell keeps what fits: ``+2`` for the processes left out,
+  then the users alone (``alice, bob``), then ``…``;
+- narrow (under ~70 columns, not ``--wide``): columns go, least needed first (:data:`NARROW_DROPS`),
+  until the rest fits, down to GPU, FREE and UTIL; as a last resort any line is cut at the width, so
+  that a GPU never takes two lines.
 
 ``--wide`` adds power, fan, clocks and the PCI bus id when they are known. Memory: USED is what
 nvidia-smi's Memory-Usage shows, NVML's allocated memory without what the driver reserves for itself
@@ -28,7 +29,7 @@ from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.units import fmt_mib
 
 __all__ = ["Table", "Last", "Held", "layout", "fit_line", "fit_width", "short_name", "used_mib", "gpu_notes",
-           "command_word", "holder_column", "WIDE_HEADER", "HELD_BY"]
+           "command_word", "holder_column", "WIDE_HEADER", "HELD_BY", "NARROW_DROPS"]
 
 #: Columns that are numbers, right-aligned.
 RIGHT = frozenset({"FREE", "UTIL", "TEMP", "POWER", "FAN", "RESERVED"})
@@ -69,11 +70,11 @@ def fit_width(out: object) -> int | None:
 
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
-        return max(int(columns), 40)
+        return int(columns)
     if getattr(out, "isatty", lambda: False)():
         import shutil
 
-        return max(shutil.get_terminal_size().columns, 40)
+        return max(shutil.get_terminal_size().columns, 1)  # however narrow: a line wider would wrap
     return None
 
 
@@ -316,9 +317,18 @@ def layout(machine: Machine, reserved: Mapping[str, str | Held] | None = None, w
     table, lasts = _build(machine, reserved, compact=True, wide=wide)
     if table.width() <= width:
         return table
+    fitted = _cut(table, lasts, width, wide)
+    if fitted.width() <= width or wide:  # --wide asked for its columns: its lines are cut at the right instead
+        return fitted
+    return _narrow(table, lasts, width)
+
+
+def _cut(table: Table, lasts: Sequence[Last], width: int, wide: bool = False) -> Table:
+    """``table`` with its holders' and PROCESSES cells cut to what ``width`` leaves them (TEMP goes first
+    when there is a holder to show, but not for ``--wide``)."""
     last = len(table.header) - 1
     col = holder_column(table)
-    if col is not None and not wide:  # who holds a GPU says more than its temperature (in the full layout)
+    if col is not None and not wide and "TEMP" in table.header:  # who holds a GPU says more than its temperature (in the full layout)
         table = _without(table, {table.header.index("TEMP")})
         last, col = last - 1, col - 1
         if table.width() <= width:
@@ -332,3 +342,42 @@ def layout(machine: Machine, reserved: Mapping[str, str | Held] | None = None, w
     widths = table.widths()
     room = max(MIN_CUT, width - (sum(widths[:last]) + GAP * last))
     return _with_column(table, last, [cell.cut(room) for cell in lasts])
+
+
+#: What a terminal too narrow for the cut compact table gives up, first to last: the temperature, the
+#: name (a MIG row's profile moves to the GPU column), used/total (an unavailable GPU says so under
+#: FREE). What a user picks GPUs by stays: GPU, FREE, UTIL, RESERVED BY, PROCESSES.
+NARROW_DROPS = ("TEMP", "NAME", "USED/TOTAL")
+
+
+def _narrow(table: Table, lasts: Sequence[Last], width: int) -> Table:
+    """The compact ``table`` less the columns it takes to fit ``width``: then PROCESSES, then RESERVED BY;
+    at the narrowest, GPU, FREE and UTIL."""
+    for name in NARROW_DROPS:
+        if name in table.header:
+            table = _drop(table, table.header.index(name))
+            fitted = _cut(table, lasts, width)
+            if fitted.width() <= width:
+                return fitted
+    table = _drop(table, len(table.header) - 1)
+    if table.header[-1] in HELD_BY:
+        last = len(table.header) - 1
+        room = width - (sum(table.widths()[:last]) + GAP * last)
+        if room >= len(table.header[-1]):
+            return _with_column(table, last, [fit_line(r[last], room) for r in table.rows])
+        table = _drop(table, last)
+    return table
+
+
+def _drop(table: Table, col: int) -> Table:
+    name = table.header[col]
+    rows = []
+    for row, kind in zip(table.rows, table.kinds):
+        cells = list(row)
+        if name == "NAME" and kind == "mig":  # "└ MIG 3g.20gb" → "└ 3g.20gb" in the (empty) GPU cell
+            cells[0] = cells[col].replace("└ MIG ", "└ ", 1)
+        if name == "USED/TOTAL" and kind == "unavailable":  # the cell that said so
+            cells[table.header.index("FREE")] = cells[col]
+        del cells[col]
+        rows.append(tuple(cells))
+    return Table(table.header[:col] + table.header[col + 1:], tuple(rows), table.kinds, table.gpus)

@@ -141,8 +141,10 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str | Held
     console = Console(file=stream, highlight=False,
                       width=table.width() if cut else width or max(table.width() + _BAR + 2, 80))
     header = _header(machine)
-    grid = Table(title=escape(fit_line(header, width) if width else header), title_justify="left", box=None,
-                 header_style="bold", pad_edge=False)
+    # The machine's line is printed, not the table's title: rich wraps a title at the table's width,
+    # and a narrow table (a narrow terminal's) would fold it over two lines.
+    console.print(f"[italic]{escape(fit_line(header, width) if width else header)}[/]", no_wrap=True, crop=False)
+    grid = Table(box=None, header_style="bold", pad_edge=False)
     columns = list(table.header)
     if bar:
         columns.insert(columns.index("UTIL"), "")
@@ -151,13 +153,15 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str | Held
                         justify="right" if column in RIGHT else "left", no_wrap=True, overflow="ellipsis")
     last = len(table.header) - 1
     held = holder_column(table)
+    free = table.header.index("FREE")  # (a narrow table has no NAME: columns are found by name)
+    said = table.header.index("USED/TOTAL") if "USED/TOTAL" in table.header else free  # "unavailable"
     for row, kind, g in zip(table.rows, table.kinds, table.gpus):
         cells = [escape(c) for c in row]
         if kind == "unavailable":
-            cells[3] = "[red]unavailable[/]"
+            cells[said] = "[red]unavailable[/]"
             cells[last] = f"[red]{cells[last]}[/]"
         elif kind == "gpu":
-            cells[2] = f"[bold]{cells[2]}[/]"
+            cells[free] = f"[bold]{cells[free]}[/]"
             if not g.processes_known:
                 cells[last] = f"[yellow]{cells[last]}[/]"
             for text, style in gpu_notes(g):
