@@ -72,8 +72,11 @@ def run(inv: Invocation) -> int:
         try:
             placeholders.check(inv.argv, (*placeholders.NAMES, *model_values, *node_names))
         except placeholders.Unfilled as exc:
-            raise UsageError(f"{{{exc.name}}} has no value for {plan.sizing.engine.name}" if plan else "",
-                             hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
+            binding = plan.sizing.settings.binding
+            raise UsageError(f"{{{exc.name}}} has no value for {binding or plan.sizing.engine.name}",
+                             hint="its --tensor_split takes one word per GPU: leave it out, llama.cpp then splits "
+                                  "the layers by each GPU's free memory" if binding and exc.name == "tensor_split" else
+                                  "{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
                                   "{max_memory} Transformers', {pp} the tensor-parallel engines'; "
                                   "--engine names the engine") from None
     world = None
