@@ -84,7 +84,7 @@ def run(inv: Invocation) -> int:
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
     argv = placeholders.substitute(inv.argv, len(selection.devices), model_values,
                                    node_task.values(world) if world is not None else None)
-    node_command = None
+    node_command, own = None, argv  # own: the user's command, before any flag gpulaunch adds on a node
     if world is not None:
         node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),
                                                 str(nodes.run_dir), quiet or informing)
@@ -105,7 +105,7 @@ def run(inv: Invocation) -> int:
     if plan is not None and not quiet:
         _tell_plan(plan)
     if not quiet:
-        _warn_launcher_overrides(argv)
+        _warn_launcher_overrides(own)
     if world is not None and node_command is not None and not quiet:
         print(f"gpulaunch: {node_task.describe(world, node_command)}", file=sys.stderr)
     if vis is not None:

@@ -26,7 +26,12 @@ from collections.abc import Mapping, Sequence
 from gpu_launch.errors import UsageError
 from gpu_launch.records import dataclass, field  # a node task reads its command on the launch path
 
-__all__ = ["Flag", "Table", "Setting", "Said", "table_for", "read", "engine_of", "engine_args", "sized_as", "TABLES"]
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Flag", "Table", "Setting", "Said", "table_for", "table_module", "read", "engine_of", "engine_args", "sized_as", "TABLES"]
 
 #: The tables there are: engine (or launcher) name -> module of this package.
 TABLES = {"llama.cpp": "llama_cpp", "llama-cpp-python": "llama_cpp_python", "vllm": "vllm", "sglang": "sglang",
@@ -150,9 +155,13 @@ class Said:
         return dict(found.flag.words).get(found.text)
 
 
+def table_module(engine: str) -> Any:
+    """The module of ``engine``'s table (its ``TABLE``, and beside it ``nodes_form``/``on_nodes``)."""
+    return importlib.import_module(f"{__name__}.{TABLES[engine]}")
+
+
 def table_for(engine: str) -> Table:
-    module = importlib.import_module(f"{__name__}.{TABLES[engine]}")
-    table: Table = module.TABLE
+    table: Table = table_module(engine).TABLE
     return table
 
 
@@ -210,7 +219,7 @@ def engine_of(argv: Sequence[str]) -> str | None:
         return "llama.cpp"
     named = {"vllm": "vllm", "sglang": "sglang", "mlc_llm": "mlc", "mlc-llm": "mlc", "torchrun": "torchrun",
              "text-generation-launcher": "tgi", "accelerate": "accelerate", "accelerate-launch": "accelerate",
-             "deepspeed": "deepspeed"}
+             "deepspeed": "deepspeed", "ds": "deepspeed", "deepspeed.pt": "deepspeed"}  # DeepSpeed's bin/: one runner
     if word in named:
         return named[word]
     if word.startswith("python"):

@@ -16,12 +16,11 @@ publishes and waits for the head, runs ``first`` (``ray start``) and execs.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
-from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for
+from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for, table_module
 from gpu_launch.records import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -194,7 +193,7 @@ class NodeRun:
 def _module(engine: str | None) -> Any:
     if engine is None or engine not in TABLES:
         return None
-    return importlib.import_module(f"gpu_launch.fit.cmdline.{TABLES[engine]}")
+    return table_module(engine)
 
 
 def _form(argv: Sequence[str], environ: Mapping[str, str] | None) -> tuple[str, Any, Said] | None:
