@@ -129,3 +129,26 @@ def test_llama_cpp_python_over_nodes_asks_for_its_own_rpc_flag(m8: str) -> None:
     proc = gpulaunch("--snapshot", "dgx-h100", "--nodes", "2", "--gpus-per-node", "2", "--node-rank", "1", "--head",
                      "10.0.0.1:29400", "--dry-run", "--", "python3", "-m", "llama_cpp.server", "--model", m8)
     assert "write --rpc_servers {rpc}" in one_line(proc, 2)
+
+
+def test_the_deprecated_torch_distributed_launch_is_torchrun_to_the_nodes() -> None:
+    # torch/distributed/launch.py parses with torchrun's own parser, plus --use-env; was: no node flags at all
+    proc = gpulaunch("--snapshot", "dgx-h100", "--nodes", "2", "--gpus-per-node", "2", "--node-rank", "1", "--head",
+                     "10.0.0.1:29400", "--dry-run", "--", "python3", "-m", "torch.distributed.launch", "--use_env",
+                     "train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith(
+        "exec python3 -m torch.distributed.launch --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d ")
+    assert proc.stdout.strip().endswith(" --use_env train.py")
+
+
+@pytest.mark.parametrize("command, word", [
+    ("python -X dev -m vllm.entrypoints.openai.api_server --model M", "vllm.entrypoints.openai.api_server"),
+    ("python3 -W ignore train.py --lr 1", "train.py"),
+    ("python -um sglang.launch_server", "sglang.launch_server"),
+])
+def test_ls_names_a_holder_by_its_module_past_pythons_options(command: str, word: str) -> None:
+    # was: `dev`, `ignore`: python's own option values taken for the script (ls at 80 columns, HELD BY)
+    from gpu_launch.views.ls_table import command_word
+
+    assert command_word(command) == word

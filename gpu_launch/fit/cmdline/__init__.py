@@ -227,7 +227,7 @@ def engine_of(argv: Sequence[str]) -> str | None:
         top = found[0] if found else ""
         for prefix, engine in (("vllm", "vllm"), ("sglang", "sglang"), ("sglang_router", "sglang"),
                                ("mlc_llm", "mlc"), ("llama_cpp", "llama-cpp-python"),
-                               ("torch.distributed.run", "torchrun"),
+                               ("torch.distributed.run", "torchrun"), ("torch.distributed.launch", "torchrun"),
                                ("accelerate", "accelerate"), ("deepspeed", "deepspeed")):
             if top == prefix or top.startswith(prefix + "."):
                 return engine
