@@ -71,8 +71,8 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
     pcp = _int(said, "pcp")
     nnodes = _int(said, "nnodes")
     flash = said.word("flash_attn") or said.text("flash_attn")
-    return CommandFacts(model=said.text("model"), ctx=ctx or None, ctx_default=said.get("ctx") is not None
-                        and said.get("ctx").default, parallel=_int(said, "parallel"),
+    return CommandFacts(model=said.text("model"), ctx=ctx or None, ctx_default=said.defaulted("ctx"),
+                        parallel=_int(said, "parallel"),
                         kv_type=said.word("kv_type") or said.text("kv_type"),
                         v_type=said.word("v_type") or said.text("v_type"), ubatch=_int(said, "ubatch"),
                         gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),

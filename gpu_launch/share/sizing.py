@@ -113,7 +113,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
                              flash_attn=flash_attn, swa_full=swa_full, binding=binding,
                              layers_default=said.said is not None and cap is not None
-                             and bool(said.said.get("gpu_layers")) and said.said.get("gpu_layers").default,
+                             and said.said.defaulted("gpu_layers"),
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",

@@ -147,6 +147,11 @@ class Said:
             return None
         return _number(found.text, found.flag, found.written, self.engine)
 
+    def defaulted(self, meaning: str) -> bool:
+        """Whether ``meaning`` is the engine's own default: neither the command nor the environment set it."""
+        found = self.settings.get(meaning)
+        return found is not None and found.default
+
     def word(self, meaning: str) -> str | None:
         """The special word the value means (``auto``, ``all``), or None."""
         found = self.settings.get(meaning)
