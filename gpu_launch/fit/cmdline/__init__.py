@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
+from gpu_launch.fit.cmdline.python_options import python_start
 from gpu_launch.records import dataclass, field  # a node task reads its command on the launch path
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -170,47 +171,9 @@ def table_for(engine: str) -> Table:
     return table
 
 
-#: CPython's own options (Modules/main.c, Python/getopt.c; ``python --help``): those that take a value
-#: (``-W arg``, ``-X opt``; ``-c``/``-m`` end python's options), and those that take none. Short options
-#: combine (``-uBm MODULE``, ``-Wignore``, ``-mMODULE``): getopt takes an option's value from the rest of
-#: the word, else from the next word.
-_PY_VALUED = "WX"
-_PY_SWITCHES = "bBdEhiIOPqsSuvVx?"
-_PY_LONG_VALUED = ("--check-hash-based-pycs",)
-
-
-def _python_start(argv: Sequence[str]) -> tuple[str, int]:
-    """``python [python's options] -m MODULE ARGS`` -> (MODULE, index of ARGS' first word);
-    ``python [options] script.py ARGS`` -> ("", index of the script); ``-c CODE ARGS`` -> ("", index of
-    ARGS); python's own options are never the program's (``python -X dev -m M`` is no ``-m`` of M's)."""
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("-") or arg == "-":
-            return "", i  # the script (`python train.py -m x`: the script's own -m), or stdin
-        if arg == "--":
-            return "", i + 1
-        if arg.startswith("--"):
-            i += 2 if arg in _PY_LONG_VALUED else 1
-            continue
-        for j, letter in enumerate(arg[1:], start=1):
-            if letter in "mc" + _PY_VALUED:
-                inline = arg[j + 1:]
-                value = inline or (argv[i + 1] if i + 1 < len(argv) else "")
-                i += 1 if inline else 2
-                if letter in "mc":
-                    return (value if letter == "m" else ""), i
-                break
-            if letter not in _PY_SWITCHES:
-                return "", len(argv)  # python refuses it ("Unknown option"): nothing runs
-        else:
-            i += 1
-    return "", i
-
-
 def _python_module(argv: Sequence[str]) -> tuple[str, int] | None:
     """``python [python's options] -m MODULE ...`` -> (MODULE, index of the first word after it), else None."""
-    module, start = _python_start(argv)
+    module, start = python_start(argv)
     return (module, start) if module else None
 
 
@@ -249,7 +212,7 @@ def engine_args(argv: Sequence[str]) -> tuple[int, list[str]]:
     """(offset, the engine's own arguments): what follows the command word, or python's own options
     and ``-m MODULE`` (a script's: the script and what follows it)."""
     if argv and os.path.basename(argv[0]).startswith("python"):
-        start = _python_start(argv)[1]
+        start = python_start(argv)[1]
         return start, list(argv[start:])
     return 1, list(argv[1:])
 
