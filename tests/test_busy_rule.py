@@ -111,3 +111,22 @@ def test_a_slurm_steps_and_a_parent_jobs_gpus_stay_the_jobs(locks: Path) -> None
     parent = run(["-q", "--snapshot", "dgx-h100", "--gpus", "0,1", "--", *gl("--snapshot", "dgx-h100", "--auto", "2",
                                                                               "--", *SHOW)], locks)
     assert parent.returncode == 0 and parent.stdout == "0,1\n", parent.stderr
+
+
+def test_each_says_which_jobs_it_put_on_a_gpu_someone_else_computes_on(tmp_path: Path, locks: Path) -> None:
+    # was: `each --max-util 100` put its jobs on alice's busy GPU 0 without a word, with or without -q
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("echo one\necho two\n")
+    quiet = run(["-q", "--snapshot", "dgx-h100", "each", str(jobs), "--gpus", "0", "--max-util", "100",
+                 "--log-dir", str(tmp_path / "q")], locks)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr.splitlines() == [f"gpulaunch each: job {n}/2: warning: GPU 0 is busy by alice (98% "
+                                         "utilisation, 14.4 GiB free)" for n in (1, 2)]  # once a job
+    loud = run(["--snapshot", "dgx-h100", "each", str(jobs), "--gpus", "0", "--max-util", "100", "--no-shell",
+                "--log-dir", str(tmp_path / "l")], locks)
+    lines = loud.stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("gpulaunch each: job 1/2 started on GPU 0 "))
+    assert lines[start + 1] == "gpulaunch each: job 1/2: warning: " + WARN_0.removeprefix("gpulaunch: warning: ")
+    idle = run(["-q", "--snapshot", "dgx-h100", "each", str(jobs), "--gpus", "2", "--log-dir", str(tmp_path / "i")],
+               locks)
+    assert (idle.returncode, idle.stderr) == (0, "")  # an idle GPU: nothing to say

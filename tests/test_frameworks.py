@@ -50,10 +50,11 @@ def test_under_a_parent_the_list_is_uuids_and_gpulaunch_gpus_keeps_indices():
 # --- launchers that would override gpulaunch's CUDA_VISIBLE_DEVICES: a warning naming the flag ---
 
 def _fake_launchers(tmp_path):
-    """`accelerate` and `deepspeed` on PATH that print the CUDA_VISIBLE_DEVICES they were given."""
+    """`accelerate`, `deepspeed` (and DeepSpeed's other name for it, `ds`) and a `python3` (for the `python -m`
+    forms) on PATH that print the CUDA_VISIBLE_DEVICES they were given."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("accelerate", "deepspeed"):
+    for name in ("accelerate", "deepspeed", "ds", "python3"):
         exe = bin_dir / name
         exe.write_text('#!/bin/sh\necho "got CVD=$CUDA_VISIBLE_DEVICES"\n')
         exe.chmod(0o755)
@@ -67,6 +68,13 @@ OVERRIDING = [
     (["deepspeed", "-i", "localhost:0", "train.py"], "-i"),
     (["deepspeed", "--num_gpus", "2", "train.py"], "--num_gpus"),
     (["deepspeed", "--exclude=localhost:3", "train.py"], "--exclude"),
+    # read through the launchers' own tables: python's options before -m, argparse's prefixes, DeepSpeed's `ds`
+    (["python3", "-W", "ignore", "-m", "deepspeed.launcher.runner", "--include", "localhost:0", "train.py"],
+     "--include"),
+    (["python3", "-X", "dev", "-m", "accelerate.commands.launch", "--gpu_ids", "0", "train.py"], "--gpu_ids"),
+    (["ds", "--include", "localhost:0,1", "train.py"], "--include"),
+    (["deepspeed", "--num_nod", "2", "train.py"], "--num_nod"),
+    (["deepspeed", "-H", "hosts", "train.py"], "-H"),  # its launcher sets CUDA_VISIBLE_DEVICES to the slots
 ]
 
 
@@ -90,8 +98,20 @@ def test_a_launcher_flag_that_overrides_the_choice_is_named_in_a_warning(tmp_pat
     ["accelerate", "launch", "--num_processes", "2", "train.py"],
     ["deepspeed", "train.py", "--include", "x"],  # the script's own option
     ["deepspeed", "--num_nodes", "1", "--master_port", "29501", "train.py"],
+    ["deepspeed", "--num_gpus", "-1", "train.py"],  # its default: the runner keeps CUDA_VISIBLE_DEVICES (num_gpus > 0)
+    ["deepspeed", "--master_port", "29501", "train.py", "-i", "x"],  # the script's own -i
+    ["accelerate", "launch", "--gpu_ids=all", "--multi_gpu", "train.py"],
     ["python3", "-c", "pass", "--gpu_ids", "0"],
 ])
 def test_no_warning_when_the_launcher_keeps_the_choice(tmp_path, command):
     proc = gpulaunch(["--snapshot", "dgx-h100", "--gpus", "4,5", "--dry-run", "--", *command], _fake_launchers(tmp_path))
     assert proc.returncode == 0 and "overriding" not in proc.stderr, proc.stderr
+
+
+def test_a_node_is_not_warned_about_the_flags_gpulaunch_added(tmp_path):
+    # was: a --nodes deepspeed run warned "drop --include" about the --include gpulaunch itself writes
+    proc = gpulaunch(["--snapshot", "dgx-h100", "--nodes", "2", "--gpus-per-node", "2", "--node-rank", "1", "--head",
+                      "10.0.0.1:29400", "--log-dir", str(tmp_path / "logs"), "--dry-run", "--", "deepspeed", "train.py"],
+                     _fake_launchers(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "--include node0:0,1@node1:" in proc.stdout and "overriding" not in proc.stderr, proc.stderr

@@ -114,9 +114,10 @@ def test_gpus_shows_only_those_gpus_like_nvidia_smi_i() -> None:
     done = run(["--snapshot", "dgx-h100", "ls", "--gpus", "5,0"], TESTS / "none")
     assert done.returncode == 0, done.stderr
     assert sorted(_rows(done.stdout)) == ["0", "5"]  # in NVML order, as nvidia-smi -i shows them
-    assert "2 GPUs" in done.stdout.splitlines()[0]
+    assert "  2 of 8 GPUs  " in done.stdout.splitlines()[0]  # was "2 GPUs": as if the machine had two
+    assert "  8 GPUs  " in run(["--snapshot", "dgx-h100", "ls"], TESTS / "none").stdout.splitlines()[0]
     doc = json.loads(run(["--snapshot", "dgx-h100", "ls", "-g", "3", "--json"], TESTS / "none").stdout)
-    assert [g["index"] for g in doc["gpus"]] == [3] and doc["links"] == [["X"]]
+    assert [g["index"] for g in doc["gpus"]] == [3] and doc["links"] == [["X"]] and doc["gpu_count"] == 8
     topo = run(["--snapshot", "dgx-h100", "topo", "--gpus", "2,4"], TESTS / "none").stdout
     assert topo.splitlines()[0].split() == ["GPU2", "GPU4", "CPU", "Affinity", "NUMA", "Affinity"]
     missing = run(["--snapshot", "dgx-h100", "ls", "--gpus", "9"], TESTS / "none")

@@ -152,7 +152,7 @@ def test_a_head_with_no_route_is_exit_11(tmp_path: Path) -> None:
 
 def test_the_slurm_script_is_shown_by_dry_run_and_nothing_is_written(tmp_path: Path) -> None:
     proc = _run(["--nodes", "2", "--gpus-per-node", "8", "--slurm", "--partition", "gpu", "--time", "2h",
-                 "--log-dir", str(tmp_path / "logs"), "--dry-run", "--", "vllm", "serve", "M", "--max-model-len", "$HOME"],
+                 "--log-dir", str(tmp_path / "logs"), "--dry-run", "--", "vllm", "serve", "M", "--served-model-name", "$HOME"],
                 tmp_path, PATH="/nonexistent")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -161,7 +161,7 @@ def test_the_slurm_script_is_shown_by_dry_run_and_nothing_is_written(tmp_path: P
                  "#SBATCH --time=02:00:00"):
         assert f"\n{line}\n" in out
     assert "exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1" in out
-    assert "--nodes 2 --gpus-per-node 8 --log-dir" in out and "-- vllm serve M --max-model-len '$HOME'" in out
+    assert "--nodes 2 --gpus-per-node 8 --log-dir" in out and "-- vllm serve M --served-model-name '$HOME'" in out
     assert "$SLURM" not in out and not (tmp_path / "logs").exists()
 
 

@@ -172,7 +172,8 @@ def test_fit_model_slurm_gives_every_node_the_plans_tp_and_pp(cluster: slurm_clu
     logs = tmp_path / "logs"
     environ = _env(cluster, tmp_path, GPULAUNCH_SNAPSHOT=str(cluster.root / "snap-n1.json"))  # the node kind
     proc = subprocess.run(gl("--fit", "model", "--ctx", "8192", "--slurm", "--follow", "--log-dir", str(logs), "--",
-                             "vllm", "serve", str(model), "--max-model-len", "{ctx}"), env=environ,
+                             "vllm", "serve", str(model), "--max-model-len={ctx}", "--served-model-name", "{{tp}}"),
+                          env=environ,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     m = re.search(r"submitted Slurm job (\d+): 2 nodes × 4 GPUs", proc.stderr)
     assert m, proc.stderr
@@ -181,7 +182,8 @@ def test_fit_model_slurm_gives_every_node_the_plans_tp_and_pp(cluster: slurm_clu
     assert [ranks[r]["node"] for r in (0, 1)] == ["n1", "n2"] and ranks[0]["joined"] == [1]
     for r in ranks.values():
         args = r["argv"]
-        assert args[:4] == ["serve", str(model), "--max-model-len", "8192"]
+        # the plan's {ctx} written into the script in its KEY= form too; {{tp}} unescaped once, by the node task
+        assert args[:5] == ["serve", str(model), "--max-model-len=8192", "--served-model-name", "{tp}"]
         assert args.count("--tensor-parallel-size") == 1 and args[args.index("--tensor-parallel-size") + 1] == "2"
         assert args.count("--pipeline-parallel-size") == 1 and args[args.index("--pipeline-parallel-size") + 1] == "4"
         assert len(r["held"]) == 4 and args[args.index("--nnodes") + 1] == "2"

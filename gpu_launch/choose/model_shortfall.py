@@ -126,8 +126,8 @@ def shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried], eligible
         msg = _tensor_line(s, last, who=why_here is None)
     elif ngl_short:
         asked = min(s.settings.gpu_layers_cap or 0, p.units)
-        msg = (f"{name} at {ctx} tokens ({s.engine.name}): -ngl {s.settings.gpu_layers_cap} puts {asked} of its "
-               f"{p.units} layers on the GPUs, the best {sets} ({_gib(free)} free) takes {p.gpu_layers or 0}")
+        msg = (f"{name} at {ctx} tokens ({s.engine.name}): {s.settings.ngl} {s.settings.gpu_layers_cap} puts {asked} "
+               f"of its {p.units} layers on the GPUs, the best {sets} ({_gib(free)} free) takes {p.gpu_layers or 0}")
     elif host_short:
         host = s.settings.host_free or 0
         on_gpus = p.gpu_layers or 0
@@ -188,12 +188,13 @@ def _finish(s: fit_plan.Sizing, msg: str, alternatives: list[str], why_here: str
         msg += "; no wait can help" + nor
     wait = "" if why_here else "wait with --wait, "
     if host_short:
-        hint = ("-ngl {gpu_layers} to put as many layers on the GPUs as fit, " if s.settings.gpu_layers_cap is not None
-                else "") + fixes
+        hint = (f"{s.settings.ngl} {{gpu_layers}} to put as many layers on the GPUs as fit, "
+                if s.settings.gpu_layers_cap is not None else "") + fixes
     elif s.settings.gpu_layers_cap is not None:
-        hint = "a smaller -ngl, -ngl {gpu_layers} to let gpulaunch count them, or a shorter context (--ctx)"
+        hint = (f"a smaller {s.settings.ngl}, {s.settings.ngl} {{gpu_layers}} to let gpulaunch count them, or a "
+                "shorter context (--ctx)")
     elif s.engine.layout == "layers" and not s.settings.partial:
-        hint = "let llama.cpp keep the rest on the CPU: -ngl {gpu_layers}, or a shorter context (--ctx)"
+        hint = f"let llama.cpp keep the rest on the CPU: {s.settings.ngl} {{gpu_layers}}, or a shorter context (--ctx)"
     elif s.settings.tp is not None and s.engine.layout == "tensor":
         hint = f"{wait}{tp_flag(s.engine.name)} {{tp}} to let gpulaunch pick the size, or {fixes}"
     else:

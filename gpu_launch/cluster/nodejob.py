@@ -135,17 +135,14 @@ def _with_plan(argv: tuple[str, ...], values: Mapping[str, str], engine: str) ->
     model's KV heads and put several stages on each node."""
     from gpu_launch.fit import cmdline
     from gpu_launch.fit.cmdline import node_flags
-    from gpu_launch.run.placeholders import MODEL_NAMES
+    from gpu_launch.run import placeholders
 
-    out = [argv[0]] if argv else []
-    for arg in argv[1:]:
-        name = arg[1:-1]
-        if arg[:1] == "{" and arg[-1:] == "}" and name in MODEL_NAMES:  # {{tp}}: the node task unescapes it
-            if name not in values:
-                raise UsageError(f"{arg} has no value for {engine or 'this engine'}",
-                                 hint="{gpu_layers} and {tensor_split} are llama.cpp's, {max_memory} Transformers'")
-            arg = values[name]
-        out.append(arg)
+    # whole, --tp={tp}, KEY={ctx}; {{tp}} stays: the node task's launch unescapes it once, so the engine gets {tp}
+    out = list(placeholders.fill_only(argv, values))
+    unfilled = placeholders.model_names_used(out)
+    if unfilled:
+        raise UsageError(f"{{{unfilled[0]}}} has no value for {engine or 'this engine'}",
+                         hint="{gpu_layers} and {tensor_split} are llama.cpp's, {max_memory} Transformers'")
     found = node_flags.detect(out, os.environ)  # TGI and MLC-LLM are refused before anything is submitted
     if found is not None:
         said = cmdline.read(out, found, os.environ)
@@ -155,6 +152,25 @@ def _with_plan(argv: tuple[str, ...], values: Mapping[str, str], engine: str) ->
             if flag is not None and said.get(meaning) is None:
                 out += [flag.names[0], values[meaning]]
     return tuple(out)
+
+
+def _check_command(argv: tuple[str, ...], nnodes: int, gpus: int) -> None:
+    """What the nodes would refuse, refused at submission (exit 2), before sbatch runs: a placeholder no
+    node fills (``{tp}`` without ``--fit MODEL``, one inside a word), a flag that contradicts the run
+    (``torchrun --nnodes 3`` on 2 nodes), TGI and MLC-LLM. The head's address and port are not known yet:
+    flags that must name them are the nodes' to check."""
+    from gpu_launch.cluster.nodes import NAMES
+    from gpu_launch.fit.cmdline import node_flags
+    from gpu_launch.run import placeholders
+
+    try:
+        placeholders.check(argv, (*placeholders.NAMES, *NAMES))
+    except placeholders.Unfilled as exc:
+        if exc.name not in placeholders.MODEL_NAMES:
+            raise
+        raise UsageError(exc.message, hint="size it: gpulaunch --fit model --slurm -- ...; "
+                                           f"write {{{{{exc.name}}}}} for a literal {{{exc.name}}}") from None
+    node_flags.check(argv, nnodes, gpus, os.environ)
 
 
 def _write_script(log_dir: str, text: str) -> str:
@@ -194,6 +210,7 @@ def job_of(inv: Any) -> NodeJob:
                          "each node", hint=f"e.g. gpulaunch --nodes {nnodes} --gpus-per-node 8 --slurm -- ...")
     extra = tuple(inv.get("sbatch_arg") or ())
     _check_extra(extra)
+    _check_command(argv, int(nnodes), int(gpus))
     options: list[str] = []
     for dest, flag in _PASSED_ON.items():
         if dest in inv.flags:

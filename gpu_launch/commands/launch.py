@@ -72,8 +72,11 @@ def run(inv: Invocation) -> int:
         try:
             placeholders.check(inv.argv, (*placeholders.NAMES, *model_values, *node_names))
         except placeholders.Unfilled as exc:
-            raise UsageError(f"{{{exc.name}}} has no value for {plan.sizing.engine.name}" if plan else "",
-                             hint="{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
+            binding = plan.sizing.settings.binding
+            raise UsageError(f"{{{exc.name}}} has no value for {binding or plan.sizing.engine.name}",
+                             hint="its --tensor_split takes one word per GPU: leave it out, llama.cpp then splits "
+                                  "the layers by each GPU's free memory" if binding and exc.name == "tensor_split" else
+                                  "{gpu_layers} and {tensor_split} are llama.cpp's, {gpu_mem_util} vLLM's, "
                                   "{max_memory} Transformers', {pp} the tensor-parallel engines'; "
                                   "--engine names the engine") from None
     world = None
@@ -81,7 +84,7 @@ def run(inv: Invocation) -> int:
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
     argv = placeholders.substitute(inv.argv, len(selection.devices), model_values,
                                    node_task.values(world) if world is not None else None)
-    node_command = None
+    node_command, own = None, argv  # own: the user's command, before any flag gpulaunch adds on a node
     if world is not None:
         node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),
                                                 str(nodes.run_dir), quiet or informing)
@@ -102,7 +105,7 @@ def run(inv: Invocation) -> int:
     if plan is not None and not quiet:
         _tell_plan(plan)
     if not quiet:
-        _warn_launcher_overrides(argv)
+        _warn_launcher_overrides(own)
     if world is not None and node_command is not None and not quiet:
         print(f"gpulaunch: {node_task.describe(world, node_command)}", file=sys.stderr)
     if vis is not None:

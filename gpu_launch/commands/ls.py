@@ -50,13 +50,14 @@ def run(inv: Invocation) -> int:
         from gpu_launch.hardware import snapshot
 
         # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
-        machine = _read(inv, topo=True)
-        if inv.command == "ls":  # the machine, then who waits for it
+        machine, total = _read(inv, topo=True)
+        if inv.command == "ls":  # the machine, how many GPUs it has (--gpus shows some), then who waits for it
             import json
 
             from gpu_launch.views import queue_table
 
             doc = snapshot.to_dict(machine)
+            doc["gpu_count"] = total
             doc["queue"] = queue_table.as_json(_waiters(inv))
             out.write(json.dumps(doc, indent=2) + "\n")
         else:
@@ -70,11 +71,11 @@ def run(inv: Invocation) -> int:
     from gpu_launch.views.ls_table import fit_width
 
     width = fit_width(out)
-    machine, demo = _read_or_demo(inv, topo)
+    machine, demo, total = _read_or_demo(inv, topo)
     if demo and not inv.get("quiet"):
         print(f"gpulaunch: {DEMO_NOTE}", file=sys.stderr)
     if inv.command == "ls":
-        _listing(inv, machine, out, width, render.use_color(out))
+        _listing(inv, machine, out, width, render.use_color(out), total)
     if topo:
         if inv.command == "ls":
             out.write("\n")
@@ -85,13 +86,14 @@ def run(inv: Invocation) -> int:
     return 0
 
 
-def _read(inv: Invocation, topo: bool) -> Machine:
+def _read(inv: Invocation, topo: bool) -> tuple[Machine, int]:
+    """The machine as ``ls`` shows it (``--gpus``: those GPUs alone), and how many GPUs it has in all."""
     shown = _indices(inv.get("gpus"))
     machine = pick.read_machine(inv, processes=inv.command == "ls" or bool(inv.get("json")),
                                 topology=topo or bool(inv.get("json")),
                                 **({"extras": True} if inv.get("wide") else {}),
                                 **({"state_of": shown} if shown is not None else {}))
-    return _only(machine, inv.get("gpus"))
+    return _only(machine, inv.get("gpus")), len(machine.gpus)
 
 
 def _indices(items: object) -> frozenset[int] | None:
@@ -116,28 +118,31 @@ def _only(machine: Machine, items: object) -> Machine:
     return replace(machine, gpus=tuple(machine.gpus[pos] for pos in keep), links=links)
 
 
-def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool]:
-    """The machine, and whether it is the bundled demo: shown where NVML says there is no driver and no
-    snapshot was asked for."""
+def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool, int]:
+    """The machine, whether it is the bundled demo (shown where NVML says there is no driver and no
+    snapshot was asked for), and how many GPUs it has in all."""
     try:
-        return _read(inv, topo), False
+        machine, total = _read(inv, topo)
+        return machine, False, total
     except NvmlUnavailable as exc:
         if pick.snapshot_source(inv) is not None or not exc.no_driver:
             raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
     from gpu_launch.hardware import snapshot
 
-    return _only(snapshot.resolve(DEMO), inv.get("gpus")), True
+    demo = snapshot.resolve(DEMO)
+    return _only(demo, inv.get("gpus")), True, len(demo.gpus)
 
 
-def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool) -> None:
+def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool,
+             total: int | None = None) -> None:
     from gpu_launch.views import render
 
     reserved = _reserved(inv, machine)
     wide = bool(inv.get("wide"))
     if rich_ok:
-        render.ls_rich(machine, out, reserved, width, wide=wide)
+        render.ls_rich(machine, out, reserved, width, wide=wide, total=total)
     else:
-        out.write(render.ls_plain(machine, reserved, width, wide=wide))
+        out.write(render.ls_plain(machine, reserved, width, wide=wide, total=total))
     if wide and reserved and width is not None:  # the table shows each holder short: here in full
         out.writelines(_wrap(line, width) for line in _holders_in_full(machine, reserved, width))
     if inv.get("processes"):
@@ -188,8 +193,8 @@ def _frame(inv: Invocation, width: int | None) -> str:
     import io
 
     buf = io.StringIO()
-    machine, demo = _read_or_demo(inv, False)
-    _listing(inv, machine, buf, width, rich_ok=False)
+    machine, demo, total = _read_or_demo(inv, False)
+    _listing(inv, machine, buf, width, rich_ok=False, total=total)
     if demo:
         buf.write(_wrap(DEMO_NOTE, width))
     return buf.getvalue()

@@ -44,6 +44,7 @@ class CommandFacts:
     said: cmdline.Said | None = None  # everything the engine's table read
     flash_attn: str | None = None  # llama.cpp -fa/--flash-attn: "on", "off" or "auto" (a bare -fa: on)
     swa_full: bool | None = None  # llama.cpp --swa-full (-swa-full): True when written
+    ctx_default: bool = False  # ctx is the engine's own default, not written (llama-cpp-python's n_ctx 2048)
 
 
 def _int(said: cmdline.Said, meaning: str) -> int | None:
@@ -54,7 +55,9 @@ def _int(said: cmdline.Said, meaning: str) -> int | None:
 def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str] | None = None) -> CommandFacts:
     """The facts ``argv`` (the whole command, program first) states for ``engine``, with the
     engine's own variables read from ``environ`` (the environment the command will run with)."""
-    table = engine.name if engine.name in cmdline.TABLES else None
+    own = cmdline.engine_of(argv)  # a form with its own table for this engine (llama-cpp-python's server)
+    table = own if own in cmdline.TABLES and cmdline.sized_as(own) == engine.name else \
+        engine.name if engine.name in cmdline.TABLES else None
     if table is None:
         return CommandFacts()
     said = cmdline.read(argv, table, environ)
@@ -67,9 +70,11 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
         tp = "1"  # --sharded false: TGI runs one shard whatever --num-shard says
     pcp = _int(said, "pcp")
     nnodes = _int(said, "nnodes")
-    flash = said.text("flash_attn")
-    return CommandFacts(model=said.text("model"), ctx=ctx or None, parallel=_int(said, "parallel"),
-                        kv_type=said.text("kv_type"), v_type=said.text("v_type"), ubatch=_int(said, "ubatch"),
+    flash = said.word("flash_attn") or said.text("flash_attn")
+    return CommandFacts(model=said.text("model"), ctx=ctx or None, ctx_default=said.defaulted("ctx"),
+                        parallel=_int(said, "parallel"),
+                        kv_type=said.word("kv_type") or said.text("kv_type"),
+                        v_type=said.word("v_type") or said.text("v_type"), ubatch=_int(said, "ubatch"),
                         gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),
                         tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
                         kv_unified=None if unified is None else unified == "1",
@@ -77,3 +82,4 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
                         flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),
                         swa_full=True if said.text("swa_full") == "1" else None)
+

@@ -61,9 +61,9 @@ def engine_named(text: str, option: str = "--engine") -> Engine:
 def detect(argv: Sequence[str]) -> Engine | None:
     """The engine a command runs, from its command word (and, for ``python -m``, the module): the
     same reading as the engines' command-line tables (fit/cmdline); launchers run Transformers scripts."""
-    from gpu_launch.fit.cmdline import engine_of
+    from gpu_launch.fit.cmdline import engine_of, sized_as
 
-    name = engine_of(argv)
+    name = sized_as(engine_of(argv))
     if name in ("torchrun", "accelerate", "deepspeed"):
         return ENGINES["transformers"]
     return ENGINES.get(name or "")

@@ -64,12 +64,18 @@ class Settings:
     environ: tuple[tuple[str, str], ...] = ()  # the command's own variables that move layers (VLLM_PP_LAYER_PARTITION)
 
     @property
+    def ngl(self) -> str:
+        """How the command spells llama.cpp's -ngl (llama-cpp-python's server: --n_gpu_layers)."""
+        return "--n_gpu_layers" if self.binding == "llama-cpp-python" else "-ngl"
+
+    @property
     def group(self) -> int:
         """The GPU count over tp: pp × dp × the other factors (tp × group GPUs run the command)."""
         return self.pp * self.dp * self.ranks_factor
     flash_attn: str = "auto"  # llama.cpp -fa: "on", "off" or "auto" (resolved as on a CUDA device)
     swa_full: bool = False  # llama.cpp --swa-full: sliding layers get the whole context
     binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
+    layers_default: bool = False  # gpu_layers_cap is the binding's own default (llama-cpp-python: 0), not written
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
 
 
@@ -180,7 +186,10 @@ class Plan:
     node_reason: str = ""  # why one node of this kind does not do
 
     def placeholders(self) -> dict[str, str]:
-        return self.placement.placeholders(self.sizing.settings.ctx)
+        values = self.placement.placeholders(self.sizing.settings.ctx)
+        if self.sizing.settings.binding == "llama-cpp-python":  # its --tensor_split takes a word per GPU, no list
+            values.pop("tensor_split", None)
+        return values
 
     def shown_placeholders(self) -> dict[str, str]:
         """The values a one-line summary shows: ``{pp}`` only when there are stages."""
@@ -289,7 +298,9 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     if cap is not None and not whole:
         host = s.settings.host_free
         fits = placed == len(offload) and (host is None or cpu_w + cpu_kv <= host)
-        notes.append(f"-ngl {cap}: {len(units) - len(offload)} of {len(units)} units stay on the CPU"
+        said = f"{s.settings.ngl} {cap}" + (f" ({s.settings.binding}'s default; -1: all)" if s.settings.layers_default
+                                             else "")
+        notes.append(f"{said}: {len(units) - len(offload)} of {len(units)} units stay on the CPU"
                      + ("" if placed == len(offload) else f"; only {placed} of the {len(offload)} fit on these GPUs"))
         if placed == len(offload) and not fits:
             notes.append("the host has too little memory for the CPU's share")

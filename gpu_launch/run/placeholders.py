@@ -36,7 +36,7 @@ from collections.abc import Collection, Mapping, Sequence
 from gpu_launch.errors import UsageError
 from gpu_launch.records import dataclass
 
-__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "Unfilled", "substitute",
+__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "Unfilled", "substitute", "fill_only",
            "substitute_shell", "check", "check_shell", "protect", "names_used", "model_names_used", "node_names_used"]
 
 
@@ -151,6 +151,27 @@ class _Filler:
             return opening[1:] + name + closing[1:]
 
         return re.sub(_GROUP, one, text) if "{" in text else text
+
+
+class _Some(_Filler):
+    """Fills only its own names; every other placeholder and every ``{{escape}}`` stays as written."""
+
+    def group(self, opening: str, name: str, closing: str, whole: str) -> str | None:
+        if len(opening) != 1 or len(closing) != 1 or name not in self.values:
+            return opening + name + closing
+        self.used.append(name)
+        return self.values[name]
+
+    def inside(self, text: str) -> str:
+        return text
+
+
+def fill_only(argv: Sequence[str], values: Mapping[str, str]) -> tuple[str, ...]:
+    """``argv`` with ``values``' placeholders filled where a launch fills them (whole, ``KEY={name}``,
+    MLC-LLM's overrides) and nothing else touched: the other placeholders and every ``{{escape}}`` are left
+    for the launch that runs it to fill and unescape once (``--fit MODEL --slurm`` writes the plan's values
+    into the script; each node's launch fills its own and unescapes)."""
+    return _fill_words(argv, _Some(values)) if argv else tuple(argv)
 
 
 def _unfilled(name: str, word: str) -> Unfilled:

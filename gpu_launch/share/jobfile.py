@@ -106,6 +106,7 @@ class JobState:
     note: str = ""
     node: str = ""  # each --slurm: the node it ran on
     argv: tuple[str, ...] | None = None  # what it ran: {n} and {gpus} replaced (None: not started)
+    warnings: tuple[str, ...] = ()  # its GPUs someone else computes on (--max-util 100): said even under -q
     proc: Any = field(default=None, repr=False)
 
     @property

@@ -63,7 +63,7 @@ def _chosen(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, str
     devices = ", ".join(d.label for d in got.selection.devices)
     n = len(got.selection.devices)
     cap = plan.sizing.settings.gpu_layers_cap
-    what = "it" if cap is None else f"the {cap} units -ngl {cap} offloads"
+    what = "it" if cap is None else f"the {cap} units {plan.sizing.settings.ngl} {cap} offloads"
     why = (f"why: {devices}: the fewest GPUs ({n}) that hold {what}, the best of such sets by availability, "
            "model, links and free memory" if plan.placement.whole or (cap is not None and plan.placement.fits) else
            f"why: {devices}: nothing holds it whole; these take the most of it, the rest stays on the CPU")

@@ -76,7 +76,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         said = fit_command.read_command(argv, engine, env) if argv else said
     ctx, ctx_from = options.get("ctx"), "--ctx"
     if ctx is None and said.ctx:
-        ctx, ctx_from = said.ctx, "the command"
+        ctx, ctx_from = said.ctx, f"{said.said.engine}'s default" if said.ctx_default and said.said else "the command"
     if ctx is None and model.hyper.context_length:
         ctx, ctx_from = model.hyper.context_length, "the model's trained context"
     if ctx is None:
@@ -106,12 +106,14 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     # llama-cpp-python (python -m llama_cpp.server, Llama()) keeps llama.cpp's C API defaults where
     # llama-server changes them: flash attention off (Llama(flash_attn=False)) and the full-size
     # sliding cache (llama_context_default_params: swa_full = true; the binding's server has no option)
-    binding = "llama-cpp-python" if engine.name == "llama.cpp" and argv and engines.detect(argv) is engine \
-        and os.path.basename(argv[0]).startswith("python") else ""
+    binding = "llama-cpp-python" if engine.name == "llama.cpp" and said.said is not None \
+        and said.said.engine == "llama-cpp-python" else ""
     flash_attn = said.flash_attn or ("off" if binding else "auto")
     swa_full = bool(said.swa_full) or bool(binding)
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
                              flash_attn=flash_attn, swa_full=swa_full, binding=binding,
+                             layers_default=said.said is not None and cap is not None
+                             and said.said.defaulted("gpu_layers"),
                              ubatch=said.ubatch or 512, reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",

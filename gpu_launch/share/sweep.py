@@ -37,7 +37,7 @@ from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.records import dataclass, replace
 from gpu_launch.share import acquire, waiting
-from gpu_launch.share.holders import write_holder
+from gpu_launch.share.holders import current_user, write_holder
 from gpu_launch.share.jobfile import Job, JobState, open_log
 
 __all__ = ["Scheduler", "Scope", "Shared", "Signals"]
@@ -203,6 +203,7 @@ class Scheduler:
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
         self.stopping = 0  # signals received
+        self.me = current_user()  # whose work on a GPU is the sweep's own
 
     def run(self) -> None:
         next_try = 0.0
@@ -369,6 +370,7 @@ class Scheduler:
         state.argv = state.job.command(len(devices))  # {n}, {gpus} filled; what the views show
         state.gpus = ",".join(str(d.gpu.index) for d in devices)
         state.uuids = tuple(d.uuid for d in devices)
+        state.warnings = gpu_select.others_work_warnings(devices, self.me)  # as a launch warns (pick.tell)
         log_fd, state.log = open_log(self.log_dir, state.job.number)
         try:
             state.started = time.monotonic()  # before the fork: a job's time is never shorter than its run

@@ -176,16 +176,21 @@ class View:
                 self._live = live
         return answer.strip().lower() in ("y", "yes")
 
-    def _say(self, text: str) -> None:
+    def _say(self, text: str, always: bool = False) -> None:
+        """A line of progress (``always``: one that ``-q`` does not hide either)."""
         if self._live is not None:
             self._live.console.print(f"{_PREFIX} {text}", markup=False, highlight=False)
-        elif not self.quiet:
+        elif always or not self.quiet:
             print(f"{_PREFIX} {text}", file=self.err, flush=True)
 
     def started(self, scheduler: Any, state: Any) -> None:
+        """``job 2/8 started on GPU 0 (log ...): CMD``, then one warning per GPU of it someone else computes on
+        (``--max-util 100``), which ``-q`` does not hide: as a launch's (share/pick.py ``tell``)."""
         where = f"{state.node} " if getattr(state, "node", "") else ""
         self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
                   f"(log {state.log or '–'}): {state.text}")
+        for warning in getattr(state, "warnings", ()):
+            self._say(f"job {state.job.number}/{self.total}: warning: {warning}", always=True)
         self.refresh(scheduler, force=True)
 
     def finished(self, scheduler: Any, state: Any) -> None:

@@ -112,7 +112,8 @@ _INTERPRETERS = ("python", "sh", "bash", "zsh", "node", "perl", "ruby", "uv", "u
 def command_word(command: str | None) -> str:
     """The word that names a command: ``torchrun --nproc-per-node 4 train.py`` → ``torchrun``,
     ``/usr/bin/python3 -u train.py`` → ``train.py``, ``python -m vllm.entrypoints.api_server`` →
-    ``vllm.entrypoints.api_server``; ``VAR=1`` assignments in front are skipped."""
+    ``vllm.entrypoints.api_server`` (python's own options skipped as python reads them: ``-X dev``,
+    ``-W ignore``, ``-um MODULE``); ``VAR=1`` assignments in front are skipped."""
     import os
     import shlex
 
@@ -129,6 +130,14 @@ def command_word(command: str | None) -> str:
         return program
     rest = iter(words[1:])
     for word in rest:
+        if program.startswith("python") and word[:1] == "-" and word[1:2] not in ("-", ""):
+            for j, letter in enumerate(word[1:], start=1):  # -u, -um M, -mM, -X dev, -Wignore
+                if letter in "mcWX":
+                    value = word[j + 1:] or next(rest, "")
+                    if letter in "mc":
+                        return (value or program) if letter == "m" else program
+                    break
+            continue
         if word == "-m":
             return next(rest, program)
         if word == "-c":  # code on the command line: the interpreter is all there is to name

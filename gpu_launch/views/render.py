@@ -90,20 +90,23 @@ def dry_run_json(devices: Sequence[Device], env: Mapping[str, str], changed: Seq
     }
 
 
-def _header(machine: Machine) -> str:
+def _header(machine: Machine, total: int | None = None) -> str:
+    """``host  driver ...  CUDA ...  8 GPUs``; ``2 of 8 GPUs`` where ``ls --gpus`` shows some of the ``total``."""
+    n = len(machine.gpus)
+    some = f"{n} of " if total is not None and total != n else ""
     bits = [machine.hostname or "", f"driver {machine.driver_version}" if machine.driver_version else "",
             f"CUDA {machine.cuda_driver_version}" if machine.cuda_driver_version else "",
-            f"{len(machine.gpus)} GPU{'s' if len(machine.gpus) != 1 else ''}",
+            f"{some}{total if some else n} GPU{'s' if (total if some else n) != 1 else ''}",
             f"snapshot {machine.source}" if machine.source != "nvml" else ""]
     return "  ".join(b for b in bits if b)
 
 
 def ls_plain(machine: Machine, reserved: Mapping[str, str | Held] | None = None, width: int | None = None,
-             wide: bool = False) -> str:
+             wide: bool = False, total: int | None = None) -> str:
     """The `ls` table, one line per GPU within ``width`` columns (None: no limit); with ``reserved``
     (uuid -> holder) non-empty, a RESERVED BY column is added (:mod:`gpu_launch.views.ls_table`)."""
     table = layout(machine, reserved, width, wide)
-    out = [_header(machine)] + table.lines()
+    out = [_header(machine, total)] + table.lines()
     if width is not None:
         out = [fit_line(line, width) for line in out]
     out.extend(_wrapped(f"warning: {w}", width) for w in machine.warnings)
@@ -129,7 +132,7 @@ _BAR = 12
 
 
 def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str | Held] | None = None,
-            width: int | None = None, wide: bool = False) -> None:
+            width: int | None = None, wide: bool = False, total: int | None = None) -> None:
     """The `ls` table for a terminal: the cells of :func:`ls_plain`, coloured, with a memory bar when there is room."""
     from rich.console import Console
     from rich.markup import escape
@@ -140,7 +143,7 @@ def ls_rich(machine: Machine, stream: IO[str], reserved: Mapping[str, str | Held
     cut = width is not None and table.width() > width  # (--wide at 80 columns) cut lines as ls_plain does
     console = Console(file=stream, highlight=False,
                       width=table.width() if cut else width or max(table.width() + _BAR + 2, 80))
-    header = _header(machine)
+    header = _header(machine, total)
     # The machine's line is printed, not the table's title: rich wraps a title at the table's width,
     # and a narrow table (a narrow terminal's) would fold it over two lines.
     console.print(f"[italic]{escape(fit_line(header, width) if width else header)}[/]", no_wrap=True, crop=False)

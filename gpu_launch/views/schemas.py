@@ -96,6 +96,7 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
                                                                      "clock_memory_mhz")])},
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
+    "gpu_count": {"type": "integer", "minimum": 0},  # `ls --json` only: the machine's GPUs in all (`ls --gpus` lists some of them)
     # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
     "queue": {"type": "array", "items": _obj({
         "position": {"type": "integer", "minimum": 1},

@@ -24,17 +24,26 @@ import os
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
+from gpu_launch.fit.cmdline.python_options import python_start
 from gpu_launch.records import dataclass, field  # a node task reads its command on the launch path
 
-__all__ = ["Flag", "Table", "Setting", "Said", "table_for", "read", "engine_of", "engine_args", "TABLES"]
+# Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Flag", "Table", "Setting", "Said", "table_for", "table_module", "read", "engine_of", "engine_args", "sized_as", "TABLES"]
 
 #: The tables there are: engine (or launcher) name -> module of this package.
-TABLES = {"llama.cpp": "llama_cpp", "vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "mlc": "mlc",
-          "transformers": "transformers", "torchrun": "torchrun", "accelerate": "accelerate",
+TABLES = {"llama.cpp": "llama_cpp", "llama-cpp-python": "llama_cpp_python", "vllm": "vllm", "sglang": "sglang",
+          "tgi": "tgi", "mlc": "mlc", "transformers": "transformers", "torchrun": "torchrun", "accelerate": "accelerate",
           "deepspeed": "deepspeed"}
+#: Tables of their own for an engine that sizes as another: llama-cpp-python's server runs llama.cpp
+SIZED_AS = {"llama-cpp-python": "llama.cpp"}
 _TRUE = {"1", "true", "on", "enabled", "yes"}
 _FALSE = {"0", "false", "off", "disabled", "no"}
 _NUMERIC = {"int", "tokens", "float"}
+DEFAULT = -2  # a Setting's index when it is the engine's own default
 _MAX_DIGITS = 12  # no engine number needs more; longer text is refused before any conversion
 
 
@@ -80,6 +89,9 @@ class Table:
     #: launchers: their options that take no value; any other option takes the next word (so that the
     #: value of an option gpulaunch does not read is not taken for the script)
     switches: tuple[str, ...] = ()
+    #: what the engine runs with where neither the command nor the environment says, when that differs
+    #: from the engine it sizes as (llama-cpp-python: n_ctx 2048, n_gpu_layers 0): (meaning, value as written)
+    defaults: tuple[tuple[str, str], ...] = ()
 
     def named(self, name: str) -> Flag | None:
         for flag in self.flags:
@@ -91,7 +103,8 @@ class Table:
 @dataclass(frozen=True)
 class Setting:
     """What one meaning was set to: the value as written (a switch: its ``sets``), how it was
-    written (``-tp 4``, ``LLAMA_ARG_CTX_SIZE=8192``) and where (index in the command; -1: the environment)."""
+    written (``-tp 4``, ``LLAMA_ARG_CTX_SIZE=8192``) and where (index in the command; -1: the environment;
+    -2, :data:`DEFAULT`: the engine's own default, where its table states one)."""
 
     meaning: str
     text: str
@@ -102,6 +115,11 @@ class Setting:
     @property
     def placeholder(self) -> bool:
         return self.text[:1] == "{" and self.text[-1:] == "}"
+
+    @property
+    def default(self) -> bool:
+        """Neither the command nor the environment says it: the engine's own default (``Table.defaults``)."""
+        return self.index == DEFAULT
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,11 @@ class Said:
             return None
         return _number(found.text, found.flag, found.written, self.engine)
 
+    def defaulted(self, meaning: str) -> bool:
+        """Whether ``meaning`` is the engine's own default: neither the command nor the environment set it."""
+        found = self.settings.get(meaning)
+        return found is not None and found.default
+
     def word(self, meaning: str) -> str | None:
         """The special word the value means (``auto``, ``all``), or None."""
         found = self.settings.get(meaning)
@@ -138,20 +161,20 @@ class Said:
         return dict(found.flag.words).get(found.text)
 
 
+def table_module(engine: str) -> Any:
+    """The module of ``engine``'s table (its ``TABLE``, and beside it ``nodes_form``/``on_nodes``)."""
+    return importlib.import_module(f"{__name__}.{TABLES[engine]}")
+
+
 def table_for(engine: str) -> Table:
-    module = importlib.import_module(f"{__name__}.{TABLES[engine]}")
-    table: Table = module.TABLE
+    table: Table = table_module(engine).TABLE
     return table
 
 
 def _python_module(argv: Sequence[str]) -> tuple[str, int] | None:
-    """``python [-u ...] -m MODULE ...`` -> (MODULE, index of the first word after it)."""
-    for i, arg in enumerate(argv[1:-1], start=1):
-        if arg == "-m":
-            return argv[i + 1], i + 2
-        if not arg.startswith("-"):
-            return None  # a script: `python train.py -m x` is the script's own -m
-    return None
+    """``python [python's options] -m MODULE ...`` -> (MODULE, index of the first word after it), else None."""
+    module, start = python_start(argv)
+    return (module, start) if module else None
 
 
 def engine_of(argv: Sequence[str]) -> str | None:
@@ -164,14 +187,15 @@ def engine_of(argv: Sequence[str]) -> str | None:
         return "llama.cpp"
     named = {"vllm": "vllm", "sglang": "sglang", "mlc_llm": "mlc", "mlc-llm": "mlc", "torchrun": "torchrun",
              "text-generation-launcher": "tgi", "accelerate": "accelerate", "accelerate-launch": "accelerate",
-             "deepspeed": "deepspeed"}
+             "deepspeed": "deepspeed", "ds": "deepspeed", "deepspeed.pt": "deepspeed"}  # DeepSpeed's bin/: one runner
     if word in named:
         return named[word]
     if word.startswith("python"):
         found = _python_module(argv)
         top = found[0] if found else ""
         for prefix, engine in (("vllm", "vllm"), ("sglang", "sglang"), ("sglang_router", "sglang"),
-                               ("mlc_llm", "mlc"), ("llama_cpp", "llama.cpp"), ("torch.distributed.run", "torchrun"),
+                               ("mlc_llm", "mlc"), ("llama_cpp", "llama-cpp-python"),
+                               ("torch.distributed.run", "torchrun"), ("torch.distributed.launch", "torchrun"),
                                ("accelerate", "accelerate"), ("deepspeed", "deepspeed")):
             if top == prefix or top.startswith(prefix + "."):
                 return engine
@@ -179,12 +203,17 @@ def engine_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+def sized_as(table: str | None) -> str | None:
+    """The engine a table's command is sized as: its own name, or llama.cpp for llama-cpp-python's server."""
+    return SIZED_AS.get(table, table) if table is not None else None
+
+
 def engine_args(argv: Sequence[str]) -> tuple[int, list[str]]:
-    """(offset, the engine's own arguments): what follows the command word, or ``-m MODULE``."""
+    """(offset, the engine's own arguments): what follows the command word, or python's own options
+    and ``-m MODULE`` (a script's: the script and what follows it)."""
     if argv and os.path.basename(argv[0]).startswith("python"):
-        found = _python_module(argv)
-        if found is not None:
-            return found[1], list(argv[found[1]:])
+        start = python_start(argv)[1]
+        return start, list(argv[start:])
     return 1, list(argv[1:])
 
 
@@ -321,6 +350,10 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
         i += used
     _model_positional(table, positional, found)
     _from_environment(table, environ or {}, found)
+    for meaning, value in table.defaults:
+        if meaning not in found:
+            flag = next(f for f in table.flags if f.meaning == meaning)
+            found[meaning] = Setting(meaning, value, f"{flag.names[0]} {value}", DEFAULT, flag)
     module = _python_module(argv) if argv and os.path.basename(argv[0]).startswith("python") else None
     said = Said(table.engine, found, tuple(notes), module[0] if module else "", verb, offset + (1 if verb else 0))
     for meaning in found:  # every number checked where it comes in, placeholders aside

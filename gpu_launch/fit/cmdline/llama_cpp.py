@@ -53,9 +53,10 @@ NODES_PEERS = True  # on a several-node run the other nodes serve rpc-servers th
 
 
 def nodes_form(argv: Sequence[str], said: Said) -> bool:
-    """A ``llama-*`` tool (llama-bench aside) or llama-cpp-python's server, spread only when asked."""
+    """A ``llama-*`` tool (llama-bench aside), spread only when asked (llama-cpp-python's server:
+    llama_cpp_python.py)."""
     word = os.path.basename(argv[0])
-    if not (word.startswith("llama-") and word != "llama-bench" or said.module == "llama_cpp.server"):
+    if not (word.startswith("llama-") and word != "llama-bench"):
         return False
     if "{rpc}" not in argv[1:]:
         raise UsageError(f"--nodes: `{word}` has no multi-node mode of its own, and its RPC backend is "

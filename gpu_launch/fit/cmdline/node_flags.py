@@ -16,12 +16,11 @@ publishes and waits for the head, runs ``first`` (``ray start``) and execs.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
-from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for
+from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for, table_module
 from gpu_launch.records import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -29,7 +28,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["World", "NodeCommand", "NodeRun", "detect", "fill", "peers", "endpoint", "beside"]
+__all__ = ["World", "NodeCommand", "NodeRun", "detect", "fill", "check", "peers", "endpoint", "beside"]
+
+#: the meanings whose value is the head's address or port, or the run's id: known only on the nodes
+_FROM_THE_HEAD = ("master_addr", "master_port", "dist_init_addr", "rdzv_endpoint", "rdzv_id")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class World:
     port: int = 0  # a free port of this node's own (rpc-server -p)
     local_ids: tuple[int, ...] = ()  # this node's GPUs as NVML numbers them (deepspeed --include)
     peers: tuple[str, ...] = ()  # llama.cpp, on the head: the other nodes' rpc-servers, HOST:PORT
+    pending: bool = False  # at submission (:func:`check`): the head, its port and the run's id are not known yet
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,8 @@ class NodeRun:
     def value(self, meaning: str, wanted: str, why: str, same: Sequence[str] = ()) -> None:
         """``meaning`` set to ``wanted`` on this node: added, kept where the command says the same
         (or one of ``same``), refused where it says otherwise."""
+        if self.world.pending and meaning in _FROM_THE_HEAD:
+            return  # checked on the nodes, once the head is known
         setting = self.said.get(meaning)
         if setting is None:
             self.added += [self.name(meaning), wanted]
@@ -188,7 +193,7 @@ class NodeRun:
 def _module(engine: str | None) -> Any:
     if engine is None or engine not in TABLES:
         return None
-    return importlib.import_module(f"gpu_launch.fit.cmdline.{TABLES[engine]}")
+    return table_module(engine)
 
 
 def _form(argv: Sequence[str], environ: Mapping[str, str] | None) -> tuple[str, Any, Said] | None:
@@ -225,6 +230,17 @@ def fill(argv: Sequence[str], world: World, files: str, environ: Mapping[str, st
     engine, module, said = found
     result: NodeCommand = module.on_nodes(NodeRun(argv, said, table_for(engine), world, files))
     return result
+
+
+def check(argv: Sequence[str], nnodes: int, gpus: int, environ: Mapping[str, str] | None = None) -> None:
+    """At submission, before anything runs: refuse (UsageError, exit 2) what the command's own flags
+    contradict in the run (``torchrun --nnodes 3`` on 2 nodes, a tp × pp that does not use every GPU, a
+    rank written in), as the head and the nodes after it would find it. The head's address and port and
+    the run's id are not known yet: flags that must equal them are left to the nodes."""
+    names = tuple(f"node{i}" for i in range(nnodes))
+    for rank in sorted({0, min(1, nnodes - 1)}):
+        fill(argv, World(nnodes, rank, gpus, "", 0, "", names, local_ids=tuple(range(gpus)), pending=True), "",
+             environ)
 
 
 def peers(engine: str | None) -> bool:

@@ -1,4 +1,6 @@
-"""torchrun's own options (``torchrun [OPTIONS] script.py ...``, ``python -m torch.distributed.run``).
+"""torchrun's own options (``torchrun [OPTIONS] script.py ...``, ``python -m torch.distributed.run``, and
+the deprecated ``python -m torch.distributed.launch``: the same parser, plus its ``--use-env`` switch,
+``torch/distributed/launch.py`` ``parse_args``).
 
 Read in pytorch/pytorch ``torch/distributed/run.py`` (``get_args_parser``): each option has a
 ``-`` and a ``_`` spelling (``--nproc-per-node``/``--nproc_per_node``); argparse, so a unique
@@ -29,13 +31,13 @@ TABLE = Table("torchrun", (
 ), source="pytorch/pytorch torch/distributed/run.py (get_args_parser)", abbreviations=True,
     options_end_at_positional=True,
     switches=("--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
-              "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"),
+              "--virtual-local-rank", "--virtual_local_rank", "-h", "--help", "--use-env", "--use_env"),
     others=("--max-restarts", "--max_restarts", "--monitor-interval", "--monitor_interval", "--start-method",
             "--start_method", "--event-log-handler", "--event_log_handler", "--role", "--module", "--no-python",
             "--no_python", "--run-path", "--run_path", "--log-dir", "--log_dir", "--redirects", "--tee",
             "--local-ranks-filter", "--local_ranks_filter", "--local-addr", "--local_addr", "--logs-specs",
             "--logs_specs", "--numa-binding", "--numa_binding", "--signals-to-handle", "--signals_to_handle",
-            "--virtual-local-rank", "--virtual_local_rank"))
+            "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env"))
 
 
 def nodes_form(argv: Sequence[str], said: Said) -> bool:
