@@ -279,6 +279,23 @@ class JobDir:
                 problems.append(exc.message)
         return jobs, problems
 
+    def remove(self, job_id: str) -> int:
+        """Remove the job's record, then its log (and a cancel request left behind); returns the bytes
+        its log held. The caller has made sure the job is over: nothing here looks."""
+        job_id = check_id(job_id)
+        try:
+            size = os.stat(f"{job_id}.log", dir_fd=self.fd, follow_symlinks=False).st_size
+        except OSError:
+            size = 0
+        for name in (f"{job_id}.json", f"{job_id}.log", f".{job_id}.cancel"):  # the record first: never a record without a log
+            try:
+                os.unlink(name, dir_fd=self.fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise JobError(f"job {job_id}: cannot remove {self.path}/{name} ({exc.strerror})") from None
+        return size
+
     # cancelling
 
     def request_cancel(self, job_id: str, grace: float) -> None:
