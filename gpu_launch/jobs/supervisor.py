@@ -34,7 +34,8 @@ import sys
 import time
 
 if __name__ == "__main__":  # run as a script with -I -S: the package is two directories up, found by hand
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    # after the standard library, so that nothing beside the package (site-packages) can stand in for it
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from gpu_launch.jobs import recordfile  # noqa: E402  (after the path is known)
 
