@@ -18,6 +18,16 @@ _gpulaunch_gpus() {
     COMPREPLY=( $(compgen -P "$pre" -W "$vals" -- "$last") )
 }
 
+_gpulaunch_jobs() {
+    # Your job ids from `gpulaunch __complete jobs all|active` (active: waiting or running, for cancel);
+    # each line is ID<TAB>what it is, of which bash shows the id.
+    local line ids=
+    while IFS= read -r line; do
+        ids+=" ${line%%$'	'*}"
+    done < <(command gpulaunch __complete jobs "$1" 2>/dev/null)
+    COMPREPLY=( $(compgen -W "$ids" -- "$cur") )
+}
+
 _gpulaunch() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev= sub= eq= w opts
     local -i i=1 start=0 selecting=0 valued=0
@@ -126,11 +136,11 @@ _gpulaunch() {
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        jobs) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        jobs) opts="--clear --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --clear --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
@@ -142,6 +152,9 @@ _gpulaunch() {
         each)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -f -- "$cur") ) ;;
+        jobs) _gpulaunch_jobs all ;;
+        log) _gpulaunch_jobs all ;;
+        cancel) _gpulaunch_jobs active ;;
         '')
             COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;

@@ -93,10 +93,6 @@ def run(argv: list[str]) -> int:
         from gpu_launch.cluster import task_main
 
         return task_main(argv[1:], os.environ)
-    if argv[:1] == ["__job"]:  # hidden: the supervisor of a detached job (`gpulaunch submit` starts it)
-        from gpu_launch.jobs.supervisor import main as job_main
-
-        return job_main(argv[1:], os.environ)
     if not argv:  # a bare `gpulaunch`: what a new user types first deserves a usage, not an error
         from gpu_launch.options.helptext import short_usage
 

@@ -114,3 +114,21 @@ HOLD = ("import os, sys, time; "
         "print('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'), flush=True); "
         "release = sys.argv[1]; "
         "[time.sleep(0.02) for _ in iter(lambda: os.path.exists(release), True)]")
+
+
+#: A waiter that stops just before it locks its new ticket (``python -c PAUSED_JOIN HERE ARGS...``), until the
+#: file HERE/go exists; it makes HERE/paused when it stops.
+PAUSED_JOIN = """
+import fcntl, os, sys, time
+real = fcntl.flock
+here = sys.argv[1]
+def flock(fd, op):
+    if op & fcntl.LOCK_EX and "/.ticket-" in os.readlink(f"/proc/self/fd/{fd}") and not os.path.exists(here + "/go"):
+        open(here + "/paused", "w").close()
+        while not os.path.exists(here + "/go"):
+            time.sleep(0.01)
+    return real(fd, op)
+fcntl.flock = flock
+from gpu_launch.cli import main
+main(sys.argv[2:])
+"""

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -313,3 +314,54 @@ def test_fish(shell_env: dict[str, str], tmp_path: Path) -> None:
     assert fish_complete("gpulaunch --wait cat si", shell_env, tmp_path) == ["sizes.txt"]
     assert fish_complete("gpulaunch --wait 30m cat si", shell_env, tmp_path) == ["sizes.txt"]
     assert fish_complete("gpulaunch each jo", shell_env, tmp_path) == ["jobs.txt"]
+
+
+# ------------------------------------------------------------------------------------------ job ids
+
+@pytest.fixture
+def with_jobs(shell_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A job dir with job 1 done and job 2 running (its supervisor's lock on the log is held here)."""
+    import fcntl
+    import time
+
+    from gpu_launch.jobs import status
+    from gpu_launch.jobs.store import Job, JobDir
+
+    env = {**shell_env, "XDG_STATE_HOME": str(tmp_path / "state")}
+    jobs = JobDir.open(env, create=True)
+    assert jobs is not None
+    logs = []
+    for state, argv in (("done", ("python", "eval.py")), ("running", ("python", "train.py", "--lr", "3e-4"))):
+        job_id, log = jobs.new_id()
+        jobs.write(Job(job_id, state, argv, (), "/", status.host(), status.boot_id(), str(tmp_path), time.time()))
+        logs.append(log)
+    fcntl.flock(logs[1], fcntl.LOCK_EX)  # job 2's supervisor lives
+    yield env
+    for log in logs:
+        os.close(log)
+    jobs.close()
+
+
+def test_helper_offers_your_job_ids_with_what_each_is(with_jobs: dict[str, str]) -> None:
+    assert helper("jobs", "all", env=with_jobs).stdout == "1\tdone: python eval.py\n2\trunning: python train.py --lr 3e-4\n"
+    assert helper("jobs", "active", env=with_jobs).stdout == "2\trunning: python train.py --lr 3e-4\n"
+
+
+@needs_bash
+def test_bash_completes_job_ids(with_jobs: dict[str, str]) -> None:
+    assert bash_complete("gpulaunch log ", with_jobs) == ["1", "2"]
+    assert bash_complete("gpulaunch jobs --clear ", with_jobs) == ["1", "2"]
+    assert bash_complete("gpulaunch cancel --grace 5 ", with_jobs) == ["2"]  # only what can be cancelled
+    assert bash_complete("gpulaunch log -f 2", with_jobs) == ["2"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)")
+def test_zsh_completes_job_ids(with_jobs: dict[str, str]) -> None:
+    assert zsh_complete("gpulaunch log ", with_jobs) == ["ADD:1", "ADD:2"]
+    assert zsh_complete("gpulaunch cancel ", with_jobs) == ["ADD:2"]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
+def test_fish_completes_job_ids(with_jobs: dict[str, str]) -> None:
+    assert fish_complete("gpulaunch jobs ", with_jobs) == ["1", "2"]
+    assert fish_complete("gpulaunch cancel ", with_jobs) == ["2"]

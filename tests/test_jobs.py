@@ -276,3 +276,52 @@ def test_the_job_dir_is_never_followed_through_a_symlink_and_is_made_private(tmp
     job = box.submit("--auto", "1", "--", "true")
     box.gl("log", job, "-f")
     assert stat.S_IMODE(box.job_dir.stat().st_mode) == 0o700 and box.jobs()[job]["state"] == "done"
+
+
+def test_jobs_clear_removes_ended_jobs_and_their_logs_never_a_waiting_or_running_one(tmp_path: Path, box: Box) -> None:
+    """`ts -C`'s idea: `jobs --clear` removes what has ended (done, failed to start, cancelled, lost), prints
+    it, and never a waiting or running job, nor a lost one whose command may still run (unless named)."""
+    release, release0 = tmp_path / "release", tmp_path / "release0"
+    holder = box.hold("0", release0)
+    done = box.submit("--gpus", "1", "--", "true")
+    box.gl("log", done, "-f")
+    running = box.submit("--gpus", "1", "--", "python3", "-c", JOB, str(release), "0")
+    box.wait_state(running, "running")  # before the others queue: the queue is strict FIFO
+    failed = box.submit("--gpus", "0", "--wait", "0.5s", "--", "true")
+    box.wait_state(failed, "failed to start")
+    cancelled = box.submit("--gpus", "0", "--", "true")
+    assert box.gl("cancel", cancelled).returncode == 0
+    dead, stray = box.submit("--gpus", "0", "--", "true"), box.submit("--gpus", "0", "--", "true")
+    wait_for(lambda: box.jobs()[stray]["position"] == 2, what="both jobs to queue")
+    records = {job: json.loads((box.job_dir / f"{job}.json").read_text()) for job in (dead, stray)}
+    os.kill(records[dead]["pid"], signal.SIGKILL)  # lost, and nothing of it runs
+    for job in (dead, stray):  # stray's launch goes on waiting without its supervisor: lost, but it runs
+        os.kill(records[job]["supervisor"], signal.SIGKILL)
+    wait_for(lambda: {box.jobs()[j]["state"] for j in (dead, stray)} == {"lost"}, what="both jobs to be lost")
+    waiting = box.submit("--gpus", "0", "--", "true")
+    try:
+        refused = box.gl("jobs", "--clear", done, running)
+        assert refused.returncode == 2 and f"job {running} is running" in refused.stderr, refused.stderr
+        assert (box.job_dir / f"{done}.log").exists()  # refused before anything was removed
+
+        cleared = box.gl("jobs", "--clear", env={**box.env, "COLUMNS": "80"})
+        assert cleared.returncode == 0, cleared.stderr
+        rows = cleared.stdout.splitlines()
+        assert [r.split()[0] for r in rows[1:-1]] == [done, failed, cancelled, dead]
+        assert rows[-1] == "4 jobs: 1 done, 1 failed to start, 1 cancelled, 1 lost"
+        assert "removed 4 ended jobs and their logs" in cleared.stderr
+        assert f"kept job {stray} (lost): its command may still run as pid {records[stray]['pid']}" in cleared.stderr
+        assert sorted(box.jobs(), key=int) == [running, stray, waiting]
+        for job in (done, failed, cancelled, dead):
+            assert not (box.job_dir / f"{job}.json").exists() and not (box.job_dir / f"{job}.log").exists()
+        assert box.gl("log", done).returncode == 2  # gone: "there is no job"
+
+        named = box.gl("jobs", "--clear", stray, "--json")  # named: removed, though its launch still runs
+        assert named.returncode == 0 and [j["id"] for j in json.loads(named.stdout)["jobs"]] == [stray]
+        assert box.gl("jobs", "--clear").stderr.strip() == "gpulaunch: no ended jobs to remove"
+        assert box.submit("--gpus", "1", "--", "true") == str(int(waiting) + 1)  # ids are never used again
+    finally:
+        os.kill(records[stray]["pid"], signal.SIGKILL)
+        release.touch()
+        release0.touch()
+        holder.wait(timeout=60)

@@ -14,7 +14,7 @@ import pytest
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.share import lockdir
-from sharing_helpers import Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
+from sharing_helpers import PAUSED_JOIN, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
 
 SNAP = ["--snapshot", "dgx-h100"]
 GPUS = [g.uuid for g in snapshot.resolve("dgx-h100").gpus]
@@ -96,23 +96,6 @@ def test_a_multi_gpu_reservation_that_fails_half_way_leaves_no_lock_behind(tmp_p
         child.wait(timeout=30)
 
 
-#: A waiter that stops just before it locks its ticket (while it holds queue.lock), until told to go on.
-PAUSED_JOIN = """
-import fcntl, os, sys, time
-real = fcntl.flock
-here = sys.argv[1]
-def flock(fd, op):
-    if op == fcntl.LOCK_EX and "ticket-" in os.readlink(f"/proc/self/fd/{fd}") and not os.path.exists(here + "/go"):
-        open(here + "/paused", "w").close()
-        while not os.path.exists(here + "/go"):
-            time.sleep(0.01)
-    return real(fd, op)
-fcntl.flock = flock
-from gpu_launch.cli import main
-main(sys.argv[2:])
-"""
-
-
 def test_a_queue_ticket_is_never_seen_before_it_is_locked(tmp_path: Path) -> None:
     """Bug: the ticket is put in place before it is locked. Another waiter looking at the queue in
     between takes it for a dead one and removes it: the waiter behind is then served first."""
@@ -144,7 +127,6 @@ def test_a_queue_ticket_is_never_seen_before_it_is_locked(tmp_path: Path) -> Non
         for waiter in (first, second):
             if waiter is not None:
                 waiter.wait(timeout=60)
-
 
 
 # --- what counts as which kind of lock directory ----------------------------------------------------------

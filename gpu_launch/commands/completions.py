@@ -11,7 +11,8 @@ snapshot named on the line (or ``GPULAUNCH_SNAPSHOT``, or NVML) and prints the G
 (after ``3,``: the indices not yet in the list, without ``all``); it prints nothing at all on any
 failure and gives up after :data:`HELPER_TIMEOUT_S`. ``--wait``'s value is optional, as in the parser:
 the next word is its TIMEOUT only when it looks like a duration (:data:`DURATION_ERE`), otherwise it is
-the command (``gpulaunch --wait cat si<TAB>`` completes ``cat``'s arguments). ``each`` completes files.
+the command (``gpulaunch --wait cat si<TAB>`` completes ``cat``'s arguments). ``each`` completes files;
+``log``, ``jobs`` and ``cancel`` complete job ids (``gpulaunch __complete jobs all|active``).
 """
 
 from __future__ import annotations

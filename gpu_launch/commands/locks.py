@@ -40,7 +40,7 @@ def run(inv: Invocation) -> int:
         if report.replaced:
             parts.append(f"{len(report.replaced)} replaced (were not regular files)")
         print(f"gpulaunch: {report.path}: lock files for {len(machine.gpus)} GPUs and {mig} MIG devices, "
-              f"{lockdir.MAX_DEPTH - 1} nesting levels deep ({', '.join(parts)}), queue.lock and queue/; "
+              f"{lockdir.MAX_DEPTH - 1} nesting levels deep ({', '.join(parts)}) and queue/; "
               "root-owned, mode 0755", file=sys.stdout)
         default = lockdir.hardened_default(os.environ)
         if report.path != os.path.realpath(default):

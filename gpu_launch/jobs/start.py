@@ -2,21 +2,21 @@
 
 The supervisor (:mod:`gpu_launch.jobs.supervisor`) gets a session of its own (``setsid``: no
 controlling terminal, so neither closing the terminal nor the shell's exit reaches it), stdin from
-``/dev/null``, stdout and stderr on the job's log, and the log's lock, taken here first so that the
-job is looked after from the moment its record exists. Nothing waits for it: ``submit`` returns at once.
+``/dev/null``, stdout and stderr on the job's log, the job directory (the descriptor checked here) and
+the log's lock, taken here first so that the job is looked after from the moment its record exists. Nothing waits for it: ``submit`` returns at once.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import JobError
 from gpu_launch.jobs.status import boot_id, host
 from gpu_launch.jobs.store import Job, JobDir
+from gpu_launch.jobs.supervisor import command
 from gpu_launch.records import replace
 
 __all__ = ["submit"]
@@ -40,7 +40,7 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
             lock = jobs.open_log(job_id)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                _spawn(job_id, lock, log, cwd, environ)
+                _spawn(command(job_id, lock, jobs.fd), (lock, jobs.fd), log, cwd, environ)
             except OSError as exc:
                 jobs.write(replace(job, state="failed", ended=time.time(),
                                    note=f"its supervisor could not be started ({exc.strerror})"))
@@ -54,8 +54,8 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
         jobs.close()
 
 
-def _spawn(job_id: str, lock: int, log: int, cwd: str, environ: Mapping[str, str]) -> None:
+def _spawn(argv: list[str], fds: tuple[int, ...], log: int, cwd: str, environ: Mapping[str, str]) -> None:
     import subprocess
 
-    subprocess.Popen([sys.executable, "-m", "gpu_launch", "__job", job_id, str(lock)], stdin=subprocess.DEVNULL,
-                     stdout=log, stderr=log, pass_fds=(lock,), start_new_session=True, cwd=cwd, env=dict(environ))
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=fds, start_new_session=True,
+                     cwd=cwd, env=dict(environ))

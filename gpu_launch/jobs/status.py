@@ -16,7 +16,7 @@ import os
 from gpu_launch.jobs.store import FINAL, Job, JobDir
 from gpu_launch.records import dataclass
 
-__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses"]
+__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run"]
 
 #: Where the kernel tells this boot's id (a new random UUID at every boot).
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -86,3 +86,24 @@ def statuses(jobs: JobDir, records: list[Job]) -> list[Status]:
             except (GpuLaunchError, OSError):
                 continue  # an unreadable queue: no position shown
     return [status_of(j, jobs, boot, here, positions) for j in records]
+
+
+def may_still_run(status: Status) -> bool:
+    """Whether a *lost* job's command (or launch) may still run: a live process of this user has its pid
+    and started no earlier than the job was submitted (a pid used again by an older process is not it)."""
+    pid = status.job.pid
+    if status.state != "lost" or not pid:
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return False
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read(4096).rsplit(b")", 1)[1].split()  # from field 3, the state, on
+        if fields[0] in (b"Z", b"X"):  # ended, not yet reaped
+            return False
+        ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") >= status.job.submitted - 1

@@ -25,6 +25,7 @@ import stat
 from collections.abc import Mapping
 
 from gpu_launch.errors import JobError, UsageError
+from gpu_launch.jobs import recordfile
 from gpu_launch.records import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -40,9 +41,9 @@ ACTIVE = ("waiting", "running")
 FINAL = ("done", "failed", "cancelled")
 _ID = re.compile(r"^[1-9][0-9]{0,8}$")
 _RECORD = re.compile(r"^([1-9][0-9]{0,8})\.json$")
-_MAX_RECORD = 1 << 20
+_MAX_RECORD = recordfile.MAX_RECORD
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_FILE_FLAGS = recordfile.FILE_FLAGS
 
 
 def job_dir_path(environ: Mapping[str, str]) -> str:
@@ -235,21 +236,7 @@ class JobDir:
 
     def write(self, job: Job) -> None:
         """Replace ``job``'s record atomically and durably."""
-        import secrets
-
-        data = (json.dumps(job.to_json(), indent=1) + "\n").encode("utf-8")
-        temp = f".{job.id}.json.{secrets.token_hex(4)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600, dir_fd=self.fd)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(temp, dir_fd=self.fd)
-            raise
-        os.close(fd)
-        os.replace(temp, f"{job.id}.json", src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        os.fsync(self.fd)
+        recordfile.write(self.fd, job.id, job.to_json())
 
     def read(self, job_id: str) -> Job:
         """The job's record; UsageError when there is no such job, JobError when it cannot be read."""
@@ -279,6 +266,23 @@ class JobDir:
                 problems.append(exc.message)
         return jobs, problems
 
+    def remove(self, job_id: str) -> int:
+        """Remove the job's record, then its log (and a cancel request left behind); returns the bytes
+        its log held. The caller has made sure the job is over: nothing here looks."""
+        job_id = check_id(job_id)
+        try:
+            size = os.stat(f"{job_id}.log", dir_fd=self.fd, follow_symlinks=False).st_size
+        except OSError:
+            size = 0
+        for name in (f"{job_id}.json", f"{job_id}.log", f".{job_id}.cancel"):  # the record first: never a record without a log
+            try:
+                os.unlink(name, dir_fd=self.fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise JobError(f"job {job_id}: cannot remove {self.path}/{name} ({exc.strerror})") from None
+        return size
+
     # cancelling
 
     def request_cancel(self, job_id: str, grace: float) -> None:
@@ -288,21 +292,6 @@ class JobDir:
             os.write(fd, f"{grace}\n".encode())
         finally:
             os.close(fd)
-
-    def cancel_grace(self, job_id: str) -> float | None:
-        """The grace a cancel asked for; None when no cancel was asked for."""
-        try:
-            fd = os.open(f".{job_id}.cancel", os.O_RDONLY | _FILE_FLAGS, dir_fd=self.fd)
-        except OSError:
-            return None
-        try:
-            text = os.read(fd, 64).decode("ascii", "replace").strip()
-        finally:
-            os.close(fd)
-        try:
-            return min(max(float(text), 0.0), 3600.0)
-        except ValueError:
-            return 10.0
 
 
 def _no_job(job_id: str) -> UsageError:

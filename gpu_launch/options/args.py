@@ -59,7 +59,7 @@ SUBCOMMANDS: dict[str, str] = {
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
     "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
     "submit": "submit [OPTIONS] -- COMMAND: run a launch as a detached job (it waits for its GPUs); prints its id",
-    "jobs": "list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json)",
+    "jobs": "list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json; --clear: remove the ended ones)",
     "log": "log ID: a detached job's output so far (-f: follow it until the job ends)",
     "cancel": "cancel ID...: a waiting job leaves the queue; a running one gets SIGTERM, then SIGKILL (--grace)",
     "help": "show this help",
@@ -77,7 +77,8 @@ PER_LAUNCH = frozenset({"gpus", "auto", "fit", "min_count", "max_count",  # how 
                         "nodes", "node_rank", "head",  # where one run stands among its nodes
                         "ctx", "parallel", "kv_type", "engine",  # they describe one model's run
                         "no_shell",  # no way back to the shell either
-                        "detach"})  # a default would detach every launch
+                        "detach",  # a default would detach every launch
+                        "clear"})  # and make every `jobs` remove jobs
 EACH = frozenset({"each", "config"})
 #: The options that say how GPUs are chosen: one of them (or --min-count/--max-count) per command.
 CHOOSE_HOW = frozenset({"gpus", "auto", "fit", "min_count", "max_count"})
@@ -208,6 +209,9 @@ OPTIONS: tuple[Option, ...] = (
            "(scancel) without asking; without it, only a terminal is asked", commands=SUBMITTING, group="Slurm"),
     Option(("--detach",), "detach", "run the launch as a detached job: the same as `gpulaunch submit OPTIONS -- "
            "COMMAND`", commands=frozenset({RUN}), group="Jobs"),
+    Option(("--clear",), "clear", "jobs: remove the records and logs of your jobs that have ended (done, failed "
+           "to start, cancelled, lost), or of the ids given; never a waiting or running one",
+           commands=frozenset({"jobs"}), group="Jobs"),
     Option(("--grace",), "grace", "cancel: seconds a running job has between SIGTERM and SIGKILL (default 10)",
            "SECONDS", interval, frozenset({"cancel"}), "Jobs"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",

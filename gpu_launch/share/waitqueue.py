@@ -5,15 +5,24 @@ file ``ticket-<seq>-<pid>-<random>`` in the lock directory (a hardened one's ``q
 holds an exclusive ``flock`` on for as long as it waits. Only the waiter whose ticket is the lowest
 *live* one (head of line) may select and lock GPUs.
 
-The guarantee: tickets are published while holding the ``queue.lock`` file's exclusive lock, and
-ordered by the time the kernel stamped on each ticket when it was put in place (its ``ctime``, made
-strictly later than every live ticket's before ``queue.lock`` is let go), so a waiter that published
-its ticket before another one started waiting is always ahead of it. Nothing a user can write sets
-that order: a ``ctime`` can only be moved *later* (by the file's owner), and the sequence number in
-a name, which anyone can plant, only breaks ties (a planted ticket numbered at the very top no longer
-makes every later waiter share one number and be served in pid-text order); a waiter only leaves the queue (removes its ticket) after it holds its GPUs,
-gives up (timeout, Ctrl-C) or dies. A ticket is created under a temporary name, locked, then
-renamed into place, so no one ever sees an unlocked live ticket and takes it for a dead one.
+The guarantee: tickets are ordered by the time the kernel stamped on each when it was put in place
+(its ``ctime``), then by the sequence number in its name, then by the name. A joining waiter numbers
+its ticket one above every live ticket it sees and, once its ticket is in place, makes its ``ctime``
+strictly later than every one of theirs (:func:`_later_than`), so a waiter whose ticket was in place
+before another one started joining is always ahead of it. Two waiters that join at the same moment
+are put in one order that every waiter sees alike. Nothing a user can write sets that order: a
+``ctime`` can only be moved *later* (by the file's owner), and the sequence number in a name, which
+anyone can plant, only breaks ties (a planted ticket numbered at the very top no longer makes every
+later waiter share one number and be served in pid-text order); a waiter only leaves the queue
+(removes its ticket) after it holds its GPUs, gives up (timeout, Ctrl-C) or dies. A ticket is created
+under a temporary name that only its waiter can open (mode 0600), locked, then made readable and
+renamed into place, so no one ever sees an unlocked live ticket and takes it for a dead one, and no
+one can lock it first.
+
+No lock is shared by all users: joining takes none (an older design published tickets under a
+``queue.lock`` every user could open, and anyone holding that file's ``flock`` stopped every new
+waiter from queueing, past its timeout, with no word), and never blocks: every ``flock`` it takes is
+non-blocking, and the ``ctime`` nudge is bounded.
 
 Only tickets whose lock is held count. A file whose name does not parse, or whose lock no one holds
 (its waiter died, or someone planted it), is ignored, both for the order and for numbering the next
@@ -45,11 +54,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from gpu_launch.share.lockdir import open_shared, queue_dir
+from gpu_launch.share.lockdir import queue_dir
 
-__all__ = ["Ticket", "Waiter", "waiters", "QUEUE_LOCK", "TICK"]
+__all__ = ["Ticket", "Waiter", "waiters", "TICK"]
 
-QUEUE_LOCK = "queue.lock"
 #: Seconds between the head of line's cheap checks of the GPUs' locks (did one free?).
 TICK = 0.02
 _TICKET = re.compile(r"^ticket-(\d{1,30})-(\d{1,10})(?:-[0-9a-f]{1,32})?$")
@@ -182,23 +190,31 @@ class Ticket:
         return sorted(live, key=lambda e: e.order)
 
     def join(self) -> None:
-        queue_fd = open_shared(os.path.join(self.lock_dir, QUEUE_LOCK))
-        assert queue_fd is not None
+        """Put a ticket in the queue, behind every live one. Takes no shared lock and never blocks."""
+        live = self._live()
+        self.seq = min(max(e.seq for e in live) + 1, _SEQ_MAX) if live else 0
+        self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
+        temp = os.path.join(self.dir, f".{self.name}")
+        fd = None
         try:
-            fcntl.flock(queue_fd, fcntl.LOCK_EX)  # held for a moment: number and publish
-            live = self._live()
-            self.seq = min(max(e.seq for e in live) + 1, _SEQ_MAX) if live else 0
-            self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
-            temp = os.path.join(self.dir, f".{self.name}")
-            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            # 0600 until it is locked: no one else can open it, so no one can lock it before we do.
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours alone: none but root can hold it
             if self.note:
                 os.write(fd, self.note.encode("utf-8")[:_NOTE_MAX] + b"\n")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.fchmod(fd, 0o644)  # readable now, for the others' liveness checks and for `ls`
             os.rename(temp, os.path.join(self.dir, self.name))
-            self.fd = fd
-            self.ctime_ns = _later_than(fd, max((e.ctime_ns for e in live), default=0))
-        finally:
-            os.close(queue_fd)
+        except OSError as exc:
+            if fd is not None:
+                os.close(fd)
+                _forget(temp)
+            from gpu_launch.errors import LockDirError
+
+            raise LockDirError(f"lock dir {self.dir}: cannot put a ticket in the queue for GPUs ({exc.strerror})",
+                               hint="check that the directory is writable and its disk not full, "
+                                    "or use --lock-dir DIR") from None
+        self.fd = fd
+        self.ctime_ns = _later_than(fd, max((e.ctime_ns for e in live), default=0))
 
     def ahead(self) -> int:
         """How many live waiters are ahead of this one (0: head of line). Cleans up dead tickets."""

@@ -1,7 +1,10 @@
-"""The helper the completion scripts run while the user presses TAB: ``gpulaunch __complete gpus ...``.
+"""The helper the completion scripts run while the user presses TAB: ``gpulaunch __complete gpus ...``
+and ``gpulaunch __complete jobs all|active``.
 
-It reads the machine the line names (``--snapshot``, ``GPULAUNCH_SNAPSHOT``, the config file, else NVML)
-and prints the GPU indices; it prints nothing at all on any failure and gives up after
+``gpus`` reads the machine the line names (``--snapshot``, ``GPULAUNCH_SNAPSHOT``, the config file, else
+NVML) and prints the GPU indices; ``jobs`` prints the user's job ids (``active``: only those waiting or
+running, for ``cancel``), each with a tab and what it is (``running: python train.py``), which zsh and
+fish show beside it. It prints nothing at all on any failure and gives up after
 :data:`HELPER_TIMEOUT_S`, so that a completion can never hang or clutter the user's shell.
 """
 
@@ -17,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.hardware.model import Machine
 
-__all__ = ["HELPER_TIMEOUT_S", "helper", "gpu_words"]
+__all__ = ["HELPER_TIMEOUT_S", "helper", "gpu_words", "job_words"]
 
 HELPER_TIMEOUT_S = 2.0
 
@@ -72,13 +75,28 @@ def _taken_indices(text: str, machine: Machine) -> set[int]:
     return used
 
 
+def job_words(which: str, environ: Mapping[str, str]) -> list[str]:
+    """The user's jobs, oldest first, as ``ID<TAB>STATE: COMMAND`` (``active``: only waiting or running ones)."""
+    from gpu_launch.jobs import status
+    from gpu_launch.jobs.store import JobDir
+    from gpu_launch.text import printable
+
+    jobs = JobDir.open(environ)
+    if jobs is None:
+        return []
+    found = status.statuses(jobs, jobs.all()[0])
+    return [f"{s.job.id}\t{s.state}: {printable(' '.join(s.job.argv))[:60]}" for s in found
+            if which != "active" or not s.over]
+
+
 def helper(argv: Sequence[str], environ: Mapping[str, str]) -> int:
-    """``gpulaunch __complete gpus [--taken=LIST] WORDS...``: candidates one a line; silent and 0 on any failure.
+    """``gpulaunch __complete gpus [--taken=LIST] WORDS...`` or ``__complete jobs all|active``: candidates one a
+    line; silent and 0 on any failure.
 
     The work runs in a daemon thread so that a hung NVML call cannot hang the user's shell: after
     :data:`HELPER_TIMEOUT_S` we print nothing and leave without waiting for it.
     """
-    if not argv or argv[0] != "gpus":
+    if not argv or argv[0] not in ("gpus", "jobs"):
         return 0
     words = list(argv[1:])
     taken = words.pop(0).partition("=")[2] if words and words[0].startswith("--taken=") else None
@@ -86,7 +104,8 @@ def helper(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
     def work() -> None:
         try:
-            result.extend(gpu_words(words, environ, taken))
+            result.extend(gpu_words(words, environ, taken) if argv[0] == "gpus" else
+                          job_words(words[0] if words else "all", environ))
         except BaseException:  # noqa: BLE001 - a completion helper must never print a traceback
             result.clear()
 

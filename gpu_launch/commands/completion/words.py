@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from gpu_launch.options.args import OPTIONS, SUBCOMMANDS, Option, options_for
 
-__all__ = ["SHELLS", "DURATION_ERE", "SELECTING_DESTS", "GPU_DESTS", "POSITIONALS", "FILE_POSITIONAL", "option_names",
+__all__ = ["SHELLS", "DURATION_ERE", "SELECTING_DESTS", "GPU_DESTS", "POSITIONALS", "FILE_POSITIONAL", "JOB_POSITIONAL",
+           "option_names",
            "word_kinds", "choices", "value_kind", "examples", "for_command"]
 
 SHELLS = ("bash", "zsh", "fish")
@@ -16,6 +17,8 @@ GPU_DESTS = ("gpus", "exclude")
 #: Words a subcommand takes after it.
 POSITIONALS: dict[str, tuple[str, ...]] = {"completions": SHELLS, "help": tuple(SUBCOMMANDS), "locks": ("init",)}
 FILE_POSITIONAL = ("each",)  # the job file
+#: Subcommands that take job ids, and which jobs to offer (``gpulaunch __complete jobs WHICH``).
+JOB_POSITIONAL = {"jobs": "all", "log": "all", "cancel": "active"}
 #: What units.parse_duration accepts (90, 90s, 30m, 2h, 1h30m, 1d), as a POSIX ERE for the shells;
 #: an optional value (--wait's TIMEOUT) is taken from the next word only when it matches.
 DURATION_ERE = r"^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$"
