@@ -4,12 +4,11 @@ shortfall (``model_shortfall``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gpu_launch.choose import select
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import gpu_tiers
 from gpu_launch.hardware.model import Gpu, Machine
+from gpu_launch.records import replace
 
 __all__ = ["rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
 

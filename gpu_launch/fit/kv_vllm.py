@@ -27,10 +27,10 @@ vllm/model_executor/models/config.py, vllm/model_executor/layers/mamba/):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
+from gpu_launch.records import dataclass
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
 

@@ -23,11 +23,14 @@ import struct
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.hardware.files import file_kind
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "user_path", "look", "plain_name",
            "overlap", "KIB", "MIB"]

@@ -9,9 +9,8 @@ their caches with (the real ``head_dim``, per-layer KV head counts, sliding laye
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpu_launch.errors import ModelFileError
+from gpu_launch.records import dataclass, field
 from gpu_launch.text import printable
 
 __all__ = ["Hyper", "Weights", "ModelFacts", "checked"]

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import Cursor, open_cursor, overlap
+from gpu_launch.records import dataclass
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["GGML_TYPES", "GgufTensor", "GgufHeader", "read_header", "split_parts", "check_split", "is_gguf", "FILE_TYPES"]
 

@@ -12,7 +12,6 @@ names follow the Transformers model (``model.layers.N...q_weight``), so they gro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import MIB, load_json, overlap, plain_name, read_small, regular_size
@@ -20,6 +19,10 @@ from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["read_mlc", "INDEX_NAMES"]
 
