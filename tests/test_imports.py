@@ -140,6 +140,27 @@ def test_a_quiet_launch_imports_only_the_modules_a_launch_needs(selection: list[
         assert not {"gpu_launch.choose.branch_and_bound", "gpu_launch.choose.heuristic"} & modules
 
 
+#: Never on a plan (or a launch sized by a model): what the model readers and sizing avoid at import.
+NEVER_ON_A_PLAN = ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "pathlib", "logging", "difflib")
+
+
+@pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
+def test_a_plan_imports_no_dataclasses_typing_or_pathlib(fmt: str, tmp_path: Path) -> None:
+    from docs_fixtures import llama_70b_safetensors
+    from model_fixtures import llama_pair
+
+    model = llama_pair(tmp_path)["70b"] if fmt == "gguf" else tmp_path / "st"
+    if fmt == "safetensors":
+        llama_70b_safetensors(model)
+    # a quiet launch sized by the model, too (--dry-run would print the mapping table, whose view is not lean)
+    launch = ["--fit", str(model), "-q", "--", "true"] if fmt == "gguf" else ["plan", "--json", str(model)]
+    for args in (["plan", str(model)], launch):
+        proc, modules = run_importtime("--snapshot", "dgx-h100", *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "gpu_launch.modelfile.read" in modules and "gpu_launch.fit.plan" in modules  # the listing saw it
+        assert _within(modules, NEVER_ON_A_PLAN) == set(), args
+
+
 @pytest.mark.parametrize("args", [
     ["ls"],
     ["ls", "--json"],

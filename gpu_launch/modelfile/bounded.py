@@ -22,7 +22,6 @@ import stat
 import struct
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.hardware.files import file_kind
@@ -32,8 +31,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
     from typing import Any
 
-__all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "user_path", "look", "plain_name",
-           "overlap", "KIB", "MIB"]
+__all__ = ["Cursor", "open_cursor", "read_small", "load_json", "regular_size", "path_text", "joined", "user_path",
+           "exists", "look", "plain_name", "overlap", "KIB", "MIB"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -271,18 +270,51 @@ def load_json(raw: bytes, label: str, what: str = "JSON object") -> Any:
         raise ModelFileError(f"{label}: not valid JSON ({exc})", hint=f"it should be a {what}") from None
 
 
-def user_path(text: str, label: str) -> Path:
-    """``text`` as a path, a leading ``~`` or ``~user`` expanded; ModelFileError when there is no such
-    user or no home directory (``Path.expanduser`` raises RuntimeError there)."""
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:
-        first = text.split("/", 1)[0]
+def path_text(text: str) -> str:
+    """``str(pathlib.Path(text))`` without importing pathlib (~3 ms of a plan with its urllib.parse and
+    ipaddress): empty and ``.`` parts dropped, so ``./m//x.gguf/`` reads ``m/x.gguf``; a root of exactly
+    two slashes kept, as POSIX allows; ``..`` kept (never resolved)."""
+    body = text.lstrip("/")
+    slashes = len(text) - len(body)
+    root = "//" if slashes == 2 else "/" if slashes else ""
+    return root + "/".join(p for p in body.split("/") if p and p != ".") or "."
+
+
+def joined(folder: str, *names: str) -> str:
+    """``str(Path(folder, *names))``: the names joined under ``folder``, as :func:`path_text` writes it."""
+    return path_text(os.path.join(folder, *names))
+
+
+def user_path(text: str, label: str) -> str:
+    """``text`` as a path (as :func:`path_text` writes it), a leading ``~`` or ``~user`` expanded as
+    ``Path.expanduser`` does; ModelFileError when there is no such user or no home directory (where
+    ``Path.expanduser`` raises RuntimeError)."""
+    path = path_text(text)
+    if not path.startswith("~"):
+        return path
+    first, _, rest = path.partition("/")
+    home = os.path.expanduser(first)
+    if home.startswith("~"):
         raise ModelFileError(printable(f"{label}: {first} names no home directory (no such user)"),
-                             hint="write the path in full, or ~/ for your own home") from None
+                             hint="write the path in full, or ~/ for your own home")
+    return path_text(os.path.join(home, rest))
 
 
-def look(path: Path, label: str) -> str:
+def exists(path: str) -> bool:
+    """``Path(path).exists()`` without pathlib: False where nothing is there (or a link leads nowhere),
+    an OSError such as no permission to look raised."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            raise
+        return False
+    except ValueError:
+        return False
+    return True
+
+
+def look(path: str | os.PathLike[str], label: str) -> str:
     """What is at ``path``: "dir", "file" (anything else that exists, a dangling symlink included) or
     "" (nothing). One ModelFileError line where the name itself is unusable (too long, a loop, no
     permission to look), where ``Path.exists`` would raise a bare OSError."""

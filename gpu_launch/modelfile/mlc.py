@@ -83,7 +83,8 @@ def _params(index: dict[str, Any], folder: Path, label: str) -> list[tuple[str, 
     return params
 
 
-def read_mlc(source: str, folder: Path) -> ModelFacts:
+def read_mlc(source: str, folder: str | Path) -> ModelFacts:
+    folder = Path(folder)
     config_path = folder / "mlc-chat-config.json"
     config, read = _json_object(config_path)
     label = f"MLC config {printable(str(config_path))}"
