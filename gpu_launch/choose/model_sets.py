@@ -36,7 +36,11 @@ def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
             [(g.name, g.memory_total_mib) for g in machine.gpus]))
     if s.engine.name == "vllm" and not settings.gpu_arch:
         settings = replace(settings, gpu_arch=gpu_tiers.gpu_arch([g.name for g in machine.gpus]))
-    return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
+    if settings == s.settings:
+        return s
+    if replace(settings, host_free=s.settings.host_free) == s.settings:  # the host's memory alone: the same cache
+        return replace(s, settings=settings)
+    return fit_plan.sizing(s.model, s.engine, settings)
 
 
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:
