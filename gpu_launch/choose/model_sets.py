@@ -8,11 +8,20 @@ from gpu_launch.choose import select
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import gpu_tiers
 from gpu_launch.hardware.model import Gpu, Machine
-from gpu_launch.records import replace
+from gpu_launch.records import dataclass, replace
 
-__all__ = ["rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
+__all__ = ["Tried", "rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
 
 MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Tried:
+    """A set of ``n`` GPUs the search tried, and the model's placement on it."""
+
+    n: int
+    gpus: tuple[Gpu, ...]
+    placement: fit_plan.Placement
 
 
 def rooms(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[fit_plan.Room]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights
+from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights, layer_number
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
-from gpu_launch.modelfile.grouping import layer_number
 from gpu_launch.records import dataclass
 from gpu_launch.text import printable
 from gpu_launch.units import shown
