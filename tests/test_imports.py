@@ -140,6 +140,16 @@ def test_a_quiet_launch_imports_only_the_modules_a_launch_needs(selection: list[
         assert not {"gpu_launch.choose.branch_and_bound", "gpu_launch.choose.heuristic"} & modules
 
 
+def test_a_quiet_wait_launch_imports_no_dataclasses_or_typing() -> None:
+    # --wait adds the queue (share/waitqueue.py) and the waiting line (views/status_line.py): records, and
+    # typing under TYPE_CHECKING only, as on the launch path
+    proc, modules = run_importtime("--snapshot", "dgx-h100", "--auto", "2", "--wait", "30", "-q", "--", "true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.share.waitqueue" in modules  # the listing did cover the queue
+    assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "logging",
+                             "gpu_launch.fit", "gpu_launch.modelfile")) == set()
+
+
 #: Never on a plan (or a launch sized by a model): what the model readers and sizing avoid at import.
 NEVER_ON_A_PLAN = ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "pathlib", "logging", "difflib")
 

@@ -234,6 +234,20 @@ class Scheduler:
         for state in self.pending:
             state.status, state.note = "not started", "interrupted before it started"
 
+    def _join_queue(self) -> None:
+        from gpu_launch.share.waitqueue import Ticket
+
+        self.ticket = Ticket(self.locking.lock_dir)
+        self.ticket.join()
+
+    def _own(self) -> dict[str, str]:
+        """The GPUs this sweep's jobs hold, as reserved (acquire.attempt's ``own``: not looked at again)."""
+        own = {u: f"reserved by job {s.job.number} of this sweep (pid {s.proc.pid})"
+               for s in self.running for u in s.uuids}
+        if self.shared is not None:
+            own.update((u, "reserved by this sweep") for u in self.shared.fds if u not in own)
+        return own
+
     def _leave_queue(self) -> None:
         if self.ticket is not None:
             self.ticket.leave()
@@ -274,19 +288,21 @@ class Scheduler:
             behind = 0
             if fresh:
                 if self.ticket is None and self.queue:
-                    from gpu_launch.share.waitqueue import Ticket
+                    from gpu_launch.share import waitqueue
 
-                    self.ticket = Ticket(self.locking.lock_dir)
-                    self.ticket.join()
+                    if waitqueue.someone_waits(self.locking.lock_dir):  # else: a ticket only if we must wait
+                        self._join_queue()
                 behind = self.ticket.ahead() if self.ticket is not None else 0
             if machine is None and (not behind or self.shared is not None):
                 # Once a round (the locks, re-read for every job, say who holds what).
                 machine, self._just_read = self._just_read or self.read(), None
             if fresh and not behind and machine is not None:
                 try:
-                    got = acquire.attempt(self.request, machine, self.locking, self.chooser)
+                    got = acquire.attempt(self.request, machine, self.locking, self.chooser, self._own())
                 except (NotEnoughGpus, ReservationConflict):
                     fresh = False
+                    if self.ticket is None and self.queue:
+                        self._join_queue()  # we wait from now on: in turn with anyone who comes later
                 else:
                     self._leave_queue()
                     assert got.reservation is not None and got.machine is not None

@@ -38,16 +38,16 @@ import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+from gpu_launch.records import dataclass  # not dataclasses: ~6 ms of every --wait launch
 from gpu_launch.share.lockdir import open_shared, queue_dir
 
-__all__ = ["Ticket", "Waiter", "waiters", "QUEUE_LOCK", "TICK"]
+__all__ = ["Ticket", "Waiter", "waiters", "someone_waits", "QUEUE_LOCK", "TICK"]
 
 QUEUE_LOCK = "queue.lock"
 #: Seconds between the head of line's cheap checks of the GPUs' locks (did one free?).
@@ -240,6 +240,18 @@ class Ticket:
             pass
         os.close(self.fd)
         self.fd = None
+
+
+def someone_waits(lock_dir: str) -> bool:
+    """Whether a live ticket is in ``lock_dir``'s queue (True where the queue cannot be listed: a ticket
+    will say why). Only looks. A sweep that finds none tries for GPUs at once, as a launch without
+    ``--wait`` does, and takes a ticket only when it must wait: not one a job."""
+    directory = queue_dir(lock_dir)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return True
+    return any(_TICKET.match(name) and _alive(os.path.join(directory, name)) is not None for name in names)
 
 
 @dataclass(frozen=True)
