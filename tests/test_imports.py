@@ -150,6 +150,18 @@ def test_a_quiet_wait_launch_imports_no_dataclasses_or_typing() -> None:
                              "gpu_launch.fit", "gpu_launch.modelfile")) == set()
 
 
+def test_a_quiet_sweep_imports_no_dataclasses_typing_or_secrets(tmp_path: Path) -> None:
+    # `each` starts its first jobs as soon as it has read the machine: its start-up is part of the sweep
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\n")
+    proc, modules = run_importtime("--snapshot", "dgx1-v100", "--lock-dir", str(tmp_path / "locks"), "each",
+                                   str(jobs), "-q", "--log-dir", str(tmp_path / "logs"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.share.sweep" in modules and "gpu_launch.share.waitqueue" in modules
+    assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "secrets",
+                             "gpu_launch.fit", "gpu_launch.modelfile")) == set()
+
+
 #: Never on a plan (or a launch sized by a model): what the model readers and sizing avoid at import.
 NEVER_ON_A_PLAN = ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "pathlib", "logging", "difflib")
 
