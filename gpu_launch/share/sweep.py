@@ -2,7 +2,8 @@
 
 This process is the scheduler. For the next job it selects and locks ``--gpus-per-job`` GPUs exactly
 as a launch does (:func:`gpu_launch.share.acquire.attempt`: same constraints, reserved GPUs skipped,
-first come first served with other waiters through a queue ticket), within the GPUs the sweep may
+first come first served with other waiters through a queue ticket, taken when it must wait or someone
+already waits; the GPUs its own jobs hold count as reserved without a look), within the GPUs the sweep may
 use (:class:`Scope`: the parent's CUDA_VISIBLE_DEVICES, ``--gpus``), then starts the job with those
 lock descriptors passed to it (``pass_fds``). With one job a GPU it writes the job's pid into the
 lock files and closes its own copies: from then on the *job* holds its reservation, whatever happens
