@@ -25,6 +25,9 @@ Beside it, paired round by round (the ratios of issue 21, with medians and sprea
   nvml_path.py         quiet launches on NVML against minimal_nvml.py (import pynvml, init, each
                        GPU's memory; target ≤ 1.3×), e.g. on NVIDIA's mock NVML (LD_LIBRARY_PATH,
                        MOCK_NVML_CONFIG); it skips where no libnvidia-ml.so.1 loads
+  plan_vs_launch.py    `gpulaunch plan` of a 70B model's headers (GGUF with its 128k-token vocabulary,
+                       and 30 safetensors shards) against a dry-run launch (target ≤ 1.6× in CPU time)
+  each_vs_simple.py    `gpulaunch each` against simple-gpu-scheduler on 48 short jobs (target ≤ 1.05×)
 
 The JSON (``--json FILE``) holds the commit, Python version, machine and load average, every
 row's samples and the targets, so two runs can be compared (``--compare OLD.json``). Standard

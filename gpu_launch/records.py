@@ -64,7 +64,7 @@ else:
             if name not in values:
                 raise TypeError(f"{type(obj).__name__}.__init__() got an unexpected keyword argument {name!r}")
         values.update(changes)
-        return type(obj)(**values)
+        return type(obj)(*values.values())  # every field, in order: __init__'s quick way
 
     class _DataclassFields:
         """``cls.__dataclass_fields__``, built on first use from the record's fields, so that the real
@@ -119,29 +119,36 @@ else:
         cls.__dataclass_fields__ = _DataclassFields()
         cls.__match_args__ = names
 
+        count = len(names)
+        defaults = tuple((name, spec.default, spec.default_factory) for name, spec in specs.items())
+
         def __init__(self, *args, **kwargs):
-            if len(args) > len(names):
-                raise TypeError(f"{cls.__name__}.__init__() takes {len(names) + 1} positional arguments "
+            # The fields go straight into the instance's __dict__ (what object.__setattr__ would do,
+            # one call instead of one a field): a model's header makes hundreds of records.
+            if len(args) == count and not kwargs:  # every field, in order: the common case
+                self.__dict__.update(zip(names, args))
+                return
+            if len(args) > count:
+                raise TypeError(f"{cls.__name__}.__init__() takes {count + 1} positional arguments "
                                 f"but {len(args) + 1} were given")
             values = dict(zip(names, args))
-            for name, value in kwargs.items():
+            for name in kwargs:
                 if name not in specs:
                     raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {name!r}")
                 if name in values:
                     raise TypeError(f"{cls.__name__}.__init__() got multiple values for argument {name!r}")
-                values[name] = value
-            for name in names:
+            values.update(kwargs)
+            ordered = {}
+            for name, default, factory in defaults:
                 if name in values:
-                    value = values[name]
+                    ordered[name] = values[name]
+                elif default is not _MISSING:
+                    ordered[name] = default
+                elif factory is not _MISSING:
+                    ordered[name] = factory()
                 else:
-                    spec = specs[name]
-                    if spec.default is not _MISSING:
-                        value = spec.default
-                    elif spec.default_factory is not _MISSING:
-                        value = spec.default_factory()
-                    else:
-                        raise TypeError(f"{cls.__name__}.__init__() missing 1 required argument: {name!r}")
-                object.__setattr__(self, name, value)
+                    raise TypeError(f"{cls.__name__}.__init__() missing 1 required argument: {name!r}")
+            self.__dict__.update(ordered)
 
         def __repr__(self):
             inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)

@@ -96,3 +96,31 @@ def test_import_breakdown_charges_gpu_launch_modules_their_own_time_and_the_rest
         "import time:      1500 |       1500 | json",
     ])
     assert runner._attribute(stderr) == {"dataclasses": 0.9, "gpu_launch.hardware.model": 2.0, "gpu_launch.cli": 0.3, "json": 1.5}
+
+
+def test_plan_vs_launch_pairs_a_70b_plan_with_a_dry_run_launch(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    result = subprocess.run([sys.executable, "benchmarks/plan_vs_launch.py", "--rounds", "2", "--json", str(out)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    if result.stdout.startswith("skipped:"):  # no gguf writer (the test extra)
+        return
+    assert "plan gguf-70b / dry-run launch" in result.stdout and "plan safetensors-70b / dry-run launch" in result.stdout
+    doc = json.loads(out.read_text())
+    assert doc["target"] == 1.6 and len(doc["ratios"]) == 2
+    assert all(r["cpu"]["median"] > 0 for r in doc["ratios"].values())
+
+
+def test_launch_vs_nvitop_takes_the_launch_forms_to_pair(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "nvitop.py").write_text("")  # a stand-in: what is paired, not nvitop's own time, is checked here
+    out = tmp_path / "launch.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH"))))}
+    result = subprocess.run([sys.executable, "benchmarks/launch_vs_nvitop.py", "--rounds", "1", "--launch", "--gpus 0",
+                             "--launch", "--auto 2", "--json", str(out)], capture_output=True, text=True, cwd=ROOT,
+                            timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "launch --gpus 0 (installed) / nvitop import" in result.stdout
+    assert "launch --auto 2 (installed) / nvitop import" in result.stdout
+    assert set(json.loads(out.read_text())["ratios"]) == {"launch --gpus 0 (installed)", "launch --auto 2 (installed)"}

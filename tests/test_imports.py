@@ -140,6 +140,49 @@ def test_a_quiet_launch_imports_only_the_modules_a_launch_needs(selection: list[
         assert not {"gpu_launch.choose.branch_and_bound", "gpu_launch.choose.heuristic"} & modules
 
 
+def test_a_quiet_wait_launch_imports_no_dataclasses_or_typing() -> None:
+    # --wait adds the queue (share/waitqueue.py) and the waiting line (views/status_line.py): records, and
+    # typing under TYPE_CHECKING only, as on the launch path
+    proc, modules = run_importtime("--snapshot", "dgx-h100", "--auto", "2", "--wait", "30", "-q", "--", "true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.share.waitqueue" in modules  # the listing did cover the queue
+    assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "logging",
+                             "gpu_launch.fit", "gpu_launch.modelfile")) == set()
+
+
+def test_a_quiet_sweep_imports_no_dataclasses_typing_or_secrets(tmp_path: Path) -> None:
+    # `each` starts its first jobs as soon as it has read the machine: its start-up is part of the sweep
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\n")
+    proc, modules = run_importtime("--snapshot", "dgx1-v100", "--lock-dir", str(tmp_path / "locks"), "each",
+                                   str(jobs), "-q", "--log-dir", str(tmp_path / "logs"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gpu_launch.share.sweep" in modules and "gpu_launch.share.waitqueue" in modules
+    assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "secrets",
+                             "gpu_launch.fit", "gpu_launch.modelfile")) == set()
+
+
+#: Never on a plan (or a launch sized by a model): what the model readers and sizing avoid at import.
+NEVER_ON_A_PLAN = ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "pathlib", "logging", "difflib")
+
+
+@pytest.mark.parametrize("fmt", ["gguf", "safetensors"])
+def test_a_plan_imports_no_dataclasses_typing_or_pathlib(fmt: str, tmp_path: Path) -> None:
+    from docs_fixtures import llama_70b_safetensors
+    from model_fixtures import llama_pair
+
+    model = llama_pair(tmp_path)["70b"] if fmt == "gguf" else tmp_path / "st"
+    if fmt == "safetensors":
+        llama_70b_safetensors(model)
+    # a quiet launch sized by the model, too (--dry-run would print the mapping table, whose view is not lean)
+    launch = ["--fit", str(model), "-q", "--", "true"] if fmt == "gguf" else ["plan", "--json", str(model)]
+    for args in (["plan", str(model)], launch):
+        proc, modules = run_importtime("--snapshot", "dgx-h100", *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "gpu_launch.modelfile.read" in modules and "gpu_launch.fit.plan" in modules  # the listing saw it
+        assert _within(modules, NEVER_ON_A_PLAN) == set(), args
+
+
 @pytest.mark.parametrize("args", [
     ["ls"],
     ["ls", "--json"],

@@ -12,14 +12,20 @@ set that takes the most layers wins. Otherwise one line says the shortfall and w
 from __future__ import annotations
 
 from gpu_launch.choose import select
-from gpu_launch.choose.model_sets import MiB, counts, for_machine, holds, rooms
-from gpu_launch.choose.model_shortfall import Tried, hopeless, shortfall
+from gpu_launch.choose.model_sets import MiB, Tried, counts, for_machine, holds, rooms
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.hardware.model import Device, Gpu, Machine
 
 __all__ = ["choose_by_model", "hopeless", "rooms", "counts", "for_machine", "holds", "KEEP"]
 
 KEEP = 12  # ranked sets tried per count before the next count
+
+
+def hopeless(s: fit_plan.Sizing, usable: list[Gpu]) -> str | None:
+    """Why no wait can help ``s`` on ``usable`` (model_shortfall.py, loaded only when it is asked)."""
+    from gpu_launch.choose import model_shortfall
+
+    return model_shortfall.hopeless(s, usable)
 
 
 def _candidates(s: fit_plan.Sizing, eligible: tuple[Gpu, ...], n: int) -> tuple[Gpu, ...]:
@@ -84,6 +90,8 @@ def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Co
             most = max(t.placement.gpu_layers or 0 for t in usable)
             pick = min((t for t in usable if (t.placement.gpu_layers or 0) == most), key=lambda t: t.n)
             return _selection(s, pick, elig, None)
+    from gpu_launch.choose.model_shortfall import shortfall
+
     raise shortfall(machine, s, tried, len(elig.eligible), constraints)
 
 

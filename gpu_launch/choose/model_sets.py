@@ -4,16 +4,24 @@ shortfall (``model_shortfall``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gpu_launch.choose import select
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import gpu_tiers
 from gpu_launch.hardware.model import Gpu, Machine
+from gpu_launch.records import dataclass, replace
 
-__all__ = ["rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
+__all__ = ["Tried", "rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
 
 MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Tried:
+    """A set of ``n`` GPUs the search tried, and the model's placement on it."""
+
+    n: int
+    gpus: tuple[Gpu, ...]
+    placement: fit_plan.Placement
 
 
 def rooms(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[fit_plan.Room]:
@@ -37,7 +45,11 @@ def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
             [(g.name, g.memory_total_mib) for g in machine.gpus]))
     if s.engine.name == "vllm" and not settings.gpu_arch:
         settings = replace(settings, gpu_arch=gpu_tiers.gpu_arch([g.name for g in machine.gpus]))
-    return s if settings == s.settings else fit_plan.sizing(s.model, s.engine, settings)
+    if settings == s.settings:
+        return s
+    if replace(settings, host_free=s.settings.host_free) == s.settings:  # the host's memory alone: the same cache
+        return replace(s, settings=settings)
+    return fit_plan.sizing(s.model, s.engine, settings)
 
 
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:

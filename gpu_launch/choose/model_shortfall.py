@@ -9,14 +9,13 @@ memory is what runs out), the request is hopeless here and the line says what wo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from gpu_launch.choose import select
-from gpu_launch.choose.model_sets import all_free, counts, holds, rooms
+from gpu_launch.choose.model_sets import Tried, all_free, counts, holds, rooms
 from gpu_launch.errors import NotEnoughGpus
 from gpu_launch.fit import nodes as fit_nodes
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.hardware.model import Gpu, Machine
+from gpu_launch.records import replace
 
 __all__ = ["Tried", "shortfall", "hopeless", "node_split", "nodes_hint", "tp_flag"]
 
@@ -24,13 +23,6 @@ GiB = 1 << 30
 _SHOWN = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "mlc": "MLC-LLM"}
 _FLAGS = {"vllm": ("--tensor-parallel-size", "--pipeline-parallel-size"), "sglang": ("--tp-size", "--pp-size"),
           "tgi": ("--num-shard", ""), "mlc": ("tensor_parallel_shards=", "pipeline_parallel_stages=")}
-
-
-@dataclass(frozen=True)
-class Tried:
-    n: int
-    gpus: tuple[Gpu, ...]
-    placement: fit_plan.Placement
 
 
 def _gib(b: int) -> str:

@@ -10,11 +10,11 @@ its valid ranges (a value outside them is one error line, exit 2). A value that 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from gpu_launch.fit import cmdline
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.kv_units import FLASH_ATTN
+from gpu_launch.records import dataclass
 
 __all__ = ["CommandFacts", "read_command"]
 

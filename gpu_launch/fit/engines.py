@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gpu_launch.errors import UsageError
+from gpu_launch.records import dataclass
 
 __all__ = ["Engine", "ENGINES", "engine_named", "detect"]
 

@@ -27,10 +27,10 @@ vllm/model_executor/models/config.py, vllm/model_executor/layers/mamba/):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
+from gpu_launch.records import dataclass
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
 
@@ -113,8 +113,27 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+#: need_per_gpu's answers by (the model's Hyper, by identity, and the rest of its arguments): a choice
+#: places the same model at the same tp on many candidate sets. The Hyper is kept with its answer, so
+#: its id cannot be reused while the entry lives; a few dozen entries at most.
+_NEEDS: dict[tuple[int, int, str, Run, int], tuple[Hyper, VllmNeed]] = {}
+_NEEDS_KEPT = 64
+
+
 def need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int = 1) -> VllmNeed:
     """What vLLM's start-up check asks each of ``tp`` GPUs to hold for one request of ``max_len``."""
+    key = (id(h), max_len, kv_type, run, tp)
+    known = _NEEDS.get(key)
+    if known is not None and known[0] is h:
+        return known[1]
+    need = _need_per_gpu(h, max_len, kv_type, run, tp)
+    if len(_NEEDS) >= _NEEDS_KEPT:
+        _NEEDS.clear()
+    _NEEDS[key] = (h, need)
+    return need
+
+
+def _need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int) -> VllmNeed:
     n = h.n_layers
     if h.no_kv:
         return VllmNeed((0,) * n, 0, VLLM_BLOCK, 0)

@@ -13,10 +13,10 @@ pp is obeyed: the nodes are what its ranks need.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import stages
+from gpu_launch.records import dataclass, replace
 
 __all__ = ["NodeSplit", "split_for_nodes", "MAX_NODES"]
 

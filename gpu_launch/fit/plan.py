@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 
 from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit import stages
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL, gpu_arch, vllm_batched_default
 from gpu_launch.modelfile.facts import ModelFacts
+from gpu_launch.records import dataclass, field, replace
 
 __all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
 

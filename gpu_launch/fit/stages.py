@@ -19,10 +19,10 @@ from vLLM ``vllm/distributed/utils.py`` and ``vllm/config/model.py``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gpu_launch.fit.kv import KvSize
 from gpu_launch.modelfile.facts import ModelFacts
+from gpu_launch.records import dataclass
 
 __all__ = ["StageShare", "partition", "stage_shares", "tp_problem", "tp_choices", "pp_problem", "replicated_note",
            "NO_PP", "ENGINES_WITH_PP"]

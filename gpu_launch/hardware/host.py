@@ -68,18 +68,28 @@ def process_user(pid: int, proc_root: str = "/proc") -> str | None:
     who is on a GPU it warns about. A pid in another PID namespace is not seen here, as with psutil.
     """
     try:
-        with open(os.path.join(proc_root, str(int(pid)), "status"), encoding="ascii", errors="replace") as fh:
-            uid = next((int(line.split()[1]) for line in fh if line.startswith("Uid:")), None)
+        fd = os.open(os.path.join(proc_root, str(int(pid)), "status"), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, 65536)  # one read: the kernel writes the whole file (~1.5 kB) at once
+        finally:
+            os.close(fd)
+        at = status.find(b"\nUid:")
+        uid = int(status[at + 5:].split(None, 1)[0]) if at >= 0 else None
     except (OSError, ValueError, IndexError):
         return None
     if uid is None:
         return None
-    import pwd
+    if uid not in _NAMES:  # once per user, not per process: on a cluster the database may be LDAP
+        import pwd
 
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:  # no name for that uid (a container's user); psutil gives the number then
-        return str(uid)
+        try:
+            _NAMES[uid] = pwd.getpwuid(uid).pw_name
+        except KeyError:  # no name for that uid (a container's user); psutil gives the number then
+            _NAMES[uid] = str(uid)
+    return _NAMES[uid]
+
+
+_NAMES: dict[int, str] = {}  # uid -> user name, as process_user found it
 
 
 def _call(method: Callable[[], _T], errors: tuple[type[BaseException], ...]) -> _T | None:

@@ -9,12 +9,11 @@ their caches with (the real ``head_dim``, per-layer KV head counts, sliding laye
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpu_launch.errors import ModelFileError
+from gpu_launch.records import dataclass, field
 from gpu_launch.text import printable
 
-__all__ = ["Hyper", "Weights", "ModelFacts", "checked"]
+__all__ = ["Hyper", "Weights", "ModelFacts", "checked", "layer_number"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +129,13 @@ class ModelFacts:
     header_bytes: int
     name: str | None = None
     dtype: str | None = None  # the weights' main type ("Q4_K_M" file type, "bfloat16"...)
+
+
+def layer_number(digits: str, n_layers: int) -> int:
+    """The layer a tensor name's number stands for; ``n_layers`` (past the model's layers) for one of
+    more than 9 digits, which no model has: a crafted name's 5000 digits are never converted (Python
+    refuses to). Here, not in grouping.py, so that a GGUF's reader does not compile grouping's patterns."""
+    return int(digits) if len(digits) <= 9 else n_layers
 
 
 def checked(facts: ModelFacts) -> ModelFacts:

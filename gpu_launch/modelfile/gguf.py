@@ -13,15 +13,18 @@ field, which takes seconds on a 152k-token vocabulary; this one takes millisecon
 
 from __future__ import annotations
 
+import os
 import re
 import struct
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import Cursor, open_cursor, overlap
+from gpu_launch.modelfile.bounded import Cursor, exists, joined, open_cursor, overlap, path_text
+from gpu_launch.records import dataclass
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["GGML_TYPES", "GgufTensor", "GgufHeader", "read_header", "split_parts", "check_split", "is_gguf", "FILE_TYPES"]
 
@@ -349,18 +352,18 @@ def _check_extents(cur: Cursor, tensors: list[GgufTensor], data_start: int, alig
 
 def split_parts(path: str) -> list[str]:
     """All parts of the split set ``path`` belongs to (``x-00001-of-00003.gguf``), else [path]."""
-    m = _SPLIT_RE.match(Path(path).name)
+    parent, name = os.path.split(path_text(path))  # Path(path).parent and .name
+    m = _SPLIT_RE.match(name)
     if not m:
         return [path]
     count = int(m["count"])
     if not 1 <= int(m["no"]) <= count:
         raise ModelFileError(f"model file {printable(path)}: part {int(m['no'])} of {count} makes no sense")
-    parent = Path(path).parent
-    parts = [str(parent / f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
-    missing = [p for p in parts if not Path(p).exists()]
+    parts = [joined(parent, f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [p for p in parts if not exists(p)]
     if missing:
         raise ModelFileError(f"split GGUF {printable(parts[0])}: {len(missing)} of its {count} parts are missing "
-                             f"(first: {printable(Path(missing[0]).name)})",
+                             f"(first: {printable(os.path.basename(missing[0]))})",
                              hint="download every part of the set into the same directory")
     return parts
 

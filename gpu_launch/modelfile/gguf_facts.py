@@ -6,15 +6,17 @@ place them. The header itself is read by :mod:`gpu_launch.modelfile.gguf`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights
+from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights, layer_number
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
-from gpu_launch.modelfile.grouping import layer_number
+from gpu_launch.records import dataclass
 from gpu_launch.text import printable
 from gpu_launch.units import shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["read_gguf", "SWA_RULES", "NO_KV"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from gpu_launch.modelfile.facts import Weights
+from gpu_launch.modelfile.facts import Weights, layer_number
 
 __all__ = ["group", "layer_number"]
 
@@ -25,12 +25,6 @@ _EMBED = re.compile(r"(^|\.)(embed_tokens|wte|word_embeddings|tok_embeddings|emb
 _HEAD = re.compile(r"(^|\.)(lm_head|embed_out|output)\.")
 _FINAL_NORM = re.compile(r"(^|\.)(norm|norm_f|ln_f|final_layernorm|final_layer_norm|final_norm|output_norm)\."
                          r"[a-z_]*$")
-
-
-def layer_number(digits: str, n_layers: int) -> int:
-    """The layer a name's number stands for; ``n_layers`` (past the model's layers) for one of more than
-    9 digits, which no model has: a crafted name's 5000 digits are never converted (Python refuses to)."""
-    return int(digits) if len(digits) <= 9 else n_layers
 
 
 def group(tensors: Iterable[tuple[str, str, int]], n_layers: int, nextn: int = 0) -> Weights:

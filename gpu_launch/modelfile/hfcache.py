@@ -29,9 +29,9 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
     HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if environ.get(name):
-            return user_path(environ[name], name)
+            return Path(user_path(environ[name], name))
     if environ.get("HF_HOME"):
-        return user_path(environ["HF_HOME"], "HF_HOME") / "hub"
+        return Path(user_path(environ["HF_HOME"], "HF_HOME")) / "hub"
     home = environ.get("HOME") or os.path.expanduser("~")
     xdg = environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path(home) / ".cache") / "huggingface" / "hub"

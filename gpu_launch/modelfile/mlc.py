@@ -12,7 +12,6 @@ names follow the Transformers model (``model.layers.N...q_weight``), so they gro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import MIB, load_json, overlap, plain_name, read_small, regular_size
@@ -20,6 +19,10 @@ from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["read_mlc", "INDEX_NAMES"]
 
@@ -80,7 +83,8 @@ def _params(index: dict[str, Any], folder: Path, label: str) -> list[tuple[str, 
     return params
 
 
-def read_mlc(source: str, folder: Path) -> ModelFacts:
+def read_mlc(source: str, folder: str | Path) -> ModelFacts:
+    folder = Path(folder)
     config_path = folder / "mlc-chat-config.json"
     config, read = _json_object(config_path)
     label = f"MLC config {printable(str(config_path))}"

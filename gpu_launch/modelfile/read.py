@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.modelfile.bounded import look, user_path
+from gpu_launch.modelfile.bounded import joined, look, user_path
 from gpu_launch.modelfile.facts import ModelFacts, checked
 from gpu_launch.text import printable
 from gpu_launch.units import shown
@@ -56,11 +55,11 @@ def _facts(source: str, env: Mapping[str, str]) -> ModelFacts:
     if kind == "dir":
         return _read_dir(source, path)
     if kind or _looks_like_path(source):
-        return _read_file(source, str(path))
+        return _read_file(source, path)
     from gpu_launch.modelfile import hfcache
 
     folder = hfcache.resolve(source, env)
-    return _read_dir(source, folder)
+    return _read_dir(source, str(folder))
 
 
 def _looks_like_path(source: str) -> bool:
@@ -106,8 +105,8 @@ def _sniff(source: str, path: str) -> ModelFacts:
                          hint="name a .gguf or .safetensors file, or a model directory")
 
 
-def _read_dir(source: str, folder: Path) -> ModelFacts:
-    label = f"model directory {printable(str(folder))}"
+def _read_dir(source: str, folder: str) -> ModelFacts:
+    label = f"model directory {printable(folder)}"
     try:
         names = sorted(os.listdir(folder))
     except OSError as exc:
@@ -125,7 +124,7 @@ def _read_dir(source: str, folder: Path) -> ModelFacts:
     if len(firsts) == 1:
         from gpu_launch.modelfile.gguf_facts import read_gguf
 
-        return read_gguf(source, str(folder / firsts.pop()))
+        return read_gguf(source, joined(folder, firsts.pop()))
     if len(firsts) > 1:
         raise ModelFileError(f"{label}: holds {len(firsts)} GGUF models ({', '.join(printable(n) for n in sorted(firsts)[:3])}...)",
                              hint="name the .gguf file itself")

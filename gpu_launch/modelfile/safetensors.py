@@ -10,17 +10,20 @@ config.json beside the weights.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch import units
-from gpu_launch.modelfile.bounded import MIB, load_json, open_cursor, overlap, plain_name, read_small
+from gpu_launch.modelfile.bounded import (MIB, exists, joined, load_json, open_cursor, overlap, path_text, plain_name,
+                                         read_small)
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
+from gpu_launch.records import dataclass
 from gpu_launch.text import printable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
+    from typing import Any
 
 __all__ = ["SafeTensor", "read_header", "read_safetensors_file", "read_safetensors_dir", "read_config"]
 
@@ -125,24 +128,24 @@ def _tensors(header: dict[str, Any], data_size: int, label: str) -> list[SafeTen
     return out
 
 
-def read_config(folder: Path) -> tuple[dict[str, Any], int]:
+def read_config(folder: str) -> tuple[dict[str, Any], int]:
     """(config.json, bytes read) from ``folder``; ModelFileError when it is missing or not an object."""
-    path = folder / "config.json"
-    label = f"config {printable(str(path))}"
-    if not path.exists():
+    path = joined(folder, "config.json")
+    label = f"config {printable(path)}"
+    if not exists(path):
         raise ModelFileError(f"{label}: missing", hint="the layer and head counts come from it: put the model's "
                                                        "config.json beside its weights")
-    raw = read_small(str(path), label, MAX_CONFIG, MAX_CONFIG_ITEMS)
+    raw = read_small(path, label, MAX_CONFIG, MAX_CONFIG_ITEMS)
     config = load_json(raw, label, "JSON object")
     if not isinstance(config, dict):
         raise ModelFileError(f"{label}: a JSON {type(config).__name__}, not an object")
     return config, len(raw)
 
 
-def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
+def _facts(source: str, files: list[str], folder: str) -> ModelFacts:
     config, config_bytes = read_config(folder)
     text = text_config(config)
-    label = f"config {printable(str(folder / 'config.json'))}"
+    label = f"config {printable(joined(folder, 'config.json'))}"
     hyper = hyper_from_config(text, label)
     tensors: list[SafeTensor] = []
     read = config_bytes
@@ -158,7 +161,7 @@ def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
         top = max(weights.by_type, key=lambda k: weights.by_type[k])
         dtype = _TORCH_NAMES.get(top, top)
     name = config.get("_name_or_path")
-    return ModelFacts(source=source, files=(str(folder / "config.json"), *files), format="safetensors",
+    return ModelFacts(source=source, files=(joined(folder, "config.json"), *files), format="safetensors",
                       architecture=printable(architecture(text)), hyper=hyper, weights=weights, header_bytes=read,
                       name=printable(name) if isinstance(name, str) and name else None,
                       dtype=printable(dtype) if isinstance(dtype, str) else None)
@@ -166,32 +169,34 @@ def _facts(source: str, files: list[str], folder: Path) -> ModelFacts:
 
 def read_safetensors_file(source: str, path: str) -> ModelFacts:
     """One .safetensors file, with the config.json beside it (a shard of an indexed set reads the set)."""
-    folder = Path(path).parent
-    if (folder / "model.safetensors.index.json").exists() and Path(path).name in _index_files(folder):
+    parent, name = os.path.split(path_text(path))
+    folder = path_text(parent)  # Path(path).parent
+    if exists(joined(folder, "model.safetensors.index.json")) and name in _index_files(folder):
         return read_safetensors_dir(source, folder)
     return _facts(source, [path], folder)
 
 
-def _index_files(folder: Path) -> list[str]:
-    path = folder / "model.safetensors.index.json"
-    label = f"index {printable(str(path))}"
-    index = load_json(read_small(str(path), label, 64 * MIB, MAX_INDEX_ITEMS), label)
+def _index_files(folder: str) -> list[str]:
+    path = joined(folder, "model.safetensors.index.json")
+    label = f"index {printable(path)}"
+    index = load_json(read_small(path, label, 64 * MIB, MAX_INDEX_ITEMS), label)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ModelFileError(f"{label}: no weight_map of tensor names to files")
     return [plain_name(n, label, "its weight_map names the shard") for n in sorted(set(weight_map.values()))]
 
 
-def read_safetensors_dir(source: str, folder: Path) -> ModelFacts:
+def read_safetensors_dir(source: str, folder: str) -> ModelFacts:
     """config.json + model.safetensors, or the shards model.safetensors.index.json lists."""
-    if (folder / "model.safetensors.index.json").exists():
+    folder = path_text(os.fspath(folder))
+    if exists(joined(folder, "model.safetensors.index.json")):
         names = _index_files(folder)
-        missing = [n for n in names if not (folder / n).exists()]
+        missing = [n for n in names if not exists(joined(folder, n))]
         if missing:
-            raise ModelFileError(f"model directory {printable(str(folder))}: {len(missing)} of the {len(names)} "
+            raise ModelFileError(f"model directory {printable(folder)}: {len(missing)} of the {len(names)} "
                                  f"shards its index lists are missing (first: {printable(missing[0])})",
                                  hint="download every shard")
     else:
         found = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
         names = [n for n in found if not n.startswith(("adapter_", "consolidated"))] or found
-    return _facts(source, [str(folder / n) for n in names], folder)
+    return _facts(source, [joined(folder, n) for n in names], folder)

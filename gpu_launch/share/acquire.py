@@ -237,19 +237,27 @@ def _unmet(request: Request, machine: Machine, devices: tuple[Device, ...]) -> l
     return [f"{d.label}: {failing[d.uuid]}" for d in devices if failing.get(d.uuid)]
 
 
-def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser) -> Acquired:
+def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser,
+            own: Mapping[str, str] | None = None) -> Acquired:
     """Select and (with ``locking.take``) lock, as one step. Raises NotEnoughGpus/ReservationConflict.
 
-    ``locking`` None ignores reservations altogether.
+    ``locking`` None ignores reservations altogether. ``own``: GPUs the caller's own jobs hold (uuid ->
+    how to say so; a sweep's, outside any job): reserved as they are, without looking at their locks
+    again (each look at a held lock yields the CPU once). Ignored where ``locking.nested`` (inside a
+    job, who holds a GPU machine-wide decides what may be used).
     """
     reserved: dict[str, str] = {}
     if locking is None:
         return Acquired(_choose(request, machine, reserved, chooser), machine=machine)
     now = time.time()
     uuids = device_uuids(machine)
+    looked = uuids
+    if own and not locking.nested:
+        reserved.update(own)
+        looked = [u for u in uuids if u not in own]
     if locking.take:
         lockdir.prepare_dir(locking.lock_dir)
-    found, unusable = holders.scan(locking.lock_dir, uuids)
+    found, unusable = holders.scan(locking.lock_dir, looked)
     if locking.take:
         # A shared lock seen is a sign, not proof: other gpulaunches hold one for an instant to look.
         # Locking tells (a GPU lost to it is looked at again below, and skipped).

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
+from gpu_launch.records import replace
 from gpu_launch.share import sizing
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).

@@ -2,7 +2,8 @@
 
 This process is the scheduler. For the next job it selects and locks ``--gpus-per-job`` GPUs exactly
 as a launch does (:func:`gpu_launch.share.acquire.attempt`: same constraints, reserved GPUs skipped,
-first come first served with other waiters through a queue ticket), within the GPUs the sweep may
+first come first served with other waiters through a queue ticket, taken when it must wait or someone
+already waits; the GPUs its own jobs hold count as reserved without a look), within the GPUs the sweep may
 use (:class:`Scope`: the parent's CUDA_VISIBLE_DEVICES, ``--gpus``), then starts the job with those
 lock descriptors passed to it (``pass_fds``). With one job a GPU it writes the job's pid into the
 lock files and closes its own copies: from then on the *job* holds its reservation, whatever happens
@@ -30,7 +31,6 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict
@@ -39,6 +39,10 @@ from gpu_launch.records import dataclass, replace
 from gpu_launch.share import acquire, waiting
 from gpu_launch.share.holders import current_user, write_holder
 from gpu_launch.share.jobfile import Job, JobState, open_log
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs ~3 ms of every start
+    from typing import Any
 
 __all__ = ["Scheduler", "Scope", "Shared", "Signals"]
 
@@ -235,6 +239,20 @@ class Scheduler:
         for state in self.pending:
             state.status, state.note = "not started", "interrupted before it started"
 
+    def _join_queue(self) -> None:
+        from gpu_launch.share.waitqueue import Ticket
+
+        self.ticket = Ticket(self.locking.lock_dir)
+        self.ticket.join()
+
+    def _own(self) -> dict[str, str]:
+        """The GPUs this sweep's jobs hold, as reserved (acquire.attempt's ``own``: not looked at again)."""
+        own = {u: f"reserved by job {s.job.number} of this sweep (pid {s.proc.pid})"
+               for s in self.running for u in s.uuids}
+        if self.shared is not None:
+            own.update((u, "reserved by this sweep") for u in self.shared.fds if u not in own)
+        return own
+
     def _leave_queue(self) -> None:
         if self.ticket is not None:
             self.ticket.leave()
@@ -275,19 +293,21 @@ class Scheduler:
             behind = 0
             if fresh:
                 if self.ticket is None and self.queue:
-                    from gpu_launch.share.waitqueue import Ticket
+                    from gpu_launch.share import waitqueue
 
-                    self.ticket = Ticket(self.locking.lock_dir)
-                    self.ticket.join()
+                    if waitqueue.someone_waits(self.locking.lock_dir):  # else: a ticket only if we must wait
+                        self._join_queue()
                 behind = self.ticket.ahead() if self.ticket is not None else 0
             if machine is None and (not behind or self.shared is not None):
                 # Once a round (the locks, re-read for every job, say who holds what).
                 machine, self._just_read = self._just_read or self.read(), None
             if fresh and not behind and machine is not None:
                 try:
-                    got = acquire.attempt(self.request, machine, self.locking, self.chooser)
+                    got = acquire.attempt(self.request, machine, self.locking, self.chooser, self._own())
                 except (NotEnoughGpus, ReservationConflict):
                     fresh = False
+                    if self.ticket is None and self.queue:
+                        self._join_queue()  # we wait from now on: in turn with anyone who comes later
                 else:
                     self._leave_queue()
                     assert got.reservation is not None and got.machine is not None

@@ -45,18 +45,17 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import secrets
 import stat
-from dataclasses import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+from gpu_launch.records import dataclass  # not dataclasses: ~6 ms of every --wait launch
 from gpu_launch.share.lockdir import queue_dir
 
-__all__ = ["Ticket", "Waiter", "waiters", "TICK"]
+__all__ = ["Ticket", "Waiter", "waiters", "someone_waits", "TICK"]
 
 #: Seconds between the head of line's cheap checks of the GPUs' locks (did one free?).
 TICK = 0.02
@@ -193,7 +192,8 @@ class Ticket:
         """Put a ticket in the queue, behind every live one. Takes no shared lock and never blocks."""
         live = self._live()
         self.seq = min(max(e.seq for e in live) + 1, _SEQ_MAX) if live else 0
-        self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{secrets.token_hex(4)}"
+        # the random part as secrets.token_hex(4) makes it (os.urandom), without importing secrets (~4 ms)
+        self.name = f"ticket-{self.seq:012d}-{os.getpid()}-{os.urandom(4).hex()}"
         temp = os.path.join(self.dir, f".{self.name}")
         fd = None
         try:
@@ -256,6 +256,18 @@ class Ticket:
             pass
         os.close(self.fd)
         self.fd = None
+
+
+def someone_waits(lock_dir: str) -> bool:
+    """Whether a live ticket is in ``lock_dir``'s queue (True where the queue cannot be listed: a ticket
+    will say why). Only looks. A sweep that finds none tries for GPUs at once, as a launch without
+    ``--wait`` does, and takes a ticket only when it must wait: not one a job."""
+    directory = queue_dir(lock_dir)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return True
+    return any(_TICKET.match(name) and _alive(os.path.join(directory, name)) is not None for name in names)
 
 
 @dataclass(frozen=True)
