@@ -23,14 +23,15 @@ from gpu_launch.share.jobfile import Job, JobState
 from gpu_launch.cluster.submitting import Submitted, cancel, require
 from gpu_launch.cluster.task import read_record
 
-__all__ = ["TaskStatus", "parse_scontrol", "parse_sacct", "query", "Follower", "follow"]
+__all__ = ["ENDED_BY_SLURM", "TaskStatus", "parse_scontrol", "parse_sacct", "query", "Follower", "follow"]
 
 _RECORD_GRACE = 10.0  # seconds a running task may take to write its record before it is shown without one
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
-_WHY = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "node failed",
-        "OUT_OF_MEMORY": "out of memory", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
-        "DEADLINE": "deadline reached", "REVOKED": "revoked"}
+#: Why Slurm ended a job or task, in words (for an array task and for a several-node job alike).
+ENDED_BY_SLURM = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "a node failed",
+                  "OUT_OF_MEMORY": "out of memory", "PREEMPTED": "preempted", "BOOT_FAIL": "a node failed to boot",
+                  "DEADLINE": "deadline reached", "REVOKED": "revoked"}
 
 
 @dataclass(frozen=True)
@@ -205,9 +206,9 @@ class Follower:
         state.ended = now_mono - max(0.0, now_wall - end)
         if state.started is None:
             state.started = state.ended
-        if status.state in _WHY or status.state == "UNKNOWN":
+        if status.state in ENDED_BY_SLURM or status.state == "UNKNOWN":
             state.returncode = None
-            state.note = _WHY.get(status.state, status.reason or status.state.lower())
+            state.note = ENDED_BY_SLURM.get(status.state, status.reason or status.state.lower())
         elif "returncode" in record:
             state.returncode = int(record["returncode"])
         elif status.signal:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpu_launch.cluster import submitting
+from gpu_launch.cluster.following import ENDED_BY_SLURM
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, UsageError, WaitTimeout
 from gpu_launch.records import dataclass
 
@@ -42,9 +43,6 @@ _NOT_WITH_NODES = {"--nodes": "give --nodes to gpulaunch: it also goes to srun a
 #: launch options passed on to every node task when given on the command line (the rest are submission's)
 _PASSED_ON = {"snapshot": "--snapshot", "lock_dir": "--lock-dir", "bind": "--bind", "uuid": "--uuid",
               "quiet": "--quiet"}
-_ENDED_BY_SLURM = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "a node failed",
-                   "OUT_OF_MEMORY": "out of memory", "PREEMPTED": "preempted", "BOOT_FAIL": "a node failed to boot",
-                   "DEADLINE": "deadline reached", "REVOKED": "revoked"}
 
 
 @dataclass(frozen=True)
@@ -175,16 +173,7 @@ def _check_command(argv: tuple[str, ...], nnodes: int, gpus: int) -> None:
 
 def _write_script(log_dir: str, text: str) -> str:
     """``LOGDIR/nodes.sh`` (nodes.1.sh, ... if taken): a script is never overwritten."""
-    for attempt in range(1000):
-        path = os.path.join(log_dir, "nodes.sh" if attempt == 0 else f"nodes.{attempt}.sh")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
-        except FileExistsError:
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return path
-    raise UsageError(f"log dir {log_dir}: too many scripts in it", hint="use a fresh --log-dir")
+    return submitting.write_new(log_dir, "nodes", ".sh", text, 0o755, "scripts")
 
 
 def job_of(inv: Any) -> NodeJob:
@@ -379,8 +368,8 @@ def _ended(job: NodeJob, job_id: str, fields: Mapping[str, str], cancelled: bool
     logs = f"logs in {job.log_dir} (job-{job_id}.node-*.log, slurm-{job_id}.out)"
     if cancelled:
         raise Interrupted(f"interrupted: cancelled Slurm job {job_id}", hint=logs)
-    if state in _ENDED_BY_SLURM or not code.isdigit():
-        raise JobsFailed(f"Slurm job {job_id} ended: {_ENDED_BY_SLURM.get(state, state.lower())}", hint=logs)
+    if state in ENDED_BY_SLURM or not code.isdigit():
+        raise JobsFailed(f"Slurm job {job_id} ended: {ENDED_BY_SLURM.get(state, state.lower())}", hint=logs)
     status = int(code) if int(code) else (128 + int(sig) if sig.isdigit() and sig != "0" else 0)
     first = _first_failure(os.path.join(job.log_dir, f"slurm-{job_id}.out")) if status else None
     if first is not None:  # the node that failed first, not the others srun then ended (143: SIGTERM)

@@ -27,7 +27,7 @@ from gpu_launch.text import printable
 from gpu_launch.units import MAX_SECONDS, parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "MAX_MINUTES", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
-           "check_extra", "require", "submit", "run_sbatch", "cancel", "one_line"]
+           "check_extra", "require", "submit", "run_sbatch", "cancel", "one_line", "write_new"]
 
 #: Slurm's own forms: days-hours[:minutes[:seconds]], or [hours:]minutes:seconds (ASCII digits: not '٣')
 _SLURM_TIME = re.compile(r"^(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
@@ -120,16 +120,22 @@ def write_job_copy(log_dir: str, jobs: Sequence[Job]) -> str:
     """``LOGDIR/jobs.txt`` (jobs.1.txt, ... if taken): job N on line N, each line read back to the same job
     (shell text as written; with --no-shell, words that split back to the same argv)."""
     text = "".join(job.text + "\n" for job in jobs)  # ({n} as written: the task's launch replaces it)
+    return write_new(log_dir, "jobs", ".txt", text, 0o644, "job file copies")
+
+
+def write_new(log_dir: str, stem: str, suffix: str, text: str, mode: int, what: str) -> str:
+    """``LOGDIR/STEM.SUFFIX`` (STEM.1.SUFFIX, ... if taken), created for ``text``: nothing there is ever
+    overwritten, and a symlink planted at the name is never followed."""
     for attempt in range(1000):
-        path = os.path.join(log_dir, "jobs.txt" if attempt == 0 else f"jobs.{attempt}.txt")
+        path = os.path.join(log_dir, f"{stem}{suffix}" if attempt == 0 else f"{stem}.{attempt}{suffix}")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         except FileExistsError:
             continue
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         return path
-    raise UsageError(f"log dir {log_dir}: too many job file copies in it", hint="use a fresh --log-dir")
+    raise UsageError(f"log dir {log_dir}: too many {what} in it", hint="use a fresh --log-dir")
 
 
 def sbatch_argv(req: ArrayRequest, sbatch: str = "sbatch") -> list[str]:
