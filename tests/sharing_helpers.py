@@ -19,14 +19,29 @@ POLL = "0.05"
 _PRIVATE = tempfile.mkdtemp(prefix="gpulaunch-test-")  # never the machine's shared lock dir
 
 
+def python_bin() -> str:
+    """A folder whose ``python`` is this interpreter: the commands in these tests are written as a user
+    writes them (``python train.py``), and a fresh Debian shell, or ``env -i``, has no ``python`` (only
+    ``python3``, or the venv's, which only an activated venv puts on PATH)."""
+    folder = os.path.join(_PRIVATE, "bin")
+    if not os.path.exists(os.path.join(folder, "python")):
+        os.makedirs(folder, exist_ok=True)
+        os.symlink(sys.executable, os.path.join(folder, "python"))
+    return folder
+
+
 def env(lock_dir: Path | None = None, **extra: str) -> dict[str, str]:
-    """The hermetic test environment (cli_run.clean_env), polling fast, in a private lock dir."""
-    return clean_env({
+    """The hermetic test environment (cli_run.clean_env), polling fast, in a private lock dir, with
+    ``python`` on PATH (:func:`python_bin`)."""
+    base = clean_env({
         "GPULAUNCH_POLL_INTERVAL": POLL,
         "NO_COLOR": "1",
         "GPULAUNCH_LOCK_DIR": str(lock_dir) if lock_dir is not None else os.path.join(_PRIVATE, "locks"),
         **extra,
     })
+    if "PATH" not in extra:
+        base["PATH"] = python_bin() + os.pathsep + base.get("PATH", os.defpath)
+    return base
 
 
 def gl(*args: str) -> list[str]:
