@@ -1,0 +1,400 @@
+"""Mutation testing of reservations, choice, sizing and model files (issue 28), with Cosmic Ray.
+
+``pip install -e '.[test,mutation]'`` once, then::
+
+    python benchmarks/mutation.py                         # all four packages (hours on 2 cores)
+    python benchmarks/mutation.py share/acquire.py choose # some modules or packages (under gpu_launch/)
+    python benchmarks/mutation.py --sample 0.3 share      # a seeded 30 % of each module's mutants
+    python benchmarks/mutation.py --report                # the table and the survivors of the last run
+
+Not part of the default test run: it runs the tests once per mutant. How it works:
+
+* The tree (``git ls-files``: the code, the tests, the docs they check) is copied to a scratch
+  directory, one copy per ``--jobs``; Cosmic Ray rewrites a module there in place, runs the module's
+  tests, and puts it back. The tests run ``python -m gpu_launch`` in subprocesses with
+  ``PYTHONPATH`` set to their own tree's root, and this script puts the copy first on ``PYTHONPATH``
+  for everything, so every child of a test runs the mutant too. No ``.pyc`` is written
+  (Cosmic Ray sets ``PYTHONDONTWRITEBYTECODE``) and the copy has none, so a mutant is never shadowed
+  by a stale cache.
+* Each module gets the tests that exercise it (``TESTS`` below: the fast direct tests first, then
+  the command-line ones), run with ``pytest -x`` so a mutant that fails one stops there.
+* The operators are the plausible slips, not every operator for every other: ``+``/``-``,
+  ``*``/``/``/``//``, the boundary of each comparison (``<``/``<=``, ``>``/``>=``), ``==``/``!=``,
+  ``is``/``is not``, ``and``/``or``, ``True``/``False``, a ``not`` added or dropped, a number off by
+  one, ``break``/``continue``, a loop that never runs, an exception type changed (``KEEP_OPERATORS``).
+  Mutants inside annotations are dropped (``from __future__ import annotations``: never evaluated).
+* Survivors that change no behaviour are listed, with the reason, in
+  ``benchmarks/mutation_survivors.md`` (module, operator and the line's text, so line numbers may
+  drift); the report counts them as equivalent, apart from the killed.
+
+The kill rate is ``killed / (killed + survived)``, with and without the listed equivalents; a mutant
+whose tests time out counts as killed (Cosmic Ray's own rule: the mutant hung or looped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("share", "choose", "fit", "modelfile")
+SURVIVORS_FILE = ROOT / "benchmarks" / "mutation_survivors.md"
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "gpulaunch-mutation"
+
+#: Cosmic Ray operators kept (regular expressions, matched from the start of the name).
+KEEP_OPERATORS = (
+    r"core/ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|Div_FloorDiv|FloorDiv_Div|FloorDiv_Mul|Mod_FloorDiv"
+    r"|Pow_Mul|LShift_RShift|RShift_LShift|BitOr_BitAnd|BitAnd_BitOr|BitXor_BitOr)$",
+    r"core/ReplaceComparisonOperator_(Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Eq_NotEq|NotEq_Eq|Is_IsNot|IsNot_Is)$",
+    r"core/ReplaceUnaryOperator_(Delete_Not|USub_UAdd)$",
+    r"core/(AddNot|NumberReplacer|ReplaceAndWithOr|ReplaceOrWithAnd|ReplaceTrueWithFalse|ReplaceFalseWithTrue"
+    r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|ExceptionReplacer)$",
+)
+
+# The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
+_SHARE = ["tests/test_reservation_pins.py", "tests/test_reservations.py", "tests/test_lock_ownership.py",
+          "tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py", "tests/test_bad_lock_files.py",
+          "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py"]
+_CHOOSE = ["tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py", "tests/test_choice_states.py",
+           "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
+           "tests/test_properties.py", "tests/test_choose_by_model.py"]
+_FIT = ["tests/test_fit_kv.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py", "tests/test_fit_plan.py",
+        "tests/test_plan_engine_flags.py", "tests/test_engine_flags.py", "tests/test_nodes_plan.py",
+        "tests/test_plan_cli.py", "tests/test_choose_by_model.py"]
+_MODELFILE = ["tests/test_modelfile_limits.py", "tests/test_modelfile_gguf.py", "tests/test_modelfile_safetensors.py",
+              "tests/test_modelfile_hostile.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py",
+              "tests/test_plan_cli.py"]
+TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
+MODULE_TESTS: dict[str, list[str]] = {
+    "share/model_plan.py": ["tests/test_nodes_plan.py", "tests/test_plan_cli.py"],
+    "share/sizing.py": ["tests/test_plan_cli.py", "tests/test_choose_by_model.py"],
+    "share/jobfile.py": ["tests/test_bounds.py", "tests/test_jobs.py"],
+    "share/waitqueue.py": ["tests/test_queue.py", "tests/test_queue_visible.py", "tests/test_wait.py"],
+    "share/waiting.py": ["tests/test_wait.py", "tests/test_queue.py"],
+    "fit/nodes.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
+    "fit/stages.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
+    "modelfile/hfcache.py": ["tests/test_plan_cli.py"],
+    "modelfile/mlc.py": ["tests/test_plan_cli.py", "tests/test_fit_kv_families.py"],
+}
+
+
+def module_tests(module: str) -> list[str]:
+    """The test files for ``module`` (``share/acquire.py``), its own first, without repeats."""
+    package = module.split("/")[0]
+    chosen = MODULE_TESTS.get(module, []) + TESTS[package]
+    return list(dict.fromkeys(chosen))
+
+
+def modules_for(targets: list[str]) -> list[str]:
+    """Module paths under gpu_launch/ for packages (``fit``) and modules (``fit/kv.py``) named."""
+    found: list[str] = []
+    for target in targets or list(PACKAGES):
+        path = ROOT / "gpu_launch" / target
+        if path.is_dir():
+            found += sorted(str(p.relative_to(ROOT / "gpu_launch")) for p in path.rglob("*.py"))
+        elif path.is_file() and target.split("/")[0] in PACKAGES:
+            found.append(target)
+        else:
+            raise SystemExit(f"mutation.py: {target!r} is not a module or package under gpu_launch/{set(PACKAGES)}")
+    return [m for m in dict.fromkeys(found) if (ROOT / "gpu_launch" / m).read_text().strip()]
+
+
+# --- equivalent survivors --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Equivalent:
+    module: str
+    operator: str
+    line: str
+    reason: str
+
+
+def load_equivalents() -> list[Equivalent]:
+    """The table rows of mutation_survivors.md: | module | operator | `line` | reason |."""
+    rows = []
+    if not SURVIVORS_FILE.exists():
+        return rows
+    for text in SURVIVORS_FILE.read_text().splitlines():
+        cells = [c.strip() for c in text.strip().strip("|").split("|")] if text.startswith("|") else []
+        if len(cells) >= 4 and cells[0].endswith(".py") and cells[2].startswith("`"):
+            line = cells[2].strip("`").replace("\\|", "|")
+            rows.append(Equivalent(cells[0], cells[1], line, " | ".join(cells[3:])))
+    return rows
+
+
+def _is_equivalent(module: str, operator: str, line: str, equivalents: list[Equivalent]) -> Equivalent | None:
+    op = operator.removeprefix("core/")
+    for eq in equivalents:
+        if eq.module == module and re.fullmatch(eq.operator, op) and eq.line == line.strip():
+            return eq
+    return None
+
+
+# --- one module ------------------------------------------------------------------------------------------------------
+
+def _annotation_lines(source: str) -> set[tuple[int, int]]:
+    """(line, column) spans covered by annotations; a mutant that starts in one is never evaluated."""
+    spans: set[tuple[int, int]] = set()
+
+    def add(node: ast.AST | None) -> None:
+        if node is None:
+            return
+        for sub in ast.walk(node):
+            if hasattr(sub, "lineno"):
+                for line in range(sub.lineno, sub.end_lineno + 1):  # type: ignore[attr-defined]
+                    start = sub.col_offset if line == sub.lineno else 0
+                    end = sub.end_col_offset if line == sub.end_lineno else 10**6  # type: ignore[attr-defined]
+                    spans.update((line, c) for c in range(start, min(end, start + 400)))
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(node.returns)
+            for arg in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+                add(arg.annotation)
+            add(node.args.vararg and node.args.vararg.annotation)
+            add(node.args.kwarg and node.args.kwarg.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            add(node.annotation)
+    return spans
+
+
+def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) -> dict[str, int]:
+    """Skip operators not kept, mutants in annotations, and (with ``sample`` < 1) the unsampled."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkResult, WorkerOutcome
+
+    keep = re.compile("|".join(f"(?:{k})" for k in KEEP_OPERATORS))
+    spans = _annotation_lines((tree / "gpu_launch" / module).read_text())
+    counts = {"operator": 0, "annotation": 0, "unsampled": 0, "pending": 0}
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        pending = []
+        for item in list(db.pending_work_items):
+            mutation = item.mutations[0]
+            why = ("operator" if not keep.match(mutation.operator_name)
+                   else "annotation" if tuple(mutation.start_pos) in spans else None)
+            if why:
+                counts[why] += 1
+                db.set_result(item.job_id, WorkResult(output=f"filtered: {why}", worker_outcome=WorkerOutcome.SKIPPED))
+            else:
+                pending.append(item)
+        if sample < 1:
+            rng = random.Random(f"{seed}:{module}")
+            chosen = set(i.job_id for i in rng.sample(pending, round(len(pending) * sample)))
+            for item in pending:
+                if item.job_id not in chosen:
+                    counts["unsampled"] += 1
+                    db.set_result(item.job_id, WorkResult(output="filtered: unsampled",
+                                                          worker_outcome=WorkerOutcome.SKIPPED))
+            pending = [i for i in pending if i.job_id in chosen]
+        counts["pending"] = len(pending)
+    return counts
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(tree) + os.pathsep + str(tree / "tests") + (os.pathsep + env["PYTHONPATH"]
+                                                                       if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _test_command(module: str) -> str:
+    return " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *module_tests(module)])
+
+
+def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int, log) -> None:
+    """Init (unless a session exists: then resume), filter, baseline, exec one module's session."""
+    name = module.replace("/", ".").removesuffix(".py")
+    db = sessions / f"{name}.sqlite"
+    config = sessions / f"{name}.toml"
+    env = _env(tree)
+    started = time.monotonic()
+    if not db.exists():
+        base = subprocess.run(_test_command(module).split(), cwd=tree, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        if base.returncode != 0:
+            log(f"{module}: its tests fail unmutated, skipped:\n{base.stdout[-2000:]}")
+            return
+        timeout = max(120.0, 4 * seconds)
+        config.write_text(
+            "[cosmic-ray]\n"
+            f"module-path = {json.dumps('gpu_launch/' + module)}\n"
+            f"timeout = {timeout:.0f}\n"
+            "excluded-modules = []\n"
+            f"test-command = {json.dumps(_test_command(module))}\n"
+            "[cosmic-ray.distributor]\nname = \"local\"\n")
+        subprocess.run([_tool("cosmic-ray"), "init", str(config), str(db)], cwd=tree, env=env, check=True)
+        counts = _filter(db, tree, module, sample, seed)
+        log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run "
+            f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
+            f"{counts['unsampled']} unsampled)")
+    subprocess.run([_tool("cosmic-ray"), "exec", str(config), str(db)], cwd=tree, env=env, check=True)
+    log(f"{module}: done in {time.monotonic() - started:.0f} s")
+
+
+def _tool(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def make_tree(dest: Path) -> Path:
+    """A copy of the tracked and untracked-but-not-ignored files, no caches."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if "__pycache__" in rel or not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    return dest
+
+
+# --- report ----------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    killed: int = 0
+    survived: int = 0
+    equivalent: int = 0
+    skipped: int = 0
+    pending: int = 0
+    survivors: list[str] = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        self.killed += other.killed
+        self.survived += other.survived
+        self.equivalent += other.equivalent
+        self.skipped += other.skipped
+        self.pending += other.pending
+
+    def rate(self, with_equivalent: bool) -> str:
+        done = self.killed + self.survived + self.equivalent
+        if not done:
+            return "-"
+        killed = self.killed + (self.equivalent if with_equivalent else 0)
+        return f"{100 * killed / done:.1f} %"
+
+
+def tally_module(db_path: Path, module: str, equivalents: list[Equivalent]) -> Tally:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    source = (ROOT / "gpu_launch" / module).read_text().splitlines()
+    tally = Tally()
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        tally.pending = sum(1 for _ in db.pending_work_items)
+        for item, result in db.completed_work_items:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                tally.skipped += 1
+                continue
+            if result.test_outcome != TestOutcome.SURVIVED:
+                tally.killed += 1
+                continue
+            mutation = item.mutations[0]
+            line_no = mutation.start_pos[0]
+            line = source[line_no - 1] if line_no <= len(source) else ""
+            if _is_equivalent(module, mutation.operator_name, line, equivalents):
+                tally.equivalent += 1
+                continue
+            tally.survived += 1
+            tally.survivors.append(f"{module}:{line_no} {mutation.operator_name.removeprefix('core/')} "
+                                   f"occurrence {mutation.occurrence}: `{line.strip()}`\n"
+                                   + "\n".join("    " + d for d in (result.diff or "").splitlines()[2:]))
+    return tally
+
+
+def report(sessions: Path, modules: list[str]) -> str:
+    equivalents = load_equivalents()
+    lines = [f"{'module':34} {'killed':>7} {'surv.':>6} {'equiv.':>6} {'left':>5}  {'kill rate':>9}  {'+equiv.':>8}"]
+    totals: dict[str, Tally] = {}
+    survivors: list[str] = []
+    for module in modules:
+        db = sessions / (module.replace("/", ".").removesuffix(".py") + ".sqlite")
+        if not db.exists():
+            continue
+        t = tally_module(db, module, equivalents)
+        totals.setdefault(module.split("/")[0], Tally()).add(t)
+        survivors += t.survivors
+        lines.append(f"{module:34} {t.killed:7} {t.survived:6} {t.equivalent:6} {t.pending:5}  "
+                     f"{t.rate(False):>9}  {t.rate(True):>8}")
+    lines.append("")
+    everything = Tally()
+    for package, t in totals.items():
+        everything.add(t)
+        lines.append(f"{package + '/':34} {t.killed:7} {t.survived:6} {t.equivalent:6} {t.pending:5}  "
+                     f"{t.rate(False):>9}  {t.rate(True):>8}")
+    lines.append(f"{'all':34} {everything.killed:7} {everything.survived:6} {everything.equivalent:6} "
+                 f"{everything.pending:5}  {everything.rate(False):>9}  {everything.rate(True):>8}")
+    (sessions / "survivors.txt").write_text("\n".join(survivors) + "\n")
+    lines.append(f"\n{len(survivors)} survivors not listed as equivalent: {sessions / 'survivors.txt'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("targets", nargs="*", help="packages or modules under gpu_launch/ (default: share choose "
+                                                   "fit modelfile)")
+    parser.add_argument("--sample", type=float, default=1.0, help="fraction of each module's mutants to run")
+    parser.add_argument("--seed", type=int, default=28)
+    parser.add_argument("--jobs", type=int, default=1, help="modules run at once, each in its own copy")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
+    parser.add_argument("--fresh", action="store_true", help="forget earlier sessions of these modules")
+    parser.add_argument("--report", action="store_true", help="only print the table of the sessions so far")
+    args = parser.parse_args(argv)
+    modules = modules_for(args.targets)
+    sessions = args.workdir / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        print(report(sessions, modules))
+        return 0
+    try:
+        import cosmic_ray  # noqa: F401
+    except ImportError:
+        print("mutation.py: Cosmic Ray is not installed (hint: pip install -e '.[mutation]')", file=sys.stderr)
+        return 2
+    if args.fresh:
+        for m in modules:
+            (sessions / (m.replace("/", ".").removesuffix(".py") + ".sqlite")).unlink(missing_ok=True)
+    lock = threading.Lock()
+
+    def log(text: str) -> None:
+        with lock:
+            print(time.strftime("%H:%M:%S"), text, flush=True)
+
+    queue = list(modules)
+
+    def worker(n: int) -> None:
+        tree = args.workdir / f"tree{n}"
+        shutil.rmtree(tree, ignore_errors=True)
+        make_tree(tree)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                module = queue.pop(0)
+            try:
+                run_module(module, tree, sessions, args.sample, args.seed, log)
+            except subprocess.CalledProcessError as exc:
+                log(f"{module}: cosmic-ray failed ({exc})")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(report(sessions, modules))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
