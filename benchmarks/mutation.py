@@ -24,8 +24,8 @@ Not part of the default test run: it runs the tests once per mutant. How it work
   one, ``break``/``continue``, a loop that never runs, an exception type changed (``KEEP_OPERATORS``).
   Mutants inside annotations are dropped (``from __future__ import annotations``: never evaluated).
 * Survivors that change no behaviour are listed, with the reason, in
-  ``benchmarks/mutation_survivors.md`` (module, operator and the line's text, so line numbers may
-  drift); the report counts them as equivalent, apart from the killed.
+  ``benchmarks/mutation_survivors.md`` (module, the line's text before and after, so that line
+  numbers may drift); the report counts them as equivalent, apart from the killed.
 
 The kill rate is ``killed / (killed + survived)``, with and without the listed equivalents; a mutant
 whose tests time out counts as killed (Cosmic Ray's own rule: the mutant hung or looped).
@@ -69,7 +69,7 @@ _SHARE = ["tests/test_reservation_pins.py", "tests/test_reservations.py", "tests
           "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py"]
 _CHOOSE = ["tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py", "tests/test_choice_states.py",
            "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
-           "tests/test_properties.py", "tests/test_choose_by_model.py"]
+           "tests/test_choose_by_model.py", "tests/test_cli.py", "tests/test_api.py"]
 _FIT = ["tests/test_fit_kv.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py", "tests/test_fit_plan.py",
         "tests/test_plan_engine_flags.py", "tests/test_engine_flags.py", "tests/test_nodes_plan.py",
         "tests/test_plan_cli.py", "tests/test_choose_by_model.py"]
@@ -77,12 +77,25 @@ _MODELFILE = ["tests/test_modelfile_limits.py", "tests/test_modelfile_gguf.py", 
               "tests/test_modelfile_hostile.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py",
               "tests/test_plan_cli.py"]
 TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
+_LOCKS = ["tests/test_reservation_pins.py", "tests/test_lock_ownership.py", "tests/test_bad_lock_files.py"]
 MODULE_TESTS: dict[str, list[str]] = {
+    "share/acquire.py": _LOCKS + ["tests/test_reservations.py", "tests/test_locks_at_every_depth.py",
+                                  "tests/test_nesting.py"],
+    "share/hardening.py": ["tests/test_hardened_locks.py", *_LOCKS, "tests/test_config.py"],
+    "share/holders.py": _LOCKS + ["tests/test_locks_at_every_depth.py", "tests/test_reservations.py",
+                                  "tests/test_wait.py", "tests/test_ls_layout.py"],
+    "share/lockdir.py": _LOCKS + ["tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py",
+                                  "tests/test_reservations.py"],
+    "share/nesting.py": ["tests/test_nesting.py", "tests/test_locks_at_every_depth.py", *_LOCKS],
+    "share/reservations.py": _LOCKS + ["tests/test_reservations.py", "tests/test_nesting.py"],
     "share/model_plan.py": ["tests/test_nodes_plan.py", "tests/test_plan_cli.py"],
     "share/sizing.py": ["tests/test_plan_cli.py", "tests/test_choose_by_model.py"],
     "share/jobfile.py": ["tests/test_bounds.py", "tests/test_jobs.py"],
     "share/waitqueue.py": ["tests/test_queue.py", "tests/test_queue_visible.py", "tests/test_wait.py"],
     "share/waiting.py": ["tests/test_wait.py", "tests/test_queue.py"],
+    # the property tests (hypothesis, ~25 s) only for the search itself
+    **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
+       for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},
     "fit/nodes.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
     "fit/stages.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
     "modelfile/hfcache.py": ["tests/test_plan_cli.py"],
@@ -116,30 +129,30 @@ def modules_for(targets: list[str]) -> list[str]:
 @dataclass(frozen=True)
 class Equivalent:
     module: str
-    operator: str
     line: str
+    mutant: str
     reason: str
 
 
+def _cell(text: str) -> str:
+    return text.strip().strip("`").replace("\\|", "|")
+
+
 def load_equivalents() -> list[Equivalent]:
-    """The table rows of mutation_survivors.md: | module | operator | `line` | reason |."""
+    """The table rows of mutation_survivors.md: | module | `line` | `mutated line` | reason |."""
     rows = []
     if not SURVIVORS_FILE.exists():
         return rows
     for text in SURVIVORS_FILE.read_text().splitlines():
-        cells = [c.strip() for c in text.strip().strip("|").split("|")] if text.startswith("|") else []
-        if len(cells) >= 4 and cells[0].endswith(".py") and cells[2].startswith("`"):
-            line = cells[2].strip("`").replace("\\|", "|")
-            rows.append(Equivalent(cells[0], cells[1], line, " | ".join(cells[3:])))
+        cells = re.split(r"(?<!\\)\|", text.strip())[1:-1] if text.startswith("|") else []
+        if len(cells) == 4 and cells[0].strip().endswith(".py") and cells[1].strip().startswith("`"):
+            rows.append(Equivalent(cells[0].strip(), _cell(cells[1]), _cell(cells[2]), cells[3].strip()))
     return rows
 
 
-def _is_equivalent(module: str, operator: str, line: str, equivalents: list[Equivalent]) -> Equivalent | None:
-    op = operator.removeprefix("core/")
-    for eq in equivalents:
-        if eq.module == module and re.fullmatch(eq.operator, op) and eq.line == line.strip():
-            return eq
-    return None
+def _mutated_line(diff: str) -> str:
+    added = [d[1:] for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
+    return added[0].strip() if added else ""
 
 
 # --- one module ------------------------------------------------------------------------------------------------------
@@ -199,6 +212,19 @@ def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) ->
             pending = [i for i in pending if i.job_id in chosen]
         counts["pending"] = len(pending)
     return counts
+
+
+def rerun_survivors(db_path: Path) -> int:
+    """Forget the survivors' results, so that the next exec runs them again (after new tests)."""
+    from cosmic_ray.work_db import WorkDB, WorkResultStorage, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        with db._session_maker.begin() as session:  # no public call to forget one result
+            query = session.query(WorkResultStorage).where(WorkResultStorage.test_outcome == TestOutcome.SURVIVED)
+            count = query.count()
+            query.delete()
+    return count
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -303,13 +329,14 @@ def tally_module(db_path: Path, module: str, equivalents: list[Equivalent]) -> T
             mutation = item.mutations[0]
             line_no = mutation.start_pos[0]
             line = source[line_no - 1] if line_no <= len(source) else ""
-            if _is_equivalent(module, mutation.operator_name, line, equivalents):
+            mutant = _mutated_line(result.diff or "")
+            if any(e.module == module and e.line == line.strip() and e.mutant == mutant for e in equivalents):
                 tally.equivalent += 1
                 continue
             tally.survived += 1
-            tally.survivors.append(f"{module}:{line_no} {mutation.operator_name.removeprefix('core/')} "
-                                   f"occurrence {mutation.occurrence}: `{line.strip()}`\n"
-                                   + "\n".join("    " + d for d in (result.diff or "").splitlines()[2:]))
+            esc = lambda t: t.strip().replace("|", "\\|")  # noqa: E731
+            tally.survivors.append(f"{module}:{line_no} {mutation.operator_name.removeprefix('core/')}\n"
+                                   f"| {module} | `{esc(line)}` | `{esc(mutant)}` | ? |")
     return tally
 
 
@@ -350,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
     parser.add_argument("--fresh", action="store_true", help="forget earlier sessions of these modules")
     parser.add_argument("--report", action="store_true", help="only print the table of the sessions so far")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="run the earlier sessions' survivors again (after new tests), nothing else")
     args = parser.parse_args(argv)
     modules = modules_for(args.targets)
     sessions = args.workdir / "sessions"
@@ -365,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh:
         for m in modules:
             (sessions / (m.replace("/", ".").removesuffix(".py") + ".sqlite")).unlink(missing_ok=True)
+    if args.rerun_survivors:
+        for m in modules:
+            db = sessions / (m.replace("/", ".").removesuffix(".py") + ".sqlite")
+            if db.exists():
+                print(f"{m}: {rerun_survivors(db)} survivors to run again")
     lock = threading.Lock()
 
     def log(text: str) -> None:
