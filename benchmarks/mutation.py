@@ -202,8 +202,10 @@ def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) ->
             else:
                 pending.append(item)
         if sample < 1:
-            rng = random.Random(f"{seed}:{module}")
-            chosen = set(i.job_id for i in rng.sample(pending, round(len(pending) * sample)))
+            # a fixed shuffle, then its first share: a larger --sample runs the same mutants and more
+            order = sorted(pending, key=lambda i: i.job_id)
+            random.Random(f"{seed}:{module}").shuffle(order)
+            chosen = set(i.job_id for i in order[:round(len(order) * sample)])
             for item in pending:
                 if item.job_id not in chosen:
                     counts["unsampled"] += 1
