@@ -66,7 +66,7 @@ KEEP_OPERATORS = (
 # The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
 _SHARE = ["tests/test_reservation_pins.py", "tests/test_reservations.py", "tests/test_lock_ownership.py",
           "tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py", "tests/test_bad_lock_files.py",
-          "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py"]
+          "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py", "tests/test_each_scheduling.py"]
 _CHOOSE = ["tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py", "tests/test_choice_states.py",
            "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
            "tests/test_choose_by_model.py", "tests/test_cli.py", "tests/test_api.py"]
@@ -80,7 +80,7 @@ TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFIL
 _LOCKS = ["tests/test_reservation_pins.py", "tests/test_lock_ownership.py", "tests/test_bad_lock_files.py"]
 MODULE_TESTS: dict[str, list[str]] = {
     "share/acquire.py": _LOCKS + ["tests/test_reservations.py", "tests/test_locks_at_every_depth.py",
-                                  "tests/test_nesting.py"],
+                                  "tests/test_nesting.py", "tests/test_each_scheduling.py", "tests/test_wait.py"],
     "share/hardening.py": ["tests/test_hardened_locks.py", *_LOCKS, "tests/test_config.py"],
     "share/holders.py": _LOCKS + ["tests/test_locks_at_every_depth.py", "tests/test_reservations.py",
                                   "tests/test_wait.py", "tests/test_ls_layout.py"],
@@ -150,9 +150,12 @@ def load_equivalents() -> list[Equivalent]:
     return rows
 
 
-def _mutated_line(diff: str) -> str:
-    added = [d[1:] for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
-    return added[0].strip() if added else ""
+def _diff_lines(diff: str) -> tuple[str, str]:
+    """The first line the mutant changed, before and after (stripped), from Cosmic Ray's diff."""
+    def first(sign: str) -> str:
+        lines = [d[1:] for d in diff.splitlines() if d.startswith(sign) and not d.startswith(sign * 3)]
+        return lines[0].strip() if lines else ""
+    return first("-"), first("+")
 
 
 # --- one module ------------------------------------------------------------------------------------------------------
@@ -266,6 +269,10 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int
         log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run "
             f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
             f"{counts['unsampled']} unsampled)")
+    else:  # resumed (or survivors run again): with the tests chosen now
+        text = re.sub(r"(?m)^test-command = .*$", lambda _m: f"test-command = {json.dumps(_test_command(module))}",
+                      config.read_text())
+        config.write_text(text)
     subprocess.run([_tool("cosmic-ray"), "exec", str(config), str(db)], cwd=tree, env=env, check=True)
     log(f"{module}: done in {time.monotonic() - started:.0f} s")
 
@@ -317,7 +324,6 @@ def tally_module(db_path: Path, module: str, equivalents: list[Equivalent]) -> T
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    source = (ROOT / "gpu_launch" / module).read_text().splitlines()
     tally = Tally()
     with use_db(str(db_path), WorkDB.Mode.open) as db:
         tally.pending = sum(1 for _ in db.pending_work_items)
@@ -330,9 +336,8 @@ def tally_module(db_path: Path, module: str, equivalents: list[Equivalent]) -> T
                 continue
             mutation = item.mutations[0]
             line_no = mutation.start_pos[0]
-            line = source[line_no - 1] if line_no <= len(source) else ""
-            mutant = _mutated_line(result.diff or "")
-            if any(e.module == module and e.line == line.strip() and e.mutant == mutant for e in equivalents):
+            line, mutant = _diff_lines(result.diff or "")
+            if any(e.module == module and e.line == line and e.mutant == mutant for e in equivalents):
                 tally.equivalent += 1
                 continue
             tally.survived += 1
