@@ -5,6 +5,7 @@
     python benchmarks/mutation.py                         # all four packages (hours on 2 cores)
     python benchmarks/mutation.py share/acquire.py choose # some modules or packages (under gpu_launch/)
     python benchmarks/mutation.py --sample 0.3 share      # a seeded 30 % of each module's mutants
+    python benchmarks/mutation.py share:0.1 fit:0.02      # a sample for each
     python benchmarks/mutation.py --report                # the table and the survivors of the last run
 
 Not part of the default test run: it runs the tests once per mutant. How it works:
@@ -113,9 +114,11 @@ def module_tests(module: str) -> list[str]:
 
 
 def modules_for(targets: list[str]) -> list[str]:
-    """Module paths under gpu_launch/ for packages (``fit``) and modules (``fit/kv.py``) named."""
+    """Module paths under gpu_launch/ for packages (``fit``) and modules (``fit/kv.py``) named
+    (a ``:FRACTION`` after a target is its sample, :func:`samples`)."""
     found: list[str] = []
     for target in targets or list(PACKAGES):
+        target = target.split(":")[0]
         path = ROOT / "gpu_launch" / target
         if path.is_dir():
             found += sorted(str(p.relative_to(ROOT / "gpu_launch")) for p in path.rglob("*.py"))
@@ -124,6 +127,16 @@ def modules_for(targets: list[str]) -> list[str]:
         else:
             raise SystemExit(f"mutation.py: {target!r} is not a module or package under gpu_launch/{set(PACKAGES)}")
     return [m for m in dict.fromkeys(found) if (ROOT / "gpu_launch" / m).read_text().strip()]
+
+
+def samples(targets: list[str], default: float) -> dict[str, float]:
+    """Each module's sample: ``share:0.05`` samples 5 % of each share/ module, ``share/acquire.py:1`` all."""
+    chosen: dict[str, float] = {}
+    for target in targets or list(PACKAGES):
+        name, _, fraction = target.partition(":")
+        for module in modules_for([name]):
+            chosen[module] = float(fraction) if fraction else default
+    return chosen
 
 
 # --- equivalent survivors --------------------------------------------------------------------------------------------
@@ -379,7 +392,7 @@ def report(sessions: Path, modules: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("targets", nargs="*", help="packages or modules under gpu_launch/ (default: share choose "
-                                                   "fit modelfile)")
+                                                   "fit modelfile), each with :FRACTION for its own --sample")
     parser.add_argument("--sample", type=float, default=1.0, help="fraction of each module's mutants to run")
     parser.add_argument("--seed", type=int, default=28)
     parser.add_argument("--jobs", type=int, default=1, help="modules run at once, each in its own copy")
@@ -390,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the earlier sessions' survivors again (after new tests), nothing else")
     args = parser.parse_args(argv)
     modules = modules_for(args.targets)
+    fractions = samples(args.targets, args.sample)
     sessions = args.workdir / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     if args.report:
@@ -426,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                     return
                 module = queue.pop(0)
             try:
-                run_module(module, tree, sessions, args.sample, args.seed, log)
+                run_module(module, tree, sessions, fractions[module], args.seed, log)
             except subprocess.CalledProcessError as exc:
                 log(f"{module}: cosmic-ray failed ({exc})")
 
