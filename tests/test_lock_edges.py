@@ -10,6 +10,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
+import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,9 +21,13 @@ import pytest
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.share import holders, lockdir
-from sharing_helpers import run
+from sharing_helpers import env, run
+from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
 GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
+GPU3 = snapshot.resolve("dgx-h100").gpus[3].uuid
+SNAP = ["--snapshot", "dgx-h100"]
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (locks init; a process of a user with no name)")
 
 
 @contextmanager
@@ -66,3 +73,59 @@ def test_waiting_for_exactly_what_the_whole_machine_holds_is_waited_for(tmp_path
                tmp_path / "locks")
     assert done.returncode == 5, done.stderr
     assert "waited" in done.stderr and "waiting cannot help" not in done.stderr, done.stderr
+
+
+# --- lock files gpulaunch cannot use -----------------------------------------------------------------
+
+@root_only
+def test_a_symlink_in_a_hardened_dir_is_refused_and_locks_init_puts_it_right(tmp_path: Path) -> None:
+    # Slip: the hint for an unusable lock file in a hardened dir built wrongly (it raised instead of
+    # saying "which puts it right"); and the hint's promise is checked: locks init repairs the file.
+    hardened, victim = tmp_path / "hardened", tmp_path / "victim"
+    victim.write_text("precious\n")
+    assert run([*SNAP, "locks", "init", str(hardened)]).returncode == 0
+    planted = Path(lockdir.lock_path(str(hardened), GPU3))
+    planted.unlink()
+    planted.symlink_to(victim)
+    refused = run([*SNAP, "--gpus", "3", "--", "true"], hardened)
+    assert refused.returncode == 7, refused.stderr
+    assert refused.stderr == (f"gpulaunch: error: --gpus: GPU 3 is unavailable for reservation: its lock file {planted} "
+                              f"is a symlink; refusing to follow it (owner: root) (hint: run `gpulaunch locks init "
+                              f"{hardened}`, which puts it right)\n")
+    assert run([*SNAP, "locks", "init", str(hardened)]).returncode == 0
+    assert run([*SNAP, "--gpus", "3", "-q", "--", "true"], hardened).returncode == 0
+    assert victim.read_text() == "precious\n" and not planted.is_symlink()
+
+
+UNNAMED = 54321  # a uid with no passwd entry
+
+
+@root_only
+def test_a_shared_lock_by_a_user_with_no_name_names_the_uid(shared_dir: Path) -> None:  # noqa: F811
+    # Slip: the lookup of a shared lock's holder lets a uid without a passwd entry raise (KeyError):
+    # `--explain` would end in a traceback instead of naming "uid 54321".
+    try:
+        pwd.getpwuid(UNNAMED)
+        pytest.skip(f"uid {UNNAMED} has a name here")
+    except KeyError:
+        pass
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv (util-linux) to act as another user")
+    locks = shared_dir / "locks"
+    assert run([*SNAP, "-q", "--gpus", "3", "--", "true"], locks).returncode == 0  # makes the 0666 lock file
+    prefix = ["setpriv", "--reuid", str(UNNAMED), "--regid", str(UNNAMED), "--clear-groups"]
+    hold = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_SH); "
+            "print(os.getpid(), flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([*prefix, python_for_nobody(prefix, shared_dir), "-c", hold,
+                               lockdir.lock_path(str(locks), GPU3)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=shared_dir, env=env(locks))
+    try:
+        assert holder.stdout is not None
+        pid = holder.stdout.readline().strip()
+        assert pid.isdigit(), pid
+        explain = run([*SNAP, "--auto", "1", "--explain"], locks)
+        assert explain.returncode == 0, explain.stderr
+        assert f"GPU 3: blocked by a shared lock held by uid {UNNAMED} (pid {pid}" in explain.stdout, explain.stdout
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
