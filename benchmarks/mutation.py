@@ -266,10 +266,8 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int
     env = _env(tree)
     started = time.monotonic()
     if not db.exists():
-        base = subprocess.run(_test_command(module).split(), cwd=tree, env=env, capture_output=True, text=True)
-        seconds = time.monotonic() - started
-        if base.returncode != 0:
-            log(f"{module}: its tests fail unmutated, skipped:\n{base.stdout[-2000:]}")
+        seconds = _baseline(module, tree, sessions, env, log)
+        if seconds is None:
             return
         timeout = max(120.0, 4 * seconds)
         config.write_text(
@@ -290,6 +288,31 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int
         config.write_text(text)
     subprocess.run([_tool("cosmic-ray"), "exec", str(config), str(db)], cwd=tree, env=env, check=True)
     log(f"{module}: done in {time.monotonic() - started:.0f} s")
+
+
+_BASELINES = threading.Lock()
+
+
+def _baseline(module: str, tree: Path, sessions: Path, env: dict[str, str], log) -> float | None:
+    """Seconds the module's tests take unmutated (None: they fail, so no mutant can be judged); one
+    run per test selection, kept in ``baselines.json``, since modules of a package share one."""
+    command = _test_command(module)
+    store = sessions / "baselines.json"
+    with _BASELINES:
+        known = json.loads(store.read_text()) if store.exists() else {}
+    if command in known:
+        return known[command]
+    started = time.monotonic()
+    base = subprocess.run(command.split(), cwd=tree, env=env, capture_output=True, text=True)
+    if base.returncode != 0:
+        log(f"{module}: its tests fail unmutated, skipped:\n{base.stdout[-2000:]}")
+        return None
+    seconds = time.monotonic() - started
+    with _BASELINES:
+        known = json.loads(store.read_text()) if store.exists() else {}
+        known[command] = seconds
+        store.write_text(json.dumps(known, indent=1))
+    return seconds
 
 
 def _tool(name: str) -> str:

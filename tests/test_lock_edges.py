@@ -12,7 +12,9 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.share import holders, lockdir
-from sharing_helpers import env, run
+from sharing_helpers import env, gl, run
 from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
 GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
@@ -129,3 +131,49 @@ def test_a_shared_lock_by_a_user_with_no_name_names_the_uid(shared_dir: Path) ->
     finally:
         holder.kill()
         holder.wait(timeout=30)
+
+
+@root_only
+def test_locks_init_refuses_a_symlink_to_a_directory(tmp_path: Path) -> None:
+    # Slip: the directory opened without O_NOFOLLOW | O_DIRECTORY; locks init would follow the link and
+    # make someone's directory root's.
+    real, link = tmp_path / "someones", tmp_path / "locks"
+    real.mkdir()
+    os.chown(real, 65534, 65534)
+    real.chmod(0o700)
+    link.symlink_to(real)
+    done = run([*SNAP, "locks", "init", str(link)])
+    assert done.returncode == 7, done.stderr
+    assert done.stderr.startswith(f"gpulaunch: error: locks init: {link} is a symlink; refusing to follow it "), done.stderr
+    st = real.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), os.listdir(real)) == (65534, 0o700, [])
+
+
+# --- holders as shown ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("length", [40, 41])
+def test_a_holders_command_is_shown_whole_up_to_40_characters(tmp_path: Path, length: int) -> None:
+    # Slip: the 40-character cut moved by one.
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    command = "python train.py --config " + "x" * (length - 25)
+    assert len(command) == length
+    with held(lockdir.lock_path(str(locks), GPU2), {"pid": 4242, "user": "alice", "command": command}):
+        holder = holders.probe(str(locks), GPU2)
+        assert holder is not None
+        text = holder.describe(age=False)
+    shown = command if length <= 40 else command[:39] + "…"
+    assert text == f"alice (pid 4242: {shown})", text
+
+
+# --- nesting -----------------------------------------------------------------------------------------
+
+def test_a_launch_two_processes_below_its_job_gets_the_jobs_gpu(tmp_path: Path) -> None:
+    # Slip: the parent pid read from the wrong field of /proc/PID/stat (the process group): a launch
+    # started by a script the job started (its descriptors closed) would not find its job two levels
+    # up, and would take another GPU instead of the job's.
+    inner = [*gl("--snapshot", "dgx-h100", "-q", "--auto", "1", "--", "sh", "-c", "echo $GPULAUNCH_GPUS")]
+    middle = f"import subprocess; subprocess.run({inner!r}, check=True)"
+    outer = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {middle!r}], check=True)"
+    done = run([*SNAP, "-q", "--gpus", "5", "--", sys.executable, "-c", outer], tmp_path / "locks")
+    assert (done.returncode, done.stdout) == (0, "5\n"), done.stderr
