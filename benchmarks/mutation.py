@@ -65,12 +65,12 @@ KEEP_OPERATORS = (
 )
 
 # The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
-_SHARE = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_reservations.py", "tests/test_lock_ownership.py",
-          "tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py", "tests/test_bad_lock_files.py",
+_SHARE = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_reservations.py",
+          "tests/test_lock_ownership.py", "tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py", "tests/test_bad_lock_files.py",
           "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py", "tests/test_each_scheduling.py",
           "tests/test_hostile.py"]
-_CHOOSE = ["tests/test_choice_boundaries.py", "tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py", "tests/test_choice_states.py",
-           "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
+_CHOOSE = ["tests/test_choice_boundaries.py", "tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py",
+           "tests/test_choice_states.py", "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
            "tests/test_choose_by_model.py", "tests/test_cli.py", "tests/test_api.py"]
 _FIT = ["tests/test_fit_kv.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py", "tests/test_fit_plan.py",
         "tests/test_plan_engine_flags.py", "tests/test_engine_flags.py", "tests/test_nodes_plan.py",
@@ -79,7 +79,8 @@ _MODELFILE = ["tests/test_modelfile_limits.py", "tests/test_modelfile_gguf.py", 
               "tests/test_modelfile_hostile.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py",
               "tests/test_plan_cli.py"]
 TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
-_LOCKS = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_lock_ownership.py", "tests/test_bad_lock_files.py"]
+_LOCKS = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_lock_ownership.py",
+          "tests/test_bad_lock_files.py"]
 MODULE_TESTS: dict[str, list[str]] = {
     "share/acquire.py": _LOCKS + ["tests/test_reservations.py", "tests/test_locks_at_every_depth.py",
                                   "tests/test_nesting.py", "tests/test_each_scheduling.py", "tests/test_wait.py",

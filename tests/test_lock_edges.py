@@ -91,9 +91,9 @@ def test_a_symlink_in_a_hardened_dir_is_refused_and_locks_init_puts_it_right(tmp
     planted.symlink_to(victim)
     refused = run([*SNAP, "--gpus", "3", "--", "true"], hardened)
     assert refused.returncode == 7, refused.stderr
-    assert refused.stderr == (f"gpulaunch: error: --gpus: GPU 3 is unavailable for reservation: its lock file {planted} "
-                              f"is a symlink; refusing to follow it (owner: root) (hint: run `gpulaunch locks init "
-                              f"{hardened}`, which puts it right)\n")
+    assert refused.stderr == (f"gpulaunch: error: --gpus: GPU 3 is unavailable for reservation: its lock file "
+                              f"{planted} is a symlink; refusing to follow it (owner: root) (hint: run `gpulaunch "
+                              f"locks init {hardened}`, which puts it right)\n")
     assert run([*SNAP, "locks", "init", str(hardened)]).returncode == 0
     assert run([*SNAP, "--gpus", "3", "-q", "--", "true"], hardened).returncode == 0
     assert victim.read_text() == "precious\n" and not planted.is_symlink()
@@ -144,7 +144,8 @@ def test_locks_init_refuses_a_symlink_to_a_directory(tmp_path: Path) -> None:
     link.symlink_to(real)
     done = run([*SNAP, "locks", "init", str(link)])
     assert done.returncode == 7, done.stderr
-    assert done.stderr.startswith(f"gpulaunch: error: locks init: {link} is a symlink; refusing to follow it "), done.stderr
+    assert done.stderr.startswith(f"gpulaunch: error: locks init: {link} is a symlink; refusing to follow it "), \
+        done.stderr
     st = real.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode), os.listdir(real)) == (65534, 0o700, [])
 
