@@ -64,46 +64,43 @@ KEEP_OPERATORS = (
     r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|ExceptionReplacer)$",
 )
 
+def _tests(names: str) -> list[str]:
+    return [f"tests/test_{name}.py" for name in names.split()]
+
+
 # The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
-_SHARE = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_reservations.py",
-          "tests/test_lock_ownership.py", "tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py", "tests/test_bad_lock_files.py",
-          "tests/test_nesting.py", "tests/test_queue.py", "tests/test_wait.py", "tests/test_each_scheduling.py",
-          "tests/test_hostile.py"]
-_CHOOSE = ["tests/test_choice_boundaries.py", "tests/test_select.py", "tests/test_spec.py", "tests/test_ranking.py",
-           "tests/test_choice_states.py", "tests/test_mig.py", "tests/test_visibility.py", "tests/test_machine_states.py", "tests/test_explain.py",
-           "tests/test_choose_by_model.py", "tests/test_cli.py", "tests/test_api.py"]
-_FIT = ["tests/test_fit_kv.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py", "tests/test_fit_plan.py",
-        "tests/test_plan_engine_flags.py", "tests/test_engine_flags.py", "tests/test_nodes_plan.py",
-        "tests/test_plan_cli.py", "tests/test_choose_by_model.py"]
-_MODELFILE = ["tests/test_modelfile_limits.py", "tests/test_modelfile_gguf.py", "tests/test_modelfile_safetensors.py",
-              "tests/test_modelfile_hostile.py", "tests/test_fit_kv_families.py", "tests/test_fit_kv_vllm.py",
-              "tests/test_plan_cli.py"]
+_SHARE = _tests("lock_edges reservation_pins reservations lock_ownership hardened_locks locks_at_every_depth "
+                "bad_lock_files nesting queue wait each_scheduling hostile")
+_CHOOSE = _tests("choice_boundaries select spec ranking choice_states mig visibility machine_states explain "
+                 "choose_by_model cli api")
+_FIT = _tests("fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags engine_flags nodes_plan "
+              "plan_cli choose_by_model")
+_MODELFILE = _tests("modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile fit_kv_families "
+                    "fit_kv_vllm plan_cli")
 TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
-_LOCKS = ["tests/test_lock_edges.py", "tests/test_reservation_pins.py", "tests/test_lock_ownership.py",
-          "tests/test_bad_lock_files.py"]
+_LOCKS = _tests("lock_edges reservation_pins lock_ownership bad_lock_files")
 MODULE_TESTS: dict[str, list[str]] = {
-    "share/acquire.py": _LOCKS + ["tests/test_reservations.py", "tests/test_locks_at_every_depth.py",
-                                  "tests/test_nesting.py", "tests/test_each_scheduling.py", "tests/test_wait.py",
-                                  "tests/test_hostile.py"],
-    "share/hardening.py": ["tests/test_hardened_locks.py", *_LOCKS, "tests/test_config.py"],
-    "share/holders.py": _LOCKS + ["tests/test_locks_at_every_depth.py", "tests/test_reservations.py",
-                                  "tests/test_wait.py", "tests/test_ls_layout.py"],
-    "share/lockdir.py": _LOCKS + ["tests/test_hardened_locks.py", "tests/test_locks_at_every_depth.py",
-                                  "tests/test_reservations.py"],
-    "share/nesting.py": ["tests/test_nesting.py", "tests/test_locks_at_every_depth.py", *_LOCKS],
-    "share/reservations.py": _LOCKS + ["tests/test_reservations.py", "tests/test_nesting.py"],
-    "share/model_plan.py": ["tests/test_nodes_plan.py", "tests/test_plan_cli.py"],
-    "share/sizing.py": ["tests/test_plan_cli.py", "tests/test_choose_by_model.py"],
-    "share/jobfile.py": ["tests/test_bounds.py", "tests/test_jobs.py"],
-    "share/waitqueue.py": ["tests/test_queue.py", "tests/test_queue_visible.py", "tests/test_wait.py"],
-    "share/waiting.py": ["tests/test_wait.py", "tests/test_queue.py"],
+    "share/acquire.py": _LOCKS + _tests("reservations locks_at_every_depth nesting each_scheduling wait "
+                                        "hostile"),
+    "share/hardening.py": _tests("hardened_locks lock_edges reservation_pins lock_ownership bad_lock_files "
+                                 "config"),
+    "share/holders.py": _LOCKS + _tests("locks_at_every_depth reservations wait ls_layout"),
+    "share/lockdir.py": _LOCKS + _tests("hardened_locks locks_at_every_depth reservations"),
+    "share/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
+                               "bad_lock_files"),
+    "share/reservations.py": _LOCKS + _tests("reservations nesting"),
+    "share/model_plan.py": _tests("nodes_plan plan_cli"),
+    "share/sizing.py": _tests("plan_cli choose_by_model"),
+    "share/jobfile.py": _tests("bounds jobs"),
+    "share/waitqueue.py": _tests("queue queue_visible wait"),
+    "share/waiting.py": _tests("wait queue"),
+    "fit/nodes.py": _tests("nodes_plan nodes"),
+    "fit/stages.py": _tests("nodes_plan nodes"),
+    "modelfile/hfcache.py": _tests("plan_cli"),
+    "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # the property tests (hypothesis, ~25 s) only for the search itself
     **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
        for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},
-    "fit/nodes.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
-    "fit/stages.py": ["tests/test_nodes_plan.py", "tests/test_nodes.py"],
-    "modelfile/hfcache.py": ["tests/test_plan_cli.py"],
-    "modelfile/mlc.py": ["tests/test_plan_cli.py", "tests/test_fit_kv_families.py"],
 }
 
 
