@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from test_choice_states import TOTAL, auto, gpu, machine
-from gpu_launch.choose.select import Constraints, check_explicit
+from gpu_launch.choose.select import Constraints, check_explicit, choose_fit
+from gpu_launch.errors import NotEnoughGpus
+from gpu_launch.hardware import snapshot
 from gpu_launch.hardware.model import Device, Gpu
+from gpu_launch.units import parse_size
 
 
 def _warnings(g: Gpu) -> tuple[str, ...]:
@@ -55,3 +60,18 @@ def test_a_gpu_with_free_memory_but_no_total_counts_as_idle():
     m = machine([gpu(0, used=TOTAL // 10, users=("bob",)), replace(blind_used, index=1, uuid=gpu(1).uuid)],
                 lambda i, j: "NV12")
     assert auto(m, 1) == [1]
+
+
+@pytest.mark.parametrize("need, hint", [
+    ("500GiB", "wait with --wait, or lower the size (quantise, shorter context)"),
+    (f"{8 * 81559}MiB", "wait with --wait, or lower the size (quantise, shorter context)"),  # every GPU's total
+    (f"{8 * 81559 + 1}MiB", "no wait can help: the 8 largest GPUs here have 637.2 GiB in total; "
+                            "lower the size (quantise, shorter context)"),
+])
+def test_fit_that_fails_now_says_whether_waiting_can_help(need: str, hint: str):
+    # Slip: the test between "wait" and "no wait can help" negated or moved off its line (what the
+    # GPUs hold in total, free or not: 8 x 81,559 MiB on dgx-h100).
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_fit(snapshot.resolve("dgx-h100"), parse_size(need), Constraints())
+    assert exc.value.hint == hint
+    assert "holds at most 492.0 GiB free (on 8; 8 of 8 GPUs are eligible)" in exc.value.message
