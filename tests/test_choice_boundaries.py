@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 
 from test_choice_states import TOTAL, auto, gpu, machine
-from gpu_launch.choose.select import Constraints, check_explicit, choose_fit
-from gpu_launch.errors import NotEnoughGpus
+from gpu_launch.choose import mig, spec, visibility
+from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, choose_fit
+from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware import snapshot
 from gpu_launch.hardware.model import Device, Gpu
 from gpu_launch.units import parse_size
@@ -75,3 +76,80 @@ def test_fit_that_fails_now_says_whether_waiting_can_help(need: str, hint: str):
         choose_fit(snapshot.resolve("dgx-h100"), parse_size(need), Constraints())
     assert exc.value.hint == hint
     assert "holds at most 492.0 GiB free (on 8; 8 of 8 GPUs are eligible)" in exc.value.message
+
+
+# --- what the messages say exactly ------------------------------------------------------------------
+
+FOUR = machine([gpu(i) for i in range(4)], lambda i, j: "NV12")
+
+
+def test_cuda_visible_devices_problems_name_the_entry_by_its_position():
+    # Slip: the entry counted from 0 (or off by two) in the line a user reads to fix the variable.
+    missing = visibility.read_cvd("GPU-00000001,GPU-ffff,GPU-00000002", FOUR)
+    assert missing.problems == ("entry 2 'GPU-ffff' matches no GPU or MIG device here; CUDA ignores it and "
+                                "everything after it ('GPU-00000002')",)
+    ambiguous = visibility.read_cvd("GPU-00000001,GPU-0000", FOUR)
+    assert ambiguous.problems == ("entry 2 'GPU-0000' is an ambiguous UUID prefix (GPU 0, GPU 1, GPU 2, GPU 3); "
+                                  "CUDA ignores it",)
+
+
+def test_nvidia_visible_devices_says_whether_an_entry_matched_no_gpu_or_several():
+    # Slip: "no" and "more than one" swapped.
+    _, none = visibility.read_nvd("GPU-ffff,0", FOUR)
+    _, several = visibility.read_nvd("GPU-0000,0", FOUR)
+    assert none == ("NVIDIA_VISIBLE_DEVICES entry 'GPU-ffff' matches no GPU here",)
+    assert several == ("NVIDIA_VISIBLE_DEVICES entry 'GPU-0000' matches more than one GPU here",)
+
+
+@pytest.mark.parametrize("count, names", [(4, "GPU 0, GPU 1, GPU 2, GPU 3"), (5, "GPU 0, GPU 1, GPU 2, GPU 3, ...")])
+def test_an_ambiguous_uuid_prefix_lists_four_gpus_then_dots(count: int, names: str):
+    # Slip: the dots after exactly four matches (>= for >).
+    m = machine([gpu(i) for i in range(count)], lambda i, j: "NV12")
+    with pytest.raises(UsageError) as exc:
+        spec.resolve(spec.parse("GPU-0000"), m)
+    assert exc.value.message == f"--gpus: UUID prefix 'GPU-0000' is ambiguous ({names})"
+
+
+def test_an_implausible_gpu_index_is_quoted_to_40_characters():
+    # Slip: the quote of the word cut one character later.
+    word = "9" * 50
+    with pytest.raises(UsageError) as exc:
+        spec.parse(word)
+    assert exc.value.message == f"--gpus: {'9' * 40!r} is not a plausible GPU index"
+
+
+@pytest.mark.parametrize("n, need", [(1, "need 1 GPU,"), (2, "need 2 GPUs,")])
+def test_a_machine_with_no_gpus_says_so_in_the_right_number(n: int, need: str):
+    # Slip: "GPU" and "GPUs" swapped.
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_auto(machine([], lambda i, j: "NV12"), n, Constraints())
+    assert exc.value.message.startswith(f"{need} but this machine shows no GPUs"), exc.value.message
+
+
+def test_no_wait_can_help_counts_the_gpus_that_could_ever_hold_min_free():
+    # Slip: each GPU counted twice in "N of M GPUs could ever have --min-free".
+    small = [replace(gpu(i), memory_total_mib=16384, memory_used_mib=100, memory_free_mib=16284) for i in (1, 2, 3)]
+    m = machine([gpu(0), *small], lambda i, j: "NV12")
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_auto(m, 2, Constraints(min_free=parse_size("40GiB")))
+    assert exc.value.hint.startswith("no wait can help: 1 of 4 GPUs could ever have --min-free 40.0 GiB free"), \
+        exc.value.hint
+
+
+def test_fit_counts_the_largest_gpus_when_a_machine_has_more_than_eight():
+    # Slip: the 8 smallest GPUs summed instead of the 8 largest (a machine of 9 or more, mixed sizes).
+    small = replace(gpu(8), memory_total_mib=16384, memory_used_mib=100, memory_free_mib=16284)
+    m = machine([*[gpu(i) for i in range(8)], small], lambda i, j: "NV12")
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_fit(m, parse_size("700GiB"), Constraints())
+    assert exc.value.hint.startswith("no wait can help: the 8 largest GPUs here have 637.2 GiB in total"), \
+        exc.value.hint
+
+
+def test_idle_takes_a_mig_device_with_a_sliver_of_memory_used():
+    # Slip: the 5 % idle line of a MIG device divided instead of multiplied (13 MiB used would be "busy").
+    from test_choice_states import MIG0
+
+    gpus = [gpu(0), replace(gpu(1), mig_mode="enabled", mig_devices=(MIG0,))]
+    chosen = mig.choose_mig(machine(gpus, lambda i, j: "NV12"), 1, Constraints(idle=True))
+    assert chosen.devices[0].mig == MIG0

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.share import holders, lockdir
-from sharing_helpers import env, gl, run
+from sharing_helpers import Lines, env, gl, run, start
 from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
 GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
@@ -76,6 +77,27 @@ def test_waiting_for_exactly_what_the_whole_machine_holds_is_waited_for(tmp_path
     assert done.returncode == 5, done.stderr
     assert "waited" in done.stderr and "waiting cannot help" not in done.stderr, done.stderr
 
+
+
+def test_a_launch_that_waited_says_how_long_and_one_that_did_not_says_nothing(tmp_path: Path) -> None:
+    # Slips: the "waited" line shown when the launch did not wait (or not when it did), and its
+    # seconds counted from the wrong end (a sum of clocks: days).
+    locks = tmp_path / "locks"
+    with held(_lock_file(locks, GPU2), {"pid": 4242, "user": "alice"}):
+        waiter = start([*SNAP, "--gpus", "2", "--wait", "60", "--", "true"], locks)
+        assert waiter.stderr is not None
+        lines = Lines(waiter.stderr)
+        lines.wait("waiting")
+    assert waiter.wait(timeout=60) == 0
+    waited = next(line for line in lines.lines if "waited" in line)
+    assert re.fullmatch(r"gpulaunch: waited \d\.\ds for the GPUs\n", waited), lines.lines
+    at_once = run([*SNAP, "--gpus", "3", "--wait", "60", "--", "true"], locks)
+    assert at_once.returncode == 0 and "waited" not in at_once.stderr, at_once.stderr
+
+
+def _lock_file(locks: Path, uuid: str) -> str:
+    locks.mkdir(exist_ok=True)
+    return lockdir.lock_path(str(locks), uuid)
 
 # --- lock files gpulaunch cannot use -----------------------------------------------------------------
 
