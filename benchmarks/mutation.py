@@ -157,6 +157,8 @@ def load_equivalents() -> list[Equivalent]:
     if not SURVIVORS_FILE.exists():
         return rows
     for text in SURVIVORS_FILE.read_text().splitlines():
+        if text.startswith("## Not equivalent"):
+            break  # what follows is alive: counted as survivors
         cells = re.split(r"(?<!\\)\|", text.strip())[1:-1] if text.startswith("|") else []
         if len(cells) == 4 and cells[0].strip().endswith(".py") and cells[1].strip().startswith("`"):
             rows.append(Equivalent(cells[0].strip(), _cell(cells[1]), _cell(cells[2]), cells[3].strip()))
