@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from test_choice_states import TOTAL, auto, gpu, machine
-from gpu_launch.choose import mig, spec, visibility
+from gpu_launch.choose import explain, mig, spec, visibility
 from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, choose_fit
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware import snapshot
@@ -153,3 +153,13 @@ def test_idle_takes_a_mig_device_with_a_sliver_of_memory_used():
     gpus = [gpu(0), replace(gpu(1), mig_mode="enabled", mig_devices=(MIG0,))]
     chosen = mig.choose_mig(machine(gpus, lambda i, j: "NV12"), 1, Constraints(idle=True))
     assert chosen.devices[0].mig == MIG0
+
+
+@pytest.mark.parametrize("snap, n", [("dgx-h100", 2), ("dgx1-v100", 4)])
+def test_explain_keeps_to_a_narrow_terminal(snap: str, n: int):
+    # Slip: a parenthesis kept whole on a line that has no room for it (the room counted 8 columns too
+    # wide): at 40 columns "(worst NV18 on 1 pair, 18 NVLinks inside)" would stick out.
+    m = snapshot.resolve(snap)
+    text = explain.as_text(choose_auto(m, n, Constraints(), runner_ups=3), m, width=40)
+    assert "ranked by:" in text
+    assert max(len(line) for line in text.splitlines()) <= 40, text
