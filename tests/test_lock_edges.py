@@ -200,3 +200,26 @@ def test_a_launch_two_processes_below_its_job_gets_the_jobs_gpu(tmp_path: Path) 
     outer = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {middle!r}], check=True)"
     done = run([*SNAP, "-q", "--gpus", "5", "--", sys.executable, "-c", outer], tmp_path / "locks")
     assert (done.returncode, done.stdout) == (0, "5\n"), done.stderr
+
+
+def test_a_waiter_reads_the_machine_once_a_poll_not_in_a_busy_loop() -> None:
+    # Slip: the waiter's sleep returning at once; it would re-read the machine (NVML calls) and burn a
+    # core for as long as it waits, then time out just the same.
+    from test_choice_states import gpu, machine
+
+    from gpu_launch.errors import WaitTimeout
+    from gpu_launch.share.acquire import Request
+    from gpu_launch.share.waiting import acquire
+    from gpu_launch.units import parse_size
+
+    reads = []
+    m = machine([gpu(0, used=20000)], lambda i, j: "X")  # 60 GiB free of 80: 70 GiB may come, later
+
+    def read():
+        reads.append(1)
+        return m
+
+    with pytest.raises(WaitTimeout):
+        acquire(Request(auto=1, min_free=parse_size("70GiB")), read, None, wait=1.0, quiet=True,
+                environ={"GPULAUNCH_POLL_INTERVAL": "0.25"})
+    assert 2 <= len(reads) <= 8, len(reads)  # about one a poll (1 s / 0.25 s), never hundreds
