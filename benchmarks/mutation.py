@@ -234,17 +234,21 @@ def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) ->
     return counts
 
 
-def rerun_survivors(db_path: Path) -> int:
-    """Forget the survivors' results, so that the next exec runs them again (after new tests)."""
+def rerun_survivors(db_path: Path, module: str) -> int:
+    """Forget the survivors' results, so that the next exec runs them again (after new tests); those
+    listed as equivalent keep theirs (no test can kill them)."""
     from cosmic_ray.work_db import WorkDB, WorkResultStorage, use_db
     from cosmic_ray.work_item import TestOutcome
 
+    equivalents = load_equivalents()
     with use_db(str(db_path), WorkDB.Mode.open) as db:
         with db._session_maker.begin() as session:  # no public call to forget one result
-            query = session.query(WorkResultStorage).where(WorkResultStorage.test_outcome == TestOutcome.SURVIVED)
-            count = query.count()
-            query.delete()
-    return count
+            rows = session.query(WorkResultStorage).where(WorkResultStorage.test_outcome == TestOutcome.SURVIVED).all()
+            again = [r for r in rows if not any(e.module == module and (e.line, e.mutant) == _diff_lines(r.diff or "")
+                                                for e in equivalents)]
+            for row in again:
+                session.delete(row)
+    return len(again)
 
 
 def _env(tree: Path) -> dict[str, str]:
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         for m in modules:
             db = sessions / (m.replace("/", ".").removesuffix(".py") + ".sqlite")
             if db.exists():
-                print(f"{m}: {rerun_survivors(db)} survivors to run again")
+                print(f"{m}: {rerun_survivors(db, m)} survivors to run again")
     lock = threading.Lock()
 
     def log(text: str) -> None:
