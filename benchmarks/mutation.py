@@ -89,6 +89,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "share/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
                                "bad_lock_files"),
     "share/reservations.py": _LOCKS + _tests("reservations nesting"),
+    "share/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "share/model_plan.py": _tests("nodes_plan plan_cli"),
     "share/sizing.py": _tests("plan_cli choose_by_model"),
     "share/jobfile.py": _tests("bounds jobs"),

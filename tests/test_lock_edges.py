@@ -27,6 +27,7 @@ from gpu_launch.share import holders, lockdir
 from sharing_helpers import Lines, env, gl, run, start
 from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
+ROOT = Path(__file__).resolve().parent.parent
 GPU2 = snapshot.resolve("dgx-h100").gpus[2].uuid
 GPU3 = snapshot.resolve("dgx-h100").gpus[3].uuid
 SNAP = ["--snapshot", "dgx-h100"]
@@ -223,3 +224,17 @@ def test_a_waiter_reads_the_machine_once_a_poll_not_in_a_busy_loop() -> None:
         acquire(Request(auto=1, min_free=parse_size("70GiB")), read, None, wait=1.0, quiet=True,
                 environ={"GPULAUNCH_POLL_INTERVAL": "0.25"})
     assert 2 <= len(reads) <= 8, len(reads)  # about one a poll (1 s / 0.25 s), never hundreds
+
+
+def test_wait_on_nvml_launches(tmp_path: Path) -> None:
+    # Slip: the check that a snapshot can be read again (for --wait) applied when there is no snapshot
+    # at all (NVML, here a fake one): the launch would crash on the missing path instead of running.
+    shim = tmp_path / "nvml"
+    shim.mkdir()
+    (shim / "pynvml.py").write_text("from tests import fake_pynvml as _f\n_FAKE = _f.dgx_h100()\n"
+                                    "def __getattr__(name):\n    return getattr(_FAKE, name)\n")
+    environ = env(tmp_path / "locks", PYTHONPATH=os.pathsep.join([str(shim), str(ROOT)]))
+    environ.pop("GPULAUNCH_SNAPSHOT", None)
+    done = subprocess.run(gl("--wait", "5", "--gpus", "3", "-q", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"),
+                          env=environ, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
