@@ -71,8 +71,8 @@ def _tests(names: str) -> list[str]:
 # The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
 _SHARE = _tests("lock_edges reservation_pins reservations lock_ownership hardened_locks locks_at_every_depth "
                 "bad_lock_files nesting queue wait each_scheduling hostile")
-_CHOOSE = _tests("choice_boundaries model_shortfall_lines select spec ranking choice_states mig visibility machine_states explain "
-                 "choose_by_model cli api")
+_CHOOSE = _tests("choice_boundaries model_shortfall_lines select spec ranking choice_states mig visibility "
+                 "machine_states explain choose_by_model cli api")
 _FIT = _tests("fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags engine_flags nodes_plan "
               "plan_cli choose_by_model")
 _MODELFILE = _tests("modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile fit_kv_families "
