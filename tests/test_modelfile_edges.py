@@ -1,0 +1,89 @@
+"""Model files at the edges of what gpulaunch reads (issue 28: mutants of gpu_launch/modelfile/ that the
+suite let live; benchmarks/mutation.py finds them). Each test says the slip it catches. The caps are
+written here as numbers, not read from the module: a test that reads the constant moves with it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import gguf as gguf_package
+import pytest
+
+from gpu_launch.errors import ModelFileError
+from gpu_launch.modelfile.read import read_model
+from test_modelfile_hostile import BASE_KV, CONFIG, gguf, kv_str, kv_u32, s, safetensors
+from test_modelfile_limits import head, sparse
+
+
+def _refusal(path: Path) -> str | None:
+    try:
+        read_model(str(path))
+    except ModelFileError as exc:
+        return exc.message
+    return None
+
+
+def test_the_quantisation_is_named_as_llama_cpp_names_it(tmp_path: Path) -> None:
+    # Slip: a number of the general.file_type table changed (IQ2_S and IQ4_XS lost their names).
+    path = tmp_path / "m.gguf"
+    for ftype in gguf_package.LlamaFileType:
+        if ftype.name == "GUESSED":
+            continue
+        path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("general.file_type", ftype.value)]))
+        assert read_model(str(path)).dtype == ftype.name.split("_", 1)[1], ftype
+
+
+@pytest.mark.parametrize("what, counts", [("tensor", (65536, 0)), ("key/value", (0, 65536))])
+def test_a_count_exactly_at_the_cap_is_not_refused_for_it(tmp_path: Path, what: str, counts: tuple[int, int]) -> None:
+    # Slip: the cap on tensor and key counts (65,536) enforced one early (>= for >). The records are a
+    # hole here, so the file fails later, on its first record, never on the count.
+    path = sparse(tmp_path / "c.gguf", head(*counts), 65536 * 40)
+    refusal = _refusal(path)
+    assert refusal is not None and "more than gpulaunch reads" not in refusal, refusal
+
+
+def test_the_cap_on_numbers_kept_from_arrays_is_262144(tmp_path: Path) -> None:
+    # Slip: the cap doubled. Four arrays of 65,536 numbers are kept; a fifth is past it.
+    def arrays(n: int) -> list[bytes]:
+        return [s(f"x.a{i}") + struct.pack("<IIQ", 9, 0, 65536) + b"\0" * 65536 for i in range(n)]
+
+    path = tmp_path / "numbers.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *arrays(4)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *arrays(5)]))
+    refusal = _refusal(path)
+    assert refusal is not None and "past its cap on numbers kept from arrays (262144)" in refusal, refusal
+
+
+def test_a_single_files_split_tensor_count_is_not_checked(tmp_path: Path) -> None:
+    # Slip: the split check applied to a file that is not split (count > 0 for > 1): a stray
+    # split.tensors.count in a whole file would make it unreadable.
+    path = tmp_path / "whole.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("split.tensors.count") + struct.pack("<IH", 2, 7)]))
+    assert _refusal(path) is None
+
+
+def test_a_safetensors_file_without_its_extension_is_read_as_one(tmp_path: Path) -> None:
+    # Slip: the sniff of the ninth byte ("{", the header's start) reading two bytes instead of one.
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    weights = folder / "weights"
+    weights.write_bytes(safetensors({"model.layers.0.self_attn.q_proj.weight":
+                                     {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    facts = read_model(str(weights))
+    assert facts.format == "safetensors" and facts.weights.total == 64
+
+
+@pytest.mark.parametrize("key, most", [("ssm.group_count", 65536), ("ssm.state_size", 65536),
+                                       ("ssm.conv_kernel", 1024), ("ssm.inner_size", 1 << 20)])
+def test_a_recurrent_state_number_is_refused_just_past_its_most(tmp_path: Path, key: str, most: int) -> None:
+    # Slip: a bound of the recurrent-state keys moved (the states llama.cpp sizes multiply them).
+    path = tmp_path / "s.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32(f"llama.{key}", most)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32(f"llama.{key}", most + 1)]))
+    assert _refusal(path) == f"model file {path}: llama.{key} is {most + 1}, not a count here (at most {most})"
