@@ -87,3 +87,20 @@ def test_a_recurrent_state_number_is_refused_just_past_its_most(tmp_path: Path, 
     assert _refusal(path) is None
     path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32(f"llama.{key}", most + 1)]))
     assert _refusal(path) == f"model file {path}: llama.{key} is {most + 1}, not a count here (at most {most})"
+
+
+@pytest.mark.parametrize("model_type, expected", [
+    ("gemma2", {"n_layers": 26, "n_heads": 8, "key_length": 256, "hidden_size": 2304, "context_length": 8192,
+                "vocab_size": 256000, "sliding_window": 4096}),
+    ("qwen2", {"n_layers": 32, "n_heads": 32, "key_length": 128, "hidden_size": 4096, "context_length": 32768,
+               "vocab_size": 151936, "sliding_window": None}),
+])
+def test_a_config_json_that_leaves_out_transformers_defaults_gets_them(tmp_path: Path, model_type: str,
+                                                                        expected: dict[str, object]) -> None:
+    # Slip: a default of Transformers' config class changed (Gemma2Config, Qwen2Config: hidden 2304,
+    # 8192 positions).
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    (tmp_path / "model.safetensors").write_bytes(safetensors(
+        {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    hyper = read_model(str(tmp_path)).hyper
+    assert {key: getattr(hyper, key) for key in expected} == expected
