@@ -75,8 +75,8 @@ _CHOOSE = _tests("choice_boundaries model_shortfall_lines select spec ranking ch
                  "machine_states explain choose_by_model cli api")
 _FIT = _tests("fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags engine_flags nodes_plan "
               "plan_cli choose_by_model")
-_MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile fit_kv_families "
-                    "fit_kv_vllm plan_cli")
+_MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
+                    "fit_kv_families fit_kv_vllm plan_cli")
 TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
 _LOCKS = _tests("lock_edges reservation_pins lock_ownership bad_lock_files")
 MODULE_TESTS: dict[str, list[str]] = {
