@@ -1,0 +1,42 @@
+"""The command's own engine flags at their edges, as gpulaunch reads them (issue 28: mutants of
+gpu_launch/fit/cmdline/ that the suite let live; benchmarks/mutation.py finds them): what is read, and
+the one-line refusal (a UsageError, exit 2) of what no engine would take. Each test says its slip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_launch.errors import UsageError
+from gpu_launch.fit import cmdline
+
+SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+
+
+def test_a_value_flag_at_the_end_of_the_command_is_not_read() -> None:
+    # Slip: the bound on the next word dropped: the last flag would read past the command (a crash).
+    said = cmdline.read(["vllm", "serve", "m", "--max-model-len"])
+    assert said.number("ctx") is None and said.text("model") == "m"
+
+
+def test_numbers_longer_than_12_characters_are_refused_before_conversion() -> None:
+    # Slip: the 12-character limit on a number's text moved by one.
+    twelve = cmdline.read(["vllm", "serve", "m", "--gpu-memory-utilization", "0.9000000000"])
+    assert twelve.number("gpu_mem_util") == 0.9
+    with pytest.raises(UsageError) as exc:
+        cmdline.read(["vllm", "serve", "m", "--gpu-memory-utilization", "0.90000000000"])
+    assert exc.value.message == "the command's --gpu-memory-utilization 0.90000000000 is not a number for vllm"
+
+
+def test_sglang_lengths_stop_at_int32() -> None:
+    # Slip: the int32 bound of SGLang's --context-length one past 2**31 - 1.
+    assert cmdline.read([*SGLANG, "--context-length", "2147483647"]).number("ctx") == 2147483647
+    with pytest.raises(UsageError) as exc:
+        cmdline.read([*SGLANG, "--context-length", "2147483648"])
+    assert exc.value.message == "the command's --context-length 2147483648 is out of range for sglang"
+
+
+def test_mlc_takes_a_memory_fraction_below_one() -> None:
+    # Slip: MLC's gpu_memory_utilization bound moved above 1, so that no fraction is accepted.
+    said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "gpu_memory_utilization=0.5"])
+    assert said.number("gpu_mem_util") == 0.5
