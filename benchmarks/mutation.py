@@ -235,6 +235,26 @@ def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) ->
     return counts
 
 
+def _extend_sample(db_path: Path, module: str, sample: float, seed: int) -> int:
+    """Grow an earlier session's sample to ``sample``: the next mutants of the same shuffled order
+    (as :func:`_filter` drew it), so the mutants already run stay part of it."""
+    from cosmic_ray.work_db import WorkDB, WorkResultStorage, use_db
+
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        results = dict(db.results)
+        items = [i for i in db.work_items
+                 if i.job_id not in results or results[i.job_id].output != "filtered: operator"
+                 and results[i.job_id].output != "filtered: annotation"]
+        order = sorted(items, key=lambda i: i.job_id)
+        random.Random(f"{seed}:{module}").shuffle(order)
+        wanted = {i.job_id for i in order[:round(len(order) * sample)]}
+        again = [j for j in wanted if j in results and results[j].output == "filtered: unsampled"]
+        with db._session_maker.begin() as session:
+            for row in session.query(WorkResultStorage).where(WorkResultStorage.job_id.in_(again)):
+                session.delete(row)
+    return len(again)
+
+
 def rerun_survivors(db_path: Path, module: str) -> int:
     """Forget the survivors' results, so that the next exec runs them again (after new tests); those
     listed as equivalent keep theirs (no test can kill them)."""
@@ -287,7 +307,10 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int
         log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run "
             f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
             f"{counts['unsampled']} unsampled)")
-    else:  # resumed (or survivors run again): with the tests chosen now
+    else:  # resumed (or survivors run again): with the tests chosen now, and a larger sample if asked
+        added = _extend_sample(db, module, sample, seed)
+        if added:
+            log(f"{module}: {added} more mutants sampled")
         text = re.sub(r"(?m)^test-command = .*$", lambda _m: f"test-command = {json.dumps(_test_command(module))}",
                       config.read_text())
         config.write_text(text)
