@@ -40,3 +40,24 @@ def test_mlc_takes_a_memory_fraction_below_one() -> None:
     # Slip: MLC's gpu_memory_utilization bound moved above 1, so that no fraction is accepted.
     said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "gpu_memory_utilization=0.5"])
     assert said.number("gpu_mem_util") == 0.5
+
+
+@pytest.mark.parametrize("text, tokens", [("2k", 2000), ("2K", 2048), ("1m", 1_000_000), ("1M", 1 << 20),
+                                          ("1.5k", 1500)])
+def test_vllm_lengths_take_its_decimal_and_binary_suffixes(text: str, tokens: int) -> None:
+    # Slip: a suffix's multiplier changed (vLLM's human_readable_int: k m g t decimal, K M G T binary).
+    assert cmdline.read(["vllm", "serve", "m", "--max-model-len", text]).number("ctx") == tokens
+
+
+def test_a_port_may_be_65535_and_no_more() -> None:
+    # Slip: the last port refused.
+    argv = ["vllm", "serve", "m", "--data-parallel-rpc-port"]
+    assert cmdline.read([*argv, "65535"]).number("dp_rpc_port") == 65535
+    with pytest.raises(UsageError):
+        cmdline.read([*argv, "65536"])
+
+
+def test_mlc_overrides_skip_keys_gpulaunch_does_not_read() -> None:
+    # Slip: an override key gpulaunch has no use for taken as one of its own (a crash).
+    said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "prefill_mode=chunked;gpu_memory_utilization=0.5"])
+    assert said.number("gpu_mem_util") == 0.5

@@ -1,0 +1,35 @@
+"""Sizing at its edges, as the plan shows it (issue 28: mutants of gpu_launch/fit/ that the suite let
+live; benchmarks/mutation.py finds them). Each test says the slip it catches; the bytes are worked
+out here from the model's shape, the way the engines' own sources count them.
+"""
+
+from __future__ import annotations
+
+from gpu_launch.fit import engines, plan
+from tests.fit_models import llama_70b, llama_like
+
+
+def test_the_kv_bytes_per_token_are_the_layers_times_k_and_v_rows() -> None:
+    # Slip: the per-token count started at 1 byte instead of 0. llama.cpp's f16 cache holds, per
+    # token and layer, a K and a V row of kv_heads x head_dim values of 2 bytes.
+    for model, layers in ((llama_70b(), 80), (llama_like(), 32)):
+        s = plan.sizing(model, engines.ENGINES["llama.cpp"], plan.Settings(ctx=8192))
+        assert s.kv.per_token == layers * 2 * (8 * 128 * 2)
+        assert s.kv.total == s.kv.per_token * 8192
+
+
+def _heads(head_dim: int, value_dim: int, heads: int, kv_heads: int):
+    from dataclasses import replace
+
+    model = llama_like(heads=heads, kv_heads=kv_heads)
+    return replace(model, hyper=replace(model.hyper, key_length=head_dim, value_length=value_dim))
+
+
+def test_flash_attention_auto_follows_cudas_kernels_for_320_wide_heads() -> None:
+    # Slip: the 320-wide K head's GQA rule lost (llama.cpp's CUDA FA kernel for K 320 / V 256 needs
+    # a GQA ratio that is a multiple of 32, as fit/kv_llama.py has it). 16 heads on one KV head: off.
+    def fa(heads: int) -> bool:
+        s = plan.sizing(_heads(320, 256, heads, 1), engines.ENGINES["llama.cpp"], plan.Settings(ctx=4096))
+        return s.kv.flash_attn
+
+    assert (fa(16), fa(32), fa(64)) == (False, True, True)
