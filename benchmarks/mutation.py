@@ -73,8 +73,8 @@ _SHARE = _tests("lock_edges reservation_pins reservations lock_ownership hardene
                 "bad_lock_files nesting queue wait each_scheduling hostile")
 _CHOOSE = _tests("choice_boundaries model_shortfall_lines select spec ranking choice_states mig visibility "
                  "machine_states explain choose_by_model cli api")
-_FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags engine_flags nodes_plan "
-              "plan_cli choose_by_model")
+_FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags "
+              "engine_flags nodes_plan plan_cli choose_by_model")
 _MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
                     "fit_kv_families fit_kv_vllm plan_cli")
 TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
