@@ -33,3 +33,16 @@ def test_flash_attention_auto_follows_cudas_kernels_for_320_wide_heads() -> None
         return s.kv.flash_attn
 
     assert (fa(16), fa(32), fa(64)) == (False, True, True)
+
+
+def test_a_commands_fixed_tp_is_kept_when_nodes_are_counted() -> None:
+    # Slip: the command's own -tp 2 ignored (tp is None for is not None): gpulaunch would answer with a
+    # split of its own (2 nodes, tp 4 x pp 2) that the command does not run.
+    from gpu_launch.choose import model_shortfall
+    from gpu_launch.hardware.read import Needs, read_machine
+
+    gpus = list(read_machine("workstation-4x", Needs(topology=True)).gpus)
+    fixed = plan.Settings(ctx=131072, tp=2, tp_explicit=True, fixed_by="as the command's -tp 2 says")
+    split = model_shortfall.node_split(plan.sizing(llama_70b(), engines.ENGINES["vllm"], fixed), gpus)
+    assert (split.tp, split.pp, split.problem) == (2, 1, "1 node(s) of 2 GPUs (tp 2 × pp 1) do not hold it at "
+                                                         "131072 tokens")
