@@ -238,3 +238,14 @@ def test_wait_on_nvml_launches(tmp_path: Path) -> None:
     done = subprocess.run(gl("--wait", "5", "--gpus", "3", "-q", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"),
                           env=environ, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, "3\n"), done.stderr
+
+
+def test_each_reports_how_long_a_job_ran(tmp_path: Path) -> None:
+    # Slip: a job's seconds added to its start instead of taken from its end (thousands of seconds).
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("sleep 0.3\n")
+    done = subprocess.run(gl(*SNAP, "each", str(jobs), "--log-dir", str(tmp_path / "logs"), "--json", "-q"),
+                          env=env(tmp_path / "locks"), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (job,) = json.loads(done.stdout)["jobs"]
+    assert 0.3 <= job["seconds"] < 120, job  # the sleep, and no more than the whole run
