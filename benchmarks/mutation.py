@@ -91,7 +91,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "share/reservations.py": _LOCKS + _tests("reservations nesting"),
     "share/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "share/model_plan.py": _tests("nodes_plan plan_cli"),
-    "share/sizing.py": _tests("plan_cli choose_by_model"),
+    "share/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
     "share/jobfile.py": _tests("lock_edges bounds jobs each_output"),
     "share/waitqueue.py": _tests("queue queue_visible wait"),
     "share/waiting.py": _tests("wait queue"),

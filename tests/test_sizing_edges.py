@@ -5,6 +5,8 @@ out here from the model's shape, the way the engines' own sources count them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpu_launch.fit import engines, plan
 from tests.fit_models import llama_70b, llama_like
 
@@ -46,3 +48,19 @@ def test_a_commands_fixed_tp_is_kept_when_nodes_are_counted() -> None:
     split = model_shortfall.node_split(plan.sizing(llama_70b(), engines.ENGINES["vllm"], fixed), gpus)
     assert (split.tp, split.pp, split.problem) == (2, 1, "1 node(s) of 2 GPUs (tp 2 × pp 1) do not hold it at "
                                                          "131072 tokens")
+
+
+def test_two_pipeline_stages_of_a_one_layer_model_are_refused(tmp_path: Path) -> None:
+    # Slip: the pipeline check started at 3 stages (pp > 2 for pp > 1): vLLM -pp 2 on one layer passed.
+    import json
+
+    from cli_run import run_gpulaunch
+    from test_modelfile_hostile import CONFIG, safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))  # one layer
+    (tmp_path / "model.safetensors").write_bytes(safetensors(
+        {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    done = run_gpulaunch("--snapshot", "dgx-h100", "plan", "--", "vllm", "serve", str(tmp_path), "-pp", "2")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"gpulaunch: error: vllm refuses 2 pipeline stages for {tmp_path}: the model has 1 layers "
+                           "(hint: drop the pipeline-parallel option, or use more tensor parallelism)\n")
