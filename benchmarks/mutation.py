@@ -271,12 +271,16 @@ _BASELINES = threading.Lock()
 def _baseline(module: str, tree: Path, sessions: Path, env: dict[str, str], log) -> float | None:
     """Seconds the module's tests take unmutated (None: they fail, so no mutant can be judged); one
     run per test selection, kept in ``baselines.json``, since modules of a package share one."""
+    import hashlib
+
     command = _test_command(module)
+    tests = hashlib.sha1(b"".join((tree / t).read_bytes() for t in module_tests(module)))
+    key = f"{command} {tests.hexdigest()}"  # the tests as they are now: an edited test is run again
     store = sessions / "baselines.json"
     with _BASELINES:
         known = json.loads(store.read_text()) if store.exists() else {}
-    if command in known:
-        return known[command]
+    if key in known:
+        return known[key]
     started = time.monotonic()
     base = subprocess.run(command.split(), cwd=tree, env=env, capture_output=True, text=True)
     if base.returncode != 0:
@@ -285,7 +289,7 @@ def _baseline(module: str, tree: Path, sessions: Path, env: dict[str, str], log)
     seconds = time.monotonic() - started
     with _BASELINES:
         known = json.loads(store.read_text()) if store.exists() else {}
-        known[command] = seconds
+        known[key] = seconds
         store.write_text(json.dumps(known, indent=1))
     return seconds
 
