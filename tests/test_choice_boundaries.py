@@ -12,7 +12,7 @@ import pytest
 
 from test_choice_states import TOTAL, auto, gpu, machine
 from gpu_launch.choose import explain, mig, spec, visibility
-from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, choose_fit
+from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, choose_fit, eligibility
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware import snapshot
 from gpu_launch.hardware.model import Device, Gpu
@@ -163,3 +163,72 @@ def test_explain_keeps_to_a_narrow_terminal(snap: str, n: int):
     text = explain.as_text(choose_auto(m, n, Constraints(), runner_ups=3), m, width=40)
     assert "ranked by:" in text
     assert max(len(line) for line in text.splitlines()) <= 40, text
+
+
+def test_explain_says_when_a_large_pool_was_not_searched_to_the_end():
+    # Slip: the note on a search the node budget cut short shown for exact searches instead (and not
+    # where it belongs): 64 idle GPUs in DGX-1 cube-mesh islands, 5 asked; and dgx-h100's 4 of 8.
+    from benchmarks.selection import synthetic_machine
+
+    note = "(large pool: the best set the heuristic and a bounded exact search found; it keeps the best link class)"
+    large = synthetic_machine("cube-mesh", 64, 0, "idle")
+    assert note in " ".join(explain.as_text(choose_auto(large, 5, Constraints(), runner_ups=3), large).split())
+    m = snapshot.resolve("dgx-h100")
+    text = explain.as_text(choose_auto(m, 4, Constraints(), runner_ups=3), m)
+    assert "large pool" not in text
+    assert "  links: all 6 pairs NV18\n" in text  # one link class: said once for all pairs
+
+
+def test_a_missing_index_lists_the_gpus_there_are():
+    # Slip: the list of indices joined wrongly (a crash) where they are not one span.
+    odd = machine([replace(gpu(i), index=i * 2) for i in range(3)], lambda i, j: "NV12")
+    with pytest.raises(UsageError) as exc:
+        spec.resolve(spec.parse("7"), odd)
+    assert exc.value.message == "--gpus: there is no GPU 7; this machine has GPUs 0,2,4"
+
+
+def test_one_eligible_gpu_is_said_in_the_singular():
+    # Slip: "is" for none instead of one ("only 1 of 3 are eligible").
+    m = machine([gpu(0), gpu(1, used=80000), gpu(2, used=80000)], lambda i, j: "NV12")
+    with pytest.raises(NotEnoughGpus) as exc:
+        choose_auto(m, 2, Constraints(min_free=parse_size("10GiB")))
+    assert exc.value.message.startswith("need 2 GPUs, but only 1 of 3 is eligible ("), exc.value.message
+
+
+def test_with_two_mig_devices_visible_the_first_is_the_one_cuda_uses():
+    # Slip: the last MIG device named instead of the first.
+    from test_choice_states import MIG0
+
+    small = replace(MIG0, uuid="MIG-22222222-2222-3333-4444-555555555555", profile="1g.10gb", gpu_instance_id=2)
+    m = machine([replace(gpu(0), mig_mode="enabled", mig_devices=(MIG0, small))], lambda i, j: "NV12")
+    assert visibility.read_cvd(f"{MIG0.uuid},{small.uuid}", m).problems == (
+        "CUDA enumerates only one MIG device per process: in the parent itself only the first "
+        "(GPU 0 MIG 3g.40gb) is usable",)
+
+
+def test_a_cuda_visible_gpu_outside_nvidia_visible_devices_is_named_and_left_out():
+    # Slip: the warning named the GPUs inside NVIDIA_VISIBLE_DEVICES instead of those outside it.
+    vis = visibility.resolve(FOUR, {"NVIDIA_VISIBLE_DEVICES": FOUR.gpus[0].uuid, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "GPU 1 in CUDA_VISIBLE_DEVICES is not in NVIDIA_VISIBLE_DEVICES; left out" in vis.warnings, vis.warnings
+    assert [d.gpu.index for d in vis.allowed] == [0]
+
+
+def test_nvidia_visible_devices_naming_every_gpu_but_not_their_mig_devices_narrows():
+    # Slip: MIG devices subtracted instead of added when "every device is listed" is decided.
+    from test_choice_states import MIG0
+
+    m = machine([gpu(0), replace(gpu(1), mig_mode="enabled", mig_devices=(MIG0,))], lambda i, j: "NV12")
+    devices, warnings = visibility.read_nvd(f"{m.gpus[0].uuid},{m.gpus[1].uuid}", m)
+    assert devices is not None and [d.gpu.index for d in devices] == [0, 1] and warnings == ()
+    everything, _ = visibility.read_nvd(f"{m.gpus[0].uuid},{m.gpus[1].uuid},{MIG0.uuid}", m)
+    assert everything is None  # every GPU and MIG device listed: nothing to narrow
+
+
+def test_a_waiting_jobs_refusal_names_who_keeps_a_gpu_busy():
+    # Slip: "by alice" said when no user is known, and left out when one is.
+    m = snapshot.resolve("dgx-h100")
+    reasons = {e.gpu.index: e.reason for e in eligibility(m, Constraints(polite=True)).excluded}
+    assert reasons[0] == "busy by alice (98% utilisation; --max-util 100 takes it anyway)"
+    anonymous = machine([gpu(0, util=97), gpu(1)], lambda i, j: "NV12")
+    (only,) = eligibility(anonymous, Constraints(polite=True)).excluded
+    assert only.reason == "busy (97% utilisation; --max-util 100 takes it anyway)"

@@ -55,3 +55,22 @@ def test_tensor_engines_without_vllms_utilisation_take_a_gpu_not_entirely_free(e
     s = plan.sizing(llama_like(), engines.ENGINES[engine], plan.Settings(ctx=8192))
     sel = by_model.choose_by_model(read_machine("dgx-h100", Needs(topology=True)), s, select.Constraints())
     assert [d.gpu.index for d in sel.devices] == [2]
+
+
+def test_no_wait_helps_is_said_of_the_most_gpus_all_free_not_of_the_busy_ones_now():
+    # Slip: the check whether the machine's largest set was tried read the smallest count: the line
+    # would speak of dgx-h100's GPUs as they are now (alice's at 98 %: "may use 0.0 GiB of each").
+    err = _refused(llama_like(layers=80, layer_bytes=12 * GiB, heads=64), "vllm", plan.Settings(ctx=8192), "dgx-h100")
+    assert "; vLLM may use 71.7 GiB of each (--gpu-memory-utilization 0.90); it needs 2 nodes" in err.message, \
+        err.message
+
+
+def test_gpus_taken_by_others_now_say_what_would_fit_once_free():
+    # Slip: whose memory it is asked of no GPU at all (or for a wait that helps, of one vLLM takes): a crash.
+    m = read_machine("workstation-4x", Needs(topology=True))
+    taken = {g.uuid: "alice (pid 1)" for g in m.gpus[:2]}
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=8192))
+    with pytest.raises(NotEnoughGpus) as info:
+        by_model.choose_by_model(m, s, select.Constraints(reserved=taken))
+    assert info.value.message.endswith("; vLLM may use 43.2 GiB of each (--gpu-memory-utilization 0.90); it would fit "
+                                       "on 4 free GPUs"), info.value.message
