@@ -104,3 +104,89 @@ def test_a_config_json_that_leaves_out_transformers_defaults_gets_them(tmp_path:
         {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
     hyper = read_model(str(tmp_path)).hyper
     assert {key: getattr(hyper, key) for key in expected} == expected
+
+
+def _config_dir(tmp_path: Path, config: dict) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(safetensors(
+        {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    return tmp_path
+
+
+def test_a_head_size_from_hidden_over_heads_is_a_whole_number(tmp_path: Path) -> None:
+    # Slip: true division instead of floor division (12.5-value heads sizing a cache in fractions of bytes).
+    hyper = read_model(str(_config_dir(tmp_path, {**CONFIG, "hidden_size": 100, "num_attention_heads": 8}))).hyper
+    assert (hyper.key_length, hyper.value_length) == (12, 12)
+
+
+def test_a_config_count_that_is_no_count_is_quoted_to_40_characters(tmp_path: Path) -> None:
+    # Slip: the quote of the bad value cut at 39 or 41 characters.
+    folder = _config_dir(tmp_path, {**CONFIG, "num_attention_heads": "x" * 60})
+    assert _refusal(folder) == f"config {folder / 'config.json'}: num_attention_heads is {'x' * 40!r}, not a count"
+
+
+@pytest.mark.parametrize("layers, ok", [(100_000, True), (100_001, False)])
+def test_a_config_of_more_than_100000_layers_is_no_language_model(tmp_path: Path, layers: int, ok: bool) -> None:
+    # Slip: the most layers a config may state moved by one.
+    refusal = _refusal(_config_dir(tmp_path, {**CONFIG, "num_hidden_layers": layers}))
+    if ok:
+        assert refusal is None or "no num_hidden_layers" not in refusal, refusal
+    else:
+        assert refusal is not None and refusal.endswith(": no num_hidden_layers"), refusal
+
+
+def test_the_first_missing_shard_of_an_index_is_named(tmp_path: Path) -> None:
+    # Slip: the last missing shard named as the first.
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    shards = {f"w{i}": f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    (tmp_path / shards["w2"]).write_bytes(b"")
+    assert _refusal(tmp_path) == (f"model directory {tmp_path}: 2 of the 3 shards its index lists are missing "
+                                  "(first: model-00001-of-00003.safetensors)")
+
+
+def test_an_index_json_over_64_mib_is_refused_from_its_size(tmp_path: Path) -> None:
+    # Slip: the limit on an index file moved (64 MiB: huggingface_hub's own files are far smaller).
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"")
+    index = sparse(tmp_path / "model.safetensors.index.json", b'{"weight_map": {}}', (64 << 20) + 1)
+    assert _refusal(tmp_path) == f"index {index}: {(64 << 20) + 1} bytes is too large for this kind of file " \
+                                 f"(limit {64 << 20})"
+
+
+def test_an_mlc_shard_that_is_not_a_record_is_one_line(tmp_path: Path) -> None:
+    # Slip: "not a record" and "no dataPath" both needed for the refusal (and/or): a crash on a bare string.
+    (tmp_path / "mlc-chat-config.json").write_text(json.dumps({"model_type": "llama", "model_config": CONFIG}))
+    (tmp_path / "ndarray-cache.json").write_text(json.dumps({"records": ["params_shard_0.bin"]}))
+    cache = tmp_path / "ndarray-cache.json"
+    assert _refusal(tmp_path) == f"ndarray-cache.json {cache}: a shard record without dataPath or records"
+
+
+def test_gguf_alignment_1_is_taken(tmp_path: Path) -> None:
+    # Slip: an alignment of 1 (every offset aligned) refused along with 0.
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("general.alignment", 1)]))
+    assert _refusal(path) is None
+
+
+def test_the_cap_on_text_kept_is_16_mib(tmp_path: Path) -> None:
+    # Slip: the cap doubled: 4,200 strings of 4,000 bytes are past 16 MiB.
+    names = [kv_str(f"general.x{i}", "x" * 4000) for i in range((16 << 20) // 4000 + 1)]
+    path = tmp_path / "text.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *names]))
+    refusal = _refusal(path)
+    assert refusal is not None and "past its cap on names and text kept (16777216 bytes)" in refusal, refusal
+
+
+def test_a_token_shift_count_of_1_is_taken(tmp_path: Path) -> None:
+    # Slip: the least of token_shift_count moved from 1 to 2 (RWKV's models use 1 and 2).
+    path = tmp_path / "s.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("llama.token_shift_count", 1)]))
+    assert _refusal(path) is None
+
+
+def test_an_i8_array_is_read(tmp_path: Path) -> None:
+    # Slip: the i8 element code lost from the array table (an i8 array would be unreadable).
+    path = tmp_path / "i8.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.x") + struct.pack("<IIQ", 9, 1, 3) + b"\x01\xff\x02"]))
+    assert _refusal(path) is None
