@@ -190,3 +190,28 @@ def test_an_i8_array_is_read(tmp_path: Path) -> None:
     path = tmp_path / "i8.gguf"
     path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.x") + struct.pack("<IIQ", 9, 1, 3) + b"\x01\xff\x02"]))
     assert _refusal(path) is None
+
+
+@pytest.mark.parametrize("vtype, name", [(0, "a u8"), (8, "a string")])
+def test_an_alignment_of_the_wrong_type_names_the_type(tmp_path: Path, vtype: int, name: str) -> None:
+    # Slip: a number of the type-name table changed (the line would say "of type 0" or name another type).
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.alignment") + struct.pack("<IQ", vtype, 0)]))
+    assert _refusal(path) == (f"model file {path}: corrupt header: general.alignment is {name}, not a u32 "
+                              "(llama.cpp reads it only as one)")
+
+
+def test_strings_longer_than_4096_bytes_are_skipped_not_kept(tmp_path: Path) -> None:
+    # Slip: long strings kept (and counted against the 16 MiB cap on text kept) instead of skipped:
+    # 4,100 descriptions of 4,097 bytes (16.8 MB) would then be refused.
+    names = [kv_str(f"general.d{i}", "x" * 4097) for i in range(4100)]
+    path = tmp_path / "long.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *names]))
+    assert _refusal(path) is None
+
+
+def test_the_first_nested_language_config_is_the_one_read(tmp_path: Path) -> None:
+    # Slip: the search for a wrapper's nested config going on past the first found (the last would win).
+    folder = _config_dir(tmp_path, {"model_type": "llava", "text_config": {**CONFIG, "num_hidden_layers": 5},
+                                    "language_config": {**CONFIG, "num_hidden_layers": 7}})
+    assert read_model(str(folder)).hyper.n_layers == 5
