@@ -61,3 +61,24 @@ def test_mlc_overrides_skip_keys_gpulaunch_does_not_read() -> None:
     # Slip: an override key gpulaunch has no use for taken as one of its own (a crash).
     said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "prefill_mode=chunked;gpu_memory_utilization=0.5"])
     assert said.number("gpu_mem_util") == 0.5
+
+
+@pytest.mark.parametrize("argv, flag, meaning, least, most", [
+    (["accelerate", "launch"], "--main_process_port", "master_port", 1, 65535),
+    (["deepspeed"], "--num_nodes", "nnodes", 1, 1 << 20),
+    (SGLANG, "--pp-size", "pp", 1, None),
+    (["vllm", "serve", "m"], "-pp", "pp", 1, None),
+    (["vllm", "serve", "m"], "--data-parallel-start-rank", "dp_start_rank", 0, 1 << 20),
+])
+def test_engine_numbers_are_read_up_to_their_bounds(argv: list[str], flag: str, meaning: str, least: int,
+                                                    most: int | None) -> None:
+    # Slips: a bound of an engine's flag table moved (one pipeline stage refused, a port or a rank too
+    # many accepted or refused).
+    tail = ["train.py"] if argv[0] in ("accelerate", "deepspeed") else []
+    for value in (least, most):
+        if value is not None:
+            assert cmdline.read([*argv, flag, str(value), *tail]).number(meaning) == value
+    if most is not None:
+        with pytest.raises(UsageError) as exc:
+            cmdline.read([*argv, flag, str(most + 1), *tail])
+        assert exc.value.message == f"the command's {flag} {most + 1} is out of range for {argv[0]}"

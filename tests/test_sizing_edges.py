@@ -64,3 +64,20 @@ def test_two_pipeline_stages_of_a_one_layer_model_are_refused(tmp_path: Path) ->
     assert done.returncode == 2, done.stderr
     assert done.stderr == (f"gpulaunch: error: vllm refuses 2 pipeline stages for {tmp_path}: the model has 1 layers "
                            "(hint: drop the pipeline-parallel option, or use more tensor parallelism)\n")
+
+
+def test_a_context_rounded_up_says_how_for_one_sequence_and_for_several() -> None:
+    # Slip: the per-sequence wording used for a single sequence ("1 sequences of 8192 cells").
+    def rounded(settings: plan.Settings) -> list[str]:
+        s = plan.sizing(llama_like(), engines.ENGINES["llama.cpp"], settings)
+        return [r for r in s.kv.rules if r.startswith("context ")]
+
+    assert rounded(plan.Settings(ctx=8000)) == ["context 8000 rounded up to 8192 (llama.cpp pads to 256)"]
+    assert rounded(plan.Settings(ctx=8000, seqs=4, unified=False)) == [
+        "context 8000 rounded up to 8192 (llama.cpp: 4 sequences of 2048 cells, each padded to 256)"]
+
+
+def test_flash_attention_auto_is_on_for_40_wide_heads() -> None:
+    # Slip: the 40-wide head lost from CUDA's flash-attention head sizes (fit/kv_llama.py's table).
+    s = plan.sizing(_heads(40, 40, 32, 8), engines.ENGINES["llama.cpp"], plan.Settings(ctx=4096))
+    assert s.kv.flash_attn is True
