@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_launch.fit import engines, plan
-from tests.fit_models import llama_70b, llama_like
+from tests.fit_models import GiB, llama_70b, llama_like
 
 
 def test_the_kv_bytes_per_token_are_the_layers_times_k_and_v_rows() -> None:
@@ -81,3 +81,25 @@ def test_flash_attention_auto_is_on_for_40_wide_heads() -> None:
     # Slip: the 40-wide head lost from CUDA's flash-attention head sizes (fit/kv_llama.py's table).
     s = plan.sizing(_heads(40, 40, 32, 8), engines.ENGINES["llama.cpp"], plan.Settings(ctx=4096))
     assert s.kv.flash_attn is True
+
+
+def test_transformers_layers_left_on_the_cpu_fit_only_when_the_host_has_room() -> None:
+    # Slip: the host check made to need no host figure at all (and for or): with device_map="auto"
+    # and 500 GiB of host memory free, a model of 241 GiB on 4 x 48 GiB would not fit.
+    model = llama_like(layers=80, layer_bytes=3 * GiB, heads=64, fmt="safetensors")
+    rooms = [plan.Room(i, 48 * GiB, 48 * GiB) for i in range(4)]
+
+    def fits(host: int | None) -> bool:
+        settings = plan.Settings(ctx=4096, partial=True, host_free=host)
+        return plan.place(plan.sizing(model, engines.ENGINES["transformers"], settings), rooms).fits
+
+    assert (fits(500 * GiB), fits(1 * GiB), fits(None)) == (True, False, True)
+
+
+def test_vllms_own_layer_partition_places_the_stages() -> None:
+    # Slip: VLLM_PP_LAYER_PARTITION read only when its count differs from -pp (== for !=): 30 and 50
+    # layers would become an even 40 and 40.
+    settings = plan.Settings(ctx=8192, pp=2, tp=4, tp_explicit=True, environ=(("VLLM_PP_LAYER_PARTITION", "30,50"),))
+    p = plan.place(plan.sizing(llama_70b(), engines.ENGINES["vllm"], settings),
+                   [plan.Room(i, 80 * GiB, 80 * GiB) for i in range(8)])
+    assert [(stage.first, stage.end) for stage in p.stage_shares] == [(0, 30), (30, 80)]
