@@ -249,3 +249,38 @@ def test_each_reports_how_long_a_job_ran(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (job,) = json.loads(done.stdout)["jobs"]
     assert 0.3 <= job["seconds"] < 120, job  # the sleep, and no more than the whole run
+
+
+def test_launches_nest_seven_deep_in_a_job_and_no_deeper(tmp_path: Path) -> None:
+    # Slip: the depth limit one level early (depth + 2 for depth + 1): the seventh nested launch refused.
+    def chain(levels: int) -> subprocess.CompletedProcess[str]:
+        command = ["sh", "-c", "echo $GPULAUNCH_GPUS"]
+        for _ in range(levels):
+            command = gl(*SNAP, "-q", "--auto", "1", "--", *command)
+        return run([*SNAP, "-q", "--gpus", "2", "--", *command], tmp_path / "locks")
+
+    seven = chain(7)
+    assert (seven.returncode, seven.stdout) == (0, "2\n"), seven.stderr
+    eight = chain(8)
+    assert eight.returncode == 4, eight.stderr
+    assert "GPU 2: reserved by this job, and launches nest at most 7 deep in a job" in eight.stderr, eight.stderr
+
+
+@root_only
+def test_a_lock_file_of_a_user_with_no_name_names_the_uid(tmp_path: Path) -> None:
+    # Slip: the owner lookup lets a uid without a passwd entry raise: the refusal would be a traceback.
+    try:
+        pwd.getpwuid(UNNAMED)
+        pytest.skip(f"uid {UNNAMED} has a name here")
+    except KeyError:
+        pass
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o1777)
+    locks.chmod(0o1777)
+    planted = Path(lockdir.lock_path(str(locks), GPU3))
+    planted.symlink_to(tmp_path / "victim")
+    os.lchown(planted, UNNAMED, UNNAMED)
+    done = run([*SNAP, "--gpus", "3", "--", "true"], locks)
+    assert done.returncode == 7, done.stderr
+    assert f"its lock file {planted} is a symlink; refusing to follow it (owner: uid {UNNAMED})" in done.stderr, \
+        done.stderr
