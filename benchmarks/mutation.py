@@ -128,9 +128,10 @@ def modules_for(targets: list[str]) -> list[str]:
     return [m for m in dict.fromkeys(found) if (ROOT / "gpu_launch" / m).read_text().strip()]
 
 
-def samples(targets: list[str], default: float) -> dict[str, float]:
-    """Each module's sample: ``share:0.05`` samples 5 % of each share/ module, ``share/acquire.py:1`` all."""
-    chosen: dict[str, float] = {}
+def samples(targets: list[str], default: float | None) -> dict[str, float | None]:
+    """Each module's sample: ``share:0.05`` samples 5 % of each share/ module, ``share/acquire.py:1`` all;
+    None where none was asked for (a new session runs every mutant, an earlier one keeps its sample)."""
+    chosen: dict[str, float | None] = {}
     for target in targets or list(PACKAGES):
         name, _, fraction = target.partition(":")
         for module in modules_for([name]):
@@ -230,7 +231,7 @@ def _test_command(module: str) -> str:
     return " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *module_tests(module)])
 
 
-def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int, log) -> None:
+def run_module(module: str, tree: Path, sessions: Path, sample: float | None, seed: int, log) -> None:
     """Init (unless a session exists: then resume), filter, baseline, exec one module's session."""
     name = module.replace("/", ".").removesuffix(".py")
     db = sessions / f"{name}.sqlite"
@@ -250,12 +251,12 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float, seed: int
             f"test-command = {json.dumps(_test_command(module))}\n"
             "[cosmic-ray.distributor]\nname = \"local\"\n")
         subprocess.run([_tool("cosmic-ray"), "init", str(config), str(db)], cwd=tree, env=env, check=True)
-        counts = _filter(db, tree, module, sample, seed)
+        counts = _filter(db, tree, module, 1.0 if sample is None else sample, seed)
         log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run "
             f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
             f"{counts['unsampled']} unsampled)")
     else:  # resumed (or survivors run again): with the tests chosen now, and a larger sample if asked
-        added = _extend_sample(db, module, sample, seed)
+        added = _extend_sample(db, module, sample, seed) if sample is not None else 0
         if added:
             log(f"{module}: {added} more mutants sampled")
         text = re.sub(r"(?m)^test-command = .*$", lambda _m: f"test-command = {json.dumps(_test_command(module))}",
@@ -315,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("targets", nargs="*", help="packages or modules under gpu_launch/ (default: share choose "
                                                    "fit modelfile), each with :FRACTION for its own --sample")
-    parser.add_argument("--sample", type=float, default=1.0, help="fraction of each module's mutants to run")
+    parser.add_argument("--sample", type=float, default=None,
+                        help="fraction of each module's mutants to run (default: all, or an earlier session's)")
     parser.add_argument("--seed", type=int, default=28)
     parser.add_argument("--jobs", type=int, default=1, help="modules run at once, each in its own copy")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
@@ -326,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     modules = modules_for(args.targets)
     fractions = samples(args.targets, args.sample)
+    if args.rerun_survivors:
+        fractions = dict.fromkeys(fractions)  # the survivors only: no sample grows
     sessions = args.workdir / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     if args.report:
