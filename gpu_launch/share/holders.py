@@ -84,7 +84,8 @@ class Holder:
             command = printable(" ".join(words))  # one line, and no raw escapes
             command = command if len(command) <= 40 else command[:39] + "…"
             detail += f": {command}"
-        return f"{printable(self.user) if self.user else '?'} ({detail})"
+        who = printable(self.user) if self.user else "?"
+        return f"{who} ({detail})" if detail else who  # a record with a user alone: no empty "()"
 
 
 def _read_holder(fd: int) -> Holder:

@@ -1,0 +1,84 @@
+"""The command's own engine flags at their edges, as gpulaunch reads them (issue 28: mutants of
+gpu_launch/fit/cmdline/ that the suite let live; benchmarks/mutation.py finds them): what is read, and
+the one-line refusal (a UsageError, exit 2) of what no engine would take. Each test says its slip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_launch.errors import UsageError
+from gpu_launch.fit import cmdline
+
+SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+
+
+def test_a_value_flag_at_the_end_of_the_command_is_not_read() -> None:
+    # Slip: the bound on the next word dropped: the last flag would read past the command (a crash).
+    said = cmdline.read(["vllm", "serve", "m", "--max-model-len"])
+    assert said.number("ctx") is None and said.text("model") == "m"
+
+
+def test_numbers_longer_than_12_characters_are_refused_before_conversion() -> None:
+    # Slip: the 12-character limit on a number's text moved by one.
+    twelve = cmdline.read(["vllm", "serve", "m", "--gpu-memory-utilization", "0.9000000000"])
+    assert twelve.number("gpu_mem_util") == 0.9
+    with pytest.raises(UsageError) as exc:
+        cmdline.read(["vllm", "serve", "m", "--gpu-memory-utilization", "0.90000000000"])
+    assert exc.value.message == "the command's --gpu-memory-utilization 0.90000000000 is not a number for vllm"
+
+
+def test_sglang_lengths_stop_at_int32() -> None:
+    # Slip: the int32 bound of SGLang's --context-length one past 2**31 - 1.
+    assert cmdline.read([*SGLANG, "--context-length", "2147483647"]).number("ctx") == 2147483647
+    with pytest.raises(UsageError) as exc:
+        cmdline.read([*SGLANG, "--context-length", "2147483648"])
+    assert exc.value.message == "the command's --context-length 2147483648 is out of range for sglang"
+
+
+def test_mlc_takes_a_memory_fraction_below_one() -> None:
+    # Slip: MLC's gpu_memory_utilization bound moved above 1, so that no fraction is accepted.
+    said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "gpu_memory_utilization=0.5"])
+    assert said.number("gpu_mem_util") == 0.5
+
+
+@pytest.mark.parametrize("text, tokens", [("2k", 2000), ("2K", 2048), ("1m", 1_000_000), ("1M", 1 << 20),
+                                          ("1.5k", 1500)])
+def test_vllm_lengths_take_its_decimal_and_binary_suffixes(text: str, tokens: int) -> None:
+    # Slip: a suffix's multiplier changed (vLLM's human_readable_int: k m g t decimal, K M G T binary).
+    assert cmdline.read(["vllm", "serve", "m", "--max-model-len", text]).number("ctx") == tokens
+
+
+def test_a_port_may_be_65535_and_no_more() -> None:
+    # Slip: the last port refused.
+    argv = ["vllm", "serve", "m", "--data-parallel-rpc-port"]
+    assert cmdline.read([*argv, "65535"]).number("dp_rpc_port") == 65535
+    with pytest.raises(UsageError):
+        cmdline.read([*argv, "65536"])
+
+
+def test_mlc_overrides_skip_keys_gpulaunch_does_not_read() -> None:
+    # Slip: an override key gpulaunch has no use for taken as one of its own (a crash).
+    said = cmdline.read(["mlc_llm", "serve", "m", "--overrides", "prefill_mode=chunked;gpu_memory_utilization=0.5"])
+    assert said.number("gpu_mem_util") == 0.5
+
+
+@pytest.mark.parametrize("argv, flag, meaning, least, most", [
+    (["accelerate", "launch"], "--main_process_port", "master_port", 1, 65535),
+    (["deepspeed"], "--num_nodes", "nnodes", 1, 1 << 20),
+    (SGLANG, "--pp-size", "pp", 1, None),
+    (["vllm", "serve", "m"], "-pp", "pp", 1, None),
+    (["vllm", "serve", "m"], "--data-parallel-start-rank", "dp_start_rank", 0, 1 << 20),
+])
+def test_engine_numbers_are_read_up_to_their_bounds(argv: list[str], flag: str, meaning: str, least: int,
+                                                    most: int | None) -> None:
+    # Slips: a bound of an engine's flag table moved (one pipeline stage refused, a port or a rank too
+    # many accepted or refused).
+    tail = ["train.py"] if argv[0] in ("accelerate", "deepspeed") else []
+    for value in (least, most):
+        if value is not None:
+            assert cmdline.read([*argv, flag, str(value), *tail]).number(meaning) == value
+    if most is not None:
+        with pytest.raises(UsageError) as exc:
+            cmdline.read([*argv, flag, str(most + 1), *tail])
+        assert exc.value.message == f"the command's {flag} {most + 1} is out of range for {argv[0]}"

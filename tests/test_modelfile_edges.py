@@ -1,0 +1,217 @@
+"""Model files at the edges of what gpulaunch reads (issue 28: mutants of gpu_launch/modelfile/ that the
+suite let live; benchmarks/mutation.py finds them). Each test says the slip it catches. The caps are
+written here as numbers, not read from the module: a test that reads the constant moves with it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import gguf as gguf_package
+import pytest
+
+from gpu_launch.errors import ModelFileError
+from gpu_launch.modelfile.read import read_model
+from test_modelfile_hostile import BASE_KV, CONFIG, gguf, kv_str, kv_u32, s, safetensors
+from test_modelfile_limits import head, sparse
+
+
+def _refusal(path: Path) -> str | None:
+    try:
+        read_model(str(path))
+    except ModelFileError as exc:
+        return exc.message
+    return None
+
+
+def test_the_quantisation_is_named_as_llama_cpp_names_it(tmp_path: Path) -> None:
+    # Slip: a number of the general.file_type table changed (IQ2_S and IQ4_XS lost their names).
+    path = tmp_path / "m.gguf"
+    for ftype in gguf_package.LlamaFileType:
+        if ftype.name == "GUESSED":
+            continue
+        path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("general.file_type", ftype.value)]))
+        assert read_model(str(path)).dtype == ftype.name.split("_", 1)[1], ftype
+
+
+@pytest.mark.parametrize("what, counts", [("tensor", (65536, 0)), ("key/value", (0, 65536))])
+def test_a_count_exactly_at_the_cap_is_not_refused_for_it(tmp_path: Path, what: str, counts: tuple[int, int]) -> None:
+    # Slip: the cap on tensor and key counts (65,536) enforced one early (>= for >). The records are a
+    # hole here, so the file fails later, on its first record, never on the count.
+    path = sparse(tmp_path / "c.gguf", head(*counts), 65536 * 40)
+    refusal = _refusal(path)
+    assert refusal is not None and "more than gpulaunch reads" not in refusal, refusal
+
+
+def test_the_cap_on_numbers_kept_from_arrays_is_262144(tmp_path: Path) -> None:
+    # Slip: the cap doubled. Four arrays of 65,536 numbers are kept; a fifth is past it.
+    def arrays(n: int) -> list[bytes]:
+        return [s(f"x.a{i}") + struct.pack("<IIQ", 9, 0, 65536) + b"\0" * 65536 for i in range(n)]
+
+    path = tmp_path / "numbers.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *arrays(4)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *arrays(5)]))
+    refusal = _refusal(path)
+    assert refusal is not None and "past its cap on numbers kept from arrays (262144)" in refusal, refusal
+
+
+def test_a_single_files_split_tensor_count_is_not_checked(tmp_path: Path) -> None:
+    # Slip: the split check applied to a file that is not split (count > 0 for > 1): a stray
+    # split.tensors.count in a whole file would make it unreadable.
+    path = tmp_path / "whole.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("split.tensors.count") + struct.pack("<IH", 2, 7)]))
+    assert _refusal(path) is None
+
+
+def test_a_safetensors_file_without_its_extension_is_read_as_one(tmp_path: Path) -> None:
+    # Slip: the sniff of the ninth byte ("{", the header's start) reading two bytes instead of one.
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    weights = folder / "weights"
+    weights.write_bytes(safetensors({"model.layers.0.self_attn.q_proj.weight":
+                                     {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    facts = read_model(str(weights))
+    assert facts.format == "safetensors" and facts.weights.total == 64
+
+
+@pytest.mark.parametrize("key, most", [("ssm.group_count", 65536), ("ssm.state_size", 65536),
+                                       ("ssm.conv_kernel", 1024), ("ssm.inner_size", 1 << 20)])
+def test_a_recurrent_state_number_is_refused_just_past_its_most(tmp_path: Path, key: str, most: int) -> None:
+    # Slip: a bound of the recurrent-state keys moved (the states llama.cpp sizes multiply them).
+    path = tmp_path / "s.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32(f"llama.{key}", most)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32(f"llama.{key}", most + 1)]))
+    assert _refusal(path) == f"model file {path}: llama.{key} is {most + 1}, not a count here (at most {most})"
+
+
+@pytest.mark.parametrize("model_type, expected", [
+    ("gemma2", {"n_layers": 26, "n_heads": 8, "key_length": 256, "hidden_size": 2304, "context_length": 8192,
+                "vocab_size": 256000, "sliding_window": 4096}),
+    ("qwen2", {"n_layers": 32, "n_heads": 32, "key_length": 128, "hidden_size": 4096, "context_length": 32768,
+               "vocab_size": 151936, "sliding_window": None}),
+])
+def test_a_config_json_that_leaves_out_transformers_defaults_gets_them(tmp_path: Path, model_type: str,
+                                                                        expected: dict[str, object]) -> None:
+    # Slip: a default of Transformers' config class changed (Gemma2Config, Qwen2Config: hidden 2304,
+    # 8192 positions).
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    (tmp_path / "model.safetensors").write_bytes(safetensors(
+        {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    hyper = read_model(str(tmp_path)).hyper
+    assert {key: getattr(hyper, key) for key in expected} == expected
+
+
+def _config_dir(tmp_path: Path, config: dict) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(safetensors(
+        {"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}))
+    return tmp_path
+
+
+def test_a_head_size_from_hidden_over_heads_is_a_whole_number(tmp_path: Path) -> None:
+    # Slip: true division instead of floor division (12.5-value heads sizing a cache in fractions of bytes).
+    hyper = read_model(str(_config_dir(tmp_path, {**CONFIG, "hidden_size": 100, "num_attention_heads": 8}))).hyper
+    assert (hyper.key_length, hyper.value_length) == (12, 12)
+
+
+def test_a_config_count_that_is_no_count_is_quoted_to_40_characters(tmp_path: Path) -> None:
+    # Slip: the quote of the bad value cut at 39 or 41 characters.
+    folder = _config_dir(tmp_path, {**CONFIG, "num_attention_heads": "x" * 60})
+    assert _refusal(folder) == f"config {folder / 'config.json'}: num_attention_heads is {'x' * 40!r}, not a count"
+
+
+@pytest.mark.parametrize("layers, ok", [(100_000, True), (100_001, False)])
+def test_a_config_of_more_than_100000_layers_is_no_language_model(tmp_path: Path, layers: int, ok: bool) -> None:
+    # Slip: the most layers a config may state moved by one.
+    refusal = _refusal(_config_dir(tmp_path, {**CONFIG, "num_hidden_layers": layers}))
+    if ok:
+        assert refusal is None or "no num_hidden_layers" not in refusal, refusal
+    else:
+        assert refusal is not None and refusal.endswith(": no num_hidden_layers"), refusal
+
+
+def test_the_first_missing_shard_of_an_index_is_named(tmp_path: Path) -> None:
+    # Slip: the last missing shard named as the first.
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    shards = {f"w{i}": f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shards}))
+    (tmp_path / shards["w2"]).write_bytes(b"")
+    assert _refusal(tmp_path) == (f"model directory {tmp_path}: 2 of the 3 shards its index lists are missing "
+                                  "(first: model-00001-of-00003.safetensors)")
+
+
+def test_an_index_json_over_64_mib_is_refused_from_its_size(tmp_path: Path) -> None:
+    # Slip: the limit on an index file moved (64 MiB: huggingface_hub's own files are far smaller).
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"")
+    index = sparse(tmp_path / "model.safetensors.index.json", b'{"weight_map": {}}', (64 << 20) + 1)
+    assert _refusal(tmp_path) == f"index {index}: {(64 << 20) + 1} bytes is too large for this kind of file " \
+                                 f"(limit {64 << 20})"
+
+
+def test_an_mlc_shard_that_is_not_a_record_is_one_line(tmp_path: Path) -> None:
+    # Slip: "not a record" and "no dataPath" both needed for the refusal (and/or): a crash on a bare string.
+    (tmp_path / "mlc-chat-config.json").write_text(json.dumps({"model_type": "llama", "model_config": CONFIG}))
+    (tmp_path / "ndarray-cache.json").write_text(json.dumps({"records": ["params_shard_0.bin"]}))
+    cache = tmp_path / "ndarray-cache.json"
+    assert _refusal(tmp_path) == f"ndarray-cache.json {cache}: a shard record without dataPath or records"
+
+
+def test_gguf_alignment_1_is_taken(tmp_path: Path) -> None:
+    # Slip: an alignment of 1 (every offset aligned) refused along with 0.
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("general.alignment", 1)]))
+    assert _refusal(path) is None
+
+
+def test_the_cap_on_text_kept_is_16_mib(tmp_path: Path) -> None:
+    # Slip: the cap doubled: 4,200 strings of 4,000 bytes are past 16 MiB.
+    names = [kv_str(f"general.x{i}", "x" * 4000) for i in range((16 << 20) // 4000 + 1)]
+    path = tmp_path / "text.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *names]))
+    refusal = _refusal(path)
+    assert refusal is not None and "past its cap on names and text kept (16777216 bytes)" in refusal, refusal
+
+
+def test_a_token_shift_count_of_1_is_taken(tmp_path: Path) -> None:
+    # Slip: the least of token_shift_count moved from 1 to 2 (RWKV's models use 1 and 2).
+    path = tmp_path / "s.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("llama.token_shift_count", 1)]))
+    assert _refusal(path) is None
+
+
+def test_an_i8_array_is_read(tmp_path: Path) -> None:
+    # Slip: the i8 element code lost from the array table (an i8 array would be unreadable).
+    path = tmp_path / "i8.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.x") + struct.pack("<IIQ", 9, 1, 3) + b"\x01\xff\x02"]))
+    assert _refusal(path) is None
+
+
+@pytest.mark.parametrize("vtype, name", [(0, "a u8"), (8, "a string")])
+def test_an_alignment_of_the_wrong_type_names_the_type(tmp_path: Path, vtype: int, name: str) -> None:
+    # Slip: a number of the type-name table changed (the line would say "of type 0" or name another type).
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.alignment") + struct.pack("<IQ", vtype, 0)]))
+    assert _refusal(path) == (f"model file {path}: corrupt header: general.alignment is {name}, not a u32 "
+                              "(llama.cpp reads it only as one)")
+
+
+def test_strings_longer_than_4096_bytes_are_skipped_not_kept(tmp_path: Path) -> None:
+    # Slip: long strings kept (and counted against the 16 MiB cap on text kept) instead of skipped:
+    # 4,100 descriptions of 4,097 bytes (16.8 MB) would then be refused.
+    names = [kv_str(f"general.d{i}", "x" * 4097) for i in range(4100)]
+    path = tmp_path / "long.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, *names]))
+    assert _refusal(path) is None
+
+
+def test_the_first_nested_language_config_is_the_one_read(tmp_path: Path) -> None:
+    # Slip: the search for a wrapper's nested config going on past the first found (the last would win).
+    folder = _config_dir(tmp_path, {"model_type": "llava", "text_config": {**CONFIG, "num_hidden_layers": 5},
+                                    "language_config": {**CONFIG, "num_hidden_layers": 7}})
+    assert read_model(str(folder)).hyper.n_layers == 5
