@@ -150,7 +150,8 @@ def test_a_shared_lock_by_a_user_with_no_name_names_the_uid(shared_dir: Path) ->
         assert pid.isdigit(), pid
         explain = run([*SNAP, "--auto", "1", "--explain"], locks)
         assert explain.returncode == 0, explain.stderr
-        assert f"GPU 3: blocked by a shared lock held by uid {UNNAMED} (pid {pid}" in explain.stdout, explain.stdout
+        assert f"GPU 3: blocked by a shared lock held by uid {UNNAMED} (pid {pid}" in " ".join(explain.stdout.split()), \
+            explain.stdout
     finally:
         holder.kill()
         holder.wait(timeout=30)
