@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import holders, lockdir
+from gpu_launch.share import holders, lockdir, reservations
 from sharing_helpers import Lines, env, gl, run, start
 from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -100,6 +100,57 @@ def _lock_file(locks: Path, uuid: str) -> str:
     locks.mkdir(exist_ok=True)
     return lockdir.lock_path(str(locks), uuid)
 
+# --- taking a lock -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("instants", [1, 2])
+def test_a_lock_another_gpulaunch_holds_for_an_instant_is_taken_after_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         instants: int) -> None:
+    # Slips: a failed non-blocking flock not looked at again (`if delay is None` inverted, or its
+    # `continue` turned into `break`): a launch that met another gpulaunch's look at the lock (a shared
+    # flock held for microseconds) would report a free GPU as taken. The look ends while we wait.
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    path = lockdir.lock_path(str(locks), GPU2)
+    fd = reservations.try_lock(str(locks), GPU2)  # makes the lock file as a launch does
+    assert fd is not None
+    os.close(fd)
+    look = os.open(path, os.O_RDONLY)
+    fcntl.flock(look, fcntl.LOCK_SH)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the other gpulaunch's look ends after `instants` waits
+        waits.append(seconds)
+        if len(waits) == instants:
+            fcntl.flock(look, fcntl.LOCK_UN)
+
+    monkeypatch.setattr(reservations.time, "sleep", sleep)
+    try:
+        fd = reservations.try_lock(str(locks), GPU2)
+        assert fd is not None, "a GPU free after an instant was reported taken"
+        other = os.open(path, os.O_RDONLY)
+        with pytest.raises(BlockingIOError):  # and it is really held
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(other)
+        os.close(fd)
+        assert len(waits) == instants
+    finally:
+        os.close(look)
+
+
+def test_a_lock_held_for_longer_counts_as_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The other side: a lock someone keeps is looked at a bounded number of times, then the GPU is taken.
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    fd = reservations.try_lock(str(locks), GPU2)
+    assert fd is not None
+    waits: list[float] = []
+    monkeypatch.setattr(reservations.time, "sleep", waits.append)
+    assert reservations.try_lock(str(locks), GPU2) is None
+    assert 1 <= len(waits) <= 3
+    os.close(fd)
+
+
 # --- lock files gpulaunch cannot use -----------------------------------------------------------------
 
 @root_only
@@ -172,6 +223,22 @@ def test_locks_init_refuses_a_symlink_to_a_directory(tmp_path: Path) -> None:
         done.stderr
     st = real.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode), os.listdir(real)) == (65534, 0o700, [])
+
+
+@root_only
+@pytest.mark.parametrize("where", ["the dir", "a parent"])
+def test_locks_init_refuses_a_file_where_a_directory_should_be(tmp_path: Path, where: str) -> None:
+    # Slip: the directories opened without O_DIRECTORY (`O_RDONLY | O_DIRECTORY` turned into
+    # `O_RDONLY & O_DIRECTORY`, which is 0): a file would be opened as if it were the lock dir or one of
+    # its parents, and locks init would fail later, elsewhere, with another message.
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    target = a_file if where == "the dir" else a_file / "locks"
+    done = run([*SNAP, "locks", "init", str(target)])
+    assert done.returncode == 7, done.stderr
+    assert done.stderr.startswith(f"gpulaunch: error: locks init: {a_file} exists and is not a directory "), \
+        done.stderr
+    assert len(done.stderr.splitlines()) == 1 and a_file.read_text() == "mine\n"
 
 
 # --- holders as shown ----------------------------------------------------------------------------------
