@@ -97,6 +97,11 @@ MODULE_TESTS: dict[str, list[str]] = {
     "share/waiting.py": _tests("wait queue"),
     "fit/nodes.py": _tests("nodes_plan nodes"),
     "fit/stages.py": _tests("nodes_plan nodes"),
+    "share/sweep.py": _tests("each_scheduling each each_shell each_queue each_output each_shaping"),
+    "choose/accounting.py": _tests("machine_states nvml_backend ls_layout ls_holders snapshot"),
+    "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),
+    "fit/cmdline/python_options.py": _tests("python_forms engine_flags"),
+    "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
     "modelfile/hfcache.py": _tests("plan_cli"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # the property tests (hypothesis, ~25 s) only for the search itself

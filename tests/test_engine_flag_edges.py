@@ -69,6 +69,7 @@ def test_mlc_overrides_skip_keys_gpulaunch_does_not_read() -> None:
     (SGLANG, "--pp-size", "pp", 1, None),
     (["vllm", "serve", "m"], "-pp", "pp", 1, None),
     (["vllm", "serve", "m"], "--data-parallel-start-rank", "dp_start_rank", 0, 1 << 20),
+    (["python", "-m", "llama_cpp.server", "--model", "m"], "--port", "port", 0, 65535),  # 0: any free port
 ])
 def test_engine_numbers_are_read_up_to_their_bounds(argv: list[str], flag: str, meaning: str, least: int,
                                                     most: int | None) -> None:
@@ -81,4 +82,5 @@ def test_engine_numbers_are_read_up_to_their_bounds(argv: list[str], flag: str, 
     if most is not None:
         with pytest.raises(UsageError) as exc:
             cmdline.read([*argv, flag, str(most + 1), *tail])
-        assert exc.value.message == f"the command's {flag} {most + 1} is out of range for {argv[0]}"
+        engine = "llama-cpp-python" if "llama_cpp.server" in argv else argv[0]
+        assert exc.value.message == f"the command's {flag} {most + 1} is out of range for {engine}"

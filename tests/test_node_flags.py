@@ -114,3 +114,42 @@ def test_a_contradiction_is_refused_whichever_spelling_says_it(tmp_path: Path, c
     proc = _node(command, tmp_path, **environ)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("gpulaunch: error: ") and proc.stderr.count("\n") == 1
+
+
+# -- the split and the head's switches at their edges (issue 28: survivors of the mutation run) --------------
+
+def test_headless_written_by_the_user_is_refused_on_the_head_and_kept_once_on_the_others(tmp_path: Path) -> None:
+    """Slips: the refusal's `not on` dropped (the head would run headless: no API server, and the worker
+    refused instead), or its check turned into an assertion (a traceback)."""
+    on_the_head = list(NODE)
+    on_the_head[on_the_head.index("--node-rank") + 1] = "0"
+    head = subprocess.run(gl(*on_the_head, "vllm", "serve", "M", "--headless"), env=env(tmp_path / "locks"),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert head.returncode == 2
+    assert head.stderr == ("gpulaunch: error: `vllm serve --headless` contradicts this run: gpulaunch sets --headless "
+                           "on the other nodes only (only the head serves the API) (hint: leave --headless out: "
+                           "gpulaunch fills it in on every node)\n")
+    assert _tail(_exec("vllm serve M --headless", tmp_path), "vllm serve M --headless") == [
+        *TAIL, "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+
+
+def test_a_pipeline_size_alone_is_kept_and_the_tensor_size_derived(tmp_path: Path) -> None:
+    """Slip: the pp-only branch never taken: `-pp 2` on 2 nodes × 2 GPUs refused instead of tp 2 × pp 2."""
+    command = "vllm serve M --pipeline-parallel-size 2"
+    assert _tail(_exec(command, tmp_path), command) == [*TAIL, "--tensor-parallel-size", "2", "--headless"]
+
+
+@pytest.mark.parametrize("command, said", [
+    ("vllm serve M -tp 3", "`vllm serve --tensor-parallel-size 3` does not use the run's 4 GPUs: tensor × pipeline "
+                           "parallel must be 4 (hint: leave the tensor and pipeline sizes out: gpulaunch sets "
+                           "--tensor-parallel-size 2 --pipeline-parallel-size 2)"),
+    ("vllm serve M -pcp 2 -tp 4", "`vllm serve --tensor-parallel-size 4 -pcp 2` does not use the run's 4 GPUs: "
+                                  "tensor × pipeline parallel × --prefill-context-parallel-size must be 4 (hint: "
+                                  "leave the tensor and pipeline sizes out: gpulaunch sets --tensor-parallel-size 2 "
+                                  "--pipeline-parallel-size 1)"),
+])
+def test_a_split_that_leaves_gpus_out_is_one_line_naming_every_factor(tmp_path: Path, command: str, said: str) -> None:
+    """Slips: `and` for `or` in the both-sizes test (a tp alone that does not divide: a TypeError
+    traceback), and a factor of 2 (vLLM's -pcp) left out of the line."""
+    proc = _node(command, tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, f"gpulaunch: error: {said}\n")

@@ -128,6 +128,25 @@ def test_account_as_free_counts_my_own_processes_as_gone(tmp_path: Path, locks: 
     assert run(["--snapshot", mine, "--account-as-free", *SHOW[:1], "-c", "print('ran')"], locks).stdout == "ran\n"
 
 
+def test_account_as_free_never_frees_more_than_the_gpu_has_less_what_the_driver_keeps(tmp_path: Path,
+                                                                                      locks: Path) -> None:
+    # NVML may list a process with more memory than is used (its context, counted twice): what it frees is
+    # capped at the GPU's total less what the driver reserves, never above it (issue 28: the cap mutated
+    # to total + reserved let a GPU seem to have 1 GiB more than it can ever give).
+    doc = json.loads(snapshot.dump(snapshot.resolve("dgx-h100")))
+    gpu = doc["gpus"][0]
+    gpu.update(memory_reserved_mib=1024, memory_free_mib=20000)
+    gpu["processes"][0].update(user=current_user(), used_memory_mib=80000)
+    mine = str(write_snapshot(tmp_path / "mine.json", doc))
+    most = gpu["memory_total_mib"] - 1024  # 80535 MiB
+
+    def need(mib: int) -> int:
+        return run(["--snapshot", mine, "--auto", "1", "--exclude", "1-7", "--min-free", f"{mib}MiB",
+                    "--account-as-free", "-q", "--", "true"], locks).returncode
+
+    assert (need(most), need(most + 1)) == (0, 4)
+
+
 def test_account_as_free_for_named_users(locks: Path) -> None:
     done = run(["--snapshot", "dgx-h100", "--max-count", "8", "--account-as-free=alice,bob", "-q", "--", *SHOW],
                locks)
