@@ -98,7 +98,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "fit/nodes.py": _tests("nodes_plan nodes"),
     "fit/stages.py": _tests("nodes_plan nodes"),
     "share/sweep.py": _tests("each_scheduling each each_shell each_queue each_output each_shaping"),
-    "choose/accounting.py": _tests("machine_states nvml_backend ls_layout ls_holders snapshot"),
+    "choose/accounting.py": _tests("nvisel_options machine_states nvml_backend ls_layout ls_holders snapshot"),
     "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),
     "fit/cmdline/python_options.py": _tests("python_forms engine_flags"),
     "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),

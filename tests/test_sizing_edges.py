@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from gpu_launch.fit import engines, plan
 from tests.fit_models import GiB, llama_70b, llama_like
 
@@ -103,3 +105,116 @@ def test_vllms_own_layer_partition_places_the_stages() -> None:
     p = plan.place(plan.sizing(llama_70b(), engines.ENGINES["vllm"], settings),
                    [plan.Room(i, 80 * GiB, 80 * GiB) for i in range(8)])
     assert [(stage.first, stage.end) for stage in p.stage_shares] == [(0, 30), (30, 80)]
+
+
+def test_the_layers_left_on_the_cpu_carry_their_own_kv_cache() -> None:
+    # Slip: the CPU's KV share summed from the layers' weights (u[0] for u[1]): with 3 GiB layers and a
+    # KV row of a few MiB, the plan would put 3 GiB of "KV" per layer on the host.
+    model = llama_like(layers=80, layer_bytes=3 * GiB, heads=64, fmt="safetensors")
+    s = plan.sizing(model, engines.ENGINES["transformers"], plan.Settings(ctx=4096, partial=True))
+    p = plan.place(s, [plan.Room(i, 48 * GiB, 48 * GiB) for i in range(4)])
+    on_gpus = sum(share.units for share in p.per_gpu) - 1  # the first GPU also holds the embedding
+    left = range(on_gpus, 80)
+    assert p.cpu_kv_bytes == sum(s.kv.per_layer[i] for i in left) > 0
+    assert p.cpu_weights_bytes == 3 * GiB * len(left) + model.weights.output + model.weights.other
+
+
+def _whole(gpus: int, free: int, total: int = 80 * GiB) -> list[plan.Room]:
+    return [plan.Room(i, free, total) for i in range(gpus)]
+
+
+def test_nodes_are_counted_by_whole_gpus_not_by_what_is_free_on_this_one() -> None:
+    # Slip: a node of this kind sized by this machine's free memory (`is None` for `is not None`): with
+    # others' work here, the other nodes would seem as full, and more of them would be asked for.
+    from gpu_launch.fit import nodes
+
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=8192))
+    whole = nodes.split_for_nodes(s, _whole(2, 80 * GiB))
+    busy = nodes.split_for_nodes(s, _whole(2, 10 * GiB))
+    assert (whole.nodes, whole.tp, whole.pp, whole.problem) == (2, 2, 2, "")
+    assert (busy.nodes, busy.tp, busy.pp, busy.problem) == (2, 2, 2, "")
+
+
+def test_a_model_whose_heads_no_larger_tp_divides_runs_tp_1_with_stages_on_each_node() -> None:
+    # Slip: tp 1 never tried (range(per_node, 1, -1)): 5 attention heads on nodes of 2 GPUs would be
+    # refused instead of one GPU a stage, two stages a node.
+    from gpu_launch.fit import nodes
+
+    model = llama_like(layers=40, layer_bytes=3 * GiB, heads=5, kv_heads=5, fmt="safetensors")
+    split = nodes.split_for_nodes(plan.sizing(model, engines.ENGINES["vllm"], plan.Settings(ctx=4096)),
+                                  _whole(2, 48 * GiB, 48 * GiB))
+    assert (split.tp, split.problem) == (1, "")
+    assert split.pp == split.nodes * 2 and split.notes and split.notes[0].startswith("tp 1, not 2: ")
+
+
+def test_a_split_that_cannot_be_found_counts_no_nodes() -> None:
+    # Slip: a refused split (the command's stages, no tp that holds it) said to need 1 node.
+    from gpu_launch.fit import nodes
+
+    model = llama_like(layers=80, layer_bytes=40 * GiB, heads=64, fmt="safetensors")
+    settings = plan.Settings(ctx=4096, pp=2)
+    split = nodes.split_for_nodes(plan.sizing(model, engines.ENGINES["vllm"], settings), _whole(2, 48 * GiB),
+                                  max_nodes=4)
+    assert split.nodes == 0 and split.problem.startswith("no tp with the command's 2 stages holds it on nodes of 2 GPUs")
+
+
+@pytest.mark.parametrize("d_conv, rows", [(4, 3), (2, 1), (1, 0), (0, 3)])
+def test_a_kda_layers_conv_state_follows_llama_cpps_rule_at_every_kernel(d_conv: int, rows: int) -> None:
+    # llama.cpp (src/llama-hparams.cpp, n_embd_r for KDA): 3 x (d_conv > 0 ? d_conv - 1 : 3) x n_head x
+    # head_dim. Slip: `d_conv > 1` for `> 0`: a kernel of 1 would hold 3 rows instead of none.
+    from gpu_launch.fit import kv_llama
+    from gpu_launch.modelfile.facts import Hyper
+
+    h = Hyper(n_layers=1, n_heads=4, kv_heads=(0,), key_length=8, value_length=8, hidden_size=32,
+              recurrent=(True,), ssm={"kda.head_dim": 8, "conv_kernel": d_conv})
+    assert kv_llama.state_elements(h) == (3 * rows * 4 * 8, 8 * 8 * 4)
+
+
+def _vllm_hyper(config: dict):  # noqa: ANN202
+    from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config
+
+    return hyper_from_config(text_config(config), "config.json")
+
+
+@pytest.mark.parametrize("batched, blocks", [(2048, 512 + 1), (2049, 513 + 1)])
+def test_a_sliding_window_holds_window_minus_one_plus_the_tokens_in_flight(batched: int, blocks: int) -> None:
+    # vLLM 0.33.0 SlidingWindowSpec: cdiv(min(window - 1 + in-flight, len), block) + 1 pages; in flight,
+    # two batches. Slip: `- 2` for `- 1`, seen only where the count ends one token into a block:
+    # 4096 - 1 + 2 x 2049 = 8193 tokens are 513 blocks of 16, 8192 would be 512.
+    from gpu_launch.fit import kv, kv_vllm
+    from tests.vllm_configs import MISTRAL_7B_V01
+
+    need = kv_vllm.need_per_gpu(_vllm_hyper(MISTRAL_7B_V01), 32768, "f16", kv.Run(batched_tokens=batched), 1)
+    assert need.total == 32 * (16 * 2 * 8 * 128 * 2) * (blocks + 1)
+
+
+def test_the_plan_says_when_vllm_raised_its_attention_block_and_only_then() -> None:
+    # Slip: the rule line's test inverted (== for !=): Jamba's 80-token block unexplained, Mistral's
+    # 16-token one announced as raised.
+    from gpu_launch.fit import kv, kv_vllm
+    from tests.vllm_configs import JAMBA_MINI, MISTRAL_7B_V01
+
+    def raised(config: dict) -> list[str]:
+        size = kv_vllm.cache(_vllm_hyper(config), 32768, "f16", kv.Run())
+        return [r for r in size.rules if r.startswith("attention block raised")]
+
+    assert raised(JAMBA_MINI) == ["attention block raised to 80 tokens so a page holds a Mamba state"]
+    assert raised(MISTRAL_7B_V01) == []
+
+
+def test_reblocked_sliding_layers_hold_window_minus_one_plus_the_tokens_in_flight(tmp_path: Path) -> None:
+    # Gemma-4 E2B under vLLM: its sliding layers' pages (256-wide heads) take a block of 32 tokens so
+    # they match the full layers' (512-wide); they still hold cdiv(window - 1 + in-flight, block) + 1
+    # blocks. Window 512, two batches in flight: 511 + 2 x 993 = 2497 = 78 x 32 + 1 needs 79 blocks
+    # like 2527 (b = 1008) does; 2529 (b = 1009) needs 80. Slip: `- 2` for `- 1` moves each step by one.
+    from family_fixtures import write_family
+
+    from gpu_launch.fit import kv, kv_vllm
+    from gpu_launch.modelfile.read import read_model
+
+    h = read_model(str(write_family(tmp_path, "gemma-4-e2b")), environ={}).hyper
+
+    def need(batched: int) -> int:
+        return kv_vllm.need_per_gpu(h, 131072, "f16", kv.Run(batched_tokens=batched), 1).total
+
+    assert need(993) == need(1008) < need(1009) == need(1024)
