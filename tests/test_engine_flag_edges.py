@@ -5,6 +5,8 @@ the one-line refusal (a UsageError, exit 2) of what no engine would take. Each t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpu_launch.errors import UsageError
@@ -84,3 +86,33 @@ def test_engine_numbers_are_read_up_to_their_bounds(argv: list[str], flag: str, 
             cmdline.read([*argv, flag, str(most + 1), *tail])
         engine = "llama-cpp-python" if "llama_cpp.server" in argv else argv[0]
         assert exc.value.message == f"the command's {flag} {most + 1} is out of range for {engine}"
+
+
+def test_vllm_lengths_in_decimal_trillions_are_read() -> None:
+    # Slip: the multiplier of "t" changed (vLLM's human_readable_int: 10**12): 0.002t is 2,000,000,000
+    # tokens, within int32, and 0.003t past it.
+    assert cmdline.read(["vllm", "serve", "m", "--max-model-len", "0.002t"]).number("ctx") == 2_000_000_000
+    with pytest.raises(UsageError) as exc:
+        cmdline.read(["vllm", "serve", "m", "--max-model-len", "0.003t"])
+    assert exc.value.message == "the command's --max-model-len 0.003t is out of range for vllm"
+
+
+@pytest.mark.parametrize("flags, sliding_cells", [
+    ([], 1536),  # -ub 512 (llama-server's default): pad256(1024 + 512)
+    (["-ub", "4096"], 3072),  # the default -b 2048 caps it: pad256(1024 + 2048)
+    (["-b", "4096", "-ub", "4096"], 5120),  # a larger -b lets the micro-batch grow: pad256(1024 + 4096)
+    (["-b", "256"], 1280),  # a smaller -b shrinks it below the default -ub: pad256(1024 + 256)
+])
+def test_llama_cpps_micro_batch_is_capped_by_its_batch(tmp_path: Path, flags: list[str], sliding_cells: int) -> None:
+    # llama_context: n_ubatch = min(n_batch, n_ubatch); a sliding layer holds pad256(window + n_ubatch)
+    # cells (llama-kv-cache.cpp). Gemma-3 4B at -c 8192: 29 sliding layers (window 1024) and 5 global
+    # ones of 8192 cells; a row is 4 KV heads x 256 x K and V x f16. Slips: llama.cpp's default -b
+    # (2048) moved; and, found by the mutation run, -b read but never used: `-b 4096 -ub 4096` was
+    # planned at 3072 sliding cells, less than llama.cpp allocates.
+    from tests.family_fixtures import write_family
+    from tests.test_plan_cli import plan_json
+
+    model = write_family(tmp_path, "gemma-3-4b")
+    doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", str(model),
+                    "-c", "8192", "-np", "1", *flags)
+    assert doc["kv_cache_bytes"] == (5 * 8192 + 29 * sliding_cells) * 4 * 256 * 2 * 2

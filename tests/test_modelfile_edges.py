@@ -14,7 +14,7 @@ import pytest
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.read import read_model
-from test_modelfile_hostile import BASE_KV, CONFIG, gguf, kv_str, kv_u32, s, safetensors
+from test_modelfile_hostile import BASE_KV, CONFIG, gguf, kv_str, kv_u32, s, safetensors, tensor
 from test_modelfile_limits import head, sparse
 
 
@@ -215,3 +215,51 @@ def test_the_first_nested_language_config_is_the_one_read(tmp_path: Path) -> Non
     folder = _config_dir(tmp_path, {"model_type": "llava", "text_config": {**CONFIG, "num_hidden_layers": 5},
                                     "language_config": {**CONFIG, "num_hidden_layers": 7}})
     assert read_model(str(folder)).hyper.n_layers == 5
+
+
+def test_a_split_set_of_two_parts_has_its_tensor_count_checked(tmp_path: Path) -> None:
+    # Slip: the split check's least count moved from 2 parts to 3 (count > 2 for > 1): a two-part set
+    # whose parts hold fewer tensors than its header says would be read as whole.
+    def part(no: int, tensors_count: int | None) -> bytes:
+        split = [s("split.no") + struct.pack("<IH", 2, no), s("split.count") + struct.pack("<IH", 2, 2)]
+        if tensors_count is not None:
+            split.append(s("split.tensors.count") + struct.pack("<Ii", 5, tensors_count))
+        return gguf([tensor(f"blk.0.t{no}.weight", [32, 4])], kvs=[*BASE_KV, *split])
+
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    second.write_bytes(part(1, None))
+    first.write_bytes(part(0, 2))
+    assert _refusal(first) is None
+    first.write_bytes(part(0, 3))
+    assert _refusal(first) == f"split GGUF {first}: 2 tensors in its parts, its header says 3"
+
+
+def test_laguna_slides_three_layers_in_four_after_a_full_one(tmp_path: Path) -> None:
+    # Slip: Laguna's period moved from 4 (src/models/laguna.cpp: load_swa_pattern(ml, 4, dense_first)).
+    path = tmp_path / "laguna.gguf"
+    kvs = [kv_str("general.architecture", "laguna"), kv_u32("laguna.block_count", 8),
+           kv_u32("laguna.attention.head_count", 1), kv_u32("laguna.embedding_length", 32),
+           kv_u32("laguna.attention.sliding_window", 512)]
+    path.write_bytes(gguf([], kvs=kvs))
+    hyper = read_model(str(path)).hyper
+    assert hyper.sliding == (False, True, True, True, False, True, True, True) and hyper.sliding_window == 512
+
+
+def test_an_rwkv_head_size_is_refused_just_past_65536(tmp_path: Path) -> None:
+    # Slip: the bound of wkv.head_size moved (the RWKV state llama.cpp sizes multiplies it).
+    path = tmp_path / "s.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("llama.wkv.head_size", 65536)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, kv_u32("llama.wkv.head_size", 65537)]))
+    assert _refusal(path) == f"model file {path}: llama.wkv.head_size is 65537, not a count here (at most 65536)"
+
+
+@pytest.mark.parametrize("value, shown", [(16.5, "16.5"), ((1 << 24) + 1, "16777217")])
+def test_a_config_state_size_that_is_a_fraction_or_too_large_is_refused(tmp_path: Path, value: float,
+                                                                        shown: str) -> None:
+    # Slip: "too large" and "not whole" both needed for the refusal (and for or): 16.5 would be read as
+    # 16, and 2**24 + 1 taken, into the size of the recurrent state.
+    config = {**CONFIG, "model_type": "mamba", "state_size": 1 << 24}
+    assert _refusal(_config_dir(tmp_path, config)) is None
+    folder = _config_dir(tmp_path, {**config, "state_size": value})
+    assert _refusal(folder) == f"config {folder / 'config.json'}: state_size is {shown}, not a size"

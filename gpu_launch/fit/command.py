@@ -30,6 +30,7 @@ class CommandFacts:
     kv_type: str | None = None
     v_type: str | None = None  # llama.cpp -ctv
     ubatch: int | None = None
+    batch: int | None = None  # llama.cpp -b: the micro-batch is at most this (n_ubatch = min(n_batch, n_ubatch))
     gpu_layers: str | None = None
     gpu_mem_util: str | None = None
     tp: str | None = None
@@ -75,6 +76,7 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         parallel=_int(said, "parallel"),
                         kv_type=said.word("kv_type") or said.text("kv_type"),
                         v_type=said.word("v_type") or said.text("v_type"), ubatch=_int(said, "ubatch"),
+                        batch=_int(said, "batch"),
                         gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),
                         tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
                         kv_unified=None if unified is None else unified == "1",

@@ -42,6 +42,7 @@ class Settings:
     kv_type: str = "f16"
     v_type: str | None = None  # llama.cpp's V cache type when it differs from K's (-ctv); None: as K
     ubatch: int = 512
+    batch: int = 2048  # llama.cpp -b: caps the micro-batch (llama-context.cpp: n_ubatch = min(n_batch, n_ubatch))
     reserve: int | None = None  # bytes per GPU instead of the engine's allowance (--reserve)
     partial: bool = False
     gpu_mem_util: float | None = None
@@ -95,9 +96,9 @@ class Sizing:
 def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
     """The engine settings the KV rules read (fit/kv.py ``Run``)."""
     batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
-    return kv_rules.Run(ubatch=settings.ubatch, unified=settings.unified, flash_attn=settings.flash_attn,
-                        swa_full=settings.swa_full, v_type=settings.v_type, batched_tokens=batched,
-                        gpu=settings.gpu_arch, tp=tp)
+    return kv_rules.Run(ubatch=settings.ubatch, batch=settings.batch, unified=settings.unified,
+                        flash_attn=settings.flash_attn, swa_full=settings.swa_full, v_type=settings.v_type,
+                        batched_tokens=batched, gpu=settings.gpu_arch, tp=tp)
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
@@ -236,7 +237,7 @@ def _logits_buffer(s: Sizing) -> int:
     attention scores of a micro-batch, which grow with the context, when they are larger
     (fit/kv_llama.py: gpt-oss-20b at 32k needs 4198 MiB). Part of the allowance."""
     vocab = s.model.hyper.vocab_size or 0
-    return max(min(s.settings.ubatch, s.kv.cells) * vocab * 4, s.kv.scratch)
+    return max(min(s.settings.ubatch, s.settings.batch, s.kv.cells) * vocab * 4, s.kv.scratch)
 
 
 def _fill(units: list[tuple[int, int]], caps: Sequence[float], backwards: bool = True) -> list[list[tuple[int, int]]]:

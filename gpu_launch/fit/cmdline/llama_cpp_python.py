@@ -45,7 +45,7 @@ TABLE = Table("llama-cpp-python", (
     Flag("host", ("--host",)),
     Flag("port", ("--port",), "int", low=0, high=65535),
 ), source="abetlen/llama-cpp-python llama_cpp/server/__main__.py, cli.py (add_args_from_model), settings.py",
-    abbreviations=True, defaults=(("ctx", "2048"), ("gpu_layers", "0")),
+    abbreviations=True, defaults=(("ctx", "2048"), ("gpu_layers", "0"), ("batch", "512")),
     others=tuple(f"--{name}" for name in (
         "model_alias", "split_mode", "main_gpu", "vocab_only", "use_mmap", "use_mlock", "kv_overrides", "seed",
         "n_threads", "n_threads_batch", "rope_scaling_type", "rope_freq_base", "rope_freq_scale", "yarn_ext_factor",
