@@ -45,9 +45,10 @@ def test_mlc_takes_a_memory_fraction_below_one() -> None:
 
 
 @pytest.mark.parametrize("text, tokens", [("2k", 2000), ("2K", 2048), ("1m", 1_000_000), ("1M", 1 << 20),
-                                          ("1.5k", 1500)])
+                                          ("1.5k", 1500), ("8.03k", 8029), ("25.6k", 25600)])
 def test_vllm_lengths_take_its_decimal_and_binary_suffixes(text: str, tokens: int) -> None:
     # Slip: a suffix's multiplier changed (vLLM's human_readable_int: k m g t decimal, K M G T binary).
+    # A decimal is read as vLLM reads it, int(float(number) * multiplier): 8.03k is 8029 tokens there.
     assert cmdline.read(["vllm", "serve", "m", "--max-model-len", text]).number("ctx") == tokens
 
 

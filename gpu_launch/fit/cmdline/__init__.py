@@ -259,7 +259,9 @@ def _int(raw: str, tokens: bool) -> int | None:
         whole, dot, frac = number.partition(".")
         if not whole.isdigit() or (dot and (not frac.isdigit() or digits[-1].isupper())):
             return None
-        return sign * (int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if dot else 0))
+        if len(number) <= 30:  # as vLLM reads it, float rounding and all: `8.03k` is 8029 tokens to vLLM
+            return sign * int(float(number) * mult)
+        return sign * (int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if dot else 0))  # far out of range
     return sign * int(digits) if digits.isdigit() else None
 
 
