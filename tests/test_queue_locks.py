@@ -34,6 +34,8 @@ def _lock_dir(top: Path, kind: str) -> Path:
     init``) left it: every user can open it."""
     locks = top / kind
     if kind == "hardened":
+        if os.geteuid() != 0:
+            pytest.skip("locks init needs root (the lock files it makes are root's)")
         done = run([*SNAP, "locks", "init", str(locks)])
         assert done.returncode == 0, done.stderr
     else:

@@ -14,6 +14,7 @@ import pytest
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.share import lockdir
+from gpu_launch.share.holders import current_user
 from sharing_helpers import PAUSED_JOIN, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
 
 SNAP = ["--snapshot", "dgx-h100"]
@@ -43,9 +44,9 @@ def test_a_gpu_held_only_by_a_nested_job_is_shown_held(tmp_path: Path) -> None:
         assert job.wait(timeout=30) == 0  # the job is gone; the nested job runs on (its stdin is ours)
         ls = run([*SNAP, "ls"], locks)
         row = next(line for line in ls.stdout.splitlines() if line.split()[:1] == ["2"])
-        assert f"root (pid {ready[1]}" in row, ls.stdout
+        assert f"{current_user()} (pid {ready[1]}" in row, ls.stdout
         explain = run([*SNAP, "--auto", "1", "--explain"], locks)
-        assert f"GPU 2: reserved by root (pid {ready[1]}" in explain.stdout, explain.stdout
+        assert f"GPU 2: reserved by {current_user()} (pid {ready[1]}" in explain.stdout, explain.stdout
     finally:
         job.kill()
         job.wait(timeout=30)
