@@ -33,6 +33,9 @@ LLAMA_CTX_PAD = 256
 #: vLLM allocates its paged cache in blocks of 16 tokens (kv_cache_interface.py: ``cdiv(max_model_len,
 #: block_size) * page_size_bytes``); hybrid Mamba models enlarge the block (fit/kv_vllm.py).
 VLLM_BLOCK = 16
+#: llama.cpp's micro-batch and batch when the command sets neither (common.h: n_ubatch 512, n_batch 2048);
+#: the micro-batch it runs is at most the batch (llama-context.cpp: n_ubatch = min(n_batch, n_ubatch)).
+LLAMA_UBATCH, LLAMA_BATCH = 512, 2048
 
 
 def parse_kv_type(text: str, option: str = "--kv-type") -> str:
@@ -68,8 +71,8 @@ class Run:
     "blackwell", "ampere" or "": which kernels its hybrid-Mamba rules assume), ``tp``.
     """
 
-    ubatch: int = 512
-    batch: int = 2048
+    ubatch: int = LLAMA_UBATCH
+    batch: int = LLAMA_BATCH
     unified: bool = True
     flash_attn: str = "auto"
     swa_full: bool = False

@@ -41,8 +41,8 @@ class Settings:
     seqs: int = 1
     kv_type: str = "f16"
     v_type: str | None = None  # llama.cpp's V cache type when it differs from K's (-ctv); None: as K
-    ubatch: int = 512
-    batch: int = 2048  # llama.cpp -b: caps the micro-batch (llama-context.cpp: n_ubatch = min(n_batch, n_ubatch))
+    ubatch: int = kv_rules.LLAMA_UBATCH
+    batch: int = kv_rules.LLAMA_BATCH  # llama.cpp -b: caps the micro-batch
     reserve: int | None = None  # bytes per GPU instead of the engine's allowance (--reserve)
     partial: bool = False
     gpu_mem_util: float | None = None

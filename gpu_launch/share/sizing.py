@@ -114,7 +114,7 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
                              flash_attn=flash_attn, swa_full=swa_full, binding=binding,
                              layers_default=said.said is not None and cap is not None
                              and said.said.defaulted("gpu_layers"),
-                             ubatch=said.ubatch or 512, batch=said.batch or 2048,
+                             ubatch=said.ubatch or plan.Settings.ubatch, batch=said.batch or plan.Settings.batch,
                              reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
