@@ -36,11 +36,17 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
-print("PROBE " + json.dumps({"rank": rank, "world": world, "sum": total.item(), "node": os.environ.get("SLURMD_NODENAME"),
-      "local_rank": os.environ.get("LOCAL_RANK"), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
-      "node_rank": os.environ.get("GPULAUNCH_NODE_RANK")}), flush=True)
+record = json.dumps({"rank": rank, "world": world, "sum": total.item(), "node": os.environ.get("SLURMD_NODENAME"),
+                     "local_rank": os.environ.get("LOCAL_RANK"), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                     "node_rank": os.environ.get("GPULAUNCH_NODE_RANK")})
+with open(os.path.join(RECORDS, f"rank-{rank}.json"), "w") as out:
+    out.write(record)
+print("PROBE " + record, flush=True)
 dist.destroy_process_group()
 '''
+# Each rank's record is read from its own file, not from the node's log: a node's two processes share one
+# stdout, and in CI once one's line ran into the other's ("PROBE {rank 3}PROBE {rank 2}"), which is torchrun's
+# children writing to one file, not something gpulaunch does or could order.
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +118,16 @@ def _node_logs(logs: Path, job: str) -> str:
 def test_torchrun_joins_two_nodes_through_its_own_rendezvous(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the real rendezvous needs CPU PyTorch: pip install torch==2.13.0")
     probe = tmp_path / "probe.py"
-    probe.write_text(TORCH_PROBE)
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    probe.write_text(f"RECORDS = {str(ranks)!r}\n" + TORCH_PROBE)
     t0 = time.monotonic()
     proc, job, logs = _submit(cluster, tmp_path, ["torchrun", str(probe)], timeout=240)
     took = time.monotonic() - t0
     text = _node_logs(logs, job)
     assert proc.returncode == 0, proc.stderr + text
-    probes = [json.loads(line.split("PROBE ", 1)[1]) for line in text.splitlines() if "PROBE " in line]
+    probes = [json.loads(p.read_text()) for p in sorted(ranks.glob("rank-*.json"))]
+    assert text.count("PROBE ") == 4, text  # and all four said so in their node's log
     assert sorted(p["rank"] for p in probes) == [0, 1, 2, 3], text
     assert {p["world"] for p in probes} == {4} and {p["sum"] for p in probes} == {10.0}  # 1+2+3+4 over both nodes
     by_node = sorted(sorted(p["rank"] for p in probes if p["node"] == node) for node in NODES)
