@@ -12,11 +12,18 @@ NAME`` each, with its own ``Port=``, and ``%n`` (the node's name) in its spool, 
 Slurm's "multiple slurmd" set-up has it. A ``task_prolog`` script (slurm.conf ``TaskProlog``, run before
 every task with ``SLURMD_NODENAME`` set; its ``export NAME=VALUE`` lines reach the task) can give each
 fake node its own view, e.g. its own gpulaunch lock directory and snapshot.
+
+``start(root, nodes=[...], netns=True)`` puts each slurmd in a network namespace of its own, joined to the
+host by a veth pair on a bridge: every node has its own address (``NodeAddr``, 10.254.X.1, .2, ...; the
+host, where slurmctld runs, is .254) and an interface named ``gl0``, and a node's loopback reaches only
+itself. It is the one set-up in which a head address of 127.0.0.1 fails, so the one that proves the
+address gpulaunch gives the other nodes is the head's own. :class:`NoNetwork` says why it cannot be built.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -40,6 +47,10 @@ def why_not() -> str | None:
     return None
 
 
+class NoNetwork(RuntimeError):
+    """Network namespaces, veth pairs or a bridge cannot be made here (no CAP_NET_ADMIN, no iproute2)."""
+
+
 def _which(name: str) -> str | None:
     return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
@@ -58,6 +69,8 @@ class Cluster:
     started_in: float  # seconds from the first daemon to an idle node
     procs: list[subprocess.Popen[bytes]]
     nodes: tuple[str, ...] = ()  # every node, in order
+    addresses: dict[str, str] | None = None  # each node's own address, with netns=True
+    network: Network | None = None
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], capture_output=True, text=True, env={**os.environ, **self.env},
@@ -84,6 +97,8 @@ class Cluster:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+        if self.network is not None:
+            self.network.remove()
 
     def _stepds(self) -> list[int]:
         """The slurmstepd processes of this cluster (their environment names its slurm.conf)."""
@@ -104,14 +119,67 @@ class Cluster:
         return found
 
 
+@dataclass
+class Network:
+    """A bridge on the host and one network namespace a node, each with a veth pair into the bridge."""
+    bridge: str
+    namespaces: dict[str, str]  # node -> namespace
+    addresses: dict[str, str]  # node -> its address
+    host: str  # the host's address on the bridge
+
+    @classmethod
+    def plan(cls, names: list[str]) -> Network:
+        """Names and addresses (a /24 no interface here has), nothing made yet."""
+        if _which("ip") is None or _which("nsenter") is None:
+            raise NoNetwork("the network-namespace tests need iproute2 (ip) and util-linux (nsenter)")
+        taken = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, timeout=30).stdout
+        third = next(n for n in random.sample(range(100, 250), 150) if f" 10.254.{n}." not in taken)
+        tag = f"gl{os.getpid() % 10**7}"
+        return cls(f"{tag}br", {name: f"{tag}-{name}" for name in names},
+                   {name: f"10.254.{third}.{i + 1}" for i, name in enumerate(names)}, f"10.254.{third}.254")
+
+    def build(self) -> None:
+        """Make the bridge, the namespaces and their veth pairs (:meth:`remove` undoes what was made)."""
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", f"{self.host}/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for i, (name, ns) in enumerate(self.namespaces.items()):
+            veth = f"{self.bridge[:-2]}h{i}"
+            self._ip("netns", "add", ns)
+            self._ip("link", "add", veth, "type", "veth", "peer", "name", "gl0", "netns", ns)
+            self._ip("link", "set", veth, "master", self.bridge, "up")
+            for step in (["addr", "add", f"{self.addresses[name]}/24", "dev", "gl0"], ["link", "set", "gl0", "up"],
+                         ["link", "set", "lo", "up"]):
+                self._ip("netns", "exec", ns, "ip", *step)
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise NoNetwork(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+    def run_in(self, node: str) -> list[str]:
+        """The argv prefix that runs a command in ``node``'s network namespace, and nothing else of its own:
+        nsenter, not `ip netns exec`, which also mounts a /sys of its own without /sys/fs/cgroup, and
+        slurmd will not start without that."""
+        return [_which("nsenter") or "nsenter", f"--net=/run/netns/{self.namespaces[node]}", "--"]
+
+    def remove(self) -> None:
+        for ns in self.namespaces.values():  # (deleting a namespace deletes its end of the veth pair, and so both)
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, timeout=30)
+
+
 def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60, nodes: list[str] | None = None,
-          task_prolog: str | None = None) -> Cluster:
+          task_prolog: str | None = None, netns: bool = False) -> Cluster:
     """Start munged, slurmctld and one slurmd a node under ``root``; return when every node is idle.
 
     Without ``nodes``: one node named after this host. With them: those nodes, all on this host, each a
-    ``slurmd -N NAME`` with ``gpus`` fake GPUs of its own."""
+    ``slurmd -N NAME`` with ``gpus`` fake GPUs of its own; with ``netns`` too, each slurmd in a network
+    namespace of its own (:class:`Network`; raises :class:`NoNetwork` where that cannot be built)."""
     host = socket.gethostname().split(".")[0]
     names = list(nodes or [host])
+    network = Network.plan(names) if netns else None
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(mode=0o700, exist_ok=True)
     (root / "munge" / "munge.key").write_bytes(os.urandom(1024))
@@ -125,7 +193,8 @@ def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60, nodes: 
         gres.append(f"NodeName={name} Name=gpu File={root}/dev/{name}/nvidia[0-{gpus - 1}]")
     several = nodes is not None
     node_lines = "\n".join(
-        f"NodeName={name} NodeAddr=127.0.0.1 " + (f"NodeHostname={host} Port={_free_port()} " if several else "")
+        f"NodeName={name} NodeAddr={network.addresses[name] if network else '127.0.0.1'} "
+        + (f"NodeHostname={host} Port={_free_port()} " if several else "")
         + f"CPUs={cpus} RealMemory=1000 Gres=gpu:{gpus} State=UNKNOWN" for name in names)
     prolog = ""
     if task_prolog is not None:
@@ -137,7 +206,7 @@ def start(root: Path, gpus: int = 8, cpus: int = 8, timeout: float = 60, nodes: 
     conf = root / "slurm.conf"
     conf.write_text(f"""\
 ClusterName=gltest
-SlurmctldHost=localhost
+SlurmctldHost={f"localhost({network.host})" if network else "localhost"}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -176,8 +245,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     t0 = time.monotonic()
     log = open(root / "log" / "daemons.log", "ab")
     procs: list[subprocess.Popen[bytes]] = []
-    cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names))
+    cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names), network.addresses if network else None, network)
     try:
+        if network is not None:
+            network.build()
         procs.append(subprocess.Popen(
             [_which("munged") or "munged", "-F", f"--key-file={root}/munge/munge.key", f"--socket={sock}",
              f"--pid-file={root}/munge/munged.pid", f"--log-file={root}/munge/munged.log",
@@ -186,8 +257,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         procs.append(subprocess.Popen([_which("slurmctld") or "slurmctld", "-D", "-c", "-i"], stdout=log, stderr=log,
                                       env=full))
         for name in names:
-            procs.append(subprocess.Popen([_which("slurmd") or "slurmd", "-D", *(["-N", name] if several else [])],
-                                          stdout=log, stderr=log, env=full))
+            procs.append(subprocess.Popen([*(network.run_in(name) if network else []), _which("slurmd") or "slurmd",
+                                           "-D", *(["-N", name] if several else [])], stdout=log, stderr=log, env=full))
 
         def idle() -> bool:
             for proc in procs:

@@ -44,10 +44,15 @@ def _exec_line(args: list[str], tmp_path: Path, rank: int = 1) -> list[str]:
     ("python -m sglang.launch_server --model-path M", 1,
      "python -m sglang.launch_server --model-path M --tp-size 4 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:29400"),
     ("torchrun train.py --lr 1", 0, "torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "
-                                    "10.0.0.1:29400 --rdzv-id gpulaunch-10.0.0.1-29400 --rdzv-conf is_host=1 train.py --lr 1"),
+                                    "10.0.0.1:29400 --rdzv-id gpulaunch-10.0.0.1-29400 --rdzv-conf is_host=1 --local-addr 10.0.0.1 "
+                                    "train.py --lr 1"),
     ("torchrun --nproc_per_node=gpu train.py", 1, "torchrun --nnodes 2 --rdzv-backend c10d --rdzv-endpoint 10.0.0.1:29400 "
                                                   "--rdzv-id gpulaunch-10.0.0.1-29400 --rdzv-conf is_host=0 "
-                                                  "--nproc_per_node=gpu train.py"),
+                                                  "--local-addr ADDR --nproc_per_node=gpu train.py"),
+    # the user's own --local-addr is theirs (an address on the network they want): kept, nothing added
+    ("torchrun --local_addr 10.0.0.9 train.py", 1, "torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d "
+                                                   "--rdzv-endpoint 10.0.0.1:29400 --rdzv-id gpulaunch-10.0.0.1-29400 "
+                                                   "--rdzv-conf is_host=0 --local_addr 10.0.0.9 train.py"),
     ("accelerate launch --multi_gpu train.py", 1, "accelerate launch --num_machines 2 --machine_rank 1 --main_process_ip "
                                                   "10.0.0.1 --main_process_port 29400 --num_processes 4 --multi_gpu train.py"),
     ("python train.py --rank {node_rank} --of {nnodes} --at {{head_addr}}:x --addr={head_addr} {head_port} --pp {pp} {{pp}}", 1,
@@ -109,6 +114,21 @@ def test_bad_input_is_one_line_with_a_documented_code(tmp_path: Path, args: list
     proc = _run([*args, "--", "python", "train.py"], tmp_path)
     assert proc.returncode == code and message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("gpulaunch: error: ") and proc.stderr.count("\n") == 1
+
+
+def test_a_worker_given_a_loopback_head_by_hand_is_warned(tmp_path: Path) -> None:
+    """Only a head on this same machine is at 127.0.0.1 (or a name for it), and the reachability check
+    cannot tell (a refusal counts: the head's engine may not listen yet), so the worker says so."""
+    for head, warned in (("localhost:29400", True), ("127.0.0.1:29400", True), ("10.0.0.1:29400", False)):
+        proc = _run(["--nodes", "2", "--gpus-per-node", "2", "--node-rank", "1", "--head", head, "--dry-run", "--",
+                     "torchrun", "train.py"], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        name = head.rpartition(":")[0]
+        assert proc.stderr.startswith(f"gpulaunch: warning: --head {name} is this machine's own loopback address: ") \
+            is warned, proc.stderr
+    proc = _run(["--nodes", "2", "--gpus-per-node", "2", "--node-rank", "0", "--head", "127.0.0.1:29400", "--dry-run",
+                 "--", "torchrun", "train.py"], tmp_path)
+    assert "warning" not in proc.stderr  # the head itself: a one-machine run by hand is fine
 
 
 def test_node_placeholders_need_nodes(tmp_path: Path) -> None:

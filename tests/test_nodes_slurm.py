@@ -51,22 +51,29 @@ dist.destroy_process_group()
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.Cluster]:
+    started = start_nodes(tmp_path_factory.mktemp("slurm-nodes"))
+    print(f"\nslurm fixture: 2 nodes idle in {started.started_in:.1f} s", file=sys.stderr)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def start_nodes(root: Path, netns: bool = False) -> slurm_cluster.Cluster:
+    """Slurm's n1 and n2 (or skip, saying why), each node with its own gpulaunch snapshot and lock directory."""
     reason = slurm_cluster.why_not()
     if reason:
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("slurm-nodes")
     example = json.loads((TESTS.parent / "gpu_launch" / "hardware" / "examples" / "dgx-h100.json").read_text())
     for name in NODES:  # each node's own machine: the example's first 4 GPUs, under the node's name
         write_snapshot(root / f"snap-{name}.json", {**first_gpus(example, 4), "hostname": name})
     prolog = ("#!/bin/sh\n"  # every task on node N reads N's snapshot and reserves in N's lock directory
               f'echo "export GPULAUNCH_SNAPSHOT={root}/snap-$SLURMD_NODENAME.json"\n'
               f'echo "export GPULAUNCH_LOCK_DIR={root}/locks-$SLURMD_NODENAME"\n')
-    started = slurm_cluster.start(root, gpus=4, nodes=NODES, task_prolog=prolog)
-    print(f"\nslurm fixture: 2 nodes idle in {started.started_in:.1f} s", file=sys.stderr)
     try:
-        yield started
-    finally:
-        started.stop()
+        return slurm_cluster.start(root, gpus=4, nodes=NODES, task_prolog=prolog, netns=netns)
+    except slurm_cluster.NoNetwork as e:
+        pytest.skip(f"network namespaces cannot be made here ({e}); they need root with CAP_NET_ADMIN")
 
 
 def _bin(tmp_path: Path) -> Path:
@@ -88,9 +95,9 @@ def _env(cluster: slurm_cluster.Cluster, tmp_path: Path, **extra: str) -> dict[s
     records = tmp_path / "records"
     records.mkdir(exist_ok=True)
     bindir = _bin(tmp_path) if not (tmp_path / "bin").exists() else tmp_path / "bin"
-    out = env(tmp_path / "submitter-locks", GPULAUNCH_POLL_INTERVAL="0.2", FAKE_RECORDS=str(records),
-              PYTHONPATH=f"{tmp_path / 'pkgs'}:{TESTS.parent}", NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo",
-              **extra)
+    out = env(tmp_path / "submitter-locks", **{
+        "GPULAUNCH_POLL_INTERVAL": "0.2", "FAKE_RECORDS": str(records), "PYTHONPATH": f"{tmp_path / 'pkgs'}:{TESTS.parent}",
+        "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo", **extra})
     out.update(cluster.env)
     out["PATH"] = f"{bindir}:{Path(sys.executable).parent}:{out['PATH']}"
     return out
@@ -116,13 +123,20 @@ def _node_logs(logs: Path, job: str) -> str:
 
 
 def test_torchrun_joins_two_nodes_through_its_own_rendezvous(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    took = torchrun_over_two_nodes(cluster, tmp_path, "127.0.0.1")
+    print(f"\ntorchrun over 2 nodes × 2 processes, submitted and followed in {took:.1f} s", file=sys.stderr)
+
+
+def torchrun_over_two_nodes(cluster: slurm_cluster.Cluster, tmp_path: Path, head_addr: str, **extra: str) -> float:
+    """A real torchrun (gloo) of 2 nodes × 2 processes doing an all-reduce, its head at ``head_addr``; the
+    seconds from submission to the job's end."""
     pytest.importorskip("torch", reason="the real rendezvous needs CPU PyTorch: pip install torch==2.13.0")
     probe = tmp_path / "probe.py"
     ranks = tmp_path / "ranks"
     ranks.mkdir()
     probe.write_text(f"RECORDS = {str(ranks)!r}\n" + TORCH_PROBE)
     t0 = time.monotonic()
-    proc, job, logs = _submit(cluster, tmp_path, ["torchrun", str(probe)], timeout=240)
+    proc, job, logs = _submit(cluster, tmp_path, ["torchrun", str(probe)], timeout=240, **extra)
     took = time.monotonic() - t0
     text = _node_logs(logs, job)
     assert proc.returncode == 0, proc.stderr + text
@@ -135,11 +149,13 @@ def test_torchrun_joins_two_nodes_through_its_own_rendezvous(cluster: slurm_clus
     assert {p["node_rank"] for p in probes if p["node"] == "n2"} == {"1"}  # gpulaunch's node rank: Slurm's
     assert all(len(p["cvd"].split(",")) == 2 for p in probes)  # each node's 2 GPUs, for both of its processes
     # What the follower said, and the head's port: picked for this job, not torchrun's fixed 29500.
-    head = re.search(rf"job {job} head n1 at 127\.0\.0\.1:(\d+)", proc.stderr)
+    head = re.search(rf"job {job} head n1 at {re.escape(head_addr)}:(\d+)", proc.stderr)
     assert head and int(head.group(1)) not in (29500, 29400), proc.stderr
     assert f"job {job} running on n[1-2]" in proc.stderr and f"job {job} completed: exit 0" in proc.stderr
-    assert f"--rdzv-endpoint 127.0.0.1:{head.group(1)}" in text and "--nproc-per-node 2" in text
-    print(f"\ntorchrun over 2 nodes × 2 processes, submitted and followed in {took:.1f} s", file=sys.stderr)
+    assert f"--rdzv-endpoint {head_addr}:{head.group(1)}" in text and "--nproc-per-node 2" in text
+    assert f"head: torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint {head_addr}:{head.group(1)} " \
+           f"--rdzv-id {job}.0 --rdzv-conf is_host=1 --local-addr {head_addr} {probe}" in text
+    return took
 
 
 def test_fake_vllm_gets_its_rank_head_and_headless_on_every_node(cluster: slurm_cluster.Cluster,

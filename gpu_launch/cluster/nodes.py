@@ -193,6 +193,8 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
             record = rendezvous.wait_for(os.path.join(here.run_dir, "head.json"), deadline, "the head's address")
             head_addr, head_port = str(record["addr"]), int(str(record["port"]))
             _check_loopback(head_addr, str(record.get("host", "")), here.names[0])
+    if here.rank > 0 and not here.slurm:
+        _warn_loopback_head(head_addr)
     if here.rank > 0 and not informing:
         rendezvous.probe(head_addr, int(head_port or 0), deadline)
     job = here.job or f"gpulaunch-{head_addr}-{head_port}"
@@ -209,10 +211,27 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
                 rendezvous.publish(os.path.join(str(here.run_dir), f"rank-{here.rank}.json"), {"addr": addr, "port": port})
         elif not informing:
             peers = tuple(_peer(str(here.run_dir), r, deadline, here.names[r]) for r in range(1, here.nnodes))
-    elif here.rank > 0 and engine == "vllm" and not informing:
-        addr = rendezvous.route_to(rendezvous.resolve(head_addr))  # ray --node-ip-address, when asked for Ray
+    elif here.rank > 0 and engine in ("vllm", "torchrun"):
+        # this node's own address toward the head: ray --node-ip-address (when asked for Ray), torchrun --local-addr
+        addr = "ADDR" if informing else rendezvous.route_to(rendezvous.resolve(head_addr))
     return node_flags.World(here.nnodes, here.rank, gpus, head_addr, int(head_port or 0), job, here.names,
                          addr or head_addr, port or 0, (), peers)
+
+
+def _warn_loopback_head(head_addr: str) -> None:
+    """``--head 127.0.0.1`` given by hand to a node other than the head: the reachability check counts a
+    refusal as an answer (the head's engine may not listen yet), and on loopback this machine answers for
+    itself, so say that only a head on this very machine is there."""
+    from gpu_launch.errors import RendezvousFailed
+
+    try:
+        loopback = rendezvous.is_loopback(rendezvous.resolve(head_addr))
+    except RendezvousFailed:
+        return  # the check says so, with its exit code
+    if loopback:
+        print(f"gpulaunch: warning: --head {head_addr} is this machine's own loopback address: only a head "
+              "started on this same machine is there (hint: give the --head HOST:PORT the head printed)",
+              file=sys.stderr)
 
 
 def _peer(run_dir: str, rank: int, deadline: float, name: str) -> str:

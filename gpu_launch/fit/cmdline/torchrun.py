@@ -28,6 +28,7 @@ TABLE = Table("torchrun", (
     Flag("rdzv_id", ("--rdzv-id", "--rdzv_id"), env="PET_RDZV_ID"),
     Flag("rdzv_conf", ("--rdzv-conf", "--rdzv_conf"), env="PET_RDZV_CONF"),
     Flag("standalone", ("--standalone",), "switch", "PET_STANDALONE"),
+    Flag("local_addr", ("--local-addr", "--local_addr"), env="PET_LOCAL_ADDR"),
 ), source="pytorch/pytorch torch/distributed/run.py (get_args_parser)", abbreviations=True,
     options_end_at_positional=True,
     switches=("--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
@@ -35,7 +36,7 @@ TABLE = Table("torchrun", (
     others=("--max-restarts", "--max_restarts", "--monitor-interval", "--monitor_interval", "--start-method",
             "--start_method", "--event-log-handler", "--event_log_handler", "--role", "--module", "--no-python",
             "--no_python", "--run-path", "--run_path", "--log-dir", "--log_dir", "--redirects", "--tee",
-            "--local-ranks-filter", "--local_ranks_filter", "--local-addr", "--local_addr", "--logs-specs",
+            "--local-ranks-filter", "--local_ranks_filter", "--logs-specs",
             "--logs_specs", "--numa-binding", "--numa_binding", "--signals-to-handle", "--signals_to_handle",
             "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env"))
 
@@ -61,4 +62,10 @@ def on_nodes(run: NodeRun) -> NodeCommand:
     run.value("rdzv_id", world.job, "one id for the run")
     if run.said.get("rdzv_conf") is None:
         run.added += [run.name("rdzv_conf"), f"is_host={1 if world.rank == 0 else 0}"]
+    if run.said.get("local_addr") is None and world.addr:
+        # The workers' MASTER_ADDR is the address of the node c10d ranks first (whichever joined first), and
+        # without --local-addr that is its socket.getfqdn(), a name the other nodes may not resolve or
+        # route to (torch/distributed/elastic/rendezvous/api.py, RendezvousStoreInfo.build; the node
+        # descriptor in dynamic_rendezvous.py). Each node's own address toward the head is routable from it.
+        run.added += [run.name("local_addr"), world.addr]
     return run.done(append=False)
