@@ -245,10 +245,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     t0 = time.monotonic()
     log = open(root / "log" / "daemons.log", "ab")
     procs: list[subprocess.Popen[bytes]] = []
+    if network is not None:
+        try:
+            network.build()
+        except NoNetwork:
+            network.remove()
+            raise
     cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names), network.addresses if network else None, network)
     try:
-        if network is not None:
-            network.build()
         procs.append(subprocess.Popen(
             [_which("munged") or "munged", "-F", f"--key-file={root}/munge/munge.key", f"--socket={sock}",
              f"--pid-file={root}/munge/munged.pid", f"--log-file={root}/munge/munged.log",
