@@ -15,7 +15,10 @@ shapes from ``MambaStateShapeCalculator``, three pages for Mamba-2 mixers in ali
 (``get_kv_cache_groups``, ``_max_memory_usage_bytes_from_groups``) plus the block it holds back
 (``_pool_bytes_per_block_from_builder``), and prints gpulaunch's figure ÷ vLLM's at tp 1 to 8. The
 hybrid models' attention block is computed by the formula of ``Platform._align_hybrid_block_size``
-(not called: it resolves the model class and attention backends of a real GPU platform).
+(not called: it resolves the model class and attention backends of a real GPU platform), with the
+attention page of one token from vLLM's own ``FullAttentionSpec``. Twice: the KV cache in the model's
+dtype, and ``--kv-cache-dtype fp8`` (vLLM's ``STR_DTYPE_TO_TORCH_DTYPE["fp8"]`` and
+``get_kv_quant_mode("fp8")`` in every attention spec; Mamba states keep the model's dtype).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ try:
     import torch
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator as Calc
     from vllm.v1.core import kv_cache_planning as planning
-    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec,
+                                            get_kv_quant_mode)
     from vllm.v1.kv_cache_layout import KVCacheLayout
 except ImportError as e:
     sys.exit(f"vllm_sizing: needs a Python where vLLM imports ({e}); see the docstring")
@@ -44,6 +49,9 @@ from gpu_launch.fit import kv, kv_vllm  # noqa: E402
 from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config  # noqa: E402
 
 BF16 = torch.bfloat16
+#: vLLM's --kv-cache-dtype → (the attention specs' dtype and quantisation mode); gpulaunch's name for it
+KV = {"auto": ({"dtype": BF16}, "f16"),
+      "fp8": ({"dtype": STR_DTYPE_TO_TORCH_DTYPE["fp8"], "kv_quant_mode": get_kv_quant_mode("fp8")}, "fp8")}
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -71,8 +79,8 @@ def vllm_need(specs: list, max_len: int, batched: int = 8192, mode: str = "none"
             + planning._pool_bytes_per_block_from_builder(builder, config, groups))
 
 
-def _attn(kind: str, kv_heads: int, head: int, block: int, window: int = 0):  # noqa: ANN202
-    common = {"block_size": block, "num_kv_heads": kv_heads, "head_size": head, "dtype": BF16}
+def _attn(kind: str, kv_heads: int, head: int, block: int, window: int = 0, kv: str = "auto"):  # noqa: ANN202
+    common = {"block_size": block, "num_kv_heads": kv_heads, "head_size": head, **KV[kv][0]}
     if kind == "sliding":
         return SlidingWindowSpec(**common, sliding_window=window)
     if kind == "chunked":
@@ -80,8 +88,9 @@ def _attn(kind: str, kv_heads: int, head: int, block: int, window: int = 0):  # 
     return FullAttentionSpec(**common)
 
 
-def _hybrid(shapes: tuple, attention: list, mamba_layers: int, per_token: int, pages: int, kernel: int = 16) -> list:
+def _hybrid(shapes: tuple, attention: list, mamba_layers: int, pages: int, kernel: int = 16) -> list:
     """Specs of a hybrid Mamba model: the block from _align_hybrid_block_size's formula, Mamba pages padded."""
+    per_token = attention[0](1).page_size_bytes  # vLLM's attention page of one token
     state = sum(math.prod(s) for s in shapes) * 2
     block = 16 * _cdiv(kernel * _cdiv(state, kernel * per_token), 16)
     mamba = MambaSpec(block_size=block, shapes=shapes, dtypes=(BF16,) * len(shapes), page_size_padded=block * per_token,
@@ -91,29 +100,30 @@ def _hybrid(shapes: tuple, attention: list, mamba_layers: int, per_token: int, p
     return [spec(block) for spec in attention] + [mamba] * mamba_layers
 
 
-def cases(tp: int) -> dict[str, tuple[dict, int, list, str]]:
+def cases(tp: int, kv: str = "auto") -> dict[str, tuple[dict, int, list, str]]:
     kv8 = max(1, 8 // tp)
     out: dict[str, tuple[dict, int, list, str]] = {
-        "gpt-oss-20b": (C.GPT_OSS_20B, 32768, [_attn("sliding" if i % 2 == 0 else "full", kv8, 64, 16, 128)
+        "gpt-oss-20b": (C.GPT_OSS_20B, 32768, [_attn("sliding" if i % 2 == 0 else "full", kv8, 64, 16, 128, kv)
                                                for i in range(24)], "none"),
-        "gemma-3-27b": (C.GEMMA_3_27B, 32768, [_attn("sliding" if i % 6 < 5 else "full", max(1, 16 // tp), 128, 16, 1024)
-                                               for i in range(62)], "none"),
-        "mistral-7b-v0.1": (C.MISTRAL_7B_V01, 32768, [_attn("sliding", kv8, 128, 16, 4096) for _ in range(32)], "none"),
-        "llama-4-scout": (C.LLAMA4_SCOUT, 131072, [_attn("chunked" if (i + 1) % 4 else "full", kv8, 128, 16, 8192)
+        "gemma-3-27b": (C.GEMMA_3_27B, 32768, [_attn("sliding" if i % 6 < 5 else "full", max(1, 16 // tp), 128, 16,
+                                                     1024, kv) for i in range(62)], "none"),
+        "mistral-7b-v0.1": (C.MISTRAL_7B_V01, 32768, [_attn("sliding", kv8, 128, 16, 4096, kv) for _ in range(32)],
+                            "none"),
+        "llama-4-scout": (C.LLAMA4_SCOUT, 131072, [_attn("chunked" if (i + 1) % 4 else "full", kv8, 128, 16, 8192, kv)
                                                    for i in range(48)], "none"),
     }
     shapes = Calc.mamba1_state_shape(tp, 8192, 16, 4)
-    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b)] * 4, 28, kv8 * 256 * 2, 2)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b, kv=kv)] * 4, 28, 2)
     out["jamba-mini"] = (C.JAMBA_MINI, 32768, specs, "align")
     shapes = Calc.mamba2_state_shape(tp, 8192, 1, 128, 64, 128, 4)
-    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b)] * 4, 36, kv8 * 256 * 2, 3)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv8, 128, b, kv=kv)] * 4, 36, 3)
     out["granite-4.0-h-small"] = (C.GRANITE_4_H_SMALL, 100000, specs, "align")
     kv2 = max(1, 2 // tp)
     shapes = Calc.mamba2_state_shape(tp, 3072, 1, 24, 128, 256, 4)
-    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 128, b)] * 44, 44, kv2 * 256 * 2, 3)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 128, b, kv=kv)] * 44, 44, 3)
     out["falcon-h1-7b"] = (C.FALCON_H1_7B, 32768, specs, "align")
     shapes = Calc.gated_delta_net_state_shape(tp, 16, 32, 128, 128, 4)
-    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 256, b)] * 12, 36, kv2 * 512 * 2, 3, kernel=64)
+    specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 256, b, kv=kv)] * 12, 36, 3, kernel=64)
     out["qwen3-next (H100)"] = (C.QWEN3_NEXT, 65536, specs, "align")
     if tp == 1:
         shapes = Calc.mamba1_state_shape(1, 5120, 16, 4)
@@ -123,16 +133,17 @@ def cases(tp: int) -> dict[str, tuple[dict, int, list, str]]:
 
 
 def main() -> None:
-    rows: dict[str, dict[int, float]] = {}
-    for tp in (1, 2, 4, 8):
-        for name, (config, max_len, specs, mode) in cases(tp).items():
-            h = hyper_from_config(text_config(config), "config.json")
-            ours = kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=8192, gpu="hopper"), tp).total
-            theirs = vllm_need(specs, max_len, mode=mode)
-            rows.setdefault(name, {})[tp] = ours / theirs
-    print(f"{'model':22} gpulaunch ÷ vLLM at tp 1, 2, 4, 8")
-    for name, by_tp in rows.items():
-        print(f"{name:22} " + "  ".join(f"{by_tp[tp]:.4f}" if tp in by_tp else "   -  " for tp in (1, 2, 4, 8)))
+    for cache in KV:
+        rows: dict[str, dict[int, float]] = {}
+        for tp in (1, 2, 4, 8):
+            for name, (config, max_len, specs, mode) in cases(tp, cache).items():
+                h = hyper_from_config(text_config(config), "config.json")
+                ours = kv_vllm.need_per_gpu(h, max_len, KV[cache][1], kv.Run(batched_tokens=8192, gpu="hopper"), tp).total
+                theirs = vllm_need(specs, max_len, mode=mode)
+                rows.setdefault(name, {})[tp] = ours / theirs
+        print(f"{'--kv-cache-dtype ' + cache:22} gpulaunch ÷ vLLM at tp 1, 2, 4, 8")
+        for name, by_tp in rows.items():
+            print(f"{name:22} " + "  ".join(f"{by_tp[tp]:.4f}" if tp in by_tp else "   -  " for tp in (1, 2, 4, 8)))
 
 
 if __name__ == "__main__":
