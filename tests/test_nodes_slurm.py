@@ -45,8 +45,8 @@ print("PROBE " + record, flush=True)
 dist.destroy_process_group()
 '''
 # Each rank's record is read from its own file, not from the node's log: a node's two processes share one
-# stdout, and in CI once one's line ran into the other's ("PROBE {rank 3}PROBE {rank 2}"), which is torchrun's
-# children writing to one file, not something gpulaunch does or could order.
+# stdout, torchrun starts them with `python -u` (print writes the text and the newline apart), and in CI
+# one's line once ran into the other's ("PROBE {rank 3}PROBE {rank 2}"): nothing gpulaunch writes or orders.
 
 
 @pytest.fixture(scope="module")
