@@ -37,8 +37,8 @@ try:
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator as Calc
     from vllm.v1.core import kv_cache_planning as planning
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec,
-                                            get_kv_quant_mode)
+    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, MLAAttentionSpec,
+                                            SlidingWindowSpec, get_kv_quant_mode)
     from vllm.v1.kv_cache_layout import KVCacheLayout
 except ImportError as e:
     sys.exit(f"vllm_sizing: needs a Python where vLLM imports ({e}); see the docstring")
@@ -88,6 +88,19 @@ def _attn(kind: str, kv_heads: int, head: int, block: int, window: int = 0, kv: 
     return FullAttentionSpec(**common)
 
 
+def _mla_block(kv: str) -> int:
+    """The block of vLLM's MLA backend on Hopper (platforms/cuda.py _get_backend_priorities: FlashAttention MLA
+    first, which takes no fp8 cache, then FlashMLA): FlashMLA's own preferred size for an fp8 cache (the
+    class imports without a GPU); FlashAttention MLA's kernels take a multiple of 16 (its class needs CUDA
+    to import, so 16 is read from flashattn_mla.py)."""
+    if kv == "auto":
+        return 16
+    from vllm.v1.attention.backends.mla.flashmla import FlashMLABackend
+
+    assert kv in FlashMLABackend.supported_kv_cache_dtypes
+    return FlashMLABackend.get_preferred_block_size(16)
+
+
 def _hybrid(shapes: tuple, attention: list, mamba_layers: int, pages: int, kernel: int = 16) -> list:
     """Specs of a hybrid Mamba model: the block from _align_hybrid_block_size's formula, Mamba pages padded."""
     per_token = attention[0](1).page_size_bytes  # vLLM's attention page of one token
@@ -125,6 +138,9 @@ def cases(tp: int, kv: str = "auto") -> dict[str, tuple[dict, int, list, str]]:
     shapes = Calc.gated_delta_net_state_shape(tp, 16, 32, 128, 128, 4)
     specs = _hybrid(shapes, [lambda b: _attn("full", kv2, 256, b, kv=kv)] * 12, 36, 3, kernel=64)
     out["qwen3-next (H100)"] = (C.QWEN3_NEXT, 65536, specs, "align")
+    block = _mla_block(kv)
+    latent = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=512 + 64, cache_dtype_str=kv, **KV[kv][0])
+    out["deepseek-v3 (H100)"] = (C.DEEPSEEK_V3, 32768, [latent] * 61, "none")
     if tp == 1:
         shapes = Calc.mamba1_state_shape(1, 5120, 16, 4)
         out["mamba-2.8b"] = (C.MAMBA_2_8B, 4096, [MambaSpec(block_size=4096, shapes=shapes, dtypes=(BF16, BF16))] * 64,

@@ -10,7 +10,11 @@ own way (gpulaunch's code is not the oracle):
 * vllm/platforms/interface.py _align_hybrid_block_size: block = 16 x cdiv(Mamba page, 16 x the
   attention page of one token) (64 for Qwen3-Next's FlashInfer delta-net on Hopper); the Mamba page
   padded to the attention page;
-* vllm/model_executor/layers/mamba/mamba_utils.py: the state shapes (conv in the model's dtype).
+* vllm/model_executor/layers/mamba/mamba_utils.py: the state shapes (conv in the model's dtype);
+* vllm/platforms/cuda.py _get_backend_priorities and the MLA backends (vllm/v1/attention/backends/mla/):
+  the block is 16 unless the first backend that takes the cache's dtype wants another
+  (Platform.update_block_size_for_backend): Hopper's FlashAttention MLA takes no fp8, FlashMLA (64) does;
+  Blackwell's FlashInfer MLA (32) where qk_nope_head_dim is 64, 128 or 192.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pytest
 
 from gpu_launch.fit import kv, kv_vllm, plan
 from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config
-from tests.vllm_configs import (BERT, FALCON_H1_7B, GPT_OSS_20B, GRANITE_4_H_SMALL, JAMBA_MINI, LLAMA4_SCOUT, MAMBA_2_8B,
+from tests.vllm_configs import (BERT, DEEPSEEK_V3, FALCON_H1_7B, GPT_OSS_20B, GRANITE_4_H_SMALL, JAMBA_MINI, LLAMA4_SCOUT, MAMBA_2_8B,
                                 MISTRAL_7B_V01, QWEN3_NEXT)
 
 
@@ -71,6 +75,18 @@ def test_granite_4_h_mamba2_three_pages_and_the_context_in_big_blocks(tp: int) -
     block = 16 * cdiv(state, 16 * per_token)
     want = 4 * block * per_token * (cdiv(100000, block) + 9 * 3 + 1)
     assert need(GRANITE_4_H_SMALL, 100000, tp) == want
+
+
+@pytest.mark.parametrize("gpu,kv_type,block", [("hopper", "f16", 16), ("hopper", "fp8", 64), ("blackwell", "f16", 32),
+                                               ("blackwell", "fp8", 32), ("ampere", "fp8", 16), ("", "fp8", 16)])
+def test_deepseek_v3_mla_block_follows_the_backend_vllm_picks(gpu: str, kv_type: str, block: int) -> None:
+    """One 576-wide latent row a token and layer (kv_lora_rank 512 + rope 64), on every tp rank, in blocks
+    of the backend's size: with an fp8 cache on Hopper 64 (planned as 16, the held-back block and the
+    rounding were 1,686,528 bytes short at 32k)."""
+    h = hyper_from_config(text_config(DEEPSEEK_V3), "config.json")
+    got = kv_vllm.need_per_gpu(h, 32768 + 100, kv_type, kv.Run(batched_tokens=8192, gpu=gpu), 8)
+    row = 576 * (1 if kv_type == "fp8" else 2)
+    assert got.block == block and got.total == 61 * row * block * (cdiv(32768 + 100, block) + 1)
 
 
 @pytest.mark.parametrize("gpu,align,pages", [("hopper", 64, 3), ("ampere", 16, 2)])

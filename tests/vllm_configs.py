@@ -29,3 +29,7 @@ MAMBA_2_8B = {"model_type": "mamba", "num_hidden_layers": 64, "hidden_size": 256
 BERT = {"model_type": "bert", "num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768}
 GEMMA_3_27B = {"model_type": "gemma3_text", "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16,
                "head_dim": 128, "hidden_size": 5376, "sliding_window": 1024, "sliding_window_pattern": 6}
+DEEPSEEK_V3 = {"model_type": "deepseek_v3", "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+               "hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+               "q_lora_rank": 1536, "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+               "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3}

@@ -109,6 +109,24 @@ def _mamba_state(h: Hyper, tp: int) -> int:
     return inner // tp * max(k - 1, 0) * conv_b + inner // tp * state * ssm_b  # mamba1_state_shape
 
 
+def _attention_block(h: Hyper, kv_type: str, run: Run) -> int:
+    """The block, in tokens, vLLM's attention backend asks for (``Platform.update_block_size_for_backend``:
+    16, unless 16 is not a multiple of one of the backend's kernel block sizes, then its smallest). Only
+    dense MLA's backends ask for more (``_get_backend_priorities`` in platforms/cuda.py, each backend's
+    ``supported_kv_cache_dtypes`` and ``get_supported_kernel_block_sizes``): on Hopper FlashAttention MLA
+    (16) takes no fp8 cache, which goes to FlashMLA (64); on Blackwell FlashInfer MLA (32 or 64: 32) comes
+    first where qk_nope_head_dim is one its kernels have (64, 128, 192), else CUTLASS MLA (128: the
+    largest a later backend asks, so never less than vLLM's). "blackwell" also names the RTX PRO 6000,
+    whose first MLA backend is Triton's (16): planned with the bigger block, a block's bytes too many."""
+    if not h.kv_lora_rank or kv_type == "fp8_ds_mla":  # (fp8_ds_mla: DeepSeek's sparse MLA, not this rule)
+        return VLLM_BLOCK
+    if run.gpu == "hopper" and kv_type in _ONE_BYTE:
+        return 64
+    if run.gpu == "blackwell":
+        return 32 if h.key_length - (h.rope_head_dim or 0) in (64, 128, 192) else 128
+    return VLLM_BLOCK
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -144,7 +162,7 @@ def _need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int) -> Vl
     # prefix caching is on by default for decoder and hybrid generation models, off for attention-free
     # (pure Mamba) ones (ModelConfig.is_prefix_caching_supported); with it, Mamba layers are "align"ed
     align = bool(mamba) and hybrid and run.prefix_caching is not False
-    block = VLLM_BLOCK
+    block = VLLM_BLOCK if hybrid else _attention_block(h, kv_type, run)
     state = _mamba_state(h, tp) if mamba else 0
     if hybrid:
         # Platform._align_hybrid_block_size: the model-level attention geometry (first attention layer)
