@@ -123,6 +123,19 @@ def test_vllm_batched_tokens_from_the_command_win() -> None:
     assert s.kv.total == 10 * page * (2048 + 6 * (-(-(1023 + 2 * 4096) // 16) + 1) + 1)
 
 
+@pytest.mark.parametrize("argv,block", [(["--block-size", "32"], 32), (["--block_size=128"], 128), ([], None)])
+def test_vllm_block_size_from_the_command_is_planned(argv: list[str], block: int | None) -> None:
+    from gpu_launch.fit import command
+
+    said = command.read_command(["vllm", "serve", "m", *argv], engines.ENGINES["vllm"])
+    assert said.block_size == block
+    s = plan.sizing(_gemma3_27b(), engines.ENGINES["vllm"], plan.Settings(ctx=32768, block_size=block))
+    s = by_model.for_machine(s, machine("dgx-h100"))
+    b = block or 16
+    page = b * 2 * 16 * 128 * 2
+    assert s.kv.total == 10 * page * (-(-32768 // b) + 6 * (-(-(1023 + 2 * 8192) // b) + 1) + 1)
+
+
 @pytest.mark.parametrize("text,value", [("32768", 32768), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
                                         ("1M", 1 << 20), ("1.5K", None), ("k", None), ("{ctx}", None),
                                         ("-1", None), ("auto", None)])

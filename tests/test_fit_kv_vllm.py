@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_launch.fit import kv, kv_vllm, plan
+from gpu_launch.fit import gpu_tiers, kv, kv_vllm, plan
 from gpu_launch.modelfile.hfconfig import hyper_from_config, text_config
 from tests.vllm_configs import (BERT, DEEPSEEK_V3, FALCON_H1_7B, GPT_OSS_20B, GRANITE_4_H_SMALL, JAMBA_MINI, LLAMA4_SCOUT, MAMBA_2_8B,
                                 MISTRAL_7B_V01, QWEN3_NEXT)
@@ -31,9 +31,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def need(config: dict, max_len: int, tp: int = 1, gpu: str = "hopper", batched: int = 8192) -> int:
+def need(config: dict, max_len: int, tp: int = 1, gpu: str = "hopper", batched: int = 8192,
+         block: int | None = None) -> int:
     h = hyper_from_config(text_config(config), "config.json")
-    return kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=batched, gpu=gpu), tp).total
+    return kv_vllm.need_per_gpu(h, max_len, "f16", kv.Run(batched_tokens=batched, block=block, gpu=gpu), tp).total
 
 
 @pytest.mark.parametrize("max_len", [4096, 32768])
@@ -53,9 +54,9 @@ def test_gpt_oss_sliding_and_full_groups_per_gpu(tp: int, batched: int) -> None:
 
 def test_vllm_batched_tokens_by_gpu_memory_tier() -> None:
     # EngineArgs.get_batch_defaults, OPENAI_API_SERVER: >= 160 GiB 16384, >= 70 GiB (not A100) 8192, else 2048
-    assert plan.vllm_batched_default([("NVIDIA B200", 183 * 1024)]) == 16384
-    assert plan.vllm_batched_default([("NVIDIA H100 80GB HBM3", 81559)]) == 8192
-    assert plan.vllm_batched_default([("NVIDIA A100-SXM4-80GB", 81920)]) == 2048
+    assert gpu_tiers.vllm_batched_default([("NVIDIA B200", 183 * 1024)]) == 16384
+    assert gpu_tiers.vllm_batched_default([("NVIDIA H100 80GB HBM3", 81559)]) == 8192
+    assert gpu_tiers.vllm_batched_default([("NVIDIA A100-SXM4-80GB", 81920)]) == 2048
 
 
 def test_jamba_mamba_pages_padded_to_an_attention_block_of_80() -> None:
@@ -65,6 +66,31 @@ def test_jamba_mamba_pages_padded_to_an_attention_block_of_80() -> None:
     assert block == 80
     # 4 attention layers, 28 Mamba layers in 7 groups of 4; Mamba-1 in align mode: 2 pages
     assert need(JAMBA_MINI, 32768) == 4 * block * per_token * (cdiv(32768, block) + 7 * 2 + 1)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_block_size_from_the_command_is_the_block(block: int) -> None:
+    """`--block-size B` (CacheConfig.block_size, user_specified_block_size: the backend's preference is
+    skipped): every page holds B tokens, and the pool holds one block of B back."""
+    page = block * 2 * 8 * 128 * 2
+    blocks = cdiv(min(4096 - 1 + 2 * 8192, 32768), block) + 1
+    assert need(MISTRAL_7B_V01, 32768, block=block) == 32 * page * (blocks + 1)
+    h = hyper_from_config(text_config(DEEPSEEK_V3), "config.json")  # over the MLA backend's own choice too
+    got = kv_vllm.need_per_gpu(h, 32768, "fp8", kv.Run(block=block, gpu="hopper"), 8)
+    assert got.block == block and got.total == 61 * 576 * block * (cdiv(32768, block) + 1)
+
+
+@pytest.mark.parametrize("block,want", [(None, 80), (32, 96), (128, 128)])
+def test_block_size_in_a_hybrid_aligns_the_attention_block(block: int | None, want: int) -> None:
+    """_align_hybrid_block_size: the alignment is max(16, --block-size); the block the smallest multiple of
+    it whose page holds a Mamba state, and never below --block-size. Jamba's state is 76 tokens of
+    attention: 80 by 16s, 96 by 32s, 128 when asked for."""
+    state = 8192 * 3 * 2 + 8192 * 16 * 2
+    per_token = 8 * 256 * 2
+    align = max(16, block or 16)
+    got = max(block or 16, 16 * cdiv(align * cdiv(state, align * per_token), 16))
+    assert got == want
+    assert need(JAMBA_MINI, 32768, block=block) == 4 * got * per_token * (cdiv(32768, got) + 7 * 2 + 1)
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

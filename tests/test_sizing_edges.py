@@ -201,6 +201,18 @@ def test_the_plan_says_when_vllm_raised_its_attention_block_and_only_then() -> N
     assert raised(JAMBA_MINI) == ["attention block raised to 80 tokens so a page holds a Mamba state"]
     assert raised(MISTRAL_7B_V01) == []
 
+    def blocks(config: dict, kv_type: str, run: kv.Run) -> list[str]:
+        size = kv_vllm.cache(_vllm_hyper(config), 32768, kv_type, run)
+        return [r for r in size.rules if r.startswith("attention block")]
+
+    from tests.vllm_configs import DEEPSEEK_V3
+    assert blocks(MISTRAL_7B_V01, "f16", kv.Run(block=32)) == ["attention blocks of 32 tokens, as --block-size says"]
+    assert blocks(DEEPSEEK_V3, "fp8", kv.Run(gpu="hopper")) == [
+        "attention blocks of 64 tokens: what vLLM's MLA backend takes for the fp8 cache on Hopper"]
+    assert blocks(DEEPSEEK_V3, "f16", kv.Run(gpu="hopper")) == []
+    assert blocks(JAMBA_MINI, "f16", kv.Run(block=32)) == [
+        "attention block raised to 96 tokens so a page holds a Mamba state (--block-size 32)"]
+
 
 def test_reblocked_sliding_layers_hold_window_minus_one_plus_the_tokens_in_flight(tmp_path: Path) -> None:
     # Gemma-4 E2B under vLLM: its sliding layers' pages (256-wide heads) take a block of 32 tokens so

@@ -36,6 +36,7 @@ class CommandFacts:
     tp: str | None = None
     kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens
+    block_size: int | None = None  # vLLM --block-size (None: its attention backend's choice)
     pp: str | None = None  # pipeline stages (vLLM -pp, SGLang --pp-size, MLC pipeline_parallel_stages)
     dp: str | None = None  # data-parallel replicas (vLLM -dp, SGLang --dp-size)
     ranks_factor: int = 1  # other factors of the GPU count the engine starts (vLLM -pcp)
@@ -80,7 +81,8 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         gpu_layers=said.text("gpu_layers"), gpu_mem_util=said.text("gpu_mem_util"),
                         tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
                         kv_unified=None if unified is None else unified == "1",
-                        batched_tokens=_int(said, "batched_tokens"), ranks_factor=pcp or 1,
+                        batched_tokens=_int(said, "batched_tokens"), block_size=_int(said, "block_size"),
+                        ranks_factor=pcp or 1,
                         nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
                         flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),
                         swa_full=True if said.text("swa_full") == "1" else None)

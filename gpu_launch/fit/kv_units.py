@@ -66,7 +66,7 @@ class Run:
 
     llama.cpp: ``ubatch``/``batch`` (-ub/-b), ``unified`` (-kvu), ``flash_attn`` ("on", "off" or
     "auto": -fa), ``swa_full`` (--swa-full), ``v_type`` (-ctv; None: as K). vLLM: ``batched_tokens``
-    (--max-num-batched-tokens), ``in_flight`` (concurrent batches: 2 with async scheduling, its
+    (--max-num-batched-tokens), ``block`` (--block-size), ``in_flight`` (concurrent batches: 2 with async scheduling, its
     default for generation models), ``prefix_caching`` (None: vLLM's default), ``gpu`` ("hopper",
     "blackwell", "ampere" or "": which kernels its hybrid-Mamba rules assume), ``tp``.
     """
@@ -79,6 +79,7 @@ class Run:
     v_type: str | None = None
     state_type: str | None = None
     batched_tokens: int = 8192
+    block: int | None = None  # vLLM --block-size as written (None: the attention backend's choice)
     in_flight: int = 2
     prefix_caching: bool | None = None
     gpu: str = ""

@@ -26,6 +26,7 @@ vllm/model_executor/models/config.py, vllm/model_executor/layers/mamba/):
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
@@ -162,15 +163,18 @@ def _need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int) -> Vl
     # prefix caching is on by default for decoder and hybrid generation models, off for attention-free
     # (pure Mamba) ones (ModelConfig.is_prefix_caching_supported); with it, Mamba layers are "align"ed
     align = bool(mamba) and hybrid and run.prefix_caching is not False
-    block = VLLM_BLOCK if hybrid else _attention_block(h, kv_type, run)
+    block = VLLM_BLOCK if hybrid else run.block or _attention_block(h, kv_type, run)
     state = _mamba_state(h, tp) if mamba else 0
     if hybrid:
         # Platform._align_hybrid_block_size: the model-level attention geometry (first attention layer)
+        # (the alignment: the backend's smallest kernel block, or --block-size when larger; in align mode
+        # also a multiple of the prefill checkpoints'; the block: that, or --block-size when larger)
         per_token = _attention_page_per_token(h, attention[0], kv_type, tp)
-        kernel = VLLM_BLOCK
+        kernel = max(VLLM_BLOCK, run.block or 0)
         if align and h.state_kind == "gdn" and run.gpu == "hopper":
-            kernel = _GDN_ALIGN
-        block = max(VLLM_BLOCK, VLLM_BLOCK * _cdiv(kernel * _cdiv(state, kernel * per_token), VLLM_BLOCK))
+            kernel = math.lcm(kernel, _GDN_ALIGN)
+        block = max(run.block or VLLM_BLOCK,
+                    VLLM_BLOCK * _cdiv(kernel * _cdiv(state, kernel * per_token), VLLM_BLOCK))
     mamba_pages = 0
     if mamba:
         checkpoint = h.state_kind in _CHECKPOINT_KINDS or (h.state_kind == "gdn" and run.gpu == "hopper")
@@ -254,7 +258,14 @@ def cache(h: Hyper, max_len: int, kv_type: str, run: Run) -> KvSize:
         rules.append(f"Mamba layers: {need.mamba_pages} state page{'s' if need.mamba_pages > 1 else ''} each"
                      + (" (prefix caching: mamba_cache_mode=align)" if need.mamba_pages > 1 else ""))
     if need.block != VLLM_BLOCK:
-        rules.append(f"attention block raised to {need.block} tokens so a page holds a Mamba state")
+        if need.mamba_pages and any(h.has_attention(il) for il in range(h.n_layers)):
+            why = "so a page holds a Mamba state" + (f" (--block-size {run.block})" if run.block else "")
+            rules.append(f"attention block raised to {need.block} tokens {why}")
+        elif run.block:
+            rules.append(f"attention blocks of {need.block} tokens, as --block-size says")
+        else:
+            rules.append(f"attention blocks of {need.block} tokens: what vLLM's MLA backend takes for the {kv_type} "
+                         f"cache on {run.gpu.capitalize()}")
     if need.extra:
         rules.append(f"{need.extra} bytes for the layer groups' padding and the pool block vLLM holds back")
     if cells != max_len and not h.no_kv:

@@ -119,7 +119,8 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
                              host_free=memory_available() if partial or engine.layout == "sequential" else None,
-                             batched_tokens=said.batched_tokens, gpu_layers_cap=cap, ctx_from=ctx_from,
+                             batched_tokens=said.batched_tokens, block_size=said.block_size, gpu_layers_cap=cap,
+                             ctx_from=ctx_from,
                              self_fit=self_fit, gpus_per_node=options.get("gpus_per_node"),
                              **_parallel(said, engine, model, bool(argv), env))
     return plan.sizing(model, engine, settings)
