@@ -93,6 +93,19 @@ def test_block_size_in_a_hybrid_aligns_the_attention_block(block: int | None, wa
     assert need(JAMBA_MINI, 32768, block=block) == 4 * got * per_token * (cdiv(32768, got) + 7 * 2 + 1)
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_mamba2_groups_widen_the_state_past_a_block(tp: int) -> None:
+    """mamba2_state_shape's conv state carries 2 × groups × d_state channels beside the inner ones: with 16
+    groups (Granite's shape otherwise) that pushes the state past 33 blocks of 16 tokens' attention, so the
+    block is 544, not the 528 of one group (Mamba-1's shape has no groups at all)."""
+    config = {**GRANITE_4_H_SMALL, "mamba_n_groups": 16}
+    state = (8192 + 2 * 16 * 128) // tp * 3 * 2 + 8192 // tp * 128 * 2  # 16 groups: no replication at tp 1, 2
+    per_token = (8 // tp) * 256 * 2
+    block = 16 * cdiv(state, 16 * per_token)
+    assert block == 544
+    assert need(config, 100000, tp=tp) == 4 * block * per_token * (cdiv(100000, block) + 36 // 4 * 3 + 1)
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_granite_4_h_mamba2_three_pages_and_the_context_in_big_blocks(tp: int) -> None:
     groups = 1 if 1 % tp == 0 else tp  # mamba2_state_shape: the groups replicated up to tp
@@ -168,3 +181,58 @@ def test_a_falcon_h1_folder_plans_vllms_need(tmp_path) -> None:  # noqa: ANN001
                     "--max-model-len", "32768")
     assert doc["kv_cache_bytes"] == need(FALCON_H1_7B, 32768) == 1766195200  # vLLM's own planning: 1766195200
     assert any("Mamba layers: 3 state pages" in r for r in doc["kv_rules"])
+
+
+def test_the_kv_rules_get_the_engines_default_batch_and_the_commands_block() -> None:
+    """run_of, before a machine is known: vLLM's batched tokens on a 70+ GiB GPU (8192), the other engines
+    sized by vLLM's rules 2048; the command's --max-num-batched-tokens and --block-size as written."""
+    from gpu_launch.fit import engines
+
+    def run(engine: str, **settings: int) -> kv.Run:
+        return plan.run_of(engines.ENGINES[engine], plan.Settings(ctx=4096, **settings))
+
+    assert (run("vllm").batched_tokens, run("sglang").batched_tokens, run("tgi").batched_tokens) == (8192, 2048, 2048)
+    assert run("vllm", batched_tokens=512, block_size=32) == kv.Run(batched_tokens=512, block=32)
+    assert run("vllm").block is None
+
+
+def test_the_cache_follows_the_models_dtype_and_prefix_caching_off_keeps_one_mamba_page() -> None:
+    """--kv-cache-dtype auto is the model's dtype (a float32 model: 4 bytes a value); without prefix caching
+    a hybrid's Mamba layers are not aligned: one state page each, not 2 (MambaSpec, mamba_cache_mode none)."""
+    page = 16 * 2 * 8 * 128
+    blocks = cdiv(min(4096 - 1 + 2 * 8192, 32768), 16) + 1
+    assert need({**MISTRAL_7B_V01, "torch_dtype": "float32"}, 32768) == 32 * page * 4 * (blocks + 1)
+    h = hyper_from_config(text_config(JAMBA_MINI), "config.json")
+    assert kv_vllm.need_per_gpu(h, 32768, "f16", kv.Run(prefix_caching=False), 1).mamba_pages == 1
+    assert kv_vllm.need_per_gpu(h, 32768, "f16", kv.Run(prefix_caching=None), 1).mamba_pages == 2
+
+
+def test_the_plans_rule_lines_say_what_vllm_holds() -> None:
+    def rules(config: dict) -> list[str]:
+        return list(kv_vllm.cache(hyper_from_config(text_config(config), "config.json"), 32768, "f16", kv.Run()).rules)
+
+    assert "sliding-window layers: window 4096 − 1 + 2 × 8192 in-flight tokens, in blocks (vLLM)" in rules(MISTRAL_7B_V01)
+    assert "chunked-attention layers: chunk 8192 + 2 × 8192 in-flight tokens, in blocks (vLLM)" in rules(LLAMA4_SCOUT)
+    assert "Mamba layers: 1 state page each" in rules(MAMBA_2_8B)
+    assert "Mamba layers: 2 state pages each (prefix caching: mamba_cache_mode=align)" in rules(JAMBA_MINI)
+    # the state is the Mamba layers' alone; an attention model has none
+    mistral = kv_vllm.cache(hyper_from_config(text_config(MISTRAL_7B_V01), "config.json"), 32768, "f16", kv.Run())
+    mamba = kv_vllm.cache(hyper_from_config(text_config(MAMBA_2_8B), "config.json"), 4096, "f16", kv.Run())
+    assert mistral.state == 0 and mamba.state == sum(mamba.per_layer) > 0
+    # Falcon-H1's Mamba shares every layer with attention: those bytes are the layers' cache, not a state apart
+    falcon = kv_vllm.cache(hyper_from_config(text_config(FALCON_H1_7B), "config.json"), 32768, "f16", kv.Run())
+    assert falcon.state == 0 and sum(falcon.per_layer) > 0
+
+
+@pytest.mark.parametrize("argv,caching", [(["--no-enable-prefix-caching"], False), (["--enable-prefix-caching"], True),
+                                          (["--enable-prefix-caching", "--no_enable_prefix_caching"], False), ([], None)])
+def test_prefix_caching_as_the_command_says_reaches_the_mamba_pages(argv: list[str], caching: bool | None) -> None:
+    """`--no-enable-prefix-caching` (argparse's BooleanOptionalAction; the last one written wins): a hybrid's
+    Mamba layers hold one state page, not 2 (Jamba) — planned as vLLM runs it, not as its default."""
+    from gpu_launch.fit import command, engines
+
+    said = command.read_command(["vllm", "serve", "m", *argv], engines.ENGINES["vllm"])
+    assert said.prefix_caching is caching
+    run = plan.run_of(engines.ENGINES["vllm"], plan.Settings(ctx=32768, prefix_caching=said.prefix_caching))
+    h = hyper_from_config(text_config(JAMBA_MINI), "config.json")
+    assert kv_vllm.need_per_gpu(h, 32768, "f16", run, 1).mamba_pages == (1 if caching is False else 2)

@@ -37,6 +37,7 @@ class CommandFacts:
     kv_unified: bool | None = None  # llama.cpp -kvu / -no-kvu as written; None: not written
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens
     block_size: int | None = None  # vLLM --block-size (None: its attention backend's choice)
+    prefix_caching: bool | None = None  # vLLM --[no-]enable-prefix-caching as written; None: not written
     pp: str | None = None  # pipeline stages (vLLM -pp, SGLang --pp-size, MLC pipeline_parallel_stages)
     dp: str | None = None  # data-parallel replicas (vLLM -dp, SGLang --dp-size)
     ranks_factor: int = 1  # other factors of the GPU count the engine starts (vLLM -pcp)
@@ -73,6 +74,7 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
     pcp = _int(said, "pcp")
     nnodes = _int(said, "nnodes")
     flash = said.word("flash_attn") or said.text("flash_attn")
+    caching = said.text("prefix_caching")  # vLLM: "1" --enable-prefix-caching, "0" --no-enable-prefix-caching
     return CommandFacts(model=said.text("model"), ctx=ctx or None, ctx_default=said.defaulted("ctx"),
                         parallel=_int(said, "parallel"),
                         kv_type=said.word("kv_type") or said.text("kv_type"),
@@ -82,6 +84,7 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         tp=tp, pp=said.text("pp"), dp=said.text("dp_local") or said.text("dp"),
                         kv_unified=None if unified is None else unified == "1",
                         batched_tokens=_int(said, "batched_tokens"), block_size=_int(said, "block_size"),
+                        prefix_caching=None if caching is None else caching == "1",
                         ranks_factor=pcp or 1,
                         nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
                         flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),

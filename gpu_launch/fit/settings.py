@@ -37,6 +37,7 @@ class Settings:
     unified: bool = True  # llama.cpp: one KV cache shared by the sequences (-kvu; llama-server's automatic 4 slots)
     batched_tokens: int | None = None  # vLLM --max-num-batched-tokens; None: vLLM's default (see sizing)
     block_size: int | None = None  # vLLM --block-size; None: its attention backend's choice
+    prefix_caching: bool | None = None  # vLLM --[no-]enable-prefix-caching; None: vLLM's default
     gpu_layers_cap: int | None = None  # llama.cpp -ngl N below the model's units: N offloaded, the rest on the CPU
     tp: int | None = None  # tensor parallelism the engine will run (None: gpulaunch picks it, {tp})
     tp_explicit: bool = False  # the command writes tp (else tp is the engine's default: vLLM and SGLang run 1)
@@ -70,4 +71,5 @@ def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
     batched = settings.batched_tokens or (VLLM_BATCHED_BIG if engine.name == "vllm" else VLLM_BATCHED_SMALL)
     return kv_rules.Run(ubatch=settings.ubatch, batch=settings.batch, unified=settings.unified,
                         flash_attn=settings.flash_attn, swa_full=settings.swa_full, v_type=settings.v_type,
-                        batched_tokens=batched, block=settings.block_size, gpu=settings.gpu_arch, tp=tp)
+                        batched_tokens=batched, block=settings.block_size, prefix_caching=settings.prefix_caching,
+                        gpu=settings.gpu_arch, tp=tp)

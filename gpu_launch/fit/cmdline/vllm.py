@@ -31,6 +31,9 @@ TABLE = Table("vllm", (
     Flag("kv_type", ("--kv-cache-dtype",)),
     Flag("batched_tokens", ("--max-num-batched-tokens",), "tokens", low=1, high=INT32),
     Flag("block_size", ("--block-size",), "int", low=1, high=INT32),  # CacheConfig.block_size: gt=0
+    # argparse's BooleanOptionalAction (CacheConfig.enable_prefix_caching): the --no- form turns it off
+    Flag("prefix_caching", ("--enable-prefix-caching",), "switch"),
+    Flag("prefix_caching", ("--no-enable-prefix-caching",), "switch", sets="0"),
     Flag("gpu_mem_util", ("--gpu-memory-utilization",), "float", low=1e-9, high=1.0,
          valid="a fraction of each GPU's memory above 0 and at most 1 (default 0.9)"),
     Flag("tp", ("--tensor-parallel-size", "-tp"), "int", low=1, high=RANKS),
