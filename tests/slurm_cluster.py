@@ -69,8 +69,7 @@ class Cluster:
     started_in: float  # seconds from the first daemon to an idle node
     procs: list[subprocess.Popen[bytes]]
     nodes: tuple[str, ...] = ()  # every node, in order
-    addresses: dict[str, str] | None = None  # each node's own address, with netns=True
-    network: Network | None = None
+    network: Network | None = None  # each node's namespace and address, with netns=True
 
     def scontrol(self, *args: str) -> str:
         return subprocess.run(["scontrol", *args], capture_output=True, text=True, env={**os.environ, **self.env},
@@ -251,7 +250,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         except NoNetwork:
             network.remove()
             raise
-    cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names), network.addresses if network else None, network)
+    cluster = Cluster(root, names[0], env, 0.0, procs, tuple(names), network)
     try:
         procs.append(subprocess.Popen(
             [_which("munged") or "munged", "-F", f"--key-file={root}/munge/munge.key", f"--socket={sock}",

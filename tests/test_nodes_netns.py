@@ -21,7 +21,7 @@ import pytest
 
 import slurm_cluster
 from sharing_helpers import env, gl
-from test_nodes_slurm import TESTS, _node_logs, _records, _submit, start_nodes, torchrun_over_two_nodes
+from test_nodes_slurm import _bin, _node_logs, _records, _submit, start_nodes, torchrun_over_two_nodes
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.
 
 
 def _addr(cluster: slurm_cluster.Cluster, node: str) -> str:
-    assert cluster.addresses is not None
-    return cluster.addresses[node]
+    assert cluster.network is not None
+    return cluster.network.addresses[node]
 
 
 def test_the_nodes_reach_each_other_only_at_their_own_addresses(cluster: slurm_cluster.Cluster) -> None:
@@ -94,11 +94,7 @@ def test_by_hand_a_worker_joins_the_head_at_the_address_it_printed(cluster: slur
     assert cluster.network is not None
     records = tmp_path / "records"
     records.mkdir()
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vllm").write_text(f"#!{sys.executable}\nimport sys\nsys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}]\n"
-                                 "import fake_engine\nfake_engine.main('vllm')\n")
-    (bindir / "vllm").chmod(0o755)
+    bindir = _bin(tmp_path)  # the fake vllm on PATH
 
     def node(rank: int, *head: str) -> subprocess.Popen[str]:
         environ = env(tmp_path / f"locks-{rank}", FAKE_RECORDS=str(records), GPULAUNCH_RENDEZVOUS_TIMEOUT="20s")

@@ -199,21 +199,21 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
         rendezvous.probe(head_addr, int(head_port or 0), deadline)
     job = here.job or f"gpulaunch-{head_addr}-{head_port}"
     peers: tuple[str, ...] = ()
+    if peers_needed and not here.slurm:
+        raise UsageError("llama.cpp over several nodes needs Slurm: the head must learn each rpc-server's "
+                         "address", hint="run rpc-server on the other machines yourself and give llama-server "
+                                         "--rpc HOST:PORT,...")
+    if here.rank > 0 and (peers_needed or engine in ("vllm", "torchrun")):
+        # this node's own address toward the head: llama.cpp's rpc-server -H, ray --node-ip-address (when
+        # asked for Ray), torchrun --local-addr
+        addr = "ADDR" if informing else rendezvous.route_to(rendezvous.resolve(head_addr))
     if peers_needed:
-        if not here.slurm:
-            raise UsageError("llama.cpp over several nodes needs Slurm: the head must learn each rpc-server's "
-                             "address", hint="run rpc-server on the other machines yourself and give llama-server "
-                                             "--rpc HOST:PORT,...")
         if here.rank > 0:
-            addr = rendezvous.route_to(rendezvous.resolve(head_addr)) if not informing else "ADDR"
-            port = rendezvous.free_port(addr) if not informing else 0
+            port = rendezvous.free_port(str(addr)) if not informing else 0
             if not informing:
                 rendezvous.publish(os.path.join(str(here.run_dir), f"rank-{here.rank}.json"), {"addr": addr, "port": port})
         elif not informing:
             peers = tuple(_peer(str(here.run_dir), r, deadline, here.names[r]) for r in range(1, here.nnodes))
-    elif here.rank > 0 and engine in ("vllm", "torchrun"):
-        # this node's own address toward the head: ray --node-ip-address (when asked for Ray), torchrun --local-addr
-        addr = "ADDR" if informing else rendezvous.route_to(rendezvous.resolve(head_addr))
     return node_flags.World(here.nnodes, here.rank, gpus, head_addr, int(head_port or 0), job, here.names,
                          addr or head_addr, port or 0, (), peers)
 
