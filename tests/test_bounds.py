@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_launch.share.jobfile import parse_jobs
+from gpu_launch.sweeps.jobfile import parse_jobs
 from gpu_launch.text import split_words
 from sharing_helpers import env, gl
 

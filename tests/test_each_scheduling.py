@@ -85,7 +85,7 @@ def test_the_scheduler_wakes_when_a_job_ends_not_at_a_polling_tick() -> None:
     import subprocess
     import time
 
-    from gpu_launch.share.sweep import Signals
+    from gpu_launch.sweeps.sweep import Signals
 
     with Signals() as signals:
         job = subprocess.Popen(["sleep", "0.2"])

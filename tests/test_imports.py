@@ -157,7 +157,7 @@ def test_a_quiet_sweep_imports_no_dataclasses_typing_or_secrets(tmp_path: Path) 
     proc, modules = run_importtime("--snapshot", "dgx1-v100", "--lock-dir", str(tmp_path / "locks"), "each",
                                    str(jobs), "-q", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "gpu_launch.share.sweep" in modules and "gpu_launch.share.waitqueue" in modules
+    assert "gpu_launch.sweeps.sweep" in modules and "gpu_launch.share.waitqueue" in modules
     assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "secrets",
                              "gpu_launch.fit", "gpu_launch.modelfile")) == set()
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_launch.share.jobfile import Job, JobState
+from gpu_launch.sweeps.jobfile import Job, JobState
 from gpu_launch.cluster.submitting import Submitted, cancel, require
 from gpu_launch.cluster.task import read_record
 

@@ -178,7 +178,7 @@ def _write_script(log_dir: str, text: str) -> str:
 
 def job_of(inv: Any) -> NodeJob:
     """The submission an invocation asks for, checked before anything is written or submitted."""
-    from gpu_launch.share.jobfile import default_log_dir
+    from gpu_launch.sweeps.jobfile import default_log_dir
 
     nnodes = inv.get("nodes")
     gpus = inv.get("gpus_per_node")

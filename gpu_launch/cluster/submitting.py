@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
-from gpu_launch.share.jobfile import Job
+from gpu_launch.sweeps.jobfile import Job
 from gpu_launch.text import printable
 from gpu_launch.units import MAX_SECONDS, parse_duration
 

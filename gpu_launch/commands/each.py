@@ -7,7 +7,7 @@ Blank lines and ``#`` comments are skipped; ``-`` or no file reads stdin. Before
 every line is checked: quotes closed, its program found (127/126 naming the line), every placeholder
 one that will be filled (exit 2: :mod:`gpu_launch.run.placeholders`).
 
-Locally this process is the scheduler (:mod:`gpu_launch.share.sweep`): each job on GPUs selected and
+Locally this process is the scheduler (:mod:`gpu_launch.sweeps.sweep`): each job on GPUs selected and
 locked exactly as a launch does, within ``--gpus``, at most ``--max-running`` at once, up to
 ``--jobs-per-gpu`` on one GPU. A sweep is polite: it waits for GPUs free for its jobs, never putting
 one on a GPU that is busy or full with someone's work (``--max-util`` sets the user's own bar
@@ -36,8 +36,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpu_launch.share import acquire, waiting
-from gpu_launch.share.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
-from gpu_launch.share.sweep import Scheduler, Scope
+from gpu_launch.sweeps.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
+from gpu_launch.sweeps.sweep import Scheduler, Scope
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Machine
 

@@ -38,7 +38,7 @@ from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.records import dataclass, replace
 from gpu_launch.share import acquire, waiting
 from gpu_launch.share.holders import current_user, write_holder
-from gpu_launch.share.jobfile import Job, JobState, open_log
+from gpu_launch.sweeps.jobfile import Job, JobState, open_log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs ~3 ms of every start
