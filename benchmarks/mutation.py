@@ -89,7 +89,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "share/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
                                "bad_lock_files"),
     "share/reservations.py": _LOCKS + _tests("reservations nesting"),
-    "share/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
+    "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "share/model_plan.py": _tests("nodes_plan plan_cli"),
     "share/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
     "sweeps/jobfile.py": _tests("lock_edges bounds jobs each_output"),

@@ -16,7 +16,7 @@ Every function takes the options of a launch under their Python names (``n`` is 
 means what the command line means: the values go through the command line's own converters
 (``"20GiB"``, ``"30m"``, ``"4-7"``), defaults come from ``GPULAUNCH_*`` variables and the config
 file as for ``gpulaunch``, and the choice is made by the same code
-(:mod:`gpu_launch.share.pick`), within what an inherited ``CUDA_VISIBLE_DEVICES`` allows. Python
+(:mod:`gpu_launch.placing.pick`), within what an inherited ``CUDA_VISIBLE_DEVICES`` allows. Python
 values are accepted too: an int or a list of ints for ``gpus``/``exclude``, bytes (int) for
 sizes, seconds (int/float, ``datetime.timedelta``) or ``True`` (for ever) for ``wait``. A flag
 left at ``None`` takes the configured default (off unless ``GPULAUNCH_IDLE=1`` and so on).
@@ -290,7 +290,7 @@ def machine(snapshot: PathSpec | None = None) -> Machine:
     Read from NVML, or from ``snapshot`` (a file written by ``gpulaunch ls --json``, or a bundled
     example like ``"dgx-h100"``; default ``GPULAUNCH_SNAPSHOT``). See :mod:`gpu_launch.hardware.model`.
     """
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     inv = invocation("ls", {"snapshot": snapshot})
     return pick.read_machine(inv, processes=True, topology=True, process_details=True)

@@ -172,7 +172,7 @@ def test_a_ctrl_c_as_the_mapping_is_printed_leaves_whole_lines() -> None:
     from gpu_launch.hardware import snapshot
     from gpu_launch.options.args import parse
     from gpu_launch.run import environment
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     class CtrlCAfterAWrite:
         written = ""

@@ -109,7 +109,7 @@ QUIET_LAUNCH_MODULES = {
     "gpu_launch.text", "gpu_launch.units",
     "gpu_launch.commands", "gpu_launch.commands.launch",
     "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",
-    "gpu_launch.share", "gpu_launch.share.acquire", "gpu_launch.share.pick", "gpu_launch.share.reservations",
+    "gpu_launch.share", "gpu_launch.share.acquire", "gpu_launch.placing", "gpu_launch.placing.pick", "gpu_launch.share.reservations",
     "gpu_launch.share.lockdir", "gpu_launch.share.holders", "gpu_launch.share.waiting",
     "gpu_launch.run", "gpu_launch.run.environment", "gpu_launch.run.execute", "gpu_launch.run.placeholders",
     "gpu_launch.choose", "gpu_launch.choose.availability", "gpu_launch.choose.pool", "gpu_launch.choose.ranking",
@@ -329,7 +329,7 @@ def test_the_python_api_on_a_snapshot_imports_no_rich_pynvml_psutil(quiet: bool,
         "print(os.environ['CUDA_VISIBLE_DEVICES'])", tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == "2,3\n"
-    assert "gpu_launch.api" in modules and "gpu_launch.share.pick" in modules  # the listing saw the API run
+    assert "gpu_launch.api" in modules and "gpu_launch.placing.pick" in modules  # the listing saw the API run
     assert ("gpu_launch.views.render" in modules) is not quiet  # the mapping table, only when not quiet
     assert top_level(modules) & set(HEAVY) == set()
 

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpu_launch"
 LAYERS = {
     "cli": 0, "__main__": 0,
     "commands": 1, "api": 1, "in_process": 1,
-    "share": 2, "sweeps": 2, "options": 2, "cluster": 2, "jobs": 2,
+    "share": 2, "placing": 2, "sweeps": 2, "options": 2, "cluster": 2, "jobs": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
     "units": 5, "errors": 5, "streams": 5, "interrupt": 5, "text": 5, "records": 5, "__init__": 5,

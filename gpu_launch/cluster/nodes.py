@@ -153,7 +153,7 @@ def _by_hand(nnodes: int, rank: int, head: tuple[str, int | None], log_dir: str)
 def _allotment(inv: Invocation, options: dict[str, object]) -> int:
     """Without --gpus-per-node: every GPU this node's parent allows (a Slurm step's, a container's, all)."""
     from gpu_launch.choose import visibility
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     machine = pick.read_machine(inv, processes=False, topology=False, display=False)
     vis = visibility.resolve(machine, os.environ)

@@ -55,11 +55,11 @@ LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jo
 
 
 def run(inv: Any) -> int:
-    """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.share.pick`)."""
+    """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.placing.pick`)."""
     if inv.get("slurm"):
         return submit_to_slurm(inv)
     _refuse(inv, SLURM_ONLY, "is for `each --slurm`", "add --slurm to submit the jobs to Slurm")
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     pick.require_rereadable(inv, "`each`")
     return schedule(inv, pick.read_machine, pick.choose_within_parent)
@@ -194,7 +194,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
         raise UsageError("--gpus-per-job and --min-count/--max-count cannot be used together",
                          hint="a fixed count: --gpus-per-job K; as many as are free for each job: --max-count K")
     elastic = least is not None or most is not None
-    from gpu_launch.share.pick import free_accounts
+    from gpu_launch.placing.pick import free_accounts
 
     # A sweep waits for GPUs free for its jobs rather than pile onto others' work (``--max-util`` decides instead).
     request = acquire.Request(auto=None if elastic else k, min_free=inv.get("min_free"), max_util=inv.get("max_util"),
@@ -213,7 +213,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
         if scope.only is not None:
             why = f"--gpus gives the sweep {len(sweepable.gpus)} GPU{'s' if len(sweepable.gpus) != 1 else ''}"
         raise NotEnoughGpus(f"{asked}: {why}", hint=f"ask for at most {len(sweepable.gpus)} GPUs per job")
-    from gpu_launch.share.pick import snapshot_source
+    from gpu_launch.placing.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
     from gpu_launch.share.lockdir import prepare_dir

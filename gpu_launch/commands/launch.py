@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from gpu_launch.share import pick
+from gpu_launch.placing import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.share import pick
+from gpu_launch.placing import pick
 from gpu_launch.errors import UsageError
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).

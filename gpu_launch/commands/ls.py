@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpu_launch.share import pick
+from gpu_launch.placing import pick
 from gpu_launch.errors import GpuLaunchError, NvmlUnavailable, UsageError
 from gpu_launch.views.ls_table import Held
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.share import pick
+from gpu_launch.placing import pick
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

@@ -95,7 +95,8 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
     """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
     acquired and the variables to set. ``inherit``: the lock descriptors are handed down to programs
     this process starts (``use()``; ``reserve(inherit=True)``)."""
-    from gpu_launch.share import acquire, pick
+    from gpu_launch.share import acquire
+    from gpu_launch.placing import pick
 
     environ = _parent_environ()
     locking = acquire.Locking.of(inv.get("lock_dir"), environ, take=take and not inv.get("no_lock"),

@@ -51,7 +51,8 @@ def make_plan(inv: Invocation, ref: str, argv: Sequence[str]) -> tuple[Plan, str
 
 
 def _chosen(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, str]:
-    from gpu_launch.share import acquire, pick
+    from gpu_launch.share import acquire
+    from gpu_launch.placing import pick
 
     chooser = replace(inv, options={**inv.options, "fit": ref}, argv=argv)
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=False)
@@ -74,7 +75,7 @@ def _on_gpus(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, st
     from gpu_launch.choose import by_model
     from gpu_launch.choose import spec as gpu_spec
     from gpu_launch.fit import plan as fit_plan
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     s = sizing.sizing_of(ref, argv, inv.options)
     machine = pick.read_machine(inv, processes=False, topology=False)
@@ -88,7 +89,7 @@ def _node_kind(inv: Invocation, s: Sizing | None) -> tuple[Sizing | None, list[G
     """The sizing with the node kind's GPU count, and the usable GPUs of this machine (the kind)."""
     from gpu_launch.choose import by_model, select
     from gpu_launch.choose import spec as gpu_spec
-    from gpu_launch.share import pick
+    from gpu_launch.placing import pick
 
     machine = pick.read_machine(inv, processes=False, topology=False)
     exclude = frozenset(d.uuid for d in gpu_spec.resolve(inv.get("exclude"), machine, "--exclude")) \

@@ -188,7 +188,7 @@ class View:
 
     def started(self, scheduler: Any, state: Any) -> None:
         """``job 2/8 started on GPU 0 (log ...): CMD``, then one warning per GPU of it someone else computes on
-        (``--max-util 100``), which ``-q`` does not hide: as a launch's (share/pick.py ``tell``)."""
+        (``--max-util 100``), which ``-q`` does not hide: as a launch's (placing/pick.py ``tell``)."""
         where = f"{state.node} " if getattr(state, "node", "") else ""
         self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
                   f"(log {state.log or '–'}): {state.text}")
