@@ -269,7 +269,7 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
     ``{gpu_layers}``... would get; ``placement.per_gpu`` the weights, KV and allowance per GPU.
     Raises :class:`NotEnoughGpus` (with the shortfall) when nothing can hold it.
     """
-    from gpu_launch.share import model_plan
+    from gpu_launch.fit import model_plan
 
     if (model is None) == (command is None):
         raise UsageError("plan(): give a model or a command, one of the two",

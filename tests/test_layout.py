@@ -17,6 +17,10 @@ LAYERS = {
     "share": 2, "placing": 2, "sweeps": 2, "options": 2, "cluster": 2, "jobs": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
+    # A room may hold its stage's conductor a layer up: fit/model_plan conducts a plan as placing/pick
+    # conducts a launch (it asks pick which GPUs --fit would get), so it sits on pick's layer, and no
+    # other module of fit/ may import it.
+    "fit.model_plan": 2,
     "units": 5, "errors": 5, "streams": 5, "interrupt": 5, "text": 5, "records": 5, "__init__": 5,
 }
 
@@ -48,9 +52,16 @@ def imports_of(path: Path, root: Path) -> set[str]:
     return found
 
 
-def layer(module: str) -> int | None:
+def unit(module: str) -> str:
+    """The key of LAYERS that ``module`` belongs to: its room, or the module itself where LAYERS names it."""
     parts = module.split(".")
-    return LAYERS.get(parts[1] if len(parts) > 1 else "__init__")
+    if len(parts) < 2:
+        return "__init__"
+    return ".".join(parts[1:3]) if ".".join(parts[1:3]) in LAYERS else parts[1]
+
+
+def layer(module: str) -> int | None:
+    return LAYERS.get(unit(module))
 
 
 def violations(root: Path) -> list[str]:
@@ -64,7 +75,7 @@ def violations(root: Path) -> list[str]:
             continue
         for target in sorted(imports_of(path, root)):
             theirs = layer(target)
-            same_package = target.split(".")[:2] == me.split(".")[:2]
+            same_package = unit(target) == unit(me)
             if (me, target) in FACADE:
                 continue
             if theirs is None or (theirs < mine and not same_package):
@@ -126,6 +137,16 @@ def test_the_check_catches_an_upward_import_even_inside_a_function(tmp_path: Pat
         "hardware/model.py": "def f():\n    from gpu_launch.commands import ls\n",
     })
     assert violations(root) == ["gpu_launch.hardware.model -> gpu_launch.commands.ls"]
+
+
+def test_a_conductor_named_a_layer_up_may_not_be_imported_by_its_own_room(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "", "fit/__init__.py": "", "placing/__init__.py": "",
+        "fit/model_plan.py": "from gpu_launch.placing import pick\nfrom gpu_launch.fit import plan\n",
+        "placing/pick.py": "from gpu_launch.fit import plan\n",
+        "fit/plan.py": "def f():\n    from gpu_launch.fit import model_plan\n",
+    })
+    assert violations(root) == ["gpu_launch.fit.plan -> gpu_launch.fit.model_plan"]
 
 
 def test_the_check_catches_a_cycle(tmp_path: Path) -> None:

@@ -170,7 +170,7 @@ def test_only_the_hosts_memory_blocking_exits_4_at_once_under_wait(tmp_path: Pat
 def test_node_split_for_a_several_node_launch(models: dict[str, str]) -> None:
     """The function a ``--fit model --slurm`` launch calls for (nodes, gpus_per_node, tp, pp)."""
     from gpu_launch.options.args import parse
-    from gpu_launch.share.model_plan import node_split
+    from gpu_launch.fit.model_plan import node_split
 
     def split(*argv: str) -> tuple[int, int, int, int]:
         inv = parse(["--snapshot", "dgx-h100", "--fit", "model", "--", *argv])

@@ -154,7 +154,7 @@ def test_a_launch_without_a_model_imports_no_sizing(selection: list[str]) -> Non
     proc, modules = run_importtime("--snapshot", "dgx-h100", *selection, "-q", "--", sys.executable, "-c", "pass")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gpu_launch.cli" in modules
-    sizing = {m for m in modules if m.startswith(("gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.share.sizing",
+    sizing = {m for m in modules if m.startswith(("gpu_launch.fit", "gpu_launch.modelfile", "gpu_launch.fit.sizing",
                                                   "gpu_launch.choose.by_model"))}
     assert sizing == set()
 

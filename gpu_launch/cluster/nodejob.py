@@ -111,7 +111,7 @@ def _nodes_from_plan(inv: Any) -> tuple[int, int, tuple[str, ...], str]:
     on nodes like this machine (or ``--snapshot``, ``--gpus-per-node``), as ``plan`` shows it; the command
     with the plan's split written in (:func:`_with_plan`); and the split in words, for the script."""
     from gpu_launch.errors import NotEnoughGpus
-    from gpu_launch.share.model_plan import node_split
+    from gpu_launch.fit.model_plan import node_split
 
     split = node_split(inv, inv.get("fit"), inv.argv)
     if not split.nodes:

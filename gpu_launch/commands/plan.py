@@ -33,7 +33,7 @@ def _what(inv: Invocation) -> tuple[str, tuple[str, ...]]:
 
 def run(inv: Invocation) -> int:
     ref, argv = _what(inv)
-    from gpu_launch.share import model_plan
+    from gpu_launch.fit import model_plan
     from gpu_launch.views import plan_view
 
     plan, why = model_plan.make_plan(inv, ref, argv)

@@ -124,7 +124,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     explicit = inv.get("gpus")
     model = None
     if isinstance(fit, str):  # --fit MODEL: sized by the model's own files (imported only then)
-        from gpu_launch.share import sizing
+        from gpu_launch.fit import sizing
 
         if inv.get("mig"):
             raise UsageError("--mig with --fit MODEL is not supported", hint="give a size: --fit 20GiB --mig")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.records import replace
-from gpu_launch.share import sizing
+from gpu_launch.fit import sizing
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
