@@ -1,11 +1,11 @@
-"""Mutation testing of reservations, choice, sizing and model files (issue 28), with Cosmic Ray.
+"""Mutation testing of the package, room by room (issues 28, 37), with Cosmic Ray.
 
 ``pip install -e '.[test,mutation]'`` once, then::
 
-    python benchmarks/mutation.py                         # all four packages (hours on 2 cores)
-    python benchmarks/mutation.py share/acquire.py choose # some modules or packages (under gpu_launch/)
-    python benchmarks/mutation.py --sample 0.3 share      # a seeded 30 % of each module's mutants
-    python benchmarks/mutation.py share:0.1 fit:0.02      # a sample for each
+    python benchmarks/mutation.py                         # every package named in PACKAGES (hours on 2 cores)
+    python benchmarks/mutation.py reservations/acquire.py choose  # some modules or packages (under gpu_launch/)
+    python benchmarks/mutation.py --sample 0.3 reservations # a seeded 30 % of each module's mutants
+    python benchmarks/mutation.py reservations:0.1 fit:0.02 # a sample for each
     python benchmarks/mutation.py --report                # the table and the survivors of the last run
 
 Not part of the default test run: it runs the tests once per mutant. How it works:
@@ -51,7 +51,7 @@ from pathlib import Path
 from mutation_report import report, rerun_survivors  # beside this file (python benchmarks/mutation.py)
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("share", "choose", "fit", "modelfile")
+PACKAGES = ("reservations", "placing", "sweeps", "choose", "fit", "modelfile")
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "gpulaunch-mutation"
 
 #: Cosmic Ray operators kept (regular expressions, matched from the start of the name).
@@ -69,32 +69,33 @@ def _tests(names: str) -> list[str]:
 
 
 # The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
-_SHARE = _tests("lock_edges reservation_pins reservations lock_ownership hardened_locks locks_at_every_depth "
-                "bad_lock_files nesting queue wait each_scheduling hostile")
+_RESERVATIONS = _tests("lock_edges reservation_pins reservations lock_ownership hardened_locks locks_at_every_depth "
+                       "bad_lock_files nesting queue wait each_scheduling hostile")
 _CHOOSE = _tests("choice_edges choice_boundaries model_shortfall_lines select spec ranking choice_states mig visibility "
                  "machine_states explain choose_by_model cli api")
 _FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags "
               "engine_flags nodes_plan plan_cli choose_by_model")
 _MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
                     "fit_kv_families fit_kv_vllm plan_cli")
-TESTS = {"share": _SHARE, "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
+TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
+         "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
 _LOCKS = _tests("lock_edges reservation_pins lock_ownership bad_lock_files")
 MODULE_TESTS: dict[str, list[str]] = {
-    "share/acquire.py": _LOCKS + _tests("reservations locks_at_every_depth nesting each_scheduling wait "
-                                        "hostile"),
-    "share/hardening.py": _tests("hardened_locks lock_edges reservation_pins lock_ownership bad_lock_files "
-                                 "config"),
-    "share/holders.py": _LOCKS + _tests("locks_at_every_depth reservations wait ls_layout"),
-    "share/lockdir.py": _LOCKS + _tests("hardened_locks locks_at_every_depth reservations"),
-    "share/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
-                               "bad_lock_files"),
-    "share/reservations.py": _LOCKS + _tests("reservations nesting"),
+    "reservations/acquire.py": _LOCKS + _tests("reservations locks_at_every_depth nesting each_scheduling wait "
+                                               "hostile"),
+    "reservations/hardening.py": _tests("hardened_locks lock_edges reservation_pins lock_ownership bad_lock_files "
+                                        "config"),
+    "reservations/holders.py": _LOCKS + _tests("locks_at_every_depth reservations wait ls_layout"),
+    "reservations/lockdir.py": _LOCKS + _tests("hardened_locks locks_at_every_depth reservations"),
+    "reservations/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
+                                      "bad_lock_files"),
+    "reservations/reservations.py": _LOCKS + _tests("reservations nesting"),
     "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "fit/model_plan.py": _tests("nodes_plan plan_cli"),
     "fit/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
     "sweeps/jobfile.py": _tests("lock_edges bounds jobs each_output"),
-    "share/waitqueue.py": _tests("queue queue_visible wait"),
-    "share/waiting.py": _tests("wait queue"),
+    "reservations/waitqueue.py": _tests("queue queue_visible wait"),
+    "reservations/waiting.py": _tests("wait queue"),
     "fit/nodes.py": _tests("nodes_plan nodes"),
     "fit/stages.py": _tests("nodes_plan nodes"),
     "sweeps/sweep.py": _tests("each_scheduling each each_shell each_queue each_output each_shaping"),
@@ -114,7 +115,7 @@ MODULE_TESTS: dict[str, list[str]] = {
 
 
 def module_tests(module: str) -> list[str]:
-    """The test files for ``module`` (``share/acquire.py``), its own first, without repeats."""
+    """The test files for ``module`` (``reservations/acquire.py``), its own first, without repeats."""
     package = module.split("/")[0]
     chosen = MODULE_TESTS.get(module, []) + TESTS[package]
     return list(dict.fromkeys(chosen))
@@ -137,7 +138,7 @@ def modules_for(targets: list[str]) -> list[str]:
 
 
 def samples(targets: list[str], default: float | None) -> dict[str, float | None]:
-    """Each module's sample: ``share:0.05`` samples 5 % of each share/ module, ``share/acquire.py:1`` all;
+    """Each module's sample: ``reservations:0.05`` samples 5 % of each reservations/ module, ``reservations/acquire.py:1`` all;
     None where none was asked for (a new session runs every mutant, an earlier one keeps its sample)."""
     chosen: dict[str, float | None] = {}
     for target in targets or list(PACKAGES):
@@ -322,8 +323,8 @@ def make_tree(dest: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("targets", nargs="*", help="packages or modules under gpu_launch/ (default: share choose "
-                                                   "fit modelfile), each with :FRACTION for its own --sample")
+    parser.add_argument("targets", nargs="*", help="packages or modules under gpu_launch/ (default: every "
+                                                   "package in PACKAGES), each with :FRACTION for its own --sample")
     parser.add_argument("--sample", type=float, default=None,
                         help="fraction of each module's mutants to run (default: all, or an earlier session's)")
     parser.add_argument("--seed", type=int, default=28)

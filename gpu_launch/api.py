@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from gpu_launch.fit.plan import Plan
     from gpu_launch.hardware.model import Machine
-    from gpu_launch.share.reservations import Reservation as Locks
+    from gpu_launch.reservations.reservations import Reservation as Locks
     from gpu_launch.units import Size
 
     #: GPUs as ``gpulaunch ls`` numbers them: ``"4-7"``, ``"0,2"``, ``"all"``, UUIDs, ``3``, ``[3, 1]``.

@@ -411,7 +411,7 @@ def run_row(row: Bad, files_dir: Path) -> subprocess.CompletedProcess[str]:
 @contextlib.contextmanager
 def _holding(index: int) -> Iterator[None]:
     """Another gpulaunch job holds GPU ``index`` of workstation-4x (its command waits on stdin)."""
-    from gpu_launch.share import holders
+    from gpu_launch.reservations import holders
     from gpu_launch.hardware import snapshot
 
     uuid = snapshot.resolve("workstation-4x").gpus[index].uuid
@@ -472,7 +472,7 @@ def test_bad_input(row: Bad, files_dir: Path) -> None:
 
 def test_nothing_is_left_reserved_or_queued() -> None:
     """After every row above (failures, Ctrl-C, timeouts, holders): no GPU reserved, no waiter queued."""
-    from gpu_launch.share import holders
+    from gpu_launch.reservations import holders
     from gpu_launch.hardware import snapshot
 
     uuids = [g.uuid for name in snapshot.example_names() for g in snapshot.resolve(name).gpus]

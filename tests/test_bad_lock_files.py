@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import lockdir
+from gpu_launch.reservations import lockdir
 from sharing_helpers import run
 from two_users import NOBODY, nobody_gpulaunch, shared_dir  # noqa: F401  (a fixture)
 

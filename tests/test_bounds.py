@@ -3,7 +3,7 @@
 Each case runs the real CLI (or a real Python child for the API) and asserts what the user sees: one
 error line and exit 2 (the API: the typed exception), never a traceback; the limits are documented in
 gpu_launch/units.py (durations at most 366 days, sizes at most 1 PiB, GPUs at most 4096) and
-share/waiting.py (GPULAUNCH_POLL_INTERVAL from 0.05 to 3600 seconds).
+reservations/waiting.py (GPULAUNCH_POLL_INTERVAL from 0.05 to 3600 seconds).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 from sharing_helpers import env, gl, run, write_snapshot
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share.holders import current_user
+from gpu_launch.reservations.holders import current_user
 
 SHOW = ["python3", "-c", "import os; print(os.environ['GPULAUNCH_GPUS'])"]
 ALICE_0 = "GPU 0: busy by alice (98% utilisation; --max-util 100 takes it anyway)"

@@ -283,7 +283,7 @@ def test_fit_warns_about_each_non_idle_gpu_it_takes_and_quiet_does_not_hide_othe
 
 def test_gpus_with_wait_does_not_wait_for_an_unhealthy_gpu_to_heal():
     from gpu_launch.choose import spec
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
 
     gpus = [gpu(0), replace(gpu(1), health=("row remapping failed",))]
     m = machine(gpus, lambda i, j: "NV12")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.share import holders
+from gpu_launch.reservations import holders
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.commands.each import parse_jobs

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import lockdir
+from gpu_launch.reservations import lockdir
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, write_snapshot
 from two_users import as_nobody, nobody_gpulaunch, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -250,7 +250,7 @@ def test_locks_init_under_a_parent_another_user_can_write_is_refused(tmp_path: P
 @root_only
 def test_a_symlink_swapped_in_during_locks_init_is_never_followed(tmp_path: Path) -> None:
     from gpu_launch.errors import LockDirError
-    from gpu_launch.share import hardening
+    from gpu_launch.reservations import hardening
     import threading
 
     parent = tmp_path / "sticky"

@@ -109,8 +109,8 @@ QUIET_LAUNCH_MODULES = {
     "gpu_launch.text", "gpu_launch.units",
     "gpu_launch.commands", "gpu_launch.commands.launch",
     "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",
-    "gpu_launch.share", "gpu_launch.share.acquire", "gpu_launch.placing", "gpu_launch.placing.pick", "gpu_launch.share.reservations",
-    "gpu_launch.share.lockdir", "gpu_launch.share.holders", "gpu_launch.share.waiting",
+    "gpu_launch.reservations", "gpu_launch.reservations.acquire", "gpu_launch.placing", "gpu_launch.placing.pick", "gpu_launch.reservations.reservations",
+    "gpu_launch.reservations.lockdir", "gpu_launch.reservations.holders", "gpu_launch.reservations.waiting",
     "gpu_launch.run", "gpu_launch.run.environment", "gpu_launch.run.execute", "gpu_launch.run.placeholders",
     "gpu_launch.choose", "gpu_launch.choose.availability", "gpu_launch.choose.pool", "gpu_launch.choose.ranking",
     "gpu_launch.choose.select", "gpu_launch.choose.spec", "gpu_launch.choose.visibility",
@@ -141,11 +141,11 @@ def test_a_quiet_launch_imports_only_the_modules_a_launch_needs(selection: list[
 
 
 def test_a_quiet_wait_launch_imports_no_dataclasses_or_typing() -> None:
-    # --wait adds the queue (share/waitqueue.py) and the waiting line (views/status_line.py): records, and
+    # --wait adds the queue (reservations/waitqueue.py) and the waiting line (views/status_line.py): records, and
     # typing under TYPE_CHECKING only, as on the launch path
     proc, modules = run_importtime("--snapshot", "dgx-h100", "--auto", "2", "--wait", "30", "-q", "--", "true")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "gpu_launch.share.waitqueue" in modules  # the listing did cover the queue
+    assert "gpu_launch.reservations.waitqueue" in modules  # the listing did cover the queue
     assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "logging",
                              "gpu_launch.fit", "gpu_launch.modelfile")) == set()
 
@@ -157,7 +157,7 @@ def test_a_quiet_sweep_imports_no_dataclasses_typing_or_secrets(tmp_path: Path) 
     proc, modules = run_importtime("--snapshot", "dgx1-v100", "--lock-dir", str(tmp_path / "locks"), "each",
                                    str(jobs), "-q", "--log-dir", str(tmp_path / "logs"))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "gpu_launch.sweeps.sweep" in modules and "gpu_launch.share.waitqueue" in modules
+    assert "gpu_launch.sweeps.sweep" in modules and "gpu_launch.reservations.waitqueue" in modules
     assert _within(modules, ("rich", "pynvml", "psutil", "typing", "dataclasses", "inspect", "secrets",
                              "gpu_launch.fit", "gpu_launch.modelfile")) == set()
 

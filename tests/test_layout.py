@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gpu_launch"
 LAYERS = {
     "cli": 0, "__main__": 0,
     "commands": 1, "api": 1, "in_process": 1,
-    "share": 2, "placing": 2, "sweeps": 2, "options": 2, "cluster": 2, "jobs": 2,
+    "reservations": 2, "placing": 2, "sweeps": 2, "options": 2, "cluster": 2, "jobs": 2,
     "views": 3, "run": 3, "choose": 3, "fit": 3,
     "hardware": 4, "modelfile": 4,
     # A room may hold its stage's conductor a layer up: fit/model_plan conducts a plan as placing/pick

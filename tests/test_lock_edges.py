@@ -1,4 +1,4 @@
-"""Reservations at their edges, as a user sees them (issue 28: mutants of gpu_launch/share/ that the
+"""Reservations at their edges, as a user sees them (issue 28: mutants of gpu_launch/reservations/ that the
 suite let live; benchmarks/mutation.py finds them). Each test says the slip it catches.
 
 Locks are taken here with ``flock`` on the real lock files, as another gpulaunch would take them;
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import holders, lockdir, reservations
+from gpu_launch.reservations import holders, lockdir, reservations
 from sharing_helpers import Lines, env, gl, run, start
 from two_users import python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
@@ -277,8 +277,8 @@ def test_a_waiter_reads_the_machine_once_a_poll_not_in_a_busy_loop() -> None:
     from test_choice_states import gpu, machine
 
     from gpu_launch.errors import WaitTimeout
-    from gpu_launch.share.acquire import Request
-    from gpu_launch.share.waiting import acquire
+    from gpu_launch.reservations.acquire import Request
+    from gpu_launch.reservations.waiting import acquire
     from gpu_launch.units import parse_size
 
     reads = []

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import lockdir
+from gpu_launch.reservations import lockdir
 from sharing_helpers import Lines, env, gl, run, start
 from two_users import as_nobody, nobody_gpulaunch, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 

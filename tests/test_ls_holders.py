@@ -21,7 +21,7 @@ import pytest
 from cli_run import run_in_terminal
 from sharing_helpers import Lines, env, run, start
 
-from gpu_launch.share.holders import current_user
+from gpu_launch.reservations.holders import current_user
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 TESTS = Path(__file__).resolve().parent
@@ -190,7 +190,7 @@ def test_a_real_jupyter_kernels_bang_gets_plain_text(tmp_path: Path) -> None:
 def test_a_holder_seen_by_another_user_is_short_too() -> None:
     """The short form comes from the lock file's record alone: user and command word."""
     from gpu_launch.commands.ls import _held
-    from gpu_launch.share.holders import Holder
+    from gpu_launch.reservations.holders import Holder
 
     held = _held(Holder(pid=4242, user="alice", started=0.0, command="/usr/bin/python3 -u train.py --lr 3e-4"))
     assert held.short == "alice train.py" and held.full.startswith("alice (pid 4242, for ")

@@ -328,7 +328,7 @@ def test_a_launch_started_from_a_reserving_process_keeps_its_gpu_after_the_relea
 
 _LATE_CHILD = """
 import os, sys, time
-from gpu_launch.share import reservations
+from gpu_launch.reservations import reservations
 real = reservations.lock_all
 
 def paused(*args, **kwargs):  # the allotment has been read; the test ends the parent job now

@@ -16,7 +16,7 @@ import pytest
 from sharing_helpers import env, run, write_snapshot
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share.holders import current_user
+from gpu_launch.reservations.holders import current_user
 
 SHOW = ["python3", "-c", "import os, sys; print(sys.argv[1], os.environ['GPULAUNCH_GPUS'])", "{n}"]
 

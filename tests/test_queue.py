@@ -103,7 +103,7 @@ def test_a_planted_live_ticket_at_the_top_number_does_not_reorder_later_waiters(
     """Issue 20 item 6: every later waiter got the top number, and pid text decided (pid 1 went first)."""
     import fcntl
 
-    from gpu_launch.share import waitqueue
+    from gpu_launch.reservations import waitqueue
 
     locks = tmp_path / "locks"
     locks.mkdir()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.share import lockdir
-from gpu_launch.share.holders import current_user
+from gpu_launch.reservations import lockdir
+from gpu_launch.reservations.holders import current_user
 from sharing_helpers import PAUSED_JOIN, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot
 
 SNAP = ["--snapshot", "dgx-h100"]
@@ -58,7 +58,7 @@ def test_a_gpu_held_only_by_a_nested_job_is_shown_held(tmp_path: Path) -> None:
 HALF_WAY = """
 import fcntl, os, sys
 import gpu_launch
-from gpu_launch.share import holders, lockdir
+from gpu_launch.reservations import holders, lockdir
 locks, gpu3 = sys.argv[1], sys.argv[2]
 real_scan = holders.scan
 def scan(lock_dir, uuids):
@@ -100,7 +100,7 @@ def test_a_multi_gpu_reservation_that_fails_half_way_leaves_no_lock_behind(tmp_p
 def test_a_queue_ticket_is_never_seen_before_it_is_locked(tmp_path: Path) -> None:
     """Bug: the ticket is put in place before it is locked. Another waiter looking at the queue in
     between takes it for a dead one and removes it: the waiter behind is then served first."""
-    from gpu_launch.share import waitqueue
+    from gpu_launch.reservations import waitqueue
 
     locks, here = tmp_path / "locks", tmp_path / "here"
     here.mkdir()

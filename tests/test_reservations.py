@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_launch.share import acquire
+from gpu_launch.reservations import acquire
 
-from gpu_launch.share import holders, lockdir, reservations
+from gpu_launch.reservations import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.hardware import snapshot
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, gl, run, start, wait_for, write_snapshot

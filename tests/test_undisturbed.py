@@ -31,7 +31,7 @@ import test_json
 import test_output
 from conftest import run_cli
 from gpu_launch.hardware import snapshot
-from gpu_launch.share.lockdir import DEFAULT_LOCK_DIR
+from gpu_launch.reservations.lockdir import DEFAULT_LOCK_DIR
 
 HELD = ("workstation-4x", "dgx-h100")  # every GPU of these is held in the default directory
 INNER = "GPULAUNCH_TEST_INNER"  # set by the outer test in the child pytest
@@ -68,7 +68,7 @@ def test_every_helper_launches_on_gpus_held_in_the_default_directory() -> None:
 DRIVER = textwrap.dedent("""
     import json, os, subprocess, sys, tempfile, time
     from gpu_launch.hardware import snapshot
-    from gpu_launch.share import holders
+    from gpu_launch.reservations import holders
     lock_dir, held, namespace, pytest_args = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "1", sys.argv[4:]
     if namespace:  # a fresh tmpfs at the default path, seen by this process and its children only
         # (where mounting is not allowed after all, the hold goes to the real default directory)

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_launch.options import args
 
-from gpu_launch.share import holders
+from gpu_launch.reservations import holders
 
 from gpu_launch.hardware import snapshot
 from gpu_launch.errors import UsageError

@@ -98,7 +98,7 @@ def min_total_failure(total_mib: int | None, min_total: Size | None) -> str | No
 #: ``Constraints.reserved``: it is skipped like a reserved one, but is not "reserved by" anyone.
 UNRESERVABLE = "unavailable for reservation"
 #: How a GPU is described whose lock file someone holds a *shared* lock on: no reservation, but no job
-#: can lock it until that process lets go (share/holders.py).
+#: can lock it until that process lets go (reservations/holders.py).
 BLOCKED = "blocked by a shared lock"
 
 

@@ -251,7 +251,7 @@ def submit(inv: Any) -> int:
             print(f"gpulaunch: follow it with `squeue -j {job_id}` and `tail -f {job.log_dir}/job-{job_id}.node-*.log`;"
                   f" cancel it with `scancel {job_id}`", file=sys.stderr)
         return 0
-    from gpu_launch.share.waiting import poll_interval
+    from gpu_launch.reservations.waiting import poll_interval
 
     limit = inv.get("wait") if "wait" in inv.flags else None
     return _follow(job, job_id, environ, poll_interval(environ), limit, bool(inv.get("cancel_on_interrupt")),

@@ -47,7 +47,7 @@ def run(inv: Invocation) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(config.as_text(settings, os.environ, {**BUILT_IN, "lock_dir": lock_dir["path"]}))
-        from gpu_launch.share import lockdir
+        from gpu_launch.reservations import lockdir
 
         sys.stdout.write(f"lock dir in force: {lock_dir['path']}\n  {lockdir.describe_dir(lock_dir['path'])}\n"
                          f"  from {lock_dir['source']}\n")
@@ -56,7 +56,7 @@ def run(inv: Invocation) -> int:
 
 def _lock_dir(settings: list) -> dict:  # list[config.Setting] -> the lock_dir object of `config --json`
     """The lock directory a launch would use, whether it is hardened, and why it is that one."""
-    from gpu_launch.share import lockdir
+    from gpu_launch.reservations import lockdir
 
     from gpu_launch.hardware.snapshot import is_example
 

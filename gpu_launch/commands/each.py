@@ -13,7 +13,7 @@ locked exactly as a launch does, within ``--gpus``, at most ``--max-running`` at
 one on a GPU that is busy or full with someone's work (``--max-util`` sets the user's own bar
 instead). Inside a job (``gpulaunch --gpus 2,3 -- gpulaunch each jobs.txt``, a Slurm step, a process
 that called ``gpu_launch.use()``), the job's GPUs are its allotment: whatever their load they are the
-sweep's, shared out among its jobs one level deeper (:mod:`gpu_launch.share.nesting`); and it waits
+sweep's, shared out among its jobs one level deeper (:mod:`gpu_launch.reservations.nesting`); and it waits
 without a ticket in the machine's queue, where it could stand behind someone waiting for its own
 job's GPUs.
 
@@ -35,7 +35,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from gpu_launch.share import acquire, waiting
+from gpu_launch.reservations import acquire, waiting
 from gpu_launch.sweeps.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
 from gpu_launch.sweeps.sweep import Scheduler, Scope
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, UsageError
@@ -216,7 +216,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     from gpu_launch.placing.pick import snapshot_source
 
     locking = acquire.Locking.of(inv.get("lock_dir"), os.environ, take=True, snapshot=snapshot_source(inv))
-    from gpu_launch.share.lockdir import prepare_dir
+    from gpu_launch.reservations.lockdir import prepare_dir
 
     prepare_dir(locking.lock_dir)
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())

@@ -18,7 +18,7 @@ __all__ = ["run"]
 
 
 def run(inv: Invocation) -> int:
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
     from gpu_launch.run import environment
     from gpu_launch.views import shellenv
 

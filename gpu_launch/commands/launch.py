@@ -24,7 +24,7 @@ def run(inv: Invocation) -> int:
     """Check the command, choose and reserve, tell the mapping, then bind and exec (or only inform)."""
     from gpu_launch.run import placeholders
     from gpu_launch.run.execute import take_exec_notify
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
 
     notify = take_exec_notify(os.environ)  # a detached job's supervisor listens (gpu_launch/jobs/)
     informing = bool(inv.get("dry_run") or inv.get("explain"))
@@ -161,7 +161,7 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write("\n")
     else:
         sys.stdout.write(explain.as_text(selection, machine, _columns(explain.WIDTH)))
-        from gpu_launch.share import lockdir
+        from gpu_launch.reservations import lockdir
 
         note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ))
         if note:

@@ -1,4 +1,4 @@
-"""``gpulaunch locks init [DIR]``: set up the hardened lock directory (root), see share/hardening.py."""
+"""``gpulaunch locks init [DIR]``: set up the hardened lock directory (root), see reservations/hardening.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = ["run"]
 
 
 def run(inv: Invocation) -> int:
-    from gpu_launch.share import hardening, lockdir
+    from gpu_launch.reservations import hardening, lockdir
 
     words = inv.positionals
     if not words or words[0] != "init":

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from gpu_launch.hardware.model import Machine
     from gpu_launch.options.args import Invocation
-    from gpu_launch.share.holders import Holder
+    from gpu_launch.reservations.holders import Holder
 
 
 __all__ = ["run", "DEMO"]
@@ -149,7 +149,7 @@ def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None,
         from gpu_launch.views import ls_processes
 
         out.write("\n" + ls_processes.text(machine, width))
-    from gpu_launch.share import lockdir
+    from gpu_launch.reservations import lockdir
 
     note = lockdir.shared_note(_lock_dir(inv))
     if note:  # only where it tells the user something (`config` always names the lock dir)
@@ -212,14 +212,14 @@ def _ls_parent_note(machine: Machine, out: IO[str], width: int | None = None) ->
 def _lock_dir(inv: Invocation) -> str:
     """The lock directory a launch with these options would use (a bundled example: the user's own)."""
     from gpu_launch.hardware.snapshot import is_example
-    from gpu_launch.share import lockdir
+    from gpu_launch.reservations import lockdir
 
     return lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
 
 
 def _waiters(inv: Invocation) -> list:
     """The ``--wait`` queue of the lock directory a launch would use; unreadable: a warning, no queue."""
-    from gpu_launch.share import waitqueue
+    from gpu_launch.reservations import waitqueue
 
     try:
         return waitqueue.waiters(_lock_dir(inv))
@@ -232,7 +232,7 @@ def _waiters(inv: Invocation) -> list:
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, Held]:
     """Who holds which GPU, for `ls`; a lock dir that cannot be read is a warning, not an error."""
-    from gpu_launch.share import holders
+    from gpu_launch.reservations import holders
 
     try:
         held, unusable = holders.scan(_lock_dir(inv),

@@ -38,7 +38,7 @@ def run(inv: Invocation) -> int:
     words = _launch_words(inv)
     from gpu_launch.hardware.snapshot import is_example
     from gpu_launch.jobs import start
-    from gpu_launch.share import lockdir
+    from gpu_launch.reservations import lockdir
 
     lock_dir = lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
     job, log = start.submit(words, inv.argv, lock_dir, os.environ)
@@ -70,7 +70,7 @@ def _launch_words(inv: Invocation) -> list[str]:
 
 def _check_hopeless(inv: Invocation) -> None:
     """A request no wait can meet (``--auto 9`` on 8 GPUs, ``--gpus 12``) fails now, as the launch would."""
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
 
     request = pick.request_of(inv, waiting=True)
     machine = pick.read_machine(inv, processes=False, display=False)

@@ -51,7 +51,7 @@ def make_plan(inv: Invocation, ref: str, argv: Sequence[str]) -> tuple[Plan, str
 
 
 def _chosen(inv: Invocation, ref: str, argv: tuple[str, ...]) -> tuple[Plan, str]:
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
     from gpu_launch.placing import pick
 
     chooser = replace(inv, options={**inv.options, "fit": ref}, argv=argv)

@@ -19,8 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.in_process.devices import Device
     from gpu_launch.options.args import Invocation
-    from gpu_launch.share.acquire import Acquired
-    from gpu_launch.share.reservations import Reservation as Locks
+    from gpu_launch.reservations.acquire import Acquired
+    from gpu_launch.reservations.reservations import Reservation as Locks
 
 __all__ = ["MINE", "HELD", "choose", "release_held"]
 
@@ -32,7 +32,7 @@ class _Mine:
     so a reservation another thread takes meanwhile counts too); ``forked_from``, the processes this
     one was forked from (a forked worker's ``use()`` must not land on its parent's GPUs). A key is
     added *before* its descriptor may become inheritable and removed only *after* it is closed, so no
-    thread ever sees one of them as an inherited lock (share/nesting.py, ``lineage_holds``).
+    thread ever sees one of them as an inherited lock (reservations/nesting.py, ``lineage_holds``).
     """
 
     def __init__(self) -> None:
@@ -95,7 +95,7 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
     """Choose (and with ``take`` lock) as a launch does; print what a launch prints. Returns what was
     acquired and the variables to set. ``inherit``: the lock descriptors are handed down to programs
     this process starts (``use()``; ``reserve(inherit=True)``)."""
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
     from gpu_launch.placing import pick
 
     environ = _parent_environ()
@@ -119,7 +119,7 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
             got.reservation.record(os.getpid(), _command_line())
             if inherit:
                 # Kept across exec, as a launch's are: a program started from here holds them too, and a
-                # gpulaunch started from here shares these GPUs out as its job's (share/nesting.py).
+                # gpulaunch started from here shares these GPUs out as its job's (reservations/nesting.py).
                 got.reservation.make_inheritable()
     except BaseException:
         if got.reservation is not None:

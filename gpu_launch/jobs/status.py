@@ -78,7 +78,7 @@ def statuses(jobs: JobDir, records: list[Job]) -> list[Status]:
     waiting_dirs = {j.lock_dir for j in records if j.state == "waiting"}
     if waiting_dirs:
         from gpu_launch.errors import GpuLaunchError
-        from gpu_launch.share import waitqueue
+        from gpu_launch.reservations import waitqueue
 
         for lock_dir in waiting_dirs:
             try:

@@ -4,7 +4,7 @@ Where: ``$XDG_STATE_HOME/gpulaunch/jobs``, else ``~/.local/state/gpulaunch/jobs`
 outlive a reboot: not ``$XDG_RUNTIME_DIR``). It is made mode 0700 and its files 0600, so another
 user can neither read a job's log or record nor signal it through them: the kernel's file modes
 decide, not a check of ours. It is written with the care of the lock files
-(:mod:`gpu_launch.share.lockdir`): the directory is opened once without following a symlink and
+(:mod:`gpu_launch.reservations.lockdir`): the directory is opened once without following a symlink and
 must be the user's own; every file is opened relative to it with ``O_NOFOLLOW``; a record is
 replaced atomically (written to a new file, ``fsync``-ed, renamed over the old one), so a reader
 sees the old record or the new one, never half of one, and a crash or a reboot loses neither.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpu_launch.choose.visibility import Visibility
     from gpu_launch.hardware.model import Gpu, Machine
     from gpu_launch.options.args import Invocation
-    from gpu_launch.share.acquire import Acquired, Locking, Request
+    from gpu_launch.reservations.acquire import Acquired, Locking, Request
 
 
 __all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
@@ -117,7 +117,7 @@ def request_of(inv: Invocation, choose_only: bool = False, waiting: bool = False
     """The request an invocation makes. ``choose_only`` (``env``, the API's ``select``): nothing will run
     on the GPUs, so a ``--gpus`` GPU reserved by someone else is a warning, not an error. ``waiting``:
     ``--gpus`` then waits until its GPUs meet the constraints, instead of running with a warning."""
-    from gpu_launch.share import acquire
+    from gpu_launch.reservations import acquire
 
     auto = inv.get("auto")
     fit = inv.get("fit")
@@ -156,7 +156,7 @@ def free_accounts(inv: Invocation) -> frozenset[str]:
     """The users ``--account-as-free`` names; given alone, the user running gpulaunch."""
     accounts = inv.get("account_as_free")
     if accounts == "":
-        from gpu_launch.share.holders import current_user
+        from gpu_launch.reservations.holders import current_user
 
         return frozenset((current_user(),))
     return frozenset(accounts.split(",")) if accounts else frozenset()
@@ -215,7 +215,7 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
     defaults to ``inv.command == "env"``.
     """
     parent = os.environ if environ is None else environ
-    from gpu_launch.share import waiting
+    from gpu_launch.reservations import waiting
     from gpu_launch.run import environment
     from gpu_launch.choose import visibility
 
@@ -257,7 +257,7 @@ def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, 
     ``--wait`` waited for the GPUs (None: they were free at once). ``-q`` leaves only the warnings about
     GPUs someone else computes on: a job put there is never a silent surprise."""
     from gpu_launch.choose.select import others_work_warnings
-    from gpu_launch.share.holders import current_user
+    from gpu_launch.reservations.holders import current_user
 
     out = stream if stream is not None else sys.stderr
     loud = others_work_warnings(selection.devices, current_user())

@@ -18,7 +18,7 @@ __all__ = ["SET_VARIABLES", "LOCK_DIR_VARIABLE", "visible_devices", "build"]
 #: Every variable gpulaunch sets or replaces in the child (docs/choosing-gpus.md, "The child's environment").
 SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
 #: Set too when the child holds a reservation: where it lives, so that a gpulaunch run inside the job
-#: finds the job's GPUs there without being told again (share/nesting.py).
+#: finds the job's GPUs there without being told again (reservations/nesting.py).
 LOCK_DIR_VARIABLE = "GPULAUNCH_LOCK_DIR"
 
 

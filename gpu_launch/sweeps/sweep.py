@@ -1,7 +1,7 @@
 """The scheduler of a local ``gpulaunch each``: start queued jobs as GPUs free up, each on GPUs reserved for it.
 
 This process is the scheduler. For the next job it selects and locks ``--gpus-per-job`` GPUs exactly
-as a launch does (:func:`gpu_launch.share.acquire.attempt`: same constraints, reserved GPUs skipped,
+as a launch does (:func:`gpu_launch.reservations.acquire.attempt`: same constraints, reserved GPUs skipped,
 first come first served with other waiters through a queue ticket, taken when it must wait or someone
 already waits; the GPUs its own jobs hold count as reserved without a look), within the GPUs the sweep may
 use (:class:`Scope`: the parent's CUDA_VISIBLE_DEVICES, ``--gpus``), then starts the job with those
@@ -36,8 +36,8 @@ from gpu_launch.choose import select as gpu_select
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.records import dataclass, replace
-from gpu_launch.share import acquire, waiting
-from gpu_launch.share.holders import current_user, write_holder
+from gpu_launch.reservations import acquire, waiting
+from gpu_launch.reservations.holders import current_user, write_holder
 from gpu_launch.sweeps.jobfile import Job, JobState, open_log
 
 TYPE_CHECKING = False
@@ -240,7 +240,7 @@ class Scheduler:
             state.status, state.note = "not started", "interrupted before it started"
 
     def _join_queue(self) -> None:
-        from gpu_launch.share.waitqueue import Ticket
+        from gpu_launch.reservations.waitqueue import Ticket
 
         self.ticket = Ticket(self.locking.lock_dir)
         self.ticket.join()
@@ -293,7 +293,7 @@ class Scheduler:
             behind = 0
             if fresh:
                 if self.ticket is None and self.queue:
-                    from gpu_launch.share import waitqueue
+                    from gpu_launch.reservations import waitqueue
 
                     if waitqueue.someone_waits(self.locking.lock_dir):  # else: a ticket only if we must wait
                         self._join_queue()

@@ -1,6 +1,6 @@
 """The ``--wait`` queue under ``gpulaunch ls``: who waits for what, in the order they will be served.
 
-Reads what :func:`gpu_launch.share.waitqueue.waiters` found (live tickets only) and renders it as a
+Reads what :func:`gpu_launch.reservations.waitqueue.waiters` found (live tickets only) and renders it as a
 section of its own below the GPU table, or as the ``queue`` list of ``ls --json``. The user and the
 time come from the kernel (the ticket's owner and ctime); the request and command are the waiter's
 own words, shown escaped and cut to the width.
@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    #: a gpu_launch.share.waitqueue.Waiter (position, pid, uid, since_ns, note); views import nothing above them
+    #: a gpu_launch.reservations.waitqueue.Waiter (position, pid, uid, since_ns, note); views import nothing above them
     Waiter = Any
 
 __all__ = ["as_json", "as_text", "HEADER"]

@@ -2,7 +2,7 @@
 
 In a Jupyter notebook (the Python API's ``wait=``), stderr is ipykernel's stream: no terminal, but
 its output area redraws a line on a carriage return, so the line is rewritten in place with ``\r``
-(no rich, no widgets). Only renders; :mod:`gpu_launch.share.acquire` decides what it says. Nothing
+(no rich, no widgets). Only renders; :mod:`gpu_launch.reservations.acquire` decides what it says. Nothing
 at all with ``-q``.
 """
 

@@ -40,7 +40,7 @@ def word_kinds() -> tuple[list[str], list[str], list[str]]:
 
 def choices() -> dict[str, tuple[str, ...]]:
     """Options whose value is one of a few words (the modules that check them own the lists)."""
-    from gpu_launch.share.waiting import FALLBACKS
+    from gpu_launch.reservations.waiting import FALLBACKS
     from gpu_launch.run.affinity import MODES
     from gpu_launch.views.shellenv import SHELLS as ENV_SHELLS
 

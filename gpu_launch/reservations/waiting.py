@@ -1,10 +1,10 @@
 """Waiting for GPUs (``--wait``) and falling back to the CPU (``--fallback cpu``).
 
-:func:`acquire` is :func:`~gpu_launch.share.acquire.attempt` (select and reserve as one step) with
+:func:`acquire` is :func:`~gpu_launch.reservations.acquire.attempt` (select and reserve as one step) with
 ``--wait``: re-read the machine every poll, first come first served through
-:mod:`gpu_launch.share.waitqueue`, and try again at once when a GPU's lock is freed; and
+:mod:`gpu_launch.reservations.waitqueue`, and try again at once when a GPU's lock is freed; and
 ``--fallback cpu``. Inside a job, a waiter takes no ticket in the machine's queue
-(:func:`~gpu_launch.share.acquire.inside_allotment` says why). Used by a launch and by ``each``.
+(:func:`~gpu_launch.reservations.acquire.inside_allotment` says why). Used by a launch and by ``each``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.hardware.model import Machine
 from gpu_launch import units
-from gpu_launch.share import holders, lockdir
-from gpu_launch.share.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
+from gpu_launch.reservations import holders, lockdir
+from gpu_launch.reservations.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
                                       inside_allotment, plain_chooser)
 from gpu_launch.units import fmt_duration
 
@@ -140,7 +140,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
           stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser,
           command: Sequence[str] = ()) -> Acquired:
     from gpu_launch.views.status_line import StatusLine
-    from gpu_launch.share.waitqueue import Ticket
+    from gpu_launch.reservations.waitqueue import Ticket
 
     interval = poll_interval(environ)
     started = time.monotonic()
@@ -202,7 +202,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     else:
                         what = f"{request.what(machine)}; eligible now: {_eligible_now(request, machine, reserved)}"
                     if watch is not None:  # a GPU's lock freed: try again at once
-                        from gpu_launch.share.waitqueue import TICK
+                        from gpu_launch.reservations.waitqueue import TICK
 
                         wake = lambda timeout, w=watch: w.wait(timeout, TICK)  # noqa: E731
                 else:

@@ -5,13 +5,13 @@ file first may remove or rename it (the sticky bit protects it from everyone els
 owner): that user could take a GPU from under another user's running job. A *hardened* directory is
 owned by root and writable by root alone (mode 0755), with one root-owned 0666 lock file per GPU and
 MIG device of the machine, for every nesting depth (``UUID.lock``, ``UUID.in1.lock`` … up to
-:data:`~gpu_launch.share.lockdir.MAX_DEPTH`: a launch nested in a job locks one level deeper).
+:data:`~gpu_launch.reservations.lockdir.MAX_DEPTH`: a launch nested in a job locks one level deeper).
 Everyone can open and lock them; only root can add, remove or rename anything, so no user can take
 away or plant a file another user's reservation relies on, at any depth. Waiters' tickets go in its
 ``queue/`` subdirectory (sticky and world-writable, like /tmp: a ticket is not a reservation, so its
 owner removing it only gives up their own place); the queue needs no lock file every user can hold
-(:mod:`gpu_launch.share.waitqueue`), so it has none (a ``queue.lock`` an older gpulaunch made is left
-alone: nothing uses it). Last, it leaves its mark (:data:`~gpu_launch.share.lockdir.HARDENED_MARK`),
+(:mod:`gpu_launch.reservations.waitqueue`), so it has none (a ``queue.lock`` an older gpulaunch made is left
+alone: nothing uses it). Last, it leaves its mark (:data:`~gpu_launch.reservations.lockdir.HARDENED_MARK`),
 the one thing that makes gpulaunch treat a directory as hardened.
 
 Running it again is safe while jobs hold GPUs: existing lock files are kept (their locks stay valid)
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share.lockdir import HARDENED_MARK, MAX_DEPTH, QUEUE_SUBDIR, nested_path
+from gpu_launch.reservations.lockdir import HARDENED_MARK, MAX_DEPTH, QUEUE_SUBDIR, nested_path
 
 __all__ = ["InitReport", "init_dir"]
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from gpu_launch.records import dataclass  # not dataclasses: ~6 ms of every --wait launch
-from gpu_launch.share.lockdir import queue_dir
+from gpu_launch.reservations.lockdir import queue_dir
 
 __all__ = ["Ticket", "Waiter", "waiters", "someone_waits", "TICK"]
 

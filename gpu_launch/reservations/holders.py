@@ -3,9 +3,9 @@
 Each lock file holds a JSON line saying who holds it (pid, user, start time, command), written
 after the lock is taken. Readers tolerate a partial or stale line: the lock, not the text, is
 what counts. Anyone can write that text, so nothing is decided by it: a nested gpulaunch knows its
-job's reservations from lock descriptors (:func:`~gpu_launch.share.nesting.lineage_holds`), and
+job's reservations from lock descriptors (:func:`~gpu_launch.reservations.nesting.lineage_holds`), and
 shares them out among the job's children through locks one level deeper
-(:func:`~gpu_launch.share.lockdir.nested_path`, :mod:`gpu_launch.share.nesting`).
+(:func:`~gpu_launch.reservations.lockdir.nested_path`, :mod:`gpu_launch.reservations.nesting`).
 
 A *shared* ``flock`` on a lock file is no reservation (gpulaunch takes one only for an instant, to
 look), but it keeps every job from locking the file, and no file mode can refuse it: such a GPU is
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from gpu_launch.errors import LockDirError
 from gpu_launch.records import dataclass
-from gpu_launch.share.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_hardened, lock_path, nested_path,
+from gpu_launch.reservations.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_hardened, lock_path, nested_path,
                                       open_error, open_shared, prepare_dir)
 
 __all__ = ["Holder", "current_user", "write_holder", "probe", "probe_at", "nested_holder", "scan", "holders",

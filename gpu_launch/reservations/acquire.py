@@ -3,11 +3,11 @@
 :func:`attempt` reads who holds which GPU, selects among the rest, and locks the chosen set. A
 lock lost to a race (another gpulaunch locked the GPU between our read and our lock) releases
 everything taken, counts that GPU as reserved, and selects again, a bounded number of times.
-Waiting for GPUs (``--wait``) and ``--fallback cpu`` build on it (:mod:`gpu_launch.share.waiting`).
+Waiting for GPUs (``--wait``) and ``--fallback cpu`` build on it (:mod:`gpu_launch.reservations.waiting`).
 Both are used by a launch and by ``each``.
 
 Inside a job, the job's GPUs (its allotment) are shared out among its children by locks one level
-deeper (:mod:`gpu_launch.share.nesting`); such a waiter takes no ticket in the machine's queue.
+deeper (:mod:`gpu_launch.reservations.nesting`); such a waiter takes no ticket in the machine's queue.
 ``--auto``/``--fit`` and ``each``, waiting or not, are polite (``Request.polite``): they take only GPUs
 not busy or full with others' work, except their allotment's.
 """
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Container, Mapping
 
 from gpu_launch.records import dataclass, field
-from gpu_launch.share import holders, lockdir, reservations
+from gpu_launch.reservations import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict
@@ -123,7 +123,7 @@ class Locking:
     lock_dir: str
     take: bool = True
     #: (uuid, depth) locks this very process's Python API holds (``use()``, ``reserve()``): never this
-    #: job's allotment, always taken (:mod:`gpu_launch.share.nesting`). A live container (threads add to it).
+    #: job's allotment, always taken (:mod:`gpu_launch.reservations.nesting`). A live container (threads add to it).
     mine: Container[object] = field(default=frozenset(), compare=False)
     #: the processes this one was forked from: what they hold is not its allotment
     skip_pids: Container[int] = field(default=frozenset(), compare=False)
@@ -268,7 +268,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
     depth: dict[str, int] = {}  # a GPU of our job's, free within it -> the depth of the lock to take
     allotted: frozenset[str] = frozenset()
     if found and locking.nested:
-        from gpu_launch.share import nesting  # only when something is held: a lone launch does without
+        from gpu_launch.reservations import nesting  # only when something is held: a lone launch does without
 
         nest = nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids)
         depth, allotted = nest.depth, nest.allotted
@@ -332,7 +332,7 @@ def _allotment_gone(locking: Locking, got: reservations.Reservation, depth: Mapp
     deeper = {u: d for u, d in depth.items() if d > 0 and u in got.fds}
     if not deeper:
         return []
-    from gpu_launch.share import nesting
+    from gpu_launch.reservations import nesting
 
     above = {(u, d - 1): lockdir.nested_path(locking.lock_dir, u, d - 1) for u, d in deeper.items()}
     still = nesting.lineage_holds(above, locking.mine, locking.skip_pids)
@@ -350,7 +350,7 @@ def inside_allotment(locking: Locking | None, machine: Machine) -> bool:
     found, _unusable = holders.scan(locking.lock_dir, device_uuids(machine))
     if not found:
         return False
-    from gpu_launch.share import nesting
+    from gpu_launch.reservations import nesting
 
     return bool(nesting.resolve(locking.lock_dir, found, locking.mine, locking.skip_pids).allotted)
 

@@ -1,8 +1,8 @@
 """GPU reservations: one ``flock`` per GPU that lives exactly as long as the job.
 
-Every GPU (or MIG device) has one lock file in the lock directory (:mod:`gpu_launch.share.lockdir`:
+Every GPU (or MIG device) has one lock file in the lock directory (:mod:`gpu_launch.reservations.lockdir`:
 where it is, what kind it is, and how its files are opened safely); who holds one is written in it
-(:mod:`gpu_launch.share.holders`). A job holds an exclusive ``flock`` on the files of its GPUs. The
+(:mod:`gpu_launch.reservations.holders`). A job holds an exclusive ``flock`` on the files of its GPUs. The
 descriptors are made inheritable just before exec, so the command itself holds them: the kernel
 drops the locks when the last process holding them exits, crashes or is killed. No daemon, no stale
 locks, no cleanup step.
@@ -16,8 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.share.holders import nested_holder, write_holder
-from gpu_launch.share.lockdir import nested_path, open_shared
+from gpu_launch.reservations.holders import nested_holder, write_holder
+from gpu_launch.reservations.lockdir import nested_path, open_shared
 
 __all__ = ["Reservation", "try_lock", "lock_all"]
 

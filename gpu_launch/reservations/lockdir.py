@@ -16,7 +16,7 @@ Safety on a directory every user can write to:
   Anything that is not a regular file is refused too, as is a file we cannot open read-write:
   that GPU alone becomes *unavailable for reservation* (:class:`Unusable`); the others go on.
 * In the sticky /tmp kind, whoever created a lock file can still remove or rename it; only the
-  hardened kind (root-owned, 0755, files made by root: share/hardening.py) prevents that, at every
+  hardened kind (root-owned, 0755, files made by root: reservations/hardening.py) prevents that, at every
   nesting depth: ``locks init`` makes the nested lock files too (:func:`nested_path`). A
   directory is of the hardened kind only when ``locks init`` made it: it bears the root-owned mark
   :data:`HARDENED_MARK` that only root can have put there, never because of who owns it (root's own
@@ -249,7 +249,7 @@ MAX_DEPTH = 8
 def nested_path(lock_dir: str, uuid: str, depth: int) -> str:
     """The lock file of ``uuid`` at nesting ``depth``: 0 is the machine-wide reservation (:func:`lock_path`);
     depth d + 1 shares out, among the children of the job that holds depth d, that job's GPU
-    (:mod:`gpu_launch.share.nesting`). They live beside it, in the lock dir itself: in a hardened one
+    (:mod:`gpu_launch.reservations.nesting`). They live beside it, in the lock dir itself: in a hardened one
     ``locks init`` made them root's, like the machine-wide ones, so no user can remove, replace or
     plant one that a nested job relies on."""
     if depth == 0:

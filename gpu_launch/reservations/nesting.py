@@ -1,7 +1,7 @@
 """Reservations inside reservations: how a job's GPUs are shared out among the job's own children.
 
 A GPU's machine-wide reservation is an exclusive ``flock`` on its lock file (depth 0,
-:mod:`gpu_launch.share.reservations`). A launch's command inherits that lock; so does the rest of a
+:mod:`gpu_launch.reservations.reservations`). A launch's command inherits that lock; so does the rest of a
 process that called ``gpu_launch.use()``. Whatever runs *inside* such a job and asks gpulaunch for
 GPUs (a nested launch, a job of a nested ``gpulaunch each``, an API call in a started program) may
 use the job's GPUs, its *allotment*, but two of those children must never get the same GPU.
@@ -30,8 +30,8 @@ from collections.abc import Container, Iterable, Mapping
 
 from gpu_launch.records import dataclass, field
 
-from gpu_launch.share.holders import Holder, probe_at
-from gpu_launch.share.lockdir import MAX_DEPTH, Unusable, UnusableLockFile, nested_path
+from gpu_launch.reservations.holders import Holder, probe_at
+from gpu_launch.reservations.lockdir import MAX_DEPTH, Unusable, UnusableLockFile, nested_path
 
 __all__ = ["Nesting", "resolve", "lineage_holds", "ancestors"]
 
