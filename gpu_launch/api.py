@@ -43,7 +43,7 @@ from gpu_launch.in_process.holding import HELD, MINE, choose, release_held
 from gpu_launch.in_process.keywords import invocation, wait_seconds
 # The variables use() sets in os.environ are those a launch sets for its command.
 from gpu_launch.run.environment import LOCK_DIR_VARIABLE, SET_VARIABLES
-from gpu_launch.units import shown
+from gpu_launch.base.units import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from gpu_launch.fit.plan import Plan
     from gpu_launch.hardware.model import Machine
     from gpu_launch.reservations.reservations import Reservation as Locks
-    from gpu_launch.units import Size
+    from gpu_launch.base.units import Size
 
     #: GPUs as ``gpulaunch ls`` numbers them: ``"4-7"``, ``"0,2"``, ``"all"``, UUIDs, ``3``, ``[3, 1]``.
     GpuSpec: TypeAlias = "str | int | Sequence[int | str]"
@@ -151,7 +151,7 @@ def select(n: int | None = None, *, gpus: GpuSpec | None = None, fit: SizeSpec |
                              **_nvisel(min_count, max_count, min_total_memory, account_as_free)})
     seconds = wait_seconds(wait, "wait")  # `env` takes no --wait (nor its default): only this argument
     if seconds is not None:
-        from gpu_launch.records import replace
+        from gpu_launch.base.records import replace
 
         inv = replace(inv, options={**inv.options, "wait": seconds})
     got, _variables = choose(inv, take=False, choose_only=True)

@@ -26,7 +26,7 @@ __all__ = ["main", "run"]
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point. Exits with gpulaunch's code, or becomes the command."""
     import gpu_launch
-    from gpu_launch import interrupt, streams
+    from gpu_launch.base import interrupt, streams
 
     try:
         try:
@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             sys.stdout.flush()  # a full disk shows up here for short output: report it like any error
         except GpuLaunchError as exc:
             code = _fail(exc)
-        if interrupt.settle():  # a Ctrl-C still waiting for its retry (gpu_launch.interrupt): it ends us now
+        if interrupt.settle():  # a Ctrl-C still waiting for its retry (gpu_launch.base.interrupt): it ends us now
             raise KeyboardInterrupt
         if gpu_launch.PROGRAM and interrupt.ours():
             # The way out (sys.exit, the interpreter's flush and finalisers) is outside every `try`:
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             signal.signal(signal.SIGINT, gpu_launch._early_interrupt)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
-        interrupt.settle()  # nor a retry of this one (gpu_launch.interrupt)
+        interrupt.settle()  # nor a retry of this one (gpu_launch.base.interrupt)
         sys.stderr.write("gpulaunch: interrupted\n")
         code = int(ExitCode.INTERRUPTED)
         if gpu_launch.PROGRAM:
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 def _fail(exc: GpuLaunchError) -> int:
     """Print the one error line; returns the exit code."""
-    from gpu_launch import streams
+    from gpu_launch.base import streams
     from gpu_launch.errors import OutputFailed
 
     if isinstance(exc, OutputFailed):

@@ -91,7 +91,7 @@ class GpuLaunchError(Exception):
         if exit_code is not None:
             self.exit_code = exit_code
 
-    # The message and hint are clipped to a readable length whenever they are set (gpu_launch.text.clip):
+    # The message and hint are clipped to a readable length whenever they are set (gpu_launch.base.text.clip):
     # they may quote a crafted file's values, and an error is one line on a terminal, in the CLI and the API.
     @property
     def message(self) -> str:
@@ -99,7 +99,7 @@ class GpuLaunchError(Exception):
 
     @message.setter
     def message(self, value: str) -> None:
-        from gpu_launch.text import clip
+        from gpu_launch.base.text import clip
 
         self._message = clip(value)
 
@@ -109,7 +109,7 @@ class GpuLaunchError(Exception):
 
     @hint.setter
     def hint(self, value: str | None) -> None:
-        from gpu_launch.text import clip
+        from gpu_launch.base.text import clip
 
         self._hint = None if value is None else clip(value)
 

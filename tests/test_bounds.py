@@ -2,7 +2,7 @@
 
 Each case runs the real CLI (or a real Python child for the API) and asserts what the user sees: one
 error line and exit 2 (the API: the typed exception), never a traceback; the limits are documented in
-gpu_launch/units.py (durations at most 366 days, sizes at most 1 PiB, GPUs at most 4096) and
+gpu_launch/base/units.py (durations at most 366 days, sizes at most 1 PiB, GPUs at most 4096) and
 reservations/waiting.py (GPULAUNCH_POLL_INTERVAL from 0.05 to 3600 seconds).
 """
 
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_launch.sweeps.jobfile import parse_jobs
-from gpu_launch.text import split_words
+from gpu_launch.base.text import split_words
 from sharing_helpers import env, gl
 
 NINES = "9" * 400

@@ -16,7 +16,7 @@ from gpu_launch.choose.select import Constraints, check_explicit, choose_auto, c
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware import snapshot
 from gpu_launch.hardware.model import Device, Gpu
-from gpu_launch.units import parse_size
+from gpu_launch.base.units import parse_size
 
 
 def _warnings(g: Gpu) -> tuple[str, ...]:

@@ -194,7 +194,7 @@ def test_ls_plain_and_json():
 
 def test_ls_shows_free_memory_right_after_the_name():
     """FREE is what users ask for first: its own column, for GPUs and MIG devices, matching the JSON."""
-    from gpu_launch.units import fmt_mib
+    from gpu_launch.base.units import fmt_mib
 
     for example in ("dgx-h100", "mig-a100"):
         doc = json.loads(run_cli("--snapshot", example, "ls", "--json").stdout)

@@ -92,7 +92,7 @@ def test_helper_leaves_out_the_gpus_already_listed(shell_env: dict[str, str]) ->
 def test_the_duration_pattern_agrees_with_the_parser() -> None:
     import re
 
-    from gpu_launch.units import parse_duration
+    from gpu_launch.base.units import parse_duration
 
     for word in ("90", "90s", "30m", "2h", "1h30m", "1d", "1.5h", "2H", "python", "cat", "2x", "h", "", "-1", "1h 30m"):
         try:

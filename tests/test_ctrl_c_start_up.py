@@ -70,7 +70,7 @@ def test_ctrl_c_at_imports_all_through_start_up_is_one_line_and_130(driver: Path
     """The first imports made by gpulaunch's own code (the package's handler is all there is then),
     and every 8th one after them, the standard library's among them (json, fcntl, dataclasses, ...)."""
     names = _imports_from_the_package_on(driver)
-    assert "gpu_launch.interrupt" in names and "gpu_launch.run.execute" in names, names
+    assert "gpu_launch.base.interrupt" in names and "gpu_launch.run.execute" in names, names
     moments = names[:3] + names[3::8]
     for name in moments:
         done = _launch(driver, name)
@@ -84,7 +84,7 @@ def test_ctrl_c_at_imports_all_through_start_up_is_one_line_and_130(driver: Path
 #: system's own (the one that calls finders), to hand the handler as Python would there.
 INSIDE_AN_IMPORT = """\
 import signal, sys, time
-from gpu_launch import interrupt
+from gpu_launch.base import interrupt
 
 interrupt.install()
 frames = []
@@ -152,7 +152,7 @@ def test_ctrl_c_ignored_by_the_parent_stays_ignored_through_start_up(driver: Pat
     """`gpulaunch ... &` in a script: the package's first statement must not take SIGINT back."""
     done = subprocess.run([sys.executable, str(driver), "--snapshot", "dgx-h100", "--auto", "1", "--", sys.executable,
                            "-c", "import signal; print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)"],
-                          capture_output=True, text=True, timeout=60, env=clean_env({"CTRL_C_AT": "gpu_launch.interrupt"}),
+                          capture_output=True, text=True, timeout=60, env=clean_env({"CTRL_C_AT": "gpu_launch.base.interrupt"}),
                           cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.returncode == 0 and done.stdout == "True\n", (done.returncode, done.stdout, done.stderr)
 

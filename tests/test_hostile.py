@@ -348,7 +348,7 @@ def test_a_ctrl_c_that_python_dropped_still_stops_the_exec() -> None:
     Ctrl-C must still stop the launch at the hand-over, not let the command run as if none had come."""
     program = textwrap.dedent("""
         import os, signal
-        from gpu_launch import interrupt
+        from gpu_launch.base import interrupt
         from gpu_launch.run.execute import exec_command
 
         interrupt.install()

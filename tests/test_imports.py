@@ -105,11 +105,12 @@ def test_quiet_launch_on_a_snapshot_imports_no_rich_pynvml_psutil(selection: lis
 #: Every gpu_launch module a quiet launch on a snapshot may import (issue 21). A module added to the
 #: launch path must be added here on purpose: each costs start-up (finder calls, unmarshalling).
 QUIET_LAUNCH_MODULES = {
-    "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.records", "gpu_launch.streams", "gpu_launch.interrupt",
-    "gpu_launch.text", "gpu_launch.units",
+    "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.base", "gpu_launch.base.records",
+    "gpu_launch.base.streams", "gpu_launch.base.interrupt", "gpu_launch.base.text", "gpu_launch.base.units",
     "gpu_launch.commands", "gpu_launch.commands.launch",
     "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",
-    "gpu_launch.reservations", "gpu_launch.reservations.acquire", "gpu_launch.placing", "gpu_launch.placing.pick", "gpu_launch.reservations.reservations",
+    "gpu_launch.reservations", "gpu_launch.reservations.acquire", "gpu_launch.reservations.reservations",
+    "gpu_launch.placing", "gpu_launch.placing.pick",
     "gpu_launch.reservations.lockdir", "gpu_launch.reservations.holders", "gpu_launch.reservations.waiting",
     "gpu_launch.run", "gpu_launch.run.environment", "gpu_launch.run.execute", "gpu_launch.run.placeholders",
     "gpu_launch.choose", "gpu_launch.choose.availability", "gpu_launch.choose.pool", "gpu_launch.choose.ranking",

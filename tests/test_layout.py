@@ -1,6 +1,6 @@
 """The package's layers import one way only: cli → commands (and the Python API, api, with its machinery
-in_process) → share, cluster, jobs (detached jobs), options → views, run, choose →
-hardware → units, errors (docs/design.md). Every import counts, also those inside functions
+in_process) → reservations, placing, sweeps, cluster, jobs (detached jobs), options (and fit's plan
+conductor) → views, run, choose, fit → hardware, modelfile → base, errors (docs/design.md). Every import counts, also those inside functions
 (they are the lazy imports that keep start-up fast, but they are dependencies all the same)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ LAYERS = {
     # conducts a launch (it asks pick which GPUs --fit would get), so it sits on pick's layer, and no
     # other module of fit/ may import it.
     "fit.model_plan": 2,
-    "units": 5, "errors": 5, "streams": 5, "interrupt": 5, "text": 5, "records": 5, "__init__": 5,
+    "base": 5, "errors": 5, "__init__": 5,
 }
 
 

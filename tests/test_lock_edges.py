@@ -279,7 +279,7 @@ def test_a_waiter_reads_the_machine_once_a_poll_not_in_a_busy_loop() -> None:
     from gpu_launch.errors import WaitTimeout
     from gpu_launch.reservations.acquire import Request
     from gpu_launch.reservations.waiting import acquire
-    from gpu_launch.units import parse_size
+    from gpu_launch.base.units import parse_size
 
     reads = []
     m = machine([gpu(0, used=20000)], lambda i, j: "X")  # 60 GiB free of 80: 70 GiB may come, later

@@ -18,7 +18,7 @@ import pytest
 from cli_run import Terminal, run_in_terminal, scrubbed
 
 from gpu_launch.hardware import snapshot
-from gpu_launch.units import fmt_mib
+from gpu_launch.base.units import fmt_mib
 from gpu_launch.views import render
 from gpu_launch.views.watch import SHOW_CURSOR
 

@@ -6,7 +6,7 @@ from childproc import gpulaunch, launch_report
 from gpu_launch.choose import mig
 from gpu_launch.hardware import snapshot
 from gpu_launch.choose.select import Constraints
-from gpu_launch.units import parse_size
+from gpu_launch.base.units import parse_size
 
 MACHINE = snapshot.resolve("mig-a100")
 GPU0 = MACHINE.gpus[0]

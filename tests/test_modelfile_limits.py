@@ -22,7 +22,7 @@ from gpu_launch.errors import ExitCode, GpuLaunchError, ModelFileError, UsageErr
 from gpu_launch.modelfile import gguf as gguf_reader
 from gpu_launch.modelfile import safetensors as st_reader
 from gpu_launch.modelfile.read import read_model
-from gpu_launch.text import MAX_MESSAGE
+from gpu_launch.base.text import MAX_MESSAGE
 from test_modelfile_hostile import BASE_KV, CONFIG, _bounded, gguf, kv_str, kv_u32, s, safetensors, tensor
 
 MIB = 1 << 20

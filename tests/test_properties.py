@@ -22,7 +22,7 @@ from gpu_launch.hardware import snapshot
 from gpu_launch.choose import spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, SnapshotError, UsageError
 from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
-from gpu_launch.units import Size
+from gpu_launch.base.units import Size
 
 PROFILE = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -1,4 +1,4 @@
-"""gpu_launch.records behaves as dataclasses does for what the package declares with it."""
+"""gpu_launch.base.records behaves as dataclasses does for what the package declares with it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from gpu_launch import records
+from gpu_launch.base import records
 
 
 def _pair(module):  # the same declarations, made by the real dataclasses and by records

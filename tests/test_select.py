@@ -14,7 +14,7 @@ from gpu_launch.hardware.model import Gpu, GpuProcess, Machine
 from gpu_launch.choose.select import (Availability, Constraints, availability, check_explicit, choose_auto, choose_fit,
                                eligibility)
 from gpu_launch.choose.spec import parse, resolve
-from gpu_launch.units import parse_size
+from gpu_launch.base.units import parse_size
 
 TOTAL = 49140
 
@@ -114,7 +114,7 @@ def test_fit_too_big_says_the_most_there_is():
 
 
 def test_fit_rejects_a_percentage():
-    from gpu_launch.units import Size
+    from gpu_launch.base.units import Size
     with pytest.raises(UsageError):
         choose_fit(box(gpu(0)), Size(percent=50), Constraints())
 

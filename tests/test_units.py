@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_launch.errors import UsageError
-from gpu_launch.units import Size, fmt_mib, parse_duration, parse_size
+from gpu_launch.base.units import Size, fmt_mib, parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text, mib", [

@@ -11,7 +11,7 @@ idle, not "busy" with work that is one's own. A GPU shared with anyone else keep
 from __future__ import annotations
 
 from gpu_launch.hardware.model import Gpu, Machine
-from gpu_launch.records import replace
+from gpu_launch.base.records import replace
 
 __all__ = ["as_free"]
 

@@ -12,7 +12,7 @@ from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.choose.ranking import AT, CRITERIA, Candidate, Ranked, link_rank
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, FULL_MIN_USED, IDLE_MAX_USED, Availability, availability
 from gpu_launch.choose.select import Selection
-from gpu_launch.units import fmt_mib
+from gpu_launch.base.units import fmt_mib
 
 __all__ = ["SCHEMA", "as_text", "as_json"]
 

@@ -17,7 +17,7 @@ from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.choose.select import (IDLE_MAX_USED, Constraints, Selection, grouped, held_reason, min_free_failure,
                                       min_total_failure)
-from gpu_launch.units import Size, fmt_mib
+from gpu_launch.base.units import Size, fmt_mib
 
 __all__ = ["candidates", "choose_mig"]
 

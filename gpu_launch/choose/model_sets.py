@@ -8,7 +8,7 @@ from gpu_launch.choose import select
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import gpu_tiers
 from gpu_launch.hardware.model import Gpu, Machine
-from gpu_launch.records import dataclass, replace
+from gpu_launch.base.records import dataclass, replace
 
 __all__ = ["Tried", "rooms", "for_machine", "counts", "holds", "all_free", "MiB"]
 

@@ -15,7 +15,7 @@ from gpu_launch.errors import NotEnoughGpus
 from gpu_launch.fit import nodes as fit_nodes
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.hardware.model import Gpu, Machine
-from gpu_launch.records import replace
+from gpu_launch.base.records import replace
 
 __all__ = ["Tried", "shortfall", "hopeless", "node_split", "nodes_hint", "tp_flag"]
 

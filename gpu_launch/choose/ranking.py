@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import combinations
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.hardware.model import Gpu, Machine
 from gpu_launch.choose.availability import availability
 from gpu_launch.choose.pool import Pool, link_rank, nvlinks

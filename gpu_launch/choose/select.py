@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 from gpu_launch.choose.availability import BUSY_MIN_USED, BUSY_MIN_UTIL, IDLE_MAX_USED, Availability, availability
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine
-from gpu_launch.units import Size, fmt_mib
+from gpu_launch.base.units import Size, fmt_mib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

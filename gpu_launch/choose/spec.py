@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.errors import UsageError
 from gpu_launch.hardware.model import Device, Machine
 

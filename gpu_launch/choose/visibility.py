@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 from gpu_launch.errors import NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Device, Gpu, Machine, MigDevice
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 __all__ = ["CvdReading", "Visibility", "read_cvd", "read_nvd", "resolve", "describe_devices"]
 
@@ -301,13 +301,13 @@ class Visibility:
         links = None
         if machine.links is not None:
             links = tuple(tuple(machine.links[i][j] for j in keep) for i in keep)
-        from gpu_launch.records import replace
+        from gpu_launch.base.records import replace
 
         return replace(machine, gpus=tuple(gpus), links=links)  # the rest (nvswitch, warnings, ...) kept
 
 
 def _with_migs(gpu: Gpu, migs: tuple[MigDevice, ...]) -> Gpu:
-    from gpu_launch.records import replace
+    from gpu_launch.base.records import replace
 
     return replace(gpu, mig_devices=migs)
 

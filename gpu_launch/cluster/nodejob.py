@@ -30,7 +30,7 @@ from typing import Any
 from gpu_launch.cluster import submitting
 from gpu_launch.cluster.following import ENDED_BY_SLURM
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, UsageError, WaitTimeout
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["NodeJob", "script_text", "sbatch_argv", "submit", "state_of", "NAME"]
 
@@ -341,7 +341,7 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
             if deadline is not None and time.monotonic() >= deadline:
                 if cancelled:
                     raise Interrupted(f"interrupted: cancelled Slurm job {job_id}")
-                from gpu_launch.units import fmt_duration
+                from gpu_launch.base.units import fmt_duration
 
                 raise WaitTimeout(f"Slurm job {job_id} is still running after {fmt_duration(limit or 0)} (it goes on: "
                                   f"squeue -j {job_id})", hint=f"logs in {job.log_dir}; scancel {job_id} stops it")

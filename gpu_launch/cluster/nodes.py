@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from gpu_launch.cluster import rendezvous
 from gpu_launch.errors import ExitCode, UsageError
 from gpu_launch.fit.cmdline import node_flags
-from gpu_launch.records import dataclass, replace
+from gpu_launch.base.records import dataclass, replace
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -276,7 +276,7 @@ def describe(world: node_flags.World, node: node_flags.NodeCommand) -> str:
     node's place and the command it runs with its flags filled in, on stderr (the node's log)."""
     import shlex
 
-    from gpu_launch.text import printable
+    from gpu_launch.base.text import printable
 
     name = world.names[world.rank] if world.rank < len(world.names) else str(world.rank)
     head = world.names[0] if world.names else "head"

@@ -43,7 +43,7 @@ def timeout(environ: Mapping[str, str]) -> float:
     text = environ.get(TIMEOUT_ENV)
     if not text:
         return DEFAULT_TIMEOUT
-    from gpu_launch.units import parse_duration
+    from gpu_launch.base.units import parse_duration
 
     return parse_duration(text, TIMEOUT_ENV)
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from gpu_launch.errors import GpuLaunchError, SlurmUnavailable, UsageError
 from gpu_launch.sweeps.jobfile import Job
-from gpu_launch.text import printable
-from gpu_launch.units import MAX_SECONDS, parse_duration
+from gpu_launch.base.text import printable
+from gpu_launch.base.units import MAX_SECONDS, parse_duration
 
 __all__ = ["ArrayRequest", "Submitted", "MAX_MINUTES", "parse_time", "write_job_copy", "sbatch_argv", "batch_script",
            "check_extra", "require", "submit", "run_sbatch", "cancel", "one_line", "write_new"]

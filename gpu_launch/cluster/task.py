@@ -24,7 +24,7 @@ from typing import Any
 from gpu_launch.errors import UsageError
 from gpu_launch.run import placeholders
 from gpu_launch.sweeps.jobfile import JobState, open_log, read_jobs
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 __all__ = ["RECORDS", "record_path", "read_record", "task_main"]
 

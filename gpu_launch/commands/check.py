@@ -7,7 +7,7 @@ import sys
 
 from gpu_launch.placing import pick
 from gpu_launch.errors import UsageError
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

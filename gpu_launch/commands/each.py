@@ -111,7 +111,7 @@ def submit_to_slurm(inv: Any) -> int:
     """``gpulaunch each FILE --slurm``: one job array (:mod:`gpu_launch.cluster`); with --follow/--wait, follow it."""
     from gpu_launch.errors import SlurmUnavailable, WaitTimeout
     from gpu_launch import cluster as slurm
-    from gpu_launch.units import fmt_duration
+    from gpu_launch.base.units import fmt_duration
     from gpu_launch.views.each_view import View
 
     _refuse(inv, LOCAL_ONLY, "does not apply to `each --slurm`: Slurm allocates the GPUs",
@@ -223,7 +223,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir,
                 json=bool(inv.get("json")))
     if not acquire.inside_allotment(locking, machine):
-        from gpu_launch.records import replace
+        from gpu_launch.base.records import replace
 
         # Inside no job: GPUs held later are others' or our own jobs', never an allotment of ours.
         locking = replace(locking, nested=False)

@@ -65,7 +65,7 @@ def _clear(inv: Invocation) -> int:
     """
     from gpu_launch.jobs import status
     from gpu_launch.jobs.store import JobDir, check_id, job_dir_path
-    from gpu_launch.units import fmt_mib
+    from gpu_launch.base.units import fmt_mib
     from gpu_launch.views import jobs_table
 
     if inv.argv:

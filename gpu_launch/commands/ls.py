@@ -110,7 +110,7 @@ def _only(machine: Machine, items: object) -> Machine:
     if items is None:
         return machine
     from gpu_launch.choose import spec
-    from gpu_launch.records import replace
+    from gpu_launch.base.records import replace
 
     named = {d.gpu.uuid for d in spec.resolve(items, machine)}  # type: ignore[arg-type]
     keep = [pos for pos, g in enumerate(machine.gpus) if g.uuid in named]
@@ -252,8 +252,8 @@ def _reserved(inv: Invocation, machine: Machine) -> dict[str, Held]:
 def _held(holder: Holder) -> Held:
     """How ``ls`` names a holder: its line (the command cut), the short form an 80-column table shows (its
     user and command word), and the line with the whole command."""
-    from gpu_launch.records import replace
-    from gpu_launch.text import printable
+    from gpu_launch.base.records import replace
+    from gpu_launch.base.text import printable
     from gpu_launch.views.ls_table import command_word
 
     full = holder.describe()

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from gpu_launch.fit import cmdline
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.kv_units import FLASH_ATTN
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["CommandFacts", "read_command"]
 

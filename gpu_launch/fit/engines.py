@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 
 from gpu_launch.errors import UsageError
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["Engine", "ENGINES", "engine_named", "detect"]
 

@@ -6,7 +6,7 @@ entry point."""
 from __future__ import annotations
 
 from gpu_launch.errors import UsageError
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["KV_TYPES", "FP8_DS_MLA_ROW", "FLASH_ATTN", "LLAMA_CTX_PAD", "VLLM_BLOCK", "KvSize", "Run", "parse_kv_type",
            "row_bytes", "round_ctx"]

@@ -31,7 +31,7 @@ from collections import Counter
 
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 
 from gpu_launch.errors import NotEnoughGpus, UsageError
-from gpu_launch.records import replace
+from gpu_launch.base.records import replace
 from gpu_launch.fit import sizing
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from gpu_launch.fit import plan as fit_plan
 from gpu_launch.fit import stages
-from gpu_launch.records import dataclass, replace
+from gpu_launch.base.records import dataclass, replace
 
 __all__ = ["NodeSplit", "split_for_nodes", "MAX_NODES"]
 

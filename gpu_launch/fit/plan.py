@@ -18,7 +18,7 @@ from gpu_launch.fit import stages
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.settings import Settings, run_of
 from gpu_launch.modelfile.facts import ModelFacts
-from gpu_launch.records import dataclass, field, replace
+from gpu_launch.base.records import dataclass, field, replace
 
 __all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
 

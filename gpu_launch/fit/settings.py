@@ -7,7 +7,7 @@ from __future__ import annotations
 from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["Settings", "run_of"]
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from gpu_launch.fit.kv import KvSize
 from gpu_launch.modelfile.facts import ModelFacts
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["StageShare", "partition", "stage_shares", "tp_problem", "tp_choices", "pp_problem", "replicated_note",
            "NO_PP", "ENGINES_WITH_PP"]

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -57,7 +57,7 @@ def process_user_and_command(pid: int) -> tuple[str | None, str | None]:
     user = _call(proc.username, errors)
     cmdline = _call(proc.cmdline, errors)
     command = " ".join(cmdline) if cmdline else _call(proc.name, errors)
-    # Another user's command line: escape sequences in it must never reach a terminal raw (gpu_launch/text.py).
+    # Another user's command line: escape sequences in it must never reach a terminal raw (gpu_launch/base/text.py).
     return printable(user) if user else None, printable(command) if command else None
 
 

@@ -1,7 +1,7 @@
 """The machine as plain data: one immutable snapshot per invocation.
 
 Everything above the NVML adapter (selection, environment, rendering) works on these frozen
-records (:mod:`gpu_launch.records`, dataclasses without their start-up cost), so it can be tested against snapshot files with no GPU present. A value NVML could
+records (:mod:`gpu_launch.base.records`, dataclasses without their start-up cost), so it can be tested against snapshot files with no GPU present. A value NVML could
 not give is ``None``; a GPU NVML could not read at all has ``available=False`` and an ``error``.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import os
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.errors import NvmlUnavailable
 from gpu_launch.hardware import host
 from gpu_launch.hardware import nvml_topology

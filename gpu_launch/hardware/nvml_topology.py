@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 from gpu_launch.hardware.host import parse_bus_id
 from gpu_launch.hardware.model import Gpu
 

@@ -15,7 +15,7 @@ from gpu_launch.errors import SnapshotError
 from gpu_launch.hardware.files import read_utf8
 from gpu_launch.hardware.host import cpulist_ranges
 from gpu_launch.hardware.model import Gpu, GpuProcess, Machine, MigDevice, coherent_used
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -142,7 +142,7 @@ class _Reader:
             return None
         if not isinstance(value, str):
             raise self.fail(f"{where}.{key}", f"expected a string, got {_kind(value)}")
-        return printable(value)  # foreign text: never a raw escape sequence on a terminal (gpu_launch/text.py)
+        return printable(value)  # foreign text: never a raw escape sequence on a terminal (gpu_launch/base/text.py)
 
     def bool_(self, d: dict[str, Any], key: str, where: str) -> bool:
         value = d.get(key, False)

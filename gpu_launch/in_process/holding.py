@@ -101,7 +101,7 @@ def choose(inv: Invocation, take: bool, choose_only: bool = False,
     environ = _parent_environ()
     locking = acquire.Locking.of(inv.get("lock_dir"), environ, take=take and not inv.get("no_lock"),
                                  snapshot=pick.snapshot_source(inv))
-    from gpu_launch.records import replace
+    from gpu_launch.base.records import replace
 
     locking = replace(locking, mine=MINE.keys, skip_pids=MINE.forked_from)
     _machine, vis, got, env = pick.choose(inv, locking, wait=inv.get("wait"), fallback=inv.get("fallback"),

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 
 from gpu_launch.errors import UsageError
-from gpu_launch.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
+from gpu_launch.base.units import MAX_GPUS, MAX_MIB, MAX_SECONDS, bounded, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from gpu_launch.options.args import Invocation
-    from gpu_launch.units import Size
+    from gpu_launch.base.units import Size
 
 __all__ = ["invocation", "wait_seconds"]
 
@@ -98,7 +98,7 @@ _EXAMPLES = {"auto": "2", "gpus": '"4-7"', "exclude": "[0]", "fit": '"60GiB"', "
 
 
 def _size(value: object, name: str, allow_percent: bool) -> Size:
-    from gpu_launch.units import Size
+    from gpu_launch.base.units import Size
 
     if isinstance(value, Size):
         if value.percent is not None and not allow_percent:
@@ -119,7 +119,7 @@ def wait_seconds(value: object, name: str) -> float | None:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, str):
-        from gpu_launch.units import parse_duration
+        from gpu_launch.base.units import parse_duration
 
         try:
             return parse_duration(value, name)

@@ -17,7 +17,7 @@ from gpu_launch.errors import JobError
 from gpu_launch.jobs.status import boot_id, host
 from gpu_launch.jobs.store import Job, JobDir
 from gpu_launch.jobs.supervisor import command
-from gpu_launch.records import replace
+from gpu_launch.base.records import replace
 
 __all__ = ["submit"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from gpu_launch.jobs.store import FINAL, Job, JobDir
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run"]
 

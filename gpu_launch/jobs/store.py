@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from gpu_launch.errors import JobError, UsageError
 from gpu_launch.jobs import recordfile
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

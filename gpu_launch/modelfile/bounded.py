@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.hardware.files import file_kind
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms

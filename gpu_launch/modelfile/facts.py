@@ -10,8 +10,8 @@ their caches with (the real ``head_dim``, per-layer KV head counts, sliding laye
 from __future__ import annotations
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch.records import dataclass, field
-from gpu_launch.text import printable
+from gpu_launch.base.records import dataclass, field
+from gpu_launch.base.text import printable
 
 __all__ = ["Hyper", "Weights", "ModelFacts", "checked", "layer_number"]
 

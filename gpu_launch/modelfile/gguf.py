@@ -19,8 +19,8 @@ import struct
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import Cursor, exists, joined, open_cursor, overlap, path_text
-from gpu_launch.records import dataclass
-from gpu_launch.text import printable
+from gpu_launch.base.records import dataclass
+from gpu_launch.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms

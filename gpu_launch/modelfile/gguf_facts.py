@@ -10,9 +10,9 @@ import re
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights, layer_number
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
-from gpu_launch.records import dataclass
-from gpu_launch.text import printable
-from gpu_launch.units import shown
+from gpu_launch.base.records import dataclass
+from gpu_launch.base.text import printable
+from gpu_launch.base.units import shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import look, read_small, user_path
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 __all__ = ["cache_dir", "resolve", "parse_id"]
 

@@ -18,7 +18,7 @@ from gpu_launch.modelfile.bounded import MIB, load_json, overlap, plain_name, re
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
-from gpu_launch.text import printable
+from gpu_launch.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.bounded import joined, look, user_path
 from gpu_launch.modelfile.facts import ModelFacts, checked
-from gpu_launch.text import printable
-from gpu_launch.units import shown
+from gpu_launch.base.text import printable
+from gpu_launch.base.units import shown
 
 __all__ = ["read_model"]
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 
 from gpu_launch.errors import ModelFileError
-from gpu_launch import units
+from gpu_launch.base import units
 from gpu_launch.modelfile.bounded import (MIB, exists, joined, load_json, open_cursor, overlap, path_text, plain_name,
                                          read_small)
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.modelfile.grouping import group
 from gpu_launch.modelfile.hfconfig import architecture, hyper_from_config, text_config
-from gpu_launch.records import dataclass
-from gpu_launch.text import printable
+from gpu_launch.base.records import dataclass
+from gpu_launch.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 from gpu_launch.choose import spec
 from gpu_launch.errors import UsageError
 from gpu_launch.options.values import (
@@ -38,7 +38,7 @@ from gpu_launch.options.values import (
     whole_number,
     is_user,
 )
-from gpu_launch.units import parse_size
+from gpu_launch.base.units import parse_size
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

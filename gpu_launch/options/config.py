@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from gpu_launch.records import dataclass, replace
+from gpu_launch.base.records import dataclass, replace
 from gpu_launch.options.args import OPTIONS, PER_LAUNCH, Invocation, Option
 from gpu_launch.errors import ConfigError, GpuLaunchError, UsageError
 
@@ -49,7 +49,7 @@ _FALSE = {"0", "false", "no", "off"}
 class Setting:
     """One option's effective value and where it came from.
 
-    This module is on every launch's path: a frozen record (:mod:`gpu_launch.records`) costs next to
+    This module is on every launch's path: a frozen record (:mod:`gpu_launch.base.records`) costs next to
     nothing to create at import, a class-syntax NamedTuple would import typing (~3 ms).
     """
 
@@ -139,7 +139,7 @@ def _convert(opt: Option, raw: Any, label: str, from_env: bool) -> tuple[Any, st
 
 def _words(text: str, label: str) -> tuple[str, ...]:
     """The arguments in one default of a repeatable option (``GPULAUNCH_SBATCH_ARG='--qos=high --account=lab'``)."""
-    from gpu_launch.text import split_words
+    from gpu_launch.base.text import split_words
 
     try:
         return tuple(split_words(text))

@@ -8,7 +8,7 @@ returns the value or raises :class:`~gpu_launch.errors.UsageError`. The option t
 from __future__ import annotations
 
 from gpu_launch.errors import UsageError
-from gpu_launch.units import parse_duration, parse_size
+from gpu_launch.base.units import parse_duration, parse_size
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

@@ -84,7 +84,7 @@ def choose_within_parent(request: Request, machine: Machine, constraints: Constr
     vis.require_some()
     scope = vis.restrict(machine)  # --auto/--fit only ever choose among what the parent allows
     if vis.slurm and vis.allowed is not None:  # a Slurm step's GPUs are the job's, whatever their load
-        from gpu_launch.records import replace
+        from gpu_launch.base.records import replace
 
         constraints = replace(constraints, allotted=constraints.allotted | {d.gpu.uuid for d in vis.allowed})
     try:
@@ -269,7 +269,7 @@ def tell(inv: Invocation, vis: Visibility, selection: Selection, env: dict[str, 
 
     lines = []
     if waited is not None:
-        from gpu_launch.units import fmt_duration
+        from gpu_launch.base.units import fmt_duration
 
         took = f"{waited:.1f}s" if waited < 10 else fmt_duration(waited)
         lines.append(f"gpulaunch: waited {took} for the GPUs")

@@ -16,13 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Container, Mapping
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 from gpu_launch.reservations import holders, lockdir, reservations
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, LockDirError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Machine
-from gpu_launch.units import Size, fmt_mib
+from gpu_launch.base.units import Size, fmt_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False
@@ -194,7 +194,7 @@ def _choose(request: Request, real: Machine, reserved: Mapping[str, str], choose
     if machine is real:
         return selection
     from gpu_launch.hardware.model import Device
-    from gpu_launch.records import replace
+    from gpu_launch.base.records import replace
 
     by_uuid = {g.uuid: g for g in real.gpus}
     return replace(selection, devices=tuple(Device(by_uuid.get(d.gpu.uuid, d.gpu), d.mig) for d in selection.devices))

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from gpu_launch.errors import LockDirError
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.reservations.lockdir import (MAX_DEPTH, Unusable, UnusableLockFile, is_hardened, lock_path, nested_path,
                                       open_error, open_shared, prepare_dir)
 
@@ -71,10 +71,10 @@ class Holder:
         if self.pid is not None:
             bits.append(f"pid {self.pid}")
         if self.started is not None and age:
-            from gpu_launch.units import fmt_duration
+            from gpu_launch.base.units import fmt_duration
 
             bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
-        from gpu_launch.text import printable  # another user's text: escaped, never raw on a terminal
+        from gpu_launch.base.text import printable  # another user's text: escaped, never raw on a terminal
 
         detail = ", ".join(bits)
         if self.command:

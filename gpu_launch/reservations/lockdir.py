@@ -35,7 +35,7 @@ import stat
 from collections.abc import Mapping
 
 from gpu_launch.errors import LockDirError, UsageError
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = [
     "DEFAULT_LOCK_DIR", "ENV_LOCK_DIR", "HARDENED_LOCK_DIR", "ENV_HARDENED", "QUEUE_SUBDIR", "HARDENED_MARK",

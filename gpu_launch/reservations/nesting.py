@@ -28,7 +28,7 @@ import os
 import stat
 from collections.abc import Container, Iterable, Mapping
 
-from gpu_launch.records import dataclass, field
+from gpu_launch.base.records import dataclass, field
 
 from gpu_launch.reservations.holders import Holder, probe_at
 from gpu_launch.reservations.lockdir import MAX_DEPTH, Unusable, UnusableLockFile, nested_path

@@ -18,11 +18,11 @@ from gpu_launch.choose import select as gpu_select
 from gpu_launch.choose import spec as gpu_spec
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict, UsageError, WaitTimeout
 from gpu_launch.hardware.model import Machine
-from gpu_launch import units
+from gpu_launch.base import units
 from gpu_launch.reservations import holders, lockdir
 from gpu_launch.reservations.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
                                       inside_allotment, plain_chooser)
-from gpu_launch.units import fmt_duration
+from gpu_launch.base.units import fmt_duration
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False

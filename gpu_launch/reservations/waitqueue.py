@@ -52,7 +52,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from gpu_launch.records import dataclass  # not dataclasses: ~6 ms of every --wait launch
+from gpu_launch.base.records import dataclass  # not dataclasses: ~6 ms of every --wait launch
 from gpu_launch.reservations.lockdir import queue_dir
 
 __all__ = ["Ticket", "Waiter", "waiters", "someone_waits", "TICK"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.errors import UsageError
 from gpu_launch.hardware.host import format_cpulist, parse_cpulist
 from gpu_launch.hardware.model import Device

@@ -130,7 +130,7 @@ def take_exec_notify(environ: MutableMapping[str, str]) -> int | None:
 def exec_command(argv: Sequence[str], env: Mapping[str, str], notify: int | None = None) -> NoReturn:
     """Replace this process with ``argv``; raises only if the exec itself fails. ``notify``: the
     :func:`take_exec_notify` descriptor, told the exec is under way (with the GPUs, ``GPULAUNCH_GPUS``)."""
-    from gpu_launch import interrupt, streams
+    from gpu_launch.base import interrupt, streams
 
     path = resolve_command(argv, env)
     sys.stdout.flush()
@@ -180,14 +180,14 @@ def _hand_ctrl_c_over() -> bool:
     would run on as if no Ctrl-C was pressed. So SIGINT is blocked (the kernel holds a new one), a
     Ctrl-C that came before is raised as usual (``gpulaunch: interrupted``, 130) while Python's
     handler is still in place, and so is one that reached gpulaunch but was lost on the way (see
-    :mod:`gpu_launch.interrupt`); then the default action is put back, and the
+    :mod:`gpu_launch.base.interrupt`); then the default action is put back, and the
     unblock delivers a held one now: gpulaunch dies of SIGINT, which a shell reports as 130 too.
     From then on it reaches the command. An ignored SIGINT (``nohup``, a background job) is left
     ignored, for the command too.
     """
     import signal
 
-    from gpu_launch import interrupt
+    from gpu_launch.base import interrupt
 
     if not interrupt.ours():
         return False

@@ -34,7 +34,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 
 from gpu_launch.errors import UsageError
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "Unfilled", "substitute", "fill_only",
            "substitute_shell", "check", "check_shell", "protect", "names_used", "model_names_used", "node_names_used"]
@@ -141,7 +141,7 @@ class _Filler:
                 return m.group()
             if len(opening) == 1:
                 shown = text if len(text) <= _SHOWN else text[:_SHOWN - 1] + "…"
-                from gpu_launch.text import printable
+                from gpu_launch.base.text import printable
 
                 raise UsageError(f"{{{name}}} inside the {self.what} {printable(repr(shown))} would be passed on "
                                  f"as it is: only a whole {self.what} or a whole value after = (--tp={{{name}}}) "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 __all__ = ["Word", "words", "one_command", "SPECIAL"]
 

@@ -3,7 +3,7 @@
 The job file has one command a line. Each line is shell text, run by ``/bin/sh -c`` (redirections,
 ``cd … &&``, ``VAR=…``, pipes), its placeholders filled in and quoted for the shell
 (:func:`gpu_launch.run.placeholders.substitute_shell`); with ``--no-shell`` it is split like a shell
-would split it (``shlex``'s rules, in linear time: :func:`gpu_launch.text.split_words`) and executed
+would split it (``shlex``'s rules, in linear time: :func:`gpu_launch.base.text.split_words`) and executed
 directly. Either way the line must split (quotes closed); blank lines and ``#`` comments are
 skipped, and a UTF-8 byte order mark at the start (Windows editors write one) is not part of the
 first command. Each job's output goes to ``DIR/job-N.log`` (N: the job's number, 1-based, in file
@@ -17,10 +17,10 @@ import re
 import shlex
 import signal
 import time
-from gpu_launch.records import dataclass, field, replace
+from gpu_launch.base.records import dataclass, field, replace
 
 from gpu_launch.errors import UsageError
-from gpu_launch.text import printable, split_words
+from gpu_launch.base.text import printable, split_words
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs ~3 ms of every start

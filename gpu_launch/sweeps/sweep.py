@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gpu_launch.choose import select as gpu_select
 from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Device, Machine
-from gpu_launch.records import dataclass, replace
+from gpu_launch.base.records import dataclass, replace
 from gpu_launch.reservations import acquire, waiting
 from gpu_launch.reservations.holders import current_user, write_holder
 from gpu_launch.sweeps.jobfile import Job, JobState, open_log

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gpu_launch.units import fmt_duration
+from gpu_launch.base.units import fmt_duration
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs ~3 ms of every start

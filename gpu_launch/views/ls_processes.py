@@ -8,7 +8,7 @@ width leaves and is cut with ``…``; in a pipe (no width) it is whole.
 from __future__ import annotations
 
 from gpu_launch.hardware.model import Machine
-from gpu_launch.units import fmt_mib
+from gpu_launch.base.units import fmt_mib
 
 __all__ = ["text", "HEADER"]
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpu_launch.hardware.model import Gpu, Machine
-from gpu_launch.units import fmt_mib
+from gpu_launch.base.units import fmt_mib
 
 __all__ = ["Table", "Last", "Held", "layout", "fit_line", "fit_width", "short_name", "used_mib", "gpu_notes",
            "command_word", "holder_column", "WIDE_HEADER", "HELD_BY", "NARROW_DROPS"]

@@ -12,8 +12,8 @@ import json
 import time
 from collections.abc import Sequence
 
-from gpu_launch.text import printable
-from gpu_launch.units import fmt_duration
+from gpu_launch.base.text import printable
+from gpu_launch.base.units import fmt_duration
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

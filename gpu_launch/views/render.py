@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from gpu_launch.hardware.model import Device, Machine
-from gpu_launch.units import fmt_mib
+from gpu_launch.base.units import fmt_mib
 from gpu_launch.views.ls_table import RIGHT, Held, fit_line, gpu_notes, holder_column, layout, used_mib
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).

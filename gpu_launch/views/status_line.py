@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from gpu_launch.units import fmt_duration
+from gpu_launch.base.units import fmt_duration
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a --wait launch ~3 ms

@@ -79,7 +79,7 @@ def job_words(which: str, environ: Mapping[str, str]) -> list[str]:
     """The user's jobs, oldest first, as ``ID<TAB>STATE: COMMAND`` (``active``: only waiting or running ones)."""
     from gpu_launch.jobs import status
     from gpu_launch.jobs.store import JobDir
-    from gpu_launch.text import printable
+    from gpu_launch.base.text import printable
 
     jobs = JobDir.open(environ)
     if jobs is None:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
 from gpu_launch.fit.cmdline.python_options import python_start
-from gpu_launch.records import dataclass, field  # a node task reads its command on the launch path
+from gpu_launch.base.records import dataclass, field  # a node task reads its command on the launch path
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
 from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for, table_module
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
 TYPE_CHECKING = False

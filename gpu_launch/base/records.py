@@ -1,6 +1,6 @@
 """Records for the launch path: the part of :mod:`dataclasses` gpulaunch uses, without its start-up cost.
 
-``from gpu_launch.records import dataclass, field, replace`` declares a class exactly as
+``from gpu_launch.base.records import dataclass, field, replace`` declares a class exactly as
 :mod:`dataclasses` does, and type checkers are shown the real :mod:`dataclasses` (below). What runs
 is this module, because a launch cannot afford the real one: importing it pulls in ``inspect``
 (and with it ``ast``, ``dis``, ``tokenize``), ``re`` and ``copy``, and it compiles an ``__init__``,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from gpu_launch.records import dataclass
+from gpu_launch.base.records import dataclass
 from gpu_launch.errors import UsageError
 
 __all__ = ["Size", "parse_size", "parse_duration", "fmt_mib", "fmt_duration", "bounded", "shown", "MAX_SECONDS",
