@@ -108,7 +108,7 @@ QUIET_LAUNCH_MODULES = {
     "gpu_launch", "gpu_launch.cli", "gpu_launch.errors", "gpu_launch.base", "gpu_launch.base.records",
     "gpu_launch.base.streams", "gpu_launch.base.interrupt", "gpu_launch.base.text", "gpu_launch.base.units",
     "gpu_launch.commands", "gpu_launch.commands.launch",
-    "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.values", "gpu_launch.options.config",
+    "gpu_launch.options", "gpu_launch.options.args", "gpu_launch.options.table", "gpu_launch.options.values", "gpu_launch.options.config",
     "gpu_launch.reservations", "gpu_launch.reservations.acquire", "gpu_launch.reservations.reservations",
     "gpu_launch.placing", "gpu_launch.placing.pick",
     "gpu_launch.reservations.lockdir", "gpu_launch.reservations.holders", "gpu_launch.reservations.waiting",

@@ -1,0 +1,75 @@
+"""What a training launch asks for (:class:`TrainingSetup`) and what one GPU holds at a step's peak
+(:class:`TrainingPeak`): the two halves of training sizing meet here (see the package docstring)."""
+
+from __future__ import annotations
+
+from gpu_launch.base.records import dataclass, field
+
+__all__ = ["TrainingSetup", "TrainingPeak", "METHODS", "SHARDING", "OPTIMIZERS", "LOSSES", "PRECISIONS"]
+
+#: How the model's parameters are trained.
+METHODS = ("full", "lora", "qlora")
+#: How the data-parallel ranks share what a step keeps. "none": one process; "ddp": every rank a full copy.
+SHARDING = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
+#: The optimizers, by the Hugging Face Trainer's ``--optim`` names (TRL, axolotl and LLaMA-Factory use them too).
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_torch_foreach", "adamw_8bit", "paged_adamw_8bit",
+              "paged_adamw_32bit", "adafactor", "sgd")
+#: The loss as computed: "plain" (full fp32 logits), or a chunked/fused one that never holds them whole.
+LOSSES = ("plain", "chunked", "liger", "cce")
+#: The weights' dtype as loaded and the step's compute: "fp32", "bf16", "fp16" (pure), "amp_bf16" and
+#: "amp_fp16" (fp32 weights under autocast, as Trainer's --bf16/--fp16 do when the model loads in fp32).
+PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """One training launch as far as memory goes. Every field has the value the framework would use; where
+    the launch did not say and the framework's default is not known for sure, the value is an assumption
+    and ``assumed`` says so, in words a user can act on ("2048 tokens: say --max_length")."""
+
+    model: str  # the path or Hugging Face id as written
+    launcher: str  # "trl", "axolotl", "llamafactory", "trainer", "torchtune"
+    method: str = "full"  # METHODS
+    precision: str = "bf16"  # PRECISIONS
+    micro_batch: int = 1  # per device
+    seq_len: int = 2048  # tokens a sequence (after packing: the packed length)
+    grad_accum: int = 1
+    gradient_checkpointing: bool = False
+    optimizer: str = "adamw_torch"  # OPTIMIZERS
+    loss: str = "plain"  # LOSSES
+    attention: str = "sdpa"  # "sdpa", "eager", "flash_attention_2"
+    packing: bool = False
+    lora_r: int | None = None
+    lora_alpha: int | None = None
+    lora_targets: tuple[str, ...] = ()  # module names; ("all-linear",) for every linear layer but the head
+    dora: bool = False
+    quant_bits: int | None = None  # 4 or 8 (bitsandbytes) for QLoRA / 8-bit bases
+    quant_double: bool = False  # bnb_4bit_use_double_quant
+    sharding: str = "none"  # SHARDING
+    offload_optimizer: bool = False  # ZeRO offload_optimizer / FSDP cpu offload
+    offload_params: bool = False
+    nproc: int | None = None  # the processes a node the launch asks for, where it says (None: gpulaunch fills {n})
+    assumed: tuple[str, ...] = ()  # what was not read: each item says what was taken and how to say otherwise
+    sources: tuple[str, ...] = ()  # the files read (YAML, DeepSpeed JSON, accelerate config)
+
+
+@dataclass(frozen=True)
+class TrainingPeak:
+    """One GPU at the peak of a step. ``peak_bytes`` is what PyTorch's allocator holds then (the tensors, as
+    ``torch.cuda.max_memory_allocated`` counts them); ``allowance_bytes`` comes on top (CUDA context,
+    workspaces, NCCL, allocator rounding). The terms are what is alive at that moment, so they add up to
+    ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
+
+    peak_bytes: int
+    peak_at: str  # "backward" (the start of backward: activations and loss alive) or "optimizer step"
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    loss_bytes: int
+    allowance_bytes: int
+    host_bytes: int = 0  # what the setup keeps in host RAM (offloaded states, parameters)
+    other_bytes: int = 0
+    dominant: str = ""  # the largest term's name
+    rules: tuple[str, ...] = ()  # one line a term: how it was worked out and where the rule comes from
+    labels: dict[str, str] = field(default_factory=dict)  # term -> "exact" / "rule" / "allowance"
