@@ -55,6 +55,21 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
+def _own_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's private group (Debian's umask 002 makes directories 0775 for it):
+    the user's primary group, named as the user, with no other member listed."""
+    if gid != os.getgid():
+        return False
+    try:
+        import grp
+        import pwd
+
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and not [m for m in group.gr_mem if m != user.pw_name]
+
+
 def _refuse(path: str, why: str) -> RendezvousFailed:
     return RendezvousFailed(f"{path}: {why}: another user could forge what the nodes of this run tell each other", hint=_HINT)
 
@@ -69,7 +84,7 @@ def check_top(path: str, is_team: bool) -> None:
     sticky = st.st_mode & stat.S_ISVTX
     if st.st_mode & 0o002 and not sticky:
         raise _refuse(path, "every user can write it and it is not sticky (chmod +t)")
-    if st.st_mode & 0o020 and not sticky and not is_team:
+    if st.st_mode & 0o020 and not sticky and not is_team and not _own_group(st.st_gid):
         raise _refuse(path, f"its group can write it (set {TEAM_ENV}=1 if it is your team's directory)")
     if st.st_uid not in (os.getuid(), 0) and not is_team:
         raise _refuse(path, f"belongs to {_owner(st.st_uid)}")
