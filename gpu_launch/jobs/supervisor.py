@@ -33,6 +33,10 @@ import signal
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 if __name__ == "__main__":  # run as a script with -I -S: the package is two directories up, found by hand
     # after the standard library, so that nothing beside the package (site-packages) can stand in for it
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -93,12 +97,7 @@ class _Supervisor:
         self._record(pid=self.pid, supervisor=os.getpid())
         if recordfile.cancel_grace(self.dir_fd, self.id) is not None:
             self.cancel()
-        told = _read_line(read_end)
-        ran = told.startswith(b"E")
-        if ran:
-            self._record(state="running", started=time.time(), gpus=told[1:].decode("ascii", "replace"))
-        if _read_rest(read_end):  # "F": the exec failed after all
-            ran = False
+        ran = exec_outcome(read_end, lambda gpus: self._record(state="running", started=time.time(), gpus=gpus))
         os.close(read_end)
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
         self.exited = True
@@ -171,15 +170,23 @@ class _Supervisor:
             os.write(2, f"gpulaunch: job {self.id}: {self.job['note']}\n".encode())
 
 
-def _read_line(fd: int) -> bytes:
-    """What the launch wrote up to its first newline, or all of it at end of file."""
+def exec_outcome(fd: int, on_exec: Callable[[str], object]) -> bool:
+    """Whether the launch exec'd its command, from its status lines on ``fd``: ``E<gpus>`` just before the
+    exec (``on_exec(gpus)`` is called then, unless the same read already says it failed), ``F`` when the
+    exec failed, nothing more when it succeeded (the exec closes the pipe). Every line of a read is kept:
+    an exec that fails at once sends both lines together (issue 37: they were taken for a run, "done, exit 126")."""
     data = b""
     while b"\n" not in data:
         chunk = os.read(fd, 4096)
         if not chunk:
             break
         data += chunk
-    return data.split(b"\n", 1)[0]
+    told, _, rest = data.partition(b"\n")
+    if not told.startswith(b"E") or rest.startswith(b"F"):  # no exec, or both lines in this one read
+        return False
+    on_exec(told[1:].decode("ascii", "replace"))
+    rest += _read_rest(fd)
+    return not rest.startswith(b"F")  # "F": the exec failed after all
 
 
 def _read_rest(fd: int) -> bytes:
