@@ -139,7 +139,7 @@ def _from_slurm(nnodes: int, environ: Mapping[str, str], head: tuple[str, int | 
 
 
 def _by_hand(nnodes: int, rank: int, head: tuple[str, int | None], log_dir: str) -> Place:
-    if rank >= nnodes:
+    if not 0 <= rank < nnodes:  # -1 too: vllm would get --node-rank -1, and no --headless
         raise UsageError(f"--node-rank {rank}: the ranks of {nnodes} nodes are 0 to {nnodes - 1}")
     host, port = head
     if port is None and rank > 0:
