@@ -50,7 +50,7 @@ def _add(writer: Any, key: str, value: Any) -> None:
     if isinstance(value, bool):
         writer.add_bool(key, value)
     elif isinstance(value, int):
-        writer.add_uint32(key, value)
+        (writer.add_uint32 if value < 1 << 32 else writer.add_uint64)(key, value)
     elif isinstance(value, float):
         writer.add_float32(key, value)
     elif isinstance(value, str):

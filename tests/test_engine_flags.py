@@ -232,6 +232,9 @@ def test_a_utilisation_below_what_others_use_says_whose_memory_it_is(models: dic
     (["vllm", "serve", "M", "--gpu-memory-utilization", "1.5"], "above 0 and at most 1"),
     (["vllm", "serve", "M", "--gpu-memory-utilization", "nan"], "above 0 and at most 1"),
     (["vllm", "serve", "M", "-tp", "0"], "--tensor-parallel-size takes 1 to"),
+    # an integer's bounds as integers (was: "takes 1 to 2.14748e+09")
+    (["vllm", "serve", "M", "--block-size", "0"], "--block-size takes 1 to 2147483647)"),
+    (["vllm", "serve", "M", "--kv-cache-dtype="], "the command's KV cache type is empty"),  # was: taken for f16
 ])
 def test_numbers_the_engine_refuses_are_one_line_with_the_valid_range(models: dict[str, str], argv: list[str],
                                                                       says: str) -> None:

@@ -55,3 +55,36 @@ def test_a_job_is_supervised_by_the_small_supervisor_and_recorded_as_before(tmp_
                          "started", "ended", "pid", "supervisor", "gpus", "exit_code", "signal", "note"]
     assert (doc["state"], doc["exit_code"], doc["gpus"]) == ("done", 0, "0") and doc["started"] <= doc["ended"]
     assert record.read_text() == json.dumps(doc, indent=1) + "\n"
+
+
+def _outcome(first: bytes, later: bytes | None = None) -> tuple[bool, list[str]]:
+    """What the supervisor concludes from the launch's status lines: ``first`` in one write, then (once the
+    supervisor has taken the exec for under way) ``later``, then the pipe closed."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, first)
+    if later is None:
+        os.close(write_end)
+    seen: list[str] = []
+
+    def on_exec(gpus: str) -> None:
+        seen.append(gpus)
+        if later is not None:
+            os.write(write_end, later)
+            os.close(write_end)
+
+    try:
+        return supervisor.exec_outcome(read_end, on_exec), seen
+    finally:
+        os.close(read_end)
+
+
+def test_an_exec_that_fails_at_once_is_not_taken_for_a_run() -> None:
+    """Issue 37: when the exec fails at once, ``E<gpus>`` and ``F`` arrive in one read; the reader kept only
+    the first line, and the job was recorded "done, exit 126" (1 run in 6)."""
+    assert _outcome(b"E2,3\nF\n") == (False, [])  # both lines in one write
+    assert _outcome(b"E2,3\n", b"F\n") == (False, ["2,3"])  # apart: it was running, then it was not
+    assert _outcome(b"E2,3\n") == (True, ["2,3"])  # the exec closed the pipe: the command runs
+    assert _outcome(b"E") == (True, [""])  # the CPU fallback's empty GPU list, the line cut at end of file
+    assert _outcome(b"") == (False, [])  # the launch ended before any exec

@@ -191,6 +191,17 @@ def test_multi_token_prediction_blocks_are_not_trunk_layers(tmp_path: Path) -> N
     assert facts.weights.nextn == 64 * 4 and facts.weights.total == 61 * 64 * 4  # blk.61's tensor, not loaded
 
 
+def test_a_20_digit_count_of_prediction_blocks_is_that_fields_error(tmp_path: Path) -> None:
+    """It was taken as every block (min with block_count), and the line said "a layer count of 0"."""
+    from gpu_launch.errors import ModelFileError
+
+    for count, says in ((10**19, "nextn_predict_layers is a number of about 20 digits"),
+                        (1000, "nextn_predict_layers is 1000, not a count here (at most 4)")):
+        with pytest.raises(ModelFileError) as err:
+            _facts(tmp_path, "llama", {"attention.head_count": 8, "nextn_predict_layers": count}, 4)
+        assert says in err.value.message and "layer count" not in err.value.message
+
+
 def test_mamba_every_layer_recurrent_with_its_ssm_numbers(tmp_path: Path) -> None:
     h = _hyper(tmp_path, "mamba", {"ssm.conv_kernel": 4, "ssm.inner_size": 5120, "ssm.state_size": 16,
                                    "ssm.time_step_rank": 160, "attention.head_count": 0}, 64)

@@ -121,6 +121,9 @@ SAFETENSORS_CASES: dict[str, tuple[bytes, str]] = {
     "a shape whose bytes overflow": (safetensors({"w": {"dtype": "F32", "shape": [2**62, 2**62],
                                                         "data_offsets": [0, 16]}}), "its shape and F32"),
     "a tensor that is not an object": (safetensors({"w": 5}), "not described by an object"),
+    # safetensors refuses a dtype it does not name; it was sized from its byte range
+    "an unknown dtype": (safetensors({"w": {"dtype": "F3", "shape": [4], "data_offsets": [0, 16]}}),
+                         "has the dtype 'F3', which the safetensors format does not name"),
     "truncated": (safetensors({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})[:20],
                   "truncated"),
 }

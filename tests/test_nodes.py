@@ -100,6 +100,7 @@ def test_contradictions_and_engines_without_a_multi_node_mode_are_refused(tmp_pa
     (["--nodes", "2", "--node-rank", "1"], 2, "--nodes 2 by hand needs --head HOST:PORT too"),
     (["--nodes", "2", "--node-rank", "1", "--head", "h"], 2, "--head h: the other nodes need the head's port too"),
     (["--nodes", "2", "--node-rank", "2", *HEAD], 2, "--node-rank 2: the ranks of 2 nodes are 0 to 1"),
+    (["--nodes", "2", "--node-rank", "-1", *HEAD], 2, "--node-rank -1: the ranks of 2 nodes are 0 to 1"),
     (["--nodes", "2", "--gpus-per-node", "9", "--node-rank", "1", *HEAD], 4, "node 1 of 2: need 9 GPUs"),
     (["--nodes", "2", "--auto", "2", "--node-rank", "1", *HEAD], 2, "--auto does not go with --nodes"),
     (["--head", "h:70000", "--nodes", "2"], 2, "--head: port 70000 is not between 1 and 65535"),

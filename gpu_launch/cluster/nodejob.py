@@ -17,7 +17,6 @@ Ctrl-C asks whether to cancel (a terminal), cancels (``--cancel-on-interrupt``),
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shlex
 import signal
@@ -273,14 +272,18 @@ def state_of(job_id: str, environ: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def _head(log_dir: str, job_id: str) -> dict[str, Any]:
+    """The head's record, once published: only a small regular file of this user's, its port a port
+    (:func:`gpu_launch.cluster.rundir.read_own`); nothing else is shown."""
+    from gpu_launch.cluster import rundir
+
     for path in sorted(glob.glob(os.path.join(glob.escape(log_dir), ".nodes", f"{job_id}.*", "head.json"))):
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if isinstance(data, dict):
-                return data
-        except (OSError, ValueError):
+            data = rundir.read_own(path)
+        except (rundir.Missing, GpuLaunchError):
             continue
+        port = data.get("port")
+        if isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535:
+            return data
     return {}
 
 

@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gpu_launch.options.args import Invocation
 
-__all__ = ["Place", "place", "join", "command", "values", "describe", "prepare", "NAMES", "DEFAULT_LOG_DIR"]
+__all__ = ["Place", "place", "join", "head_record", "command", "values", "describe", "prepare", "NAMES", "DEFAULT_LOG_DIR"]
 
 NAMES = ("nnodes", "node_rank", "head_addr", "head_port", "pp")  # the placeholders a --nodes launch fills in
 DEFAULT_LOG_DIR = "gpulaunch-logs"  # where a run publishes its head (every node's working directory: one name)
@@ -139,7 +139,7 @@ def _from_slurm(nnodes: int, environ: Mapping[str, str], head: tuple[str, int | 
 
 
 def _by_hand(nnodes: int, rank: int, head: tuple[str, int | None], log_dir: str) -> Place:
-    if rank >= nnodes:
+    if not 0 <= rank < nnodes:  # -1 too: vllm would get --node-rank -1, and no --headless
         raise UsageError(f"--node-rank {rank}: the ranks of {nnodes} nodes are 0 to {nnodes - 1}")
     host, port = head
     if port is None and rank > 0:
@@ -179,9 +179,10 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
             rendezvous.check_port(head_port)  # given by hand: say now if another job already has it
         head_port = head_port or (0 if informing else rendezvous.free_port(head_addr))
         if here.run_dir is not None and not informing and here.slurm:
+            rendezvous.run_dir(here.run_dir, environ)
             rendezvous.publish(os.path.join(here.run_dir, "head.json"),
                                {"addr": head_addr, "port": head_port, "host": socket.gethostname(),
-                                "node": here.names[0], "job": here.job})
+                                "node": here.names[0], "job": here.job}, environ)
         elif not here.job:
             print(f"gpulaunch: head at {node_flags.endpoint(head_addr, head_port)}: start the other nodes with "
                   f"--head {node_flags.endpoint(head_addr, head_port)}", file=sys.stderr)
@@ -190,9 +191,11 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
             head_addr, head_port = "HEAD", 0
         else:
             assert here.run_dir is not None
-            record = rendezvous.wait_for(os.path.join(here.run_dir, "head.json"), deadline, "the head's address")
-            head_addr, head_port = str(record["addr"]), int(str(record["port"]))
-            _check_loopback(head_addr, str(record.get("host", "")), here.names[0])
+            rendezvous.run_dir(here.run_dir, environ)  # whoever comes first makes it: never another user's
+            path = os.path.join(here.run_dir, "head.json")
+            record = rendezvous.wait_for(path, deadline, "the head's address")
+            head_addr, head_port, head_host = head_record(record, path, here)
+            _check_loopback(head_addr, head_host, here.names[0])
     if here.rank > 0 and not here.slurm:
         _warn_loopback_head(head_addr)
     if here.rank > 0 and not informing:
@@ -211,9 +214,11 @@ def join(here: Place, gpus: int, environ: Mapping[str, str], informing: bool = F
         if here.rank > 0:
             port = rendezvous.free_port(str(addr)) if not informing else 0
             if not informing:
-                rendezvous.publish(os.path.join(str(here.run_dir), f"rank-{here.rank}.json"), {"addr": addr, "port": port})
+                rendezvous.publish(os.path.join(str(here.run_dir), f"rank-{here.rank}.json"),
+                                   {"addr": addr, "port": port, "node": here.names[here.rank], "job": here.job},
+                                   environ)
         elif not informing:
-            peers = tuple(_peer(str(here.run_dir), r, deadline, here.names[r]) for r in range(1, here.nnodes))
+            peers = tuple(_peer(str(here.run_dir), r, deadline, here) for r in range(1, here.nnodes))
     return node_flags.World(here.nnodes, here.rank, gpus, head_addr, int(head_port or 0), job, here.names,
                          addr or head_addr, port or 0, (), peers)
 
@@ -234,9 +239,44 @@ def _warn_loopback_head(head_addr: str) -> None:
               file=sys.stderr)
 
 
-def _peer(run_dir: str, rank: int, deadline: float, name: str) -> str:
-    record = rendezvous.wait_for(os.path.join(run_dir, f"rank-{rank}.json"), deadline, f"node {rank}'s rpc-server")
-    addr, port = str(record["addr"]), int(str(record["port"]))
+def head_record(record: Mapping[str, object], path: str, here: Place, rank: int = 0) -> tuple[str, int, str]:
+    """The address, port and host a node's record (``head.json``, ``rank-R.json``) gives, every field
+    checked: a numeric address, a port 1-65535, the node's own name, this very run's job id; one
+    line naming the file otherwise (exit 11)."""
+    from gpu_launch.errors import RendezvousFailed
+
+    def bad(why: str) -> RendezvousFailed:
+        return RendezvousFailed(f"{path}: {why}", hint="remove it and start the run again; was it written by "
+                                                       "this run's node task?")
+
+    addr, port, host = record.get("addr"), record.get("port"), record.get("host", "")
+    if not isinstance(addr, str) or not _numeric_address(addr):
+        raise bad(f"its address {str(addr)[:60]!r} is not an IP address")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise bad(f"its port {str(port)[:20]!r} is not between 1 and 65535")
+    if record.get("node") != here.names[rank]:
+        raise bad(f"it names the node {str(record.get('node'))[:60]!r}, not {here.names[rank]!r}")
+    if record.get("job") != here.job:
+        raise bad(f"it is for job {str(record.get('job'))[:60]!r}, not this step's {here.job}")
+    if not isinstance(host, str) or len(host) > 255 or not host.isprintable():
+        raise bad("its host name is not one")
+    return addr, port, host
+
+
+def _numeric_address(text: str) -> bool:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _peer(run_dir: str, rank: int, deadline: float, here: Place) -> str:
+    path = os.path.join(run_dir, f"rank-{rank}.json")
+    record = rendezvous.wait_for(path, deadline, f"node {rank}'s rpc-server")
+    addr, port, _ = head_record(record, path, here, rank)
     rendezvous.probe(addr, port, deadline, listening=True)  # llama-server connects once: the server must be up
     return node_flags.endpoint(addr, port)
 
@@ -293,7 +333,7 @@ def prepare(node: node_flags.NodeCommand, env: Mapping[str, str]) -> None:
     from gpu_launch.errors import GpuLaunchError
 
     for path, text in node.files:
-        rendezvous.write_file(path, text)
+        rendezvous.write_file(path, text, env)
     if node.first:
         sys.stderr.flush()
         try:

@@ -9,7 +9,9 @@
 * **The port** is picked on the head for this run: a port the kernel hands out and the head could bind
   on its address (never a fixed 29500 or 6379 that two jobs on one node would both take).
 * **Published** as a small JSON file in the run's directory, ``LOGDIR/.nodes/JOB.STEP/`` on the shared
-  filesystem ``each --slurm`` already needs (written whole, then renamed into place), and waited for by
+  filesystem ``each --slurm`` already needs (a directory of this user's alone, the file written under a random
+  name without following a symlink, then renamed into place: :mod:`gpu_launch.cluster.rundir`), read back only
+  as a small regular file of this user's with every field checked, and waited for by
   the other nodes with a bound (``GPULAUNCH_RENDEZVOUS_TIMEOUT``, default 300 s). A node then checks that
   it can reach the head (a refused connection counts: the engine is not listening yet), so a wrong
   address or interface is one clear line, not an engine hanging for its own timeout. Where the head's
@@ -30,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from gpu_launch.errors import RendezvousFailed, SlurmUnavailable, UsageError
 
 __all__ = ["TIMEOUT_ENV", "timeout", "hostnames", "node_addresses", "resolve", "head_address", "route_to",
-           "free_port", "check_port", "publish", "write_file", "wait_for", "probe", "is_loopback", "IFNAME_HINT"]
+           "free_port", "check_port", "publish", "run_dir", "write_file", "wait_for", "probe", "is_loopback", "IFNAME_HINT"]
 
 TIMEOUT_ENV = "GPULAUNCH_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = 300.0
@@ -129,33 +131,41 @@ def free_port(addr: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def publish(path: str, record: Mapping[str, object]) -> None:
+def publish(path: str, record: Mapping[str, object], environ: Mapping[str, str] = os.environ) -> None:
     """Write ``record`` whole, then rename it into place: a reader never sees half of it."""
-    write_file(path, json.dumps(record))
+    write_file(path, json.dumps(record), environ)
 
 
-def write_file(path: str, text: str) -> None:
-    """``text`` at ``path`` (its directory made), written whole and renamed into place."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    temp = f"{path}.{os.getpid()}.tmp"
-    with open(temp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(temp, path)
+def run_dir(path: str, environ: Mapping[str, str] = os.environ) -> str:
+    """The run's directory ``LOGDIR/.nodes/JOB``, made (mode 0700) or checked as this user's alone
+    (:mod:`gpu_launch.cluster.rundir`): every node makes it, so that whichever comes first, a directory
+    another user planted there is refused."""
+    from gpu_launch.cluster import rundir
+
+    nodes_dir = os.path.dirname(path)
+    return rundir.make_dirs(os.path.dirname(nodes_dir), (os.path.basename(nodes_dir), os.path.basename(path)),
+                            environ)
+
+
+def write_file(path: str, text: str, environ: Mapping[str, str] = os.environ) -> None:
+    """``text`` at ``path`` in the run's directory (made and checked), written under a random name
+    without following a symlink, fsync-ed and renamed into place."""
+    from gpu_launch.cluster import rundir
+
+    rundir.write_new(run_dir(os.path.dirname(path), environ), os.path.basename(path), text, environ)
 
 
 def wait_for(path: str, deadline: float, what: str) -> dict[str, object]:
-    """The record at ``path`` once it exists (polled: another node writes it on a shared filesystem)."""
+    """The record at ``path`` once it exists (polled: another node writes it on a shared filesystem), read
+    only as a small regular file of this user's (:func:`gpu_launch.cluster.rundir.read_own`)."""
+    from gpu_launch.cluster import rundir
+
     pause, began = 0.02, time.monotonic()
     while True:
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if isinstance(data, dict):
-                return data
-        except FileNotFoundError:
+            return rundir.read_own(path)
+        except rundir.Missing:
             pass
-        except (OSError, ValueError) as exc:
-            raise RendezvousFailed(f"{path}: unreadable ({exc})", hint="remove it and start the run again") from None
         if time.monotonic() >= deadline:
             raise RendezvousFailed(f"{what} did not appear in {os.path.dirname(path)} within "
                                    f"{max(0.0, deadline - began):.0f} s", hint="is that directory on a filesystem every node "

@@ -39,20 +39,25 @@ def record_path(log_dir: str, job_id: str, task: int) -> str:
     return os.path.join(log_dir, RECORDS, f"{job_id}_{task}.json")
 
 
-def _write_record(path: str, record: Mapping[str, Any]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, path)
+def _write_record(path: str, record: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """The task's record in ``LOGDIR/.slurm`` (a directory of this user's alone), written under a random
+    name without following a symlink and renamed into place (:mod:`gpu_launch.cluster.rundir`)."""
+    from gpu_launch.cluster import rundir
+
+    directory = os.path.dirname(path)
+    rundir.make_dirs(os.path.dirname(directory), (os.path.basename(directory),), environ)
+    rundir.write_new(directory, os.path.basename(path), json.dumps(record), environ)
 
 
 def read_record(log_dir: str, job_id: str, task: int) -> dict[str, Any]:
+    """The task's record: only a small regular file of this user's (else {}: not believed)."""
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import GpuLaunchError
+
     try:
-        with open(record_path(log_dir, job_id, task), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        return rundir.read_own(record_path(log_dir, job_id, task))
+    except (rundir.Missing, GpuLaunchError):
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _small_number(text: str) -> int | None:
@@ -90,13 +95,12 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     os.dup2(fd, 2)
     os.close(fd)
     job_id = environ.get("SLURM_ARRAY_JOB_ID") or environ.get("SLURM_JOB_ID", "0")
-    os.makedirs(os.path.join(log_dir, RECORDS), exist_ok=True)
     where = record_path(log_dir, job_id, number)
     allocation = environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES", "")
     record: dict[str, Any] = {"job": number, "log": log, "node": environ.get("SLURMD_NODENAME", os.uname().nodename),
                               "gpus": allocation, "cuda_visible_devices": environ.get("CUDA_VISIBLE_DEVICES"),
                               "started": time.time()}
-    _write_record(where, record)
+    _write_record(where, record, environ)
     command = job.command(int(gpus))  # as the child's launch fills them for N GPUs
     ran = JobState(job, argv=command).text  # (printable already)
     print(f"gpulaunch each --slurm: job {number}/{len(jobs)} as Slurm job {printable(job_id)}_{number} on "
@@ -120,7 +124,7 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, env={**environ, **_NO_CONSTRAINTS})
     returncode = proc.wait()
     record.update(ended=time.time(), returncode=returncode)
-    _write_record(where, record)
+    _write_record(where, record, environ)
     if returncode < 0:  # die of the same signal, so that Slurm reports it as the command's
         signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from gpu_launch.errors import NotEnoughGpus, UsageError
+from gpu_launch.errors import NotEnoughGpus, OutputFailed, UsageError
 from gpu_launch.placing import pick
 
 # Annotations only: importing typing costs ~3 ms of every launch (docs/performance.md).
@@ -42,21 +42,34 @@ def run(inv: Invocation) -> int:
 
     lock_dir = lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
     job, log = start.submit(words, inv.argv, lock_dir, os.environ)
-    if inv.get("json"):
-        from gpu_launch.jobs.status import Status
-        from gpu_launch.jobs.store import job_dir_path
-        from gpu_launch.views import jobs_table
+    try:
+        if inv.get("json"):
+            from gpu_launch.jobs.status import Status
+            from gpu_launch.jobs.store import job_dir_path
+            from gpu_launch.views import jobs_table
 
-        doc = jobs_table.as_json([Status(job, "waiting")], job_dir_path(os.environ), [log])
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            doc = jobs_table.as_json([Status(job, "waiting")], job_dir_path(os.environ), [log])
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+            sys.stdout.flush()
+            return 0
+        print(job.id, flush=True)  # the id first, as a terminal shows it, also when stdout is a pipe
+    except OutputFailed:  # submitted all the same: exit 0 (a script would submit again), the id on stderr
+        _forget_stdout()
+        if not inv.get("quiet"):
+            print(f"gpulaunch: job {job.id} submitted (stdout cannot be written: its id is only said here)",
+                  file=sys.stderr)
         return 0
-    print(job.id, flush=True)  # the id first, as a terminal shows it, also when stdout is a pipe
     if not inv.get("quiet"):
         from gpu_launch.views.jobs_table import command_text
 
         print(f"gpulaunch: job {job.id} submitted: it waits for its GPUs, then runs {command_text(inv.argv)} "
               f"(gpulaunch jobs; gpulaunch log {job.id} -f)", file=sys.stderr)
     return 0
+
+
+def _forget_stdout() -> None:
+    """Drop what stdout could not take, so that the exit's flush does not fail on it again."""
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the process ends next)
 
 
 def _launch_words(inv: Invocation) -> list[str]:

@@ -81,11 +81,17 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         ctx, ctx_from = model.hyper.context_length, "the model's trained context"
     if ctx is None:
         ctx, ctx_from = DEFAULT_CTX, "gpulaunch's default"
+    for given, what in ((said.kv_type, "KV"), (said.v_type, "V")):
+        if given is not None and not given.strip():  # `--kv-cache-dtype=`: the engine refuses it (no such choice)
+            raise UsageError(f"the command's {what} cache type is empty",
+                             hint="give the engine a type (e.g. --kv-cache-dtype fp8) or leave the flag out")
     kv_type = options.get("kv_type") or (kv.parse_kv_type(said.kv_type, "the command's KV cache type")
-                                         if said.kv_type and not said.kv_type.startswith("{") else "f16")
+                                         if said.kv_type is not None and not said.kv_type.startswith("{")
+                                         else "f16")  # (an empty --kv-cache-dtype= is refused, not taken for f16)
     # llama.cpp's -ctk types only K: V stays f16 unless -ctv says otherwise (--kv-type sets both)
     v_type = None if options.get("kv_type") else (
-        kv.parse_kv_type(said.v_type, "the command's V cache type") if said.v_type and not said.v_type.startswith("{")
+        kv.parse_kv_type(said.v_type, "the command's V cache type") if said.v_type is not None
+        and not said.v_type.startswith("{")
         else "f16" if engine.name == "llama.cpp" else None)
     # llama-server with no -np runs 4 slots over one unified cache ("n_parallel is set to auto, using
     # n_parallel = 4 and kv_unified = true", tools/server); with -np N the cache is split N ways unless -kvu.

@@ -8,6 +8,7 @@ the log's lock, taken here first so that the job is looked after from the moment
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import JobError
 from gpu_launch.jobs.status import boot_id, host
-from gpu_launch.jobs.store import Job, JobDir
+from gpu_launch.jobs.store import Job, JobDir, disk_error
 from gpu_launch.jobs.supervisor import command
 from gpu_launch.base.records import replace
 
@@ -36,15 +37,18 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
         job = Job(job_id, "waiting", tuple(argv), tuple(options), cwd, host(), boot_id(), lock_dir,
                   round(time.time(), 3))
         try:
-            jobs.write(job)
+            # The log's lock first, then the record: a record no one looks after never exists, even for a
+            # moment (`jobs --clear` would take it for lost and remove it under the new job).
             lock = jobs.open_log(job_id)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                _spawn(command(job_id, lock, jobs.fd), (lock, jobs.fd), log, cwd, environ)
-            except OSError as exc:
-                jobs.write(replace(job, state="failed", ended=time.time(),
-                                   note=f"its supervisor could not be started ({exc.strerror})"))
-                raise JobError(f"job {job_id}: could not start its supervisor ({exc.strerror})") from None
+                _write_new(jobs, job, log)
+                try:
+                    _spawn(command(job_id, lock, jobs.fd), (lock, jobs.fd), log, cwd, environ)
+                except OSError as exc:
+                    jobs.write(replace(job, state="failed", ended=time.time(),
+                                       note=f"its supervisor could not be started ({exc.strerror})"))
+                    raise JobError(f"job {job_id}: could not start its supervisor ({exc.strerror})") from None
             finally:
                 os.close(lock)
         finally:
@@ -52,6 +56,22 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
         return job, jobs.log_path(job_id)
     finally:
         jobs.close()
+
+
+def _write_new(jobs: JobDir, job: Job, log: int) -> None:
+    """The new job's first record; on a full disk (or no inode left) the job is taken back whole: its
+    log removed (the record's temporary file already is), one line, exit 7."""
+    try:
+        jobs.write(job)
+    except OSError as exc:
+        for name in (f"{job.id}.json", f"{job.id}.log"):
+            try:
+                os.unlink(name, dir_fd=jobs.fd)
+            except OSError:
+                pass
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_error(jobs.path, exc) from None
+        raise JobError(f"job {job.id}: cannot write its record ({exc.strerror})") from None
 
 
 def _spawn(argv: list[str], fds: tuple[int, ...], log: int, cwd: str, environ: Mapping[str, str]) -> None:

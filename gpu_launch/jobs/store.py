@@ -33,13 +33,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Job", "JobDir", "job_dir_path", "FINAL", "ACTIVE", "check_id"]
+__all__ = ["Job", "JobDir", "job_dir_path", "FINAL", "ACTIVE", "MAX_ID", "check_id", "disk_error"]
 
 #: States a record can hold. The supervisor writes each; ``lost`` and ``lost at reboot`` are never
 #: written, they are what :mod:`gpu_launch.jobs.status` concludes from a record that is not over.
 ACTIVE = ("waiting", "running")
 FINAL = ("done", "failed", "cancelled")
 _ID = re.compile(r"^[1-9][0-9]{0,8}$")
+MAX_ID = 999_999_999  # the largest id (nine digits): ids are checked against _ID wherever they are read
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 _RECORD = re.compile(r"^([1-9][0-9]{0,8})\.json$")
 _MAX_RECORD = recordfile.MAX_RECORD
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,7 +60,7 @@ def job_dir_path(environ: Mapping[str, str]) -> str:
 def check_id(text: str) -> str:
     """A job id as the user typed it (``3``, ``#3``), checked: digits only, so it can never name another file."""
     word = text[1:] if text.startswith("#") else text
-    if not _ID.match(word):
+    if not _ID.fullmatch(word):  # (match: "$" would let "1\n" through)
         raise UsageError(f"{text!r} is not a job id", hint="job ids are numbers: `gpulaunch jobs` lists them")
     return word
 
@@ -170,29 +172,55 @@ class JobDir:
     # ids and logs
 
     def new_id(self) -> tuple[str, int]:
-        """A new job id and its log, created empty (0600) and open for appending."""
-        seq = os.open(".seq", os.O_RDWR | os.O_CREAT | _FILE_FLAGS, 0o600, dir_fd=self.fd)
+        """A new job id and its log, created empty (0600) and open for appending.
+
+        ``.seq`` must be a regular file (anything else: one line, exit 7, saying to remove it); past
+        :data:`MAX_ID` nothing is created and the line says how to start again from 1. A full disk or
+        no inode left: one line, exit 7 (:func:`disk_error`), nothing left behind."""
         try:
-            if not stat.S_ISREG(os.fstat(seq).st_mode):
-                raise JobError(f"job dir {self.path}: .seq is not a regular file", hint="remove it")
+            seq = os.open(".seq", os.O_RDWR | os.O_CREAT | _FILE_FLAGS, 0o600, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno in _FULL:
+                raise disk_error(self.path, exc) from None
+            raise JobError(f"job dir {self.path}: .seq is not a regular file ({exc.strerror})",
+                           hint=f"remove {self.path}/.seq: it only counts the ids") from None
+        try:
+            st = os.fstat(seq)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                raise JobError(f"job dir {self.path}: .seq is not a regular file of yours",
+                               hint=f"remove {self.path}/.seq: it only counts the ids")
             fcntl.flock(seq, fcntl.LOCK_EX)
             text = os.pread(seq, 32, 0).decode("ascii", "replace").strip()
             n = max(int(text) if text.isdigit() and len(text) < 10 else 0, *self.ids(), 0) + 1
             while True:
+                if n > MAX_ID:
+                    raise JobError(f"job dir {self.path}: the job ids are used up (the last is {MAX_ID})",
+                                   hint=f"clear the ended jobs (gpulaunch jobs --clear) and remove {self.path}/.seq: "
+                                        "ids then start again from 1")
                 try:
                     log = os.open(f"{n}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | _FILE_FLAGS, 0o600,
                                   dir_fd=self.fd)
                     break
                 except FileExistsError:
                     n += 1
-            os.ftruncate(seq, 0)
-            os.pwrite(seq, f"{n}\n".encode(), 0)
+                except OSError as exc:
+                    if exc.errno in _FULL:
+                        raise disk_error(self.path, exc) from None
+                    raise JobError(f"job dir {self.path}: cannot create {n}.log ({exc.strerror})") from None
+            try:
+                os.ftruncate(seq, 0)
+                os.pwrite(seq, f"{n}\n".encode(), 0)
+            except OSError as exc:  # the log, created O_EXCL, is the id's; .seq only speeds the next one up
+                if exc.errno not in _FULL:
+                    os.close(log)
+                    os.unlink(f"{n}.log", dir_fd=self.fd)
+                    raise JobError(f"job dir {self.path}: cannot write .seq ({exc.strerror})") from None
             return str(n), log
         finally:
             os.close(seq)
 
     def ids(self) -> list[int]:
-        return sorted(int(m.group(1)) for name in os.listdir(self.fd) if (m := _RECORD.match(name)))
+        return sorted(int(m.group(1)) for name in os.listdir(self.fd) if (m := _RECORD.fullmatch(name)))
 
     def log_path(self, job_id: str) -> str:
         return os.path.join(self.path, f"{job_id}.log")
@@ -215,6 +243,14 @@ class JobDir:
             os.close(fd)
             raise JobError(f"job {job_id}: its {what} is not a file of yours", hint=f"remove {self.path}/{job_id}.{suffix}")
         return fd
+
+    def log_stat(self, job_id: str) -> os.stat_result | None:
+        """The job's log as the kernel knows it (what a process holding it open holds), None without one."""
+        try:
+            st = os.stat(f"{check_id(job_id)}.log", dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return None
+        return st if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() else None
 
     def alive(self, job_id: str) -> bool:
         """Whether the job's supervisor still lives (it holds a lock on the log while it does)."""
@@ -254,7 +290,19 @@ class JobDir:
             raise JobError(f"job {job_id}: its record is damaged ({exc})", hint=f"remove {self.path}/{job_id}.json") from None
         if job.id != job_id:
             raise JobError(f"job {job_id}: its record is that of job {job.id}", hint=f"remove {self.path}/{job_id}.json")
-        return job
+        return self._with_outcome(job) if job.state in ACTIVE else job
+
+    def _with_outcome(self, job: Job) -> Job:
+        """A record that is not over, read with the outcome its supervisor kept when the disk was too full to
+        write the record (:func:`gpu_launch.jobs.recordfile.keep_outcome`), if there is one."""
+        kept = recordfile.load_outcome(self.fd, job.id)
+        if not kept or kept.get("state") not in FINAL:
+            return job
+        fields = ("state", "ended", "exit_code", "signal", "note")
+        try:
+            return Job.from_json({**job.to_json(), **{k: kept[k] for k in fields if k in kept}})
+        except (ValueError, UsageError):
+            return job
 
     def all(self) -> tuple[list[Job], list[str]]:
         """Every job in id order, and a line for each record that could not be read."""
@@ -274,7 +322,7 @@ class JobDir:
             size = os.stat(f"{job_id}.log", dir_fd=self.fd, follow_symlinks=False).st_size
         except OSError:
             size = 0
-        for name in (f"{job_id}.json", f"{job_id}.log", f".{job_id}.cancel"):  # the record first: never a record without a log
+        for name in (f"{job_id}.json", f"{job_id}.log", f".{job_id}.cancel", f".{job_id}.outcome"):  # the record first: never a record without a log
             try:
                 os.unlink(name, dir_fd=self.fd)
             except FileNotFoundError:
@@ -292,6 +340,12 @@ class JobDir:
             os.write(fd, f"{grace}\n".encode())
         finally:
             os.close(fd)
+
+
+def disk_error(path: str, exc: OSError) -> JobError:
+    """A full disk (or no inode left, or a quota) under the job directory: one line, exit 7."""
+    return JobError(f"job dir {path}: the disk is full ({exc.strerror})",
+                    hint="free some space there (or set XDG_STATE_HOME to a disk that has it) and submit again")
 
 
 def _no_job(job_id: str) -> UsageError:

@@ -33,6 +33,10 @@ import signal
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 if __name__ == "__main__":  # run as a script with -I -S: the package is two directories up, found by hand
     # after the standard library, so that nothing beside the package (site-packages) can stand in for it
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -79,26 +83,23 @@ class _Supervisor:
         self.pid = 0  # the launch (and then the command)
         self.exited = False  # the child has ended (not yet reaped): no signal may go to its pid any more
         self.cancelled = False
+        self.outcome: int | None = None  # .ID.outcome, set aside for a full disk (recordfile.reserve)
 
     def run(self) -> int:
         signal.signal(signal.SIGUSR1, lambda *_: self.cancel())
         signal.signal(signal.SIGTERM, lambda *_: self._signal(signal.SIGTERM))
         signal.signal(signal.SIGALRM, lambda *_: self._signal(signal.SIGKILL))
         if recordfile.cancel_grace(self.dir_fd, self.id) is not None:  # cancelled before it could start
-            self._record(state="cancelled", ended=time.time(), note="cancelled before it started: it never ran")
+            self._record_end(state="cancelled", ended=time.time(), note="cancelled before it started: it never ran")
             return 0
+        self.outcome = recordfile.reserve(self.dir_fd, self.id)
         read_end, write_end = os.pipe()
         self.pid = self._start(write_end)
         os.close(write_end)
         self._record(pid=self.pid, supervisor=os.getpid())
         if recordfile.cancel_grace(self.dir_fd, self.id) is not None:
             self.cancel()
-        told = _read_line(read_end)
-        ran = told.startswith(b"E")
-        if ran:
-            self._record(state="running", started=time.time(), gpus=told[1:].decode("ascii", "replace"))
-        if _read_rest(read_end):  # "F": the exec failed after all
-            ran = False
+        ran = exec_outcome(read_end, lambda gpus: self._record(state="running", started=time.time(), gpus=gpus))
         os.close(read_end)
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
         self.exited = True
@@ -149,9 +150,41 @@ class _Supervisor:
             except ProcessLookupError:
                 pass
 
-    def _record(self, **changes: object) -> None:
+    def _record(self, **changes: object) -> bool:
+        """The record with ``changes``; False when the disk is full (or any write fails): the record keeps
+        its last state, this process the new one, so that the end is still recorded (:meth:`_record_end`)."""
         self.job = {**self.job, **changes}  # the keys keep their order: the record reads as submit wrote it
-        recordfile.write(self.dir_fd, self.id, self.job)
+        try:
+            recordfile.write(self.dir_fd, self.id, self.job)
+        except OSError:
+            return False
+        return True
+
+    def _record_end(self, **changes: object) -> None:
+        """The final record. On a full disk the outcome goes over the blocks set aside at the start (the
+        store reads it from there), and the record is tried again, less and less often, until it is
+        written: ``jobs`` shows the real exit code, never *lost* for a job that ended."""
+        if self._record(**changes):
+            self._drop_outcome()
+            return
+        kept = self.outcome is not None and recordfile.keep_outcome(self.outcome, changes)
+        _say(f"gpulaunch: job {self.id}: its record cannot be written (the disk is full?); "
+             + ("its outcome is kept, " if kept else "") + "trying again until it can be")
+        pause, end = 0.5, time.monotonic() + 7 * 86400.0
+        while time.monotonic() < end:
+            time.sleep(pause)
+            pause = min(pause * 2, 30.0)
+            if kept and self.outcome is not None and os.fstat(self.outcome).st_nlink == 0:
+                return  # `jobs --clear` removed the job, its outcome read from the kept file: nothing to write
+            if self._record():
+                self._drop_outcome()
+                return
+
+    def _drop_outcome(self) -> None:
+        if self.outcome is not None:
+            os.close(self.outcome)
+            self.outcome = None
+            recordfile.drop_outcome(self.dir_fd, self.id)
 
     def _finish(self, ran: bool, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
@@ -161,25 +194,41 @@ class _Supervisor:
             state = "cancelled" if self.cancelled else "done"
             note = f"cancelled while running; ended by {sig}" if self.cancelled and sig else \
                 "cancelled while running" if self.cancelled else None
-            self._record(state=state, ended=ended, exit_code=exit_code, signal=sig, note=note)
+            self._record_end(state=state, ended=ended, exit_code=exit_code, signal=sig, note=note)
         elif self.cancelled:
-            self._record(state="cancelled", ended=ended, note="cancelled while waiting: it never ran")
+            self._record_end(state="cancelled", ended=ended, note="cancelled while waiting: it never ran")
         else:
-            self._record(state="failed", ended=ended, exit_code=exit_code, signal=sig,
-                         note=_last_error(self.dir_fd, self.id) or "the launch ended before the command started")
+            self._record_end(state="failed", ended=ended, exit_code=exit_code, signal=sig,
+                             note=_last_error(self.dir_fd, self.id) or "the launch ended before the command started")
         if self.cancelled:  # the log says so too, for whoever follows it
-            os.write(2, f"gpulaunch: job {self.id}: {self.job['note']}\n".encode())
+            _say(f"gpulaunch: job {self.id}: {self.job['note']}")
 
 
-def _read_line(fd: int) -> bytes:
-    """What the launch wrote up to its first newline, or all of it at end of file."""
+def exec_outcome(fd: int, on_exec: Callable[[str], object]) -> bool:
+    """Whether the launch exec'd its command, from its status lines on ``fd``: ``E<gpus>`` just before the
+    exec (``on_exec(gpus)`` is called then, unless the same read already says it failed), ``F`` when the
+    exec failed, nothing more when it succeeded (the exec closes the pipe). Every line of a read is kept:
+    an exec that fails at once sends both lines together (issue 37: they were taken for a run, "done, exit 126")."""
     data = b""
     while b"\n" not in data:
         chunk = os.read(fd, 4096)
         if not chunk:
             break
         data += chunk
-    return data.split(b"\n", 1)[0]
+    told, _, rest = data.partition(b"\n")
+    if not told.startswith(b"E") or rest.startswith(b"F"):  # no exec, or both lines in this one read
+        return False
+    on_exec(told[1:].decode("ascii", "replace"))
+    rest += _read_rest(fd)
+    return not rest.startswith(b"F")  # "F": the exec failed after all
+
+
+def _say(line: str) -> None:
+    """A line in the job's log (our stderr), best effort: a full disk must not end the supervisor."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
 
 
 def _read_rest(fd: int) -> bytes:

@@ -208,7 +208,7 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     # block_count includes the multi-token-prediction blocks after the trunk (DeepSeek V3, GLM-4.5,
     # Qwen3-Next): llama.cpp neither loads their weights (TENSOR_SKIP unless MTP decoding is asked
     # for) nor caches them (create_memory's filter il < n_layer()), so Hyper counts the trunk only.
-    nextn = min(_int(kv, p + "nextn_predict_layers", label) or 0, n_all)
+    nextn = _int(kv, p + "nextn_predict_layers", label, most=n_all) or 0  # (20 digits: this field's error)
     n = n_all - nextn
     heads = _per_layer(kv.get(p + "attention.head_count"), n_all, p + "attention.head_count", label) or (0,) * n_all
     kv_heads = (_per_layer(kv.get(p + "attention.head_count_kv"), n_all, p + "attention.head_count_kv", label)

@@ -116,7 +116,10 @@ def _tensors(header: dict[str, Any], data_size: int, label: str) -> list[SafeTen
         for d in shape:
             elements = min(elements * d, 2**64)  # past 2^64 elements no file can hold it: the count stays small
         bits = DTYPE_BITS.get(dtype)
-        if bits is not None and elements * bits != (end - begin) * 8:
+        if bits is None:  # safetensors itself refuses the header (its Dtype enum, safetensors/src/tensor.rs)
+            raise ModelFileError(f"{label}: tensor {shown} has the dtype {printable(dtype)[:20]!r}, which the "
+                                 "safetensors format does not name", hint="the file is damaged or was written wrongly")
+        if elements * bits != (end - begin) * 8:
             made = f"{elements * bits / 8:g}" if elements < 2**64 else "more than 2^64"
             raise ModelFileError(f"{label}: tensor {shown} is {end - begin} bytes, its shape and {printable(dtype)} "
                                  f"make {made}")

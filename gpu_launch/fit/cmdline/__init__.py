@@ -241,9 +241,16 @@ def _number(text: str, flag: Flag, written: str, engine: str) -> int | float:
     return value
 
 
+def _bound(value: float, kind: str) -> str:
+    """A bound as the flag's kind writes it: an integer whole (2147483647, never 2.14748e+09)."""
+    if kind != "float" or float(value).is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return f"{value:g}"
+
+
 def _range(flag: Flag) -> str:
-    low = "" if flag.low is None else f"{flag.low:g}"
-    high = "" if flag.high is None else f"{flag.high:g}"
+    low = "" if flag.low is None else _bound(flag.low, flag.kind)
+    high = "" if flag.high is None else _bound(flag.high, flag.kind)
     return f"{low} to {high}" if low and high else f"at least {low}" if low else f"at most {high}"
 
 
