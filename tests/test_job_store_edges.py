@@ -100,6 +100,25 @@ def test_submits_beside_a_clear_loop_lose_no_job(box: Box) -> None:  # noqa: F81
              "every job left to end with its own exit code")
 
 
+def test_a_new_jobs_record_never_exists_unlooked_after(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The same race, made certain: what `jobs` (and so `jobs --clear`) would conclude at the very moment the
+    new record first exists. It was `lost` (the log's lock was taken after the record was written)."""
+    from gpu_launch.jobs import start, status
+    from gpu_launch.jobs.store import JobDir
+
+    seen: list[str] = []
+    real = JobDir.write
+
+    def write(self: JobDir, job: object) -> None:
+        real(self, job)  # type: ignore[arg-type]
+        seen.append(status.statuses(self, [self.read(job.id)])[0].state)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(JobDir, "write", write)
+    job, _ = start.submit(["--snapshot", str(box.snap), "--wait", "--auto", "1"], ["true"], str(box.locks), box.env)
+    assert seen and seen[0] == "waiting", seen
+    box.wait_state(job.id, "done")
+
+
 def _innocent() -> subprocess.Popen[bytes]:
     """A process of this user's that is no job's."""
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])

@@ -147,6 +147,8 @@ class JobDir:
             except FileExistsError:
                 pass
             except OSError as exc:
+                if exc.errno in _FULL:
+                    raise disk_error(path, exc) from None
                 raise JobError(f"job dir {path}: cannot create it ({exc.strerror})",
                                hint="set XDG_STATE_HOME to a directory of yours") from None
         try:
