@@ -47,6 +47,7 @@ class CommandFacts:
     said: cmdline.Said | None = None  # everything the engine's table read
     flash_attn: str | None = None  # llama.cpp -fa/--flash-attn: "on", "off" or "auto" (a bare -fa: on)
     swa_full: bool | None = None  # llama.cpp --swa-full (-swa-full): True when written
+    dtype: str | None = None  # vLLM/SGLang --dtype as written
     ctx_default: bool = False  # ctx is the engine's own default, not written (llama-cpp-python's n_ctx 2048)
 
 
@@ -88,5 +89,6 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         ranks_factor=pcp or 1,
                         nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
                         flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),
-                        swa_full=True if said.text("swa_full") == "1" else None)
+                        swa_full=True if said.text("swa_full") == "1" else None,
+                        dtype=said.text("dtype"))
 

@@ -63,6 +63,7 @@ class Settings:
     swa_full: bool = False  # llama.cpp --swa-full: sliding layers get the whole context
     binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
     layers_default: bool = False  # gpu_layers_cap is the binding's own default (llama-cpp-python: 0), not written
+    dtype: str = ""  # the model dtype the engine runs: vLLM/SGLang --dtype ("auto" their rule; "": the file's)
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
 
 
@@ -72,4 +73,4 @@ def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
     return kv_rules.Run(ubatch=settings.ubatch, batch=settings.batch, unified=settings.unified,
                         flash_attn=settings.flash_attn, swa_full=settings.swa_full, v_type=settings.v_type,
                         batched_tokens=batched, block=settings.block_size, prefix_caching=settings.prefix_caching,
-                        gpu=settings.gpu_arch, tp=tp)
+                        gpu=settings.gpu_arch, tp=tp, dtype=settings.dtype)

@@ -110,8 +110,11 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         and said.said.engine == "llama-cpp-python" else ""
     flash_attn = said.flash_attn or ("off" if binding else "auto")
     swa_full = bool(said.swa_full) or bool(binding)
+    # the tensor-parallel engines run a float32 checkpoint in 16 bits unless --dtype says otherwise
+    dtype = kv.parse_model_dtype(said.dtype) if said.dtype and not said.dtype.startswith("{") else (
+        "auto" if engine.layout == "tensor" else "")
     settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
-                             flash_attn=flash_attn, swa_full=swa_full, binding=binding,
+                             flash_attn=flash_attn, swa_full=swa_full, binding=binding, dtype=dtype,
                              layers_default=said.said is not None and cap is not None
                              and said.said.defaulted("gpu_layers"),
                              ubatch=said.ubatch or plan.Settings.ubatch, batch=said.batch or plan.Settings.batch,

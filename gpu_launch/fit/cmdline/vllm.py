@@ -29,6 +29,7 @@ TABLE = Table("vllm", (
          valid="a number of tokens (8192, 32k, 32K), or -1/auto"),
     Flag("parallel", ("--max-num-seqs",), "int", low=1, high=INT32),
     Flag("kv_type", ("--kv-cache-dtype",)),
+    Flag("dtype", ("--dtype",)),  # ModelConfig.dtype (vllm/config/model.py): auto, half, bfloat16, float...
     Flag("batched_tokens", ("--max-num-batched-tokens",), "tokens", low=1, high=INT32),
     Flag("block_size", ("--block-size",), "int", low=1, high=INT32),  # CacheConfig.block_size: gt=0
     # argparse's BooleanOptionalAction (CacheConfig.enable_prefix_caching): the --no- form turns it off
