@@ -1,0 +1,133 @@
+"""Every architecture llama.cpp loads, spelled as llama.cpp spells it, sized by a stated rule or
+refused with a reason (issue 35, items 2 and 3).
+
+The names are llama.cpp 0c1e570's ``LLM_ARCH_NAMES`` (src/llama-arch.cpp), kept as data in
+gpu_launch/modelfile/llama_archs.py; where that source is on this machine (the llama.cpp
+benchmarks/llama_cpp_sizing.py builds, or LLAMA_CPP_SOURCE) the data is compared with it.
+The DSA indexer cache is restated from src/llama-kv-cache-dsa.cpp: a second llama_kv_cache with one
+K-only head of ``indexer_head_size`` values, in the -ctk type, the cells of the main cache, on the
+layers create_memory's ``filter_lid`` keeps (src/llama-model.cpp).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from gpu_launch.errors import ModelFileError  # noqa: E402
+from gpu_launch.fit import kv  # noqa: E402
+from gpu_launch.modelfile import gguf_facts  # noqa: E402
+from gpu_launch.modelfile import llama_archs as A  # noqa: E402
+from gpu_launch.modelfile.read import read_model  # noqa: E402
+from tests.family_fixtures import _model  # noqa: E402
+from tests.model_fixtures import write_gguf  # noqa: E402
+
+
+def _vendored_arch_source() -> Path | None:
+    roots = [os.environ.get("LLAMA_CPP_SOURCE", ""),
+             os.environ.get("GPULAUNCH_LLAMA_CPP", str(Path.home() / ".cache" / "gpulaunch" / "llama-cpp"))]
+    for root in filter(None, roots):
+        for found in Path(root).glob("**/vendor/llama.cpp/src/llama-arch.cpp"):
+            return found
+        if (Path(root) / "src" / "llama-arch.cpp").exists():
+            return Path(root) / "src" / "llama-arch.cpp"
+    return None
+
+
+def how_sized(arch: str) -> str | None:
+    """Which of gpulaunch's llama.cpp rules sizes ``arch`` (None: none of them names it)."""
+    tables = [("no KV cache", gguf_facts.NO_KV), ("recurrent state", gguf_facts.RECURRENT),
+              ("hybrid", gguf_facts.KV0_HYBRIDS | set(gguf_facts.INTERVAL_HYBRIDS) | gguf_facts.KV_AND_FFN_HYBRIDS
+               | gguf_facts.PARALLEL_HYBRIDS),
+              ("MLA + DSA indexer", A.DSA_ARCHS), ("interleaved sliding window", set(gguf_facts.SWA_RULES)),
+              ("plain attention", A.PLAIN_ATTENTION), ("an upper bound", set(A.UPPER_BOUND)),
+              ("refused", set(A.REFUSED))]
+    return next((what for what, names in tables if arch in names), None)
+
+
+def test_the_names_are_llama_cpps_own_list_where_its_source_is_here() -> None:
+    source = _vendored_arch_source()
+    if source is None:
+        pytest.skip("no vendored llama.cpp source here (benchmarks/llama_cpp_sizing.py --build puts one)")
+    block = re.search(r"LLM_ARCH_NAMES\s*=\s*\{(.*?)\n\};", source.read_text(), re.S)
+    names = [n for n in re.findall(r'\{\s*LLM_ARCH_\w+,\s*"([^"]+)"\s*\}', block[1]) if n != "(unknown)"]
+    assert tuple(names) == A.LLAMA_CPP_ARCHS
+
+
+def test_every_table_spells_architectures_as_llama_cpp_does() -> None:
+    """A rule under another spelling never applies (granite-swa for granite_swa: 2.17x at 16384)."""
+    used = (set(gguf_facts.SWA_RULES) | gguf_facts.NO_KV | gguf_facts.RECURRENT | gguf_facts.KV0_HYBRIDS
+            | set(gguf_facts.INTERVAL_HYBRIDS) | gguf_facts.KV_AND_FFN_HYBRIDS | gguf_facts.PARALLEL_HYBRIDS
+            | set(gguf_facts.STATE_KINDS) | A.PLAIN_ATTENTION | A.DSA_ARCHS | set(A.UPPER_BOUND) | set(A.REFUSED))
+    assert sorted(used - set(A.LLAMA_CPP_ARCHS)) == []
+    assert {"granite_swa", "spark2_5"} <= set(gguf_facts.SWA_RULES)
+
+
+def test_every_architecture_llama_cpp_loads_is_sized_or_refused_with_a_reason() -> None:
+    unaccounted = [a for a in A.LLAMA_CPP_ARCHS if how_sized(a) is None]
+    assert unaccounted == []
+    assert all(len(why) > 30 for why in A.REFUSED.values())
+
+
+def test_a_refused_architecture_is_one_error_line_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "m3.gguf"
+    write_gguf(path, _model("minimax-m3", 1000, 4096, block_count=2, embedding_length=64, attention__head_count=4))
+    with pytest.raises(ModelFileError, match="llama_kv_cache_msa") as e:
+        read_model(str(path), environ={})
+    assert e.value.exit_code == 7
+
+
+def granite_swa(tmp_path: Path) -> Path:
+    path = tmp_path / "granite_swa.gguf"
+    write_gguf(path, _model("granite_swa", 1000, 131072, block_count=4, embedding_length=256, attention__head_count=4,
+                            attention__head_count_kv=2, attention__sliding_window=512,
+                            attention__sliding_window_pattern=[True, False, True, False]))
+    return path
+
+
+def test_granite_swa_sliding_layers_apply(tmp_path: Path) -> None:
+    h = read_model(str(granite_swa(tmp_path)), environ={}).hyper
+    assert h.sliding == (True, False, True, False) and h.sliding_window == 512
+    row = 2 * 2 * 64 * 2  # K and V, 2 KV heads of 64, f16
+    got = kv.kv_cache(h, 16384, 1, "f16", run=kv.Run(flash_attn="on")).total
+    assert got == 2 * row * 16384 + 2 * row * (512 + 512)  # window + one micro-batch on the sliding layers
+
+
+def dsa(tmp_path: Path, arch: str, layers: int, ctx: int, **more: object) -> Path:
+    path = tmp_path / f"{arch}.gguf"
+    write_gguf(path, _model(arch, 129280, ctx, block_count=layers + 1, nextn_predict_layers=1, embedding_length=7168,
+                            attention__head_count=128, attention__head_count_kv=1, attention__key_length=576,
+                            attention__value_length=512, attention__key_length_mla=192,
+                            attention__value_length_mla=128, attention__kv_lora_rank=512, rope__dimension_count=64,
+                            attention__indexer__head_count=64, attention__indexer__key_length=128,
+                            attention__indexer__top_k=2048, expert_count=256, **more))
+    return path
+
+
+@pytest.mark.parametrize(("arch", "layers", "ctx"), [("deepseek32", 61, 163840), ("glm-dsa", 78, 202752)])
+def test_dsa_models_hold_the_indexer_cache_beside_the_latent(tmp_path: Path, arch: str, layers: int, ctx: int) -> None:
+    """DeepSeek-V3.2 and GLM-5: 576 latent + 128 indexer values a token a layer (0.818 of it before)."""
+    h = read_model(str(dsa(tmp_path, arch, layers, ctx)), environ={}).hyper
+    got = kv.kv_cache(h, ctx, 1, "f16", run=kv.Run(flash_attn="on"))
+    assert got.total == layers * ctx * (576 + 128) * 2
+    assert any("DSA indexer cache: 128 K values per token" in r for r in got.rules)
+    q8 = kv.kv_cache(h, ctx, 1, "q8_0", run=kv.Run(flash_attn="on", v_type="q8_0")).total
+    assert q8 == layers * ctx * (576 + 128) // 32 * 34  # the indexer in the -ctk type too
+
+
+def test_glm_dsa_indexer_types_name_the_layers(tmp_path: Path) -> None:
+    types = [1, 1] + [1, 0, 0, 0] * 19  # GLM-5.2's pattern, as its file may state it
+    h = read_model(str(dsa(tmp_path, "glm-dsa", 78, 1048576, attention__indexer__types=types)), environ={}).hyper
+    assert sum(h.indexer) == 21
+    got = kv.kv_cache(h, 8192, 1, "f16", run=kv.Run(flash_attn="on")).total
+    assert got == 8192 * 2 * (78 * 576 + 21 * 128)
+
+
+def test_glm_52_without_types_gets_its_default_pattern(tmp_path: Path) -> None:
+    h = read_model(str(dsa(tmp_path, "glm-dsa", 78, 1048576)), environ={}).hyper
+    assert h.indexer[:7] == (True, True, True, False, False, False, True) and sum(h.indexer) == 21
