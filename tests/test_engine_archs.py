@@ -131,3 +131,68 @@ def test_glm_dsa_indexer_types_name_the_layers(tmp_path: Path) -> None:
 def test_glm_52_without_types_gets_its_default_pattern(tmp_path: Path) -> None:
     h = read_model(str(dsa(tmp_path, "glm-dsa", 78, 1048576)), environ={}).hyper
     assert h.indexer[:7] == (True, True, True, False, False, False, True) and sum(h.indexer) == 21
+
+
+# --- vLLM's model registry -------------------------------------------------------------------------
+
+def _vllm_registry_source() -> Path | None:
+    """vllm/model_executor/models/registry.py of an installed vLLM, or VLLM_REGISTRY_SOURCE."""
+    given = os.environ.get("VLLM_REGISTRY_SOURCE")
+    if given:
+        return Path(given)
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = Path(next(iter(spec.submodule_search_locations))) / "model_executor" / "models" / "registry.py"
+    return found if found.exists() else None
+
+
+def test_the_vllm_classes_are_its_registrys_where_vllm_is_here() -> None:
+    import ast
+
+    from gpu_launch.modelfile import vllm_archs as V
+
+    source = _vllm_registry_source()
+    if source is None:
+        pytest.skip("no vLLM here (pip download vllm==0.33.0 and set VLLM_REGISTRY_SOURCE to its registry.py)")
+    classes: set[str] = set()
+    for node in ast.parse(source.read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id.endswith("_MODELS") and isinstance(node.value, ast.Dict) \
+                and target.id not in ("_VLLM_MODELS", "_PREVIOUSLY_SUPPORTED_MODELS", "_OOT_SUPPORTED_MODELS"):
+            classes |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+    ours = {c for names in V.VLLM_REGISTRY.values() for c in names}
+    assert sorted(classes - ours) == []  # a class vLLM loads that gpulaunch has not looked at
+    assert sorted(ours - classes) == []
+
+
+def test_every_vllm_class_is_sized_or_refused_with_a_reason() -> None:
+    from gpu_launch.modelfile import vllm_archs as V
+
+    for group, names in V.VLLM_REGISTRY.items():
+        for cls in names:
+            why = V.refusal(cls)
+            assert why is None or len(why) > 30, cls
+            if group == "speculative decoding":
+                assert why is not None, cls  # a draft is never sized alone
+    assert V.refusal("DeepseekV32ForCausalLM") and V.refusal("LlamaForCausalLM") is None
+
+
+@pytest.mark.parametrize("cls", ["DeepseekV32ForCausalLM", "EagleLlamaForCausalLM"])
+def test_a_refused_vllm_class_is_one_error_line(tmp_path: Path, cls: str) -> None:
+    import json
+
+    import numpy as np
+    from safetensors import numpy as st_numpy
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    st_numpy.save_file({"model.norm.weight": np.zeros(8, np.float32)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"architectures": [cls], "model_type": "deepseek_v32",
+                                                    "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                    "hidden_size": 64}))
+    with pytest.raises(ModelFileError, match=f"does not size {cls} models") as e:
+        read_model(str(folder), environ={})
+    assert e.value.exit_code == 7
