@@ -31,7 +31,7 @@ from collections import Counter
 
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, MODEL_DTYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
-from gpu_launch.base.records import dataclass
+from gpu_launch.base.records import dataclass, replace
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
 
@@ -79,8 +79,6 @@ def _as_run(h: Hyper, run: Run) -> Hyper:
     wanted = MODEL_DTYPES.get(run.dtype, 0) or (2 if h.dtype_bytes == 4 else h.dtype_bytes)
     if wanted == h.dtype_bytes:
         return h
-    from dataclasses import replace
-
     return replace(h, dtype_bytes=wanted)
 
 

@@ -105,6 +105,7 @@ class Weights:
     tied_embeddings: bool = False
     by_type: dict[str, int] = field(default_factory=dict)
     nextn: int = 0  # the MTP/NextN blocks: in the file, loaded by neither engine unless MTP decoding asks; not in total
+    tensors: tuple[tuple[str, int], ...] = ()  # GGUF: every tensor's name and bytes (what -ot's patterns match)
 
     @property
     def total(self) -> int:

@@ -323,7 +323,8 @@ def _weights(tensors: list[GgufTensor], n_layers: int, nextn: int = 0) -> Weight
         else:
             other += t.nbytes
     return Weights(layers=tuple(layers), token_embedding=embedding, output=output, other=other,
-                   tied_embeddings=not has_output and embedding > 0, by_type=by_type, nextn=skipped)
+                   tied_embeddings=not has_output and embedding > 0, by_type=by_type, nextn=skipped,
+                   tensors=tuple((t.name, t.nbytes) for t in tensors))
 
 
 def read_gguf(source: str, path: str) -> ModelFacts:
