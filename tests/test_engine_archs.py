@@ -196,3 +196,57 @@ def test_a_refused_vllm_class_is_one_error_line(tmp_path: Path, cls: str) -> Non
     with pytest.raises(ModelFileError, match=f"does not size {cls} models") as e:
         read_model(str(folder), environ={})
     assert e.value.exit_code == 7
+
+
+# --- against the real llama.cpp ---------------------------------------------------------------------
+# llama.cpp 0c1e570 built for the CPU (benchmarks/llama_cpp_sizing.py's build), its
+# llama_get_memory_breakdown() context bytes for these header-only GGUFs (llama_memory_probe.cpp,
+# metadata only: llama.cpp creates the tensors its loader asks for), 2026-12-01.
+
+def _dsa_meta(arch: str, layers: int, ctx: int, **more: object) -> object:
+    return _model(arch, 129280, ctx, block_count=layers, embedding_length=7168, feed_forward_length=18432,
+                  attention__head_count=128, attention__head_count_kv=1, attention__key_length=576,
+                  attention__value_length=512, attention__key_length_mla=192, attention__value_length_mla=128,
+                  attention__kv_lora_rank=512, attention__q_lora_rank=1536, rope__dimension_count=64,
+                  attention__indexer__head_count=64, attention__indexer__key_length=128, attention__indexer__top_k=2048,
+                  expert_count=256, expert_used_count=8, expert_shared_count=1, expert_feed_forward_length=2048,
+                  leading_dense_block_count=3, expert_weights_scale=2.5, expert_weights_norm=True,
+                  expert_gating_func=2, attention__layer_norm_rms_epsilon=1e-6, **more)
+
+
+ENGINE_FILES = {
+    "deepseek32": lambda: _dsa_meta("deepseek32", 61, 163840),  # DeepSeek-V3.2
+    "glm-dsa": lambda: _dsa_meta("glm-dsa", 78, 202752),  # GLM-5
+    "glm-dsa-5.2": lambda: _dsa_meta("glm-dsa", 78, 1048576, attention__indexer__types=[1, 1] + [1, 0, 0, 0] * 19),
+    "granite_swa": lambda: _model("granite_swa", 49160, 131072, block_count=40, embedding_length=4096,
+                                  feed_forward_length=12800, attention__head_count=32, attention__head_count_kv=8,
+                                  attention__layer_norm_rms_epsilon=1e-5, logit_scale=16.0, residual_scale=0.22,
+                                  embedding_scale=12.0, attention__scale=0.0078125, attention__sliding_window=4096,
+                                  attention__sliding_window_pattern=[i % 4 != 3 for i in range(40)],
+                                  rope__dimension_count=128),
+}
+#: (ctx, sequences, unified, K, V, -fa)
+CASES = {"4k": (4096, 1, True, "f16", "f16", "on"), "32k": (32768, 1, True, "f16", "f16", "on"),
+         "q8-32k": (32768, 1, True, "q8_0", "q8_0", "on"), "4-split-8k": (8192, 4, False, "f16", "f16", "on"),
+         "fa-off-32k": (32768, 1, True, "f16", "f16", "off")}
+ENGINE = {
+    "deepseek32": {"4k": 351797248, "32k": 2814377984, "q8-32k": 1495138304, "4-split-8k": 703594496,
+                   "fa-off-32k": 2814377984},
+    "glm-dsa": {"4k": 449839104, "32k": 3598712832, "q8-32k": 1911816192, "4-split-8k": 899678208,
+                "fa-off-32k": 3598712832},
+    "glm-dsa-5.2": {"4k": 390070272, "32k": 3120562176, "q8-32k": 1657798656, "4-split-8k": 780140544,
+                    "fa-off-32k": 3120562176},
+    "granite_swa": {"4k": 671088640, "32k": 1908408320, "q8-32k": 1013841920, "4-split-8k": 1342177280,
+                    "fa-off-32k": 1908408320},  # 16384: 1237319680 (was planned 2.17x as "granite-swa")
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENGINE))
+def test_the_new_rules_match_llama_cpps_own_bytes(tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.gguf"
+    write_gguf(path, ENGINE_FILES[name]())
+    h = read_model(str(path), environ={}).hyper
+    for case, want in ENGINE[name].items():
+        ctx, seqs, unified, k, v, fa = CASES[case]
+        got = kv.kv_cache(h, ctx, seqs, k, run=kv.Run(unified=unified, v_type=v, flash_attn=fa)).total
+        assert got == want, (name, case)
