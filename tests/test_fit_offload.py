@@ -232,27 +232,34 @@ int main(int argc, char ** argv) {  // llama_model_loader's -ot test: the first 
 '''
 
 
+@pytest.fixture(scope="module")
+def matcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no C++ compiler here to run std::regex_search")
+    folder = tmp_path_factory.mktemp("matcher")
+    (folder / "m.cpp").write_text(_MATCHER)
+    subprocess.run(["g++", "-O1", "-std=c++17", str(folder / "m.cpp"), "-o", str(folder / "m")], check=True)
+    return folder / "m"
+
+
 @pytest.mark.parametrize("patterns", [
     [(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU")],
     [(rf"blk\.{i}\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU") for i in range(10)],
     [(r"blk\.1\.attn_q", "CUDA0"), (r"blk\.1\.", "CPU"), (r"blk\.(2|3|4)\.ffn_up_exps", "CPU"), (r"^output\.", "CPU"),
      (r"ffn_(gate|down)_exps", "CPU")]], ids=["cpu-moe", "n-cpu-moe-10", "mixed"])
-def test_host_tensors_are_those_cxx_regex_search_picks(files: dict, tmp_path: Path, patterns: list) -> None:
+def test_host_tensors_are_those_cxx_regex_search_picks(files: dict, matcher: Path, patterns: list) -> None:
     """The patterns matched as llama.cpp matches them: C++'s std::regex_search on each tensor name."""
-    import shutil
     import subprocess
 
     from gpu_launch.fit import offload
     from gpu_launch.modelfile.read import read_model
-
-    if shutil.which("g++") is None:
-        pytest.skip("no C++ compiler here to run std::regex_search")
-    (tmp_path / "m.cpp").write_text(_MATCHER)
-    subprocess.run(["g++", "-O1", "-std=c++17", str(tmp_path / "m.cpp"), "-o", str(tmp_path / "m")], check=True)
     for name in ("qwen3-30b-a3b", "gpt-oss-120b"):
         model = read_model(str(files[name][0]), environ={})
         names = "\n".join(n for n, _ in model.weights.tensors) + "\n"
-        hits = subprocess.run([str(tmp_path / "m"), *(p for p, _ in patterns)], input=names, capture_output=True,
+        hits = subprocess.run([str(matcher), *(p for p, _ in patterns)], input=names, capture_output=True,
                               text=True, check=True).stdout.split()
         host = sum(b for (n, b), hit in zip(model.weights.tensors, hits)
                    if int(hit) >= 0 and patterns[int(hit)][1] == "CPU" and not n.startswith("token_embd"))
