@@ -197,7 +197,8 @@ def test_the_kv_rules_get_the_engines_default_batch_and_the_commands_block() -> 
 
 
 def test_the_cache_follows_the_models_dtype_and_prefix_caching_off_keeps_one_mamba_page() -> None:
-    """--kv-cache-dtype auto is the model's dtype (a float32 model: 4 bytes a value); without prefix caching
+    """--kv-cache-dtype auto is the model's dtype (a float32 model run with --dtype float32: 4 bytes a value;
+    under --dtype auto vLLM runs it in bf16, tests/test_fit_dtype.py); without prefix caching
     a hybrid's Mamba layers are not aligned: one state page each, not 2 (MambaSpec, mamba_cache_mode none)."""
     page = 16 * 2 * 8 * 128
     blocks = cdiv(min(4096 - 1 + 2 * 8192, 32768), 16) + 1

@@ -33,3 +33,10 @@ DEEPSEEK_V3 = {"model_type": "deepseek_v3", "num_hidden_layers": 61, "num_attent
                "hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
                "q_lora_rank": 1536, "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
                "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3}
+#: google/gemma-2-9b's config.json (torch_dtype float32; the sliding window on every other layer)
+GEMMA_2_9B = {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 42,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "hidden_size": 3584,
+              "intermediate_size": 14336, "sliding_window": 4096, "max_position_embeddings": 8192,
+              "vocab_size": 256000, "torch_dtype": "float32"}
+#: state-spaces/mamba-2.8b-hf's config.json (torch_dtype float32)
+MAMBA_2_8B_HF = {**MAMBA_2_8B, "torch_dtype": "float32", "architectures": ["MambaForCausalLM"]}

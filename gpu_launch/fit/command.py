@@ -47,6 +47,10 @@ class CommandFacts:
     said: cmdline.Said | None = None  # everything the engine's table read
     flash_attn: str | None = None  # llama.cpp -fa/--flash-attn: "on", "off" or "auto" (a bare -fa: on)
     swa_full: bool | None = None  # llama.cpp --swa-full (-swa-full): True when written
+    dtype: str | None = None  # vLLM/SGLang --dtype as written
+    offload: tuple[tuple[int, str, str, str], ...] = ()  # llama.cpp (index, meaning, value, as written): -ot, --cpu-moe, --n-cpu-moe
+    kv_offload: bool | None = None  # llama.cpp -nkvo (False) / -kvo (True) as written
+    cpu_offload_gb: float | None = None  # vLLM --cpu-offload-gb
     ctx_default: bool = False  # ctx is the engine's own default, not written (llama-cpp-python's n_ctx 2048)
 
 
@@ -88,5 +92,11 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         ranks_factor=pcp or 1,
                         nnodes=nnodes, node_rank=_int(said, "node_rank"), notes=said.notes, said=said,
                         flash_attn=None if flash is None else FLASH_ATTN.get(flash.strip().lower(), "on"),
-                        swa_full=True if said.text("swa_full") == "1" else None)
+                        swa_full=True if said.text("swa_full") == "1" else None,
+                        dtype=said.text("dtype"),
+                        offload=tuple(sorted((st.index, m, st.text, st.written) for m in ("override_tensor", "cpu_moe",
+                                                                                          "n_cpu_moe")
+                                             if (st := said.get(m)) is not None)),
+                        kv_offload=None if said.text("kv_offload") is None else said.text("kv_offload") == "1",
+                        cpu_offload_gb=float(v) if (v := said.number("cpu_offload_gb")) is not None else None)
 

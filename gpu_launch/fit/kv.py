@@ -14,10 +14,12 @@ from __future__ import annotations
 from gpu_launch.errors import UsageError
 from gpu_launch.fit import kv_llama, kv_vllm
 from gpu_launch.fit.kv_units import (FLASH_ATTN, FP8_DS_MLA_ROW, KV_TYPES, LLAMA_BATCH, LLAMA_CTX_PAD, LLAMA_UBATCH,
-                                     VLLM_BLOCK, KvSize, Run, parse_kv_type, round_ctx, row_bytes)
+                                     VLLM_BLOCK, KvSize, Run, parse_kv_type, parse_model_dtype, round_ctx,
+                                     row_bytes)
 from gpu_launch.modelfile.facts import Hyper
 
-__all__ = ["KV_TYPES", "KvSize", "Run", "kv_cache", "row_bytes", "parse_kv_type", "round_ctx", "LLAMA_CTX_PAD",
+__all__ = ["KV_TYPES", "KvSize", "Run", "kv_cache", "row_bytes", "parse_kv_type", "parse_model_dtype", "round_ctx",
+           "LLAMA_CTX_PAD",
            "LLAMA_UBATCH", "LLAMA_BATCH", "VLLM_BLOCK", "FLASH_ATTN", "FP8_DS_MLA_ROW"]
 
 def kv_cache(h: Hyper, ctx: int, seqs: int = 1, kv_type: str = "f16", *, engine: str = "llama.cpp",

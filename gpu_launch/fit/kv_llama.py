@@ -21,6 +21,9 @@ own byte counts (``llama_get_memory_breakdown``) by benchmarks/llama_cpp_sizing.
   with swa_full (--swa-full; the C API's default, ``llama_context_default_params``).
 * ``llama_memory_recurrent`` (src/llama-memory-recurrent.cpp): max(1, n_seq) rows of n_embd_r +
   n_embd_s f32 values per recurrent layer; ``n_embd_r``/``n_embd_s`` in src/llama-hparams.cpp.
+* ``llama_kv_cache_dsa`` (src/llama-kv-cache-dsa.cpp; DeepSeek-V3.2, GLM-5): beside the MLA latent
+  a second cache with one K-only "head" of ``indexer_head_size`` values, in the K type, the same
+  cells, on the layers its filter keeps (create_memory's ``filter_lid``).
 * ``llama_init_from_model`` (src/llama-context.cpp): the settings it refuses.
 """
 
@@ -149,12 +152,16 @@ def cache(h: Hyper, ctx: int, seqs: int, k_type: str, run: Run) -> KvSize:
                 v_width = v_widest if v_trans else h.value_len(il) * heads
                 padded = padded or v_width != h.value_len(il) * heads
                 row = row_bytes(k_type, h.key_len(il) * heads) + row_bytes(v_type, v_width)
+            if il < len(h.indexer) and h.indexer[il]:  # the DSA indexer's own K-only cache (full cells)
+                extra = row_bytes(k_type, h.indexer_key_length or 0)
+                size += extra * n_ctx_seq * streams
+                per_token += extra
             if h.is_sliding(il):
-                size = row * swa_cells * streams
+                size += row * swa_cells * streams
                 if run.swa_full:
                     per_token += row
             else:
-                size = row * n_ctx_seq * streams
+                size += row * n_ctx_seq * streams
                 per_token += row
         if h.is_recurrent(il):
             size += state_row
@@ -190,6 +197,9 @@ def _rules(h: Hyper, ctx: int, seqs: int, k_type: str, v_type: str, run: Run, n_
     types = k_type if v_type == k_type else f"K {k_type}, V {v_type}"
     if h.kv_lora_rank:
         rules.append(f"MLA latent cache: {h.kv_lora_rank} + {h.rope_head_dim} values per token per layer, K only")
+    if any(h.indexer):
+        rules.append(f"DSA indexer cache: {h.indexer_key_length} K values per token on {sum(h.indexer)} layers "
+                     f"({k_type}; llama_kv_cache_dsa)")
     elif per_token:
         rules.append(f"attention: {per_token} bytes per token ({types}) over the full-attention layers, "
                      "key and value lengths as the file states them")

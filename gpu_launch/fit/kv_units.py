@@ -49,6 +49,19 @@ def parse_kv_type(text: str, option: str = "--kv-type") -> str:
     return name
 
 
+#: vLLM's ``--dtype`` words (``ModelDType``, vllm/config/model.py) → bytes a value; "auto": the engine's rule.
+MODEL_DTYPES = {"auto": 0, "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4}
+
+
+def parse_model_dtype(text: str, option: str = "--dtype") -> str:
+    """A model dtype as vLLM/SGLang spell it (``--dtype bfloat16``), checked."""
+    name = text.strip().lower()
+    if name not in MODEL_DTYPES:
+        raise UsageError(f"{option}: {text!r} is not a model dtype the engine takes",
+                         hint="one of " + ", ".join(MODEL_DTYPES))
+    return name
+
+
 def row_bytes(kv_type: str, elements: int) -> int:
     """Bytes of ``elements`` values of ``kv_type`` (GGML ``ggml_row_size``: whole blocks)."""
     block, size = KV_TYPES[kv_type]
@@ -84,6 +97,7 @@ class Run:
     prefix_caching: bool | None = None
     gpu: str = ""
     tp: int = 1
+    dtype: str = ""  # the engine's model dtype (vLLM --dtype): "" the file's own, "auto" the engine's rule
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, VLLM_BLOCK, KvSize, Run
+from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, MODEL_DTYPES, VLLM_BLOCK, KvSize, Run
 from gpu_launch.modelfile.facts import Hyper
-from gpu_launch.base.records import dataclass
+from gpu_launch.base.records import dataclass, replace
 
 __all__ = ["cache", "need_per_gpu", "VllmNeed"]
 
@@ -64,6 +64,22 @@ class VllmNeed:
     @property
     def total(self) -> int:
         return sum(self.per_layer) + self.extra
+
+
+def _as_run(h: Hyper, run: Run) -> Hyper:
+    """The model as the engine runs it: its "auto" and state types in the dtype the engine resolves.
+
+    vLLM's ``--dtype auto`` (``_resolve_auto_dtype`` in vllm/config/model.py, 0.33.0) downcasts a
+    float32 config ("Downcast for float32 models") to the platform's first supported dtype (bf16 on
+    CUDA from Ampere on, fp16 before it: 2 bytes either way), and ``--kv-cache-dtype auto`` and the
+    Mamba states follow the model's dtype; only ``--dtype float32``/``float`` keeps 4 bytes. SGLang,
+    TGI and MLC-LLM also run float32 checkpoints in half precision by default."""
+    if not run.dtype:
+        return h
+    wanted = MODEL_DTYPES.get(run.dtype, 0) or (2 if h.dtype_bytes == 4 else h.dtype_bytes)
+    if wanted == h.dtype_bytes:
+        return h
+    return replace(h, dtype_bytes=wanted)
 
 
 def _dtype_bytes(h: Hyper, kv_type: str) -> int:
@@ -153,6 +169,7 @@ def need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int = 1) ->
 
 
 def _need_per_gpu(h: Hyper, max_len: int, kv_type: str, run: Run, tp: int) -> VllmNeed:
+    h = _as_run(h, run)
     n = h.n_layers
     if h.no_kv:
         return VllmNeed((0,) * n, 0, VLLM_BLOCK, 0)
@@ -238,6 +255,8 @@ def _reblock(sp: _Spec, ratio: int, h: Hyper, max_len: int, in_flight: int) -> i
 def cache(h: Hyper, max_len: int, kv_type: str, run: Run) -> KvSize:
     """vLLM's need for one request of ``max_len`` at tensor parallelism ``run.tp``, as a KvSize."""
     need = need_per_gpu(h, max_len, kv_type, run, run.tp)
+    given = h
+    h = _as_run(h, run)
     per_token = sum(_attention_page_per_token(h, il, kv_type, run.tp) for il in range(h.n_layers)
                     if h.has_attention(il) and not h.is_sliding(il))
     state = sum(need.per_layer[il] for il in range(h.n_layers) if h.is_recurrent(il) and not h.has_attention(il))
@@ -266,6 +285,9 @@ def cache(h: Hyper, max_len: int, kv_type: str, run: Run) -> KvSize:
         else:
             rules.append(f"attention blocks of {need.block} tokens: what vLLM's MLA backend takes for the {kv_type} "
                          f"cache on {run.gpu.capitalize()}")
+    if given.dtype_bytes == 4 and h.dtype_bytes == 2 and kv_type in ("f16", "bf16"):
+        rules.append("a float32 model runs in 16-bit under --dtype auto (vLLM: _resolve_auto_dtype): "
+                     "KV cache and states in 2 bytes a value")
     if need.extra:
         rules.append(f"{need.extra} bytes for the layer groups' padding and the pool block vLLM holds back")
     if cells != max_len and not h.no_kv:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 
 from gpu_launch.fit import kv as kv_rules
+from gpu_launch.fit import offload
 from gpu_launch.fit import stages
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.settings import Settings, run_of
@@ -97,6 +98,8 @@ class Placement:
     pp: int = 1  # tensor layouts: pipeline stages, and what a GPU of each holds
     stage_shares: tuple[stages.StageShare, ...] = ()
     budgets: tuple[int, ...] = ()  # tensor layouts: what the engine may use of each GPU (vLLM: utilisation × total)
+    n_cpu_moe: int | None = None  # llama.cpp: {n_cpu_moe}, the first layers whose experts stay on the CPU
+    host_bytes: int = 0  # weights (and KV) the command's offload options keep on the host, in cpu_* too
 
     def placeholders(self, ctx: int) -> dict[str, str]:
         """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
@@ -107,6 +110,8 @@ class Placement:
             values["pp"] = str(self.pp)
         if self.gpu_layers is not None:
             values["gpu_layers"] = str(self.gpu_layers)
+        if self.n_cpu_moe is not None:
+            values["n_cpu_moe"] = str(self.n_cpu_moe)
         if self.tensor_split is not None:
             values["tensor_split"] = ",".join(str(x) for x in self.tensor_split)
         if self.gpu_mem_util is not None:
@@ -156,8 +161,14 @@ def place(s: Sizing, rooms: Sequence[Room]) -> Placement:
     if s.engine.layout == "tensor":
         return _tensor(s, rooms)
     if s.engine.layout == "layers":
+        if s.settings.offload.choose_moe:
+            return offload.fewest_moe(s, rooms, _llama, _with_offload)
         return _llama(s, rooms)
     return _sequential(s, rooms)
+
+
+def _with_offload(s: Sizing, chosen: offload.Offload) -> Sizing:
+    return Sizing(s.model, s.engine, replace(s.settings, offload=chosen), s.kv)
 
 
 def _units(s: Sizing) -> list[tuple[int, int]]:
@@ -165,8 +176,11 @@ def _units(s: Sizing) -> list[tuple[int, int]]:
     and weight, the tied embedding duplicated there, and everything else the file holds), then
     the layers from the last one. Each as (weights, KV)."""
     w = s.model.weights
-    output = w.output + w.other + (w.token_embedding if w.tied_embeddings else 0)
-    layers = [(w.layers[i] if i < len(w.layers) else 0, s.kv.per_layer[i] if i < len(s.kv.per_layer) else 0)
+    off = s.settings.offload
+    host = offload.host_split(s.model, off.patterns) if off.patterns else None  # -ot, --cpu-moe, --n-cpu-moe
+    output = w.output + w.other + (w.token_embedding if w.tied_embeddings else 0) - (host.output if host else 0)
+    layers = [((w.layers[i] if i < len(w.layers) else 0) - (host.layers[i] if host else 0),
+               0 if off.kv_on_host else s.kv.per_layer[i] if i < len(s.kv.per_layer) else 0)
               for i in range(s.model.hyper.n_layers)]
     return [(output, 0), *reversed(layers)]
 
@@ -207,14 +221,14 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     cap = s.settings.gpu_layers_cap
     # -ngl N offloads the first N units of this order and keeps the rest on the CPU (llama-model.cpp,
     # llama_model::load_tensors: layers below n_layer + 1 - N stay on the CPU), whatever the GPUs could hold
-    offload = units if cap is None else units[:max(0, cap)]
-    need = sum(a + b for a, b in offload)
+    offloaded = units if cap is None else units[:max(0, cap)]
+    need = sum(a + b for a, b in offloaded)
     # The logits buffer goes where the output unit goes: the last GPU, unless it has no room for it.
     out_at = len(rooms) - 1
     for _ in range(2):
         extra = [logits if j == out_at else 0 for j in range(len(rooms))]
         caps = [max(0, r.free - base - e) for r, e in zip(rooms, extra)]
-        filled = _spread(offload, caps)
+        filled = _spread(offloaded, caps)
         holders = [j for j, f in enumerate(filled) if f]
         if not holders or holders[-1] == out_at:
             break
@@ -228,22 +242,30 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     w = s.model.weights
     # On the CPU a tied output reads the embedding itself: the copy exists only on a GPU.
     copy = w.token_embedding if w.tied_embeddings and placed == 0 else 0
-    cpu_w = w.token_embedding + sum(u[0] for u in rest) - copy
-    cpu_kv = sum(u[1] for u in rest)
+    off = s.settings.offload
+    kv_host = s.kv.total if off.kv_on_host else 0
+    on_host = (offload.host_split(s.model, off.patterns).total if off.patterns else 0) + kv_host
+    cpu_w = w.token_embedding + sum(u[0] for u in rest) - copy + on_host - kv_host
+    cpu_kv = sum(u[1] for u in rest) + kv_host
     whole = placed == len(units)
     notes = []
     if s.settings.self_fit:
         notes.append(f"the command gives no -ngl: llama.cpp fits the layers itself (--fit, on the devices in this "
                      f"order); expect about {placed} of {len(units)} on the GPUs")
     fits = whole
+    if on_host:
+        notes.extend(offload.notes(s, on_host))
+        fits = whole and (s.settings.host_free is None or cpu_w + cpu_kv <= s.settings.host_free)
+        if whole and not fits:
+            notes.append("the host has too little memory for what the command keeps on the CPU")
     if cap is not None and not whole:
         host = s.settings.host_free
-        fits = placed == len(offload) and (host is None or cpu_w + cpu_kv <= host)
+        fits = placed == len(offloaded) and (host is None or cpu_w + cpu_kv <= host)
         said = f"{s.settings.ngl} {cap}" + (f" ({s.settings.binding}'s default; -1: all)" if s.settings.layers_default
                                              else "")
-        notes.append(f"{said}: {len(units) - len(offload)} of {len(units)} units stay on the CPU"
-                     + ("" if placed == len(offload) else f"; only {placed} of the {len(offload)} fit on these GPUs"))
-        if placed == len(offload) and not fits:
+        notes.append(f"{said}: {len(units) - len(offloaded)} of {len(units)} units stay on the CPU"
+                     + ("" if placed == len(offloaded) else f"; only {placed} of the {len(offloaded)} fit on these GPUs"))
+        if placed == len(offloaded) and not fits:
             notes.append("the host has too little memory for the CPU's share")
     elif not whole and s.settings.partial and placed > 0:
         host = s.settings.host_free
@@ -260,8 +282,8 @@ def _llama(s: Sizing, rooms: Sequence[Room]) -> Placement:
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, gpu_layers=placed + nextn, tp=None,
                      tensor_split=tuple(split), whole=whole, fits=fits,
                      need_bytes=need + base * len(rooms) + logits,
-                     short_bytes=max(0, need - sum(caps)) if placed < len(offload) else 0, notes=tuple(notes),
-                     units=len(units))
+                     short_bytes=max(0, need - sum(caps)) if placed < len(offloaded) else 0, notes=tuple(notes),
+                     units=len(units), host_bytes=on_host)
 
 
 def _spread(units: list[tuple[int, int]], caps: list[int]) -> list[list[tuple[int, int]]]:
@@ -312,9 +334,16 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     elif st.gpu_mem_util is not None:  # TGI --cuda-memory-fraction, MLC gpu_memory_utilization: a cap
         budgets = [min(r.free, int(st.gpu_mem_util * (r.total or r.free))) for r in rooms]
     gpus = []
+    moved = offload.gpu_share_off(s)  # vLLM --cpu-offload-gb: that much of each GPU's weights on the host
+    host = 0
     for i, r in enumerate(rooms):
         share = shares_of[((first + i) // tp) % len(shares_of)]
-        gpus.append(GpuShare(r.gpu, share.weights_bytes, share.kv_bytes, allowance, r.free, stage=share.stage))
+        off = min(moved, share.weights_bytes)
+        host += off
+        gpus.append(GpuShare(r.gpu, share.weights_bytes - off, share.kv_bytes, allowance, r.free, stage=share.stage))
+    if moved:
+        notes.append(f"--cpu-offload-gb {st.offload.cpu_offload_gb:g}: {off / (1 << 30):.1f} GiB of each GPU's "
+                     "weights stay in host memory (vLLM streams them in)")
     # SGLang's fraction covers the weights and KV pool; its graphs and activations live outside it
     outside = allowance if s.engine.name == "sglang" and util is not None else 0
     short = max((g.weights_bytes + g.kv_bytes + g.allowance_bytes - outside - b for g, b in zip(gpus, budgets)),
@@ -322,7 +351,9 @@ def _tensor(s: Sizing, rooms: Sequence[Room]) -> Placement:
     short = max(0, short)
     whole = not problem and short == 0 and len(rooms) == local
     need = sum(g.weights_bytes + g.kv_bytes + g.allowance_bytes for g in gpus)
-    return Placement(s.engine.name, tuple(gpus), tp=tp, gpu_mem_util=util, whole=whole, fits=whole,
+    fits = whole and (not host or st.host_free is None or host <= st.host_free)
+    return Placement(s.engine.name, tuple(gpus), cpu_weights_bytes=host, host_bytes=host, tp=tp, gpu_mem_util=util,
+                     whole=whole, fits=fits,
                      need_bytes=need, short_bytes=short * len(rooms), notes=tuple(notes), pp=st.pp,
                      stage_shares=shares_of, budgets=tuple(budgets))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpu_launch.fit import kv as kv_rules
 from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL
+from gpu_launch.fit.offload import Offload
 from gpu_launch.base.records import dataclass
 
 __all__ = ["Settings", "run_of"]
@@ -63,6 +64,8 @@ class Settings:
     swa_full: bool = False  # llama.cpp --swa-full: sliding layers get the whole context
     binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
     layers_default: bool = False  # gpu_layers_cap is the binding's own default (llama-cpp-python: 0), not written
+    offload: Offload = Offload()  # what the command keeps on the host (-ot, --cpu-moe, --n-cpu-moe, -nkvo, --cpu-offload-gb)
+    dtype: str = ""  # the model dtype the engine runs: vLLM/SGLang --dtype ("auto" their rule; "": the file's)
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
 
 
@@ -72,4 +75,4 @@ def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
     return kv_rules.Run(ubatch=settings.ubatch, batch=settings.batch, unified=settings.unified,
                         flash_attn=settings.flash_attn, swa_full=settings.swa_full, v_type=settings.v_type,
                         batched_tokens=batched, block=settings.block_size, prefix_caching=settings.prefix_caching,
-                        gpu=settings.gpu_arch, tp=tp)
+                        gpu=settings.gpu_arch, tp=tp, dtype=settings.dtype)

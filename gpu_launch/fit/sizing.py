@@ -116,21 +116,50 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
         and said.said.engine == "llama-cpp-python" else ""
     flash_attn = said.flash_attn or ("off" if binding else "auto")
     swa_full = bool(said.swa_full) or bool(binding)
-    settings = plan.Settings(ctx=ctx, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
-                             flash_attn=flash_attn, swa_full=swa_full, binding=binding,
+    # the tensor-parallel engines run a float32 checkpoint in 16 bits unless --dtype says otherwise
+    dtype = kv.parse_model_dtype(said.dtype) if said.dtype and not said.dtype.startswith("{") else (
+        "auto" if engine.layout == "tensor" else "")
+    off = _offload(said)
+    settings = plan.Settings(ctx=ctx, offload=off, seqs=seqs, unified=unified, kv_type=kv_type, v_type=v_type,
+                             flash_attn=flash_attn, swa_full=swa_full, binding=binding, dtype=dtype,
                              layers_default=said.said is not None and cap is not None
                              and said.said.defaulted("gpu_layers"),
                              ubatch=said.ubatch or plan.Settings.ubatch, batch=said.batch or plan.Settings.batch,
                              reserve=int(reserve.mib * (1 << 20)) if reserve else None,
                              partial=partial, gpu_mem_util=float(util) if util is not None else None,
                              util_placeholder=said.gpu_mem_util == "{gpu_mem_util}",
-                             host_free=memory_available() if partial or engine.layout == "sequential" else None,
+                             host_free=memory_available() if partial or engine.layout == "sequential" or off.active
+                             else None,
                              batched_tokens=said.batched_tokens, block_size=said.block_size,
                              prefix_caching=said.prefix_caching, gpu_layers_cap=cap,
                              ctx_from=ctx_from,
                              self_fit=self_fit, gpus_per_node=options.get("gpus_per_node"),
                              **_parallel(said, engine, model, bool(argv), env))
     return plan.sizing(model, engine, settings)
+
+
+def _offload(said: Any) -> Any:
+    """The command's offload options as the plan reads them (fit/offload.py), in llama.cpp's order."""
+    from gpu_launch.fit import offload
+
+    patterns: list[tuple[str, str]] = []
+    written: list[str] = []
+    choose = False
+    for _, meaning, value, how in said.offload:
+        if meaning == "override_tensor":
+            patterns += offload.parse_overrides(value, how)
+        elif meaning == "cpu_moe":
+            patterns.append((offload.EXPS, "CPU"))
+        elif value == "{n_cpu_moe}":
+            choose = True
+            continue
+        elif value.startswith("{"):
+            continue
+        else:
+            patterns += offload.moe_patterns(int(value))
+        written.append(how)
+    return offload.Offload(tuple(patterns), kv_on_host=said.kv_offload is False, choose_moe=choose,
+                           cpu_offload_gb=said.cpu_offload_gb or 0.0, said=tuple(written))
 
 
 #: Engines that run one GPU unless the command says more (vLLM's and SGLang's tp default is 1); TGI

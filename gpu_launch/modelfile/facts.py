@@ -56,6 +56,8 @@ class Hyper:
     state_kind: str = ""  # the recurrent block: mamba, mamba2, gdn, rwkv, shortconv, kda, lightning
     state_dtype_bytes: int | None = None  # vLLM: the recurrent state's element size where the model fixes it
     dtype_bytes: int = 2  # the activations' element size (vLLM's "auto" KV and state types: bf16/f16)
+    indexer_key_length: int | None = None  # DSA (DeepSeek-V3.2, GLM-5): the indexer's K values a token
+    indexer: tuple[bool, ...] = ()  # layer with a DSA indexer cache (empty: none)
 
     def key_len(self, il: int) -> int:
         """Layer ``il``'s key head size (the sliding layers' own where the file states one)."""
@@ -103,6 +105,7 @@ class Weights:
     tied_embeddings: bool = False
     by_type: dict[str, int] = field(default_factory=dict)
     nextn: int = 0  # the MTP/NextN blocks: in the file, loaded by neither engine unless MTP decoding asks; not in total
+    tensors: tuple[tuple[str, int], ...] = ()  # GGUF: every tensor's name and bytes (what -ot's patterns match)
 
     @property
     def total(self) -> int:

@@ -10,6 +10,7 @@ import re
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights, layer_number
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
+from gpu_launch.modelfile.llama_archs import DSA_ARCHS, refusal
 from gpu_launch.base.records import dataclass
 from gpu_launch.base.text import printable
 from gpu_launch.base.units import shown
@@ -63,8 +64,8 @@ SWA_RULES: dict[str, SwaRule] = {
     "mellum": SwaRule(4, when_stated=True),
     "laguna": SwaRule(4, dense_first=True, when_stated=True),
     "muse-glimmer": SwaRule(4),
-    "maple": SwaRule(None), "mimo2": SwaRule(None), "step35": SwaRule(None), "granite-swa": SwaRule(None),
-    "spark2-5": SwaRule(None), "dots3note": SwaRule(None),
+    "maple": SwaRule(None), "mimo2": SwaRule(None), "step35": SwaRule(None), "granite_swa": SwaRule(None),
+    "spark2_5": SwaRule(None), "dots3note": SwaRule(None),
 }
 #: EXAONE-4 slides only in its 64-layer (32B) variant (src/models/exaone4.cpp).
 _EXAONE4 = SwaRule(4, window=4096)
@@ -199,6 +200,36 @@ def _recurrent(arch: str, kv: dict[str, Any], kv_heads: tuple[int, ...], n_all: 
     return (), ()
 
 
+#: GLM-5.2's indexer layers when its file lists none (GLM_5_2_DEFAULT_INDEXER_TYPES, src/models/glm-dsa.cpp):
+#: the first two, then every fourth.
+def _glm52_indexers(n: int) -> tuple[bool, ...]:
+    return tuple(il < 2 or (il - 2) % 4 == 0 for il in range(n))
+
+
+def _indexer(arch: str, kv: dict[str, Any], n: int, label: str) -> tuple[int | None, tuple[bool, ...]]:
+    """(indexer K values a token, layers with an indexer cache) as the DSA loaders set them:
+    ``attention.indexer.key_length``; deepseek32 every trunk layer (create_memory's filter_lid); glm-dsa
+    ``attention.indexer.types``, else every layer before GLM-5.2 (trained context < 1048576) and
+    GLM-5.2's default pattern after (src/models/glm-dsa.cpp); hy_v4 only with ``indexer.top_k`` > 0
+    (src/models/hy-v4.cpp) and dots3note from the types array (src/models/dots3note.cpp)."""
+    p = arch + "."
+    if arch not in DSA_ARCHS:
+        return None, ()
+    size = _int(kv, p + "attention.indexer.key_length", label, most=MAX_HEAD)
+    if not size or (arch == "hy_v4" and not _int(kv, p + "attention.indexer.top_k", label)):
+        return None, ()
+    types = kv.get(p + "attention.indexer.types")
+    if isinstance(types, tuple):
+        layers = tuple(bool(v) for v in types[:n]) + (False,) * max(0, n - len(types))
+    elif arch == "deepseek32" or (arch == "glm-dsa" and (_int(kv, p + "context_length", label) or 0) < 1048576):
+        layers = (True,) * n
+    elif arch == "glm-dsa":
+        layers = _glm52_indexers(n)
+    else:
+        layers = (False,) * n
+    return (size, layers) if any(layers) else (None, ())
+
+
 def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     kv = h.kv
     p = f"{arch}."
@@ -250,7 +281,9 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     embd = next((t.dims for t in h.tensors if t.name == "token_embd.weight" and len(t.dims) == 2), None)
     vocab = (_int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
              or (embd[1] if embd else None))
+    indexer_size, indexer = _indexer(arch, kv, n, label)
     return Hyper(
+        indexer_key_length=indexer_size, indexer=indexer,
         n_layers=n, n_heads=max(heads, default=0), kv_heads=kv_heads, key_length=key_length,
         value_length=value_length, hidden_size=hidden, context_length=_int(kv, p + "context_length", label),
         vocab_size=vocab, sliding_window=window, sliding=sliding,
@@ -290,7 +323,8 @@ def _weights(tensors: list[GgufTensor], n_layers: int, nextn: int = 0) -> Weight
         else:
             other += t.nbytes
     return Weights(layers=tuple(layers), token_embedding=embedding, output=output, other=other,
-                   tied_embeddings=not has_output and embedding > 0, by_type=by_type, nextn=skipped)
+                   tied_embeddings=not has_output and embedding > 0, by_type=by_type, nextn=skipped,
+                   tensors=tuple((t.name, t.nbytes) for t in tensors))
 
 
 def read_gguf(source: str, path: str) -> ModelFacts:
@@ -303,6 +337,10 @@ def read_gguf(source: str, path: str) -> ModelFacts:
     arch = first.kv.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{label}: no general.architecture in the header", hint="is this a model GGUF?")
+    why = refusal(arch)
+    if why:
+        raise ModelFileError(f"{label}: gpulaunch does not size llama.cpp's {arch!r} models: {why}",
+                             hint="give the size instead, e.g. --fit 60GiB")
     hyper = _hyper(first, arch, label)
     weights = _weights([t for h in headers for t in h.tensors], hyper.n_layers, hyper.nextn_layers)
     name = first.kv.get("general.name")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.facts import Hyper
+from gpu_launch.base.text import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs a launch ~3 ms
@@ -167,6 +168,14 @@ def _sliding(config: Mapping[str, Any], n: int, model_type: str, label: str) -> 
 
 def hyper_from_config(config: Mapping[str, Any], label: str) -> Hyper:
     """Hyper from a config.json object (its ``text_config`` already merged in by the caller)."""
+    from gpu_launch.modelfile.vllm_archs import refusal
+
+    classes = config.get("architectures")
+    cls = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
+    why = refusal(cls)
+    if why:
+        raise ModelFileError(f"{label}: gpulaunch does not size {printable(cls)} models: {why}",
+                             hint="give the size instead, e.g. --fit 60GiB")
     model_type = str(config.get("model_type") or "")
     n = _first(config, label, "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     if n is None or n > 100_000:

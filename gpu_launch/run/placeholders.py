@@ -57,6 +57,8 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("pp", "pipeline stages (the plan's; with --nodes, one a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("gpu_layers", "llama.cpp -ngl: layers on the GPUs, the output layer counting as one", _MODEL),
     Placeholder("tensor_split", "layers per GPU (llama.cpp -ts)", _MODEL),
+    Placeholder("n_cpu_moe", "llama.cpp --n-cpu-moe: the fewest first layers whose MoE experts stay on the CPU",
+                _MODEL),
     Placeholder("ctx", "the context sized for", _MODEL),
     Placeholder("gpu_mem_util", "vLLM's --gpu-memory-utilization", _MODEL),
     Placeholder("max_memory", "Accelerate's max_memory map as JSON, by the child's device numbers", _MODEL),

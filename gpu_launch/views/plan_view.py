@@ -59,6 +59,8 @@ def as_json(p: Plan) -> dict[str, Any]:
         "cpu_kv_bytes": pl.cpu_kv_bytes,
         "whole": pl.whole,
         "gpu_layers": pl.gpu_layers,
+        "n_cpu_moe": pl.n_cpu_moe,
+        "host_bytes": pl.host_bytes,
         "tp": pl.tp,
         "pp": pl.pp if pl.stage_shares else None,
         "nodes": p.nodes,

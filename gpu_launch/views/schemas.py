@@ -244,6 +244,8 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "cpu_kv_bytes": _BYTES,
     "whole": {"type": "boolean"},
     "gpu_layers": _NINT,
+    "n_cpu_moe": _NINT,  # llama.cpp {n_cpu_moe}: the first layers whose experts stay on the CPU (null: not asked)
+    "host_bytes": _BYTES,  # what the command's offload options keep on the host (in the cpu_* figures too)
     "tp": _NINT,
     "pp": _NINT,  # pipeline stages (tensor-parallel engines), null for the others
     "nodes": {"type": "integer", "minimum": 1},  # nodes of this kind the plan needs (1: this machine)

@@ -69,6 +69,7 @@ class Flag:
     valid: str = ""
     within: str = ""
     bare: str = ""  # the value it stands for when given without one (llama.cpp's older `-fa` alone)
+    append: str = ""  # a repeat adds to the value, joined by this (llama.cpp's -ot lists: ","), not replaces it
 
 
 @dataclass(frozen=True)
@@ -354,6 +355,10 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
                              "twice", hint="give it once")
         if flag.meaning == "overrides":
             _overrides(value, offset + i, table, found, counts)  # argparse: the last --overrides replaces the rest
+        elif flag.append and flag.meaning in found:
+            before = found[flag.meaning]
+            found[flag.meaning] = Setting(flag.meaning, before.text + flag.append + value,
+                                          f"{before.written} {written}", before.index, flag)
         else:
             found[flag.meaning] = Setting(flag.meaning, value, written, offset + i, flag)
         i += used

@@ -43,6 +43,13 @@ TABLE = Table("llama.cpp", (
     Flag("kv_unified", ("-no-kvu", "--no-kv-unified"), "switch", sets="0"),
     Flag("flash_attn", ("-fa", "--flash-attn"), env="LLAMA_ARG_FLASH_ATTN", bare="on"),
     Flag("swa_full", ("-swa-full", "--swa-full"), "switch", "LLAMA_ARG_SWA_FULL"),
+    # offload (common/arg.cpp): -ot appends its PATTERN=BUFT list each time; --cpu-moe and --n-cpu-moe N
+    # add the expert patterns; -nkvo keeps the KV cache on the host
+    Flag("override_tensor", ("-ot", "--override-tensor"), env="LLAMA_ARG_OVERRIDE_TENSOR", append=","),
+    Flag("cpu_moe", ("-cmoe", "--cpu-moe"), "switch"),
+    Flag("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "int", "LLAMA_ARG_N_CPU_MOE", 0, INT32),
+    Flag("kv_offload", ("-nkvo", "--no-kv-offload"), "switch", sets="0"),
+    Flag("kv_offload", ("-kvo", "--kv-offload"), "switch", sets="1"),
     Flag("fit", ("-fit", "--fit"), env="LLAMA_ARG_FIT"),
     Flag("rpc", ("--rpc",), env="LLAMA_ARG_RPC"),
     Flag("host", ("--host",), env="LLAMA_ARG_HOST"),

@@ -27,6 +27,7 @@ TABLE = Table("sglang", (
     Flag("ctx", ("--context-length",), "tokens", low=1, high=INT32),
     Flag("parallel", ("--max-running-requests",), "int", low=1, high=INT32),
     Flag("kv_type", ("--kv-cache-dtype",)),
+    Flag("dtype", ("--dtype",)),  # ServerArgs.dtype: auto, half, float16, bfloat16, float, float32
     Flag("gpu_mem_util", ("--mem-fraction-static",), "float", low=1e-9, high=1.0,
          valid="a fraction of each GPU's memory above 0 and at most 1"),
     Flag("tp", ("--tp-size", "--tensor-parallel-size", "--tp"), "int", low=1, high=RANKS),

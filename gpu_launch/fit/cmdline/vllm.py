@@ -29,6 +29,9 @@ TABLE = Table("vllm", (
          valid="a number of tokens (8192, 32k, 32K), or -1/auto"),
     Flag("parallel", ("--max-num-seqs",), "int", low=1, high=INT32),
     Flag("kv_type", ("--kv-cache-dtype",)),
+    Flag("dtype", ("--dtype",)),
+    # CacheConfig.cpu_offload_gb (vllm/config/cache.py): GiB of each GPU's weights kept in host memory
+    Flag("cpu_offload_gb", ("--cpu-offload-gb",), "float", low=0, high=1 << 20),  # ModelConfig.dtype (vllm/config/model.py): auto, half, bfloat16, float...
     Flag("batched_tokens", ("--max-num-batched-tokens",), "tokens", low=1, high=INT32),
     Flag("block_size", ("--block-size",), "int", low=1, high=INT32),  # CacheConfig.block_size: gt=0
     # argparse's BooleanOptionalAction (CacheConfig.enable_prefix_caching): the --no- form turns it off
