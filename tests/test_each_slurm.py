@@ -96,7 +96,7 @@ def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
 
     # The summary: the same table as a local `each`, with the node.
     summary = proc.stdout.splitlines()
-    assert summary[0] == "5 done, 0 running, 0 queued, 1 failed"
+    assert summary[0] == "5 done, 0 running, 0 queued, 1 failed (1 exit 3)"
     assert summary[1].split() == ["JOB", "STATUS", "RESULT", "NODE", "GPUS", "TIME", "LOG", "COMMAND"]
     rows = {int(line.split()[0]): line.split() for line in summary[2:]}
     assert sorted(rows) == [1, 2, 3, 4, 5, 6]
