@@ -99,6 +99,12 @@ def run(inv: Invocation) -> int:
         print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
               file=sys.stderr)
     if inv.get("explain"):
+        if inv.argv and not quiet:  # never a silent no-op: the command was not run, and says how it would be
+            import shlex
+
+            where = ", ".join(d.label for d in selection.devices) if machine is not None else "the CPU"
+            print(f"gpulaunch: --explain ran nothing; without it, {shlex.join(inv.argv)} would run on {where}",
+                  file=sys.stderr)
         if plan is not None:
             return _explain_plan(inv, plan, selection, machine)
         return _explain(inv, selection, machine)
@@ -163,7 +169,12 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write(explain.as_text(selection, machine, _columns(explain.WIDTH)))
         from gpu_launch.reservations import lockdir
 
-        note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ))
+        from gpu_launch.hardware.snapshot import is_example
+        from gpu_launch.placing.pick import snapshot_source
+
+        # (an example machine reserves in the user's own dir: the shared one is no concern of it)
+        note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ,
+                                                         example=is_example(snapshot_source(inv))))
         if note:
             sys.stdout.write(f"{note}\n")
     return 0
