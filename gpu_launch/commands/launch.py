@@ -46,7 +46,7 @@ def run(inv: Invocation) -> int:
     else:
         _refuse_node_options(inv)
     sized = isinstance(inv.get("fit"), str)  # --fit MODEL
-    node_names = (*placeholders.NODE_NAMES, "pp") if nodes is not None else ()
+    node_names = (*placeholders.NODE_NAMES, "pp", "tp") if nodes is not None else ()  # {tp}: the GPUs a node
     try:  # a placeholder that would reach the command unfilled: refused before anything is reserved or waited for
         placeholders.check(inv.argv, (*placeholders.NAMES, *(placeholders.MODEL_NAMES if sized else ()), *node_names))
     except placeholders.Unfilled as exc:
@@ -82,8 +82,10 @@ def run(inv: Invocation) -> int:
     world = None
     if nodes is not None:  # reserved: now learn (or, on the head, pick and publish) the head's address and port
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
-    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values,
-                                   node_task.values(world) if world is not None else None)
+    node_values = node_task.values(world) if world is not None else None
+    if node_values is not None and model_values is not None and "tp" in model_values:
+        del node_values["tp"]  # the plan's split, not "the GPUs a node"
+    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values, node_values)
     node_command, own = None, argv  # own: the user's command, before any flag gpulaunch adds on a node
     if world is not None:
         node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),

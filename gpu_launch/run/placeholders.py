@@ -56,7 +56,7 @@ _EACH = "`each` runs a job line"
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("n", "the number of GPUs chosen"),
     Placeholder("gpus", "the logical list the command sees, 0,1,…,n-1"),
-    Placeholder("tp", "tensor-parallel size", _MODEL),
+    Placeholder("tp", "tensor-parallel size (with --nodes and no model: the GPUs a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("pp", "pipeline stages (the plan's; with --nodes, one a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("gpu_layers", "llama.cpp -ngl: layers on the GPUs, the output layer counting as one", _MODEL),
     Placeholder("tensor_split", "layers per GPU (llama.cpp -ts)", _MODEL),
