@@ -259,6 +259,18 @@ def test_each_task_runs_its_line_through_the_shell_after_gpulaunch(cluster: slur
     assert "1 > out.txt" in (tmp_path / "d" / "job-1.log").read_text()  # the words, exec'd: no redirection
 
 
+def test_index_is_the_array_task_id_less_one(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    """Issue 36 item 3 on Slurm: job N is array task N; {index} is N-1, {index1} N, with and without the shell."""
+    (tmp_path / "jobs.txt").write_text("echo first {index} {index1}\n# a comment\necho second {index} {index1}\n")
+    for shell, logs in ((True, tmp_path / "logs"), (False, tmp_path / "logs-words")):
+        proc = subprocess.run(gl("each", "jobs.txt", "--slurm", "--follow", "--log-dir", str(logs),
+                                 *([] if shell else ["--no-shell"])),
+                              env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert (logs / "job-1.log").read_text().splitlines()[-1] == "first 0 1"
+        assert (logs / "job-2.log").read_text().splitlines()[-1] == "second 1 2"
+
+
 def test_sbatch_args_that_replace_the_work_never_reach_slurm(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     """--wrap ran instead of the tasks and was reported "done, exit 0"; --test-only was "'' is not a job id"."""
     jobs = _sweep(tmp_path, ["sh -c 'exit 5'"])
