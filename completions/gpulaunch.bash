@@ -18,6 +18,17 @@ _gpulaunch_gpus() {
     COMPREPLY=( $(compgen -P "$pre" -W "$vals" -- "$last") )
 }
 
+_gpulaunch_models() {
+    # What a model reader takes: *.gguf, *.safetensors files, and folders (a
+    # safetensors or MLC-LLM model, or the way to one).
+    local pre=$1 f
+    compopt -o filenames 2>/dev/null
+    COMPREPLY=()
+    while IFS= read -r f; do
+        [[ -d $f || $f == *.gguf || $f == *.safetensors ]] && COMPREPLY+=("$pre$f")
+    done < <(compgen -f -- "$cur")
+}
+
 _gpulaunch_jobs() {
     # Your job ids from `gpulaunch __complete jobs all|active` (active: waiting or running, for cancel);
     # each line is ID<TAB>what it is, of which bash shows the id.
@@ -100,6 +111,9 @@ _gpulaunch() {
         --gpus|-g|--exclude|-x)
             _gpulaunch_gpus "$eq"
             return ;;
+        --fit)
+            _gpulaunch_models "$eq"
+            return ;;
         --snapshot)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -W "dgx-h100 dgx1-v100 mig-a100 mixed-a100 pcie-8x workstation-4x" -- "$cur") $(compgen -P "$eq" -f -- "$cur") )
@@ -108,12 +122,18 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--fit|--min-count|--max-count|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--min-total-memory|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
+        --auto|-n|--min-count|--max-count|--ctx|--parallel|--reserve|--min-free|--max-util|--min-total-memory|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
             :  # a free value (a count, a size): nothing to offer
             return ;;
         --account-as-free|--wait|--watch)
             (( valued )) && return  # --wait=TIMEOUT; after `--wait ` comes the command
             ;;
+        --kv-type)
+            COMPREPLY=( $(compgen -P "$eq" -W "f32 f16 bf16 q8_0 q5_0 q5_1 q4_0 q4_1 iq4_nl fp8 fp8_e4m3 fp8_e5m2 fp8_ds_mla" -- "$cur") )
+            return ;;
+        --engine)
+            COMPREPLY=( $(compgen -P "$eq" -W "llama.cpp vllm sglang mlc tgi transformers" -- "$cur") )
+            return ;;
         --fallback)
             COMPREPLY=( $(compgen -P "$eq" -W "cpu" -- "$cur") )
             return ;;
@@ -155,6 +175,7 @@ _gpulaunch() {
         jobs) _gpulaunch_jobs all ;;
         log) _gpulaunch_jobs all ;;
         cancel) _gpulaunch_jobs active ;;
+        plan) _gpulaunch_models ;;
         '')
             COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;

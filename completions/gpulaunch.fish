@@ -76,6 +76,14 @@ function __gpulaunch_gpus --description 'GPU indices and all, from `gpulaunch __
     end
 end
 
+function __gpulaunch_models --description 'model files and folders: what a model reader takes'
+    set -l cur (string replace -r -- '^-[^=]*=' '' (commandline -ct))
+    for f in (__fish_complete_path $cur)
+        set f (string replace -r -- '\t.*' '' $f)  # (PATH<TAB>description)
+        string match -qr -- '(/|\\.gguf|\\.safetensors)$' $f; and echo $f
+    end
+end
+
 function __gpulaunch_complete_command --description 'complete the command after gpulaunch'
     set -l s (__gpulaunch_scan)
     set -l tokens (commandline -opc)
@@ -93,13 +101,13 @@ complete -c gpulaunch -n __gpulaunch_in_command -f -a '(__gpulaunch_complete_com
 complete -c gpulaunch -n __gpulaunch_at_first -a '(__gpulaunch_first_command)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check each env ls plan run submit topo' -l gpus -s g -x -a '(__gpulaunch_gpus)' -d 'physical GPUs as `gpulaunch ls` numbers them: 4-7, 0,2,5, all, or GPU-/MIG- UUIDs (order kept: 3,1 makes cuda:0 GPU 3); each: the GPUs the sweep may use; ls, topo: show only these'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l auto -s n -x -d 'pick the best N GPUs: idle first, one model, best links, most free memory'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l fit -x -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env run submit' -l fit -x -a '(__gpulaunch_models)' -d 'pick the fewest GPUs (1, 2, 4 or 8) whose free memory together holds SIZE, or MODEL (a model file or folder, a cached Hugging Face id, or `model`: the one the command names); a model also fills {tp} {gpu_layers} {tensor_split} {ctx} {gpu_mem_util} {max_memory}'
 complete -c gpulaunch -n '__gpulaunch_option_ok check each env run submit' -l min-count -x -d 'an elastic count, as nvisel\'s: at least N GPUs (default 1), and with --max-count as many eligible ones as there are up to its M; {n} gets the count taken'
 complete -c gpulaunch -n '__gpulaunch_option_ok check each env run submit' -l max-count -x -d 'an elastic count: as many eligible GPUs as there are, up to N (at least --min-count\'s, default 1): --max-count 4 is "up to 4, at least 1"'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l ctx -x -d '--fit MODEL, plan: size the KV cache for N tokens (default: the command\'s -c/--max-model-len, else the model\'s own)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l parallel -x -d '--fit MODEL, plan: N sequences at once (default: the command\'s -np, else llama-server\'s 4 slots, else 1)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l kv-type -x -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
-complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l engine -x -d '--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l kv-type -x -a 'f32 f16 bf16 q8_0 q5_0 q5_1 q4_0 q4_1 iq4_nl fp8 fp8_e4m3 fp8_e5m2 fp8_ds_mla' -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l engine -x -a 'llama.cpp vllm sglang mlc tgi transformers' -d '--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run submit' -l reserve -x -d '--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context instead of the engine\'s allowance'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l max-util -x -d 'only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may also take GPUs busy or full with others\' work, which they skip otherwise'
@@ -164,6 +172,7 @@ complete -c gpulaunch -n '__gpulaunch_sub_is completions' -a 'bash zsh fish'
 complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks plan submit jobs log cancel help'
 complete -c gpulaunch -n '__gpulaunch_sub_is locks' -a 'init'
 complete -c gpulaunch -n '__gpulaunch_sub_is each' -F
+complete -c gpulaunch -n '__gpulaunch_sub_is plan' -x -a '(__gpulaunch_models)'
 complete -c gpulaunch -n '__gpulaunch_sub_is jobs' -k -a '(command gpulaunch __complete jobs all 2>/dev/null)'
 complete -c gpulaunch -n '__gpulaunch_sub_is log' -k -a '(command gpulaunch __complete jobs all 2>/dev/null)'
 complete -c gpulaunch -n '__gpulaunch_sub_is cancel' -k -a '(command gpulaunch __complete jobs active 2>/dev/null)'

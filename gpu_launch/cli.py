@@ -118,4 +118,16 @@ def run(argv: list[str]) -> int:
         inv = config.apply(inv, os.environ)  # options not on the command line: GPULAUNCH_*, then the file
     verb = "submit" if inv.command == RUN and inv.get("detach") else inv.command  # --detach: submit's other spelling
     module = __import__(f"gpu_launch.commands.{COMMANDS[verb]}", fromlist=["run"])
-    return module.run(inv)
+    try:
+        return module.run(inv)
+    except GpuLaunchError as exc:
+        if getattr(exc, "no_driver", False) and verb not in VIEWS:
+            from gpu_launch.placing.pick import no_driver_refusal
+
+            # What starts work has no GPUs to run on: one line naming --snapshot dgx-h100.
+            raise no_driver_refusal(exc) from None
+        raise
+
+
+#: the read-only views, which show the bundled example machine where there is no driver (placing/pick.py)
+VIEWS = ("ls", "topo", "plan")

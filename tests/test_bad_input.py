@@ -260,10 +260,10 @@ CATALOGUE: tuple[Bad, ...] = (
     Bad("parent-cvd-excludes-gpus", (*W, "--gpus", "0", "--", "true"), U, "GPU 0 is outside what the parent allows",
         env={"CUDA_VISIBLE_DEVICES": "1"}),
     # no driver on this machine: the real pynvml fails to load libnvidia-ml.so.1
-    Bad("no-driver-ls-json", ("ls", "--json"), ExitCode.NO_DRIVER, "libnvidia-ml.so.1 was not found", no_driver=True),
-    Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER, "(hint: no NVIDIA driver here? try an example machine",
-        no_driver=True),
-    Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "NVML unavailable", no_driver=True),
+    Bad("no-driver-auto", ("--auto", "1", "--", "true"), ExitCode.NO_DRIVER,
+        "no NVIDIA driver here (libnvidia-ml.so.1 was not found) (hint: add --snapshot dgx-h100 to run it on the "
+        "example machine)", no_driver=True),
+    Bad("no-driver-gpus", ("--gpus", "0", "--", "true"), ExitCode.NO_DRIVER, "no NVIDIA driver here", no_driver=True),
     # options
     Bad("unknown-option-gpu", (*S, "--gpu", "0", "--", "true"), U, "unknown option --gpu (hint: did you mean --gpus?)"),
     Bad("unknown-option-typo", (*S, "--atuo", "2", "--", "true"), U, "did you mean --auto?"),

@@ -111,9 +111,10 @@ def test_helper_reads_the_snapshot_on_the_line(shell_env: dict[str, str]) -> Non
 
 
 @pytest.mark.parametrize("words", [["gpus", "--snapshot", "/no/such/file.json"], ["gpus", "--snapshot", "nonsense"],
-                                   ["gpus"], ["bogus"], []])
+                                   ["bogus"], []])
 def test_helper_fails_silently(words: list[str], shell_env: dict[str, str]) -> None:
-    """No snapshot, no NVML here, a bad file: nothing on stdout or stderr, exit 0."""
+    """A bad file, a bad verb: nothing on stdout or stderr, exit 0. (No driver at all: the example machine's
+    GPUs, as `ls` shows them: test_the_helper_offers_the_example_machines_gpus_without_a_driver.)"""
     proc = helper(*words, env={**shell_env, "PYTHONPATH": str(ROOT)})
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
@@ -248,7 +249,7 @@ ZSH_DRIVER = r"""
 # compadd/compset/_files/_normal exist only inside a completion widget: stand-ins that print.
 compadd() { while (( $# )) && [[ $1 != -- ]]; do shift; done; shift; print -rl -- "${@/#/ADD:}" }
 compset() { return 1 }
-_files() { print -r -- FILES }
+_files() { print -r -- "FILES${*:+:$*}" }
 _normal() { print -r -- "NORMAL:${words[*]}:$CURRENT" }
 _command_names() { print -r -- COMMANDS }
 source $1
@@ -365,3 +366,79 @@ def test_zsh_completes_job_ids(with_jobs: dict[str, str]) -> None:
 def test_fish_completes_job_ids(with_jobs: dict[str, str]) -> None:
     assert fish_complete("gpulaunch jobs ", with_jobs) == ["1", "2"]
     assert fish_complete("gpulaunch cancel ", with_jobs) == ["2"]
+
+
+# ------------------------------------------------- models, engines, KV types, no driver (issue 36 item 5)
+
+NO_DRIVER_PYNVML = """\
+import sys
+sys.path.insert(0, {tests!r})
+from fake_pynvml import FakeNvml, make_gpu, NVML_ERROR_LIBRARY_NOT_FOUND
+_fake = FakeNvml([make_gpu(0)], errors={{("nvmlInit", None): NVML_ERROR_LIBRARY_NOT_FOUND}})
+
+
+def __getattr__(name):
+    return getattr(_fake, name)
+"""
+
+
+@pytest.fixture
+def models_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory with what a model reader takes (a GGUF, a safetensors file, a folder) and what it does not."""
+    for name in ("ll-8b.gguf", "ll-st.safetensors", "ll-notes.txt", "ll.json"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "ll-folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def no_driver(shell_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """No NVIDIA driver: a pynvml whose nvmlInit says the library is not there, first on the path."""
+    fake = tmp_path / "nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(NO_DRIVER_PYNVML.format(tests=str(ROOT / "tests")))
+    return {**shell_env, "PYTHONPATH": f"{fake}{os.pathsep}{shell_env['PYTHONPATH']}"}
+
+
+ENGINES = ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers"]
+
+
+def test_the_helper_offers_the_example_machines_gpus_without_a_driver(no_driver: dict[str, str]) -> None:
+    """Was: nothing, while `ls` showed the example machine."""
+    assert helper("gpus", env=no_driver).stdout.split() == [*map(str, range(8)), "all"]
+
+
+@needs_bash
+def test_bash_models_engines_kv_types_and_gpus_without_a_driver(shell_env: dict[str, str], models_here: Path,
+                                                                no_driver: dict[str, str]) -> None:
+    models = ["ll-8b.gguf", "ll-folder", "ll-st.safetensors"]
+    assert sorted(bash_complete("gpulaunch plan ./ll", shell_env)) == [f"./{m}" for m in models]
+    assert sorted(bash_complete("gpulaunch plan --ctx 8192 ll", shell_env)) == models
+    assert sorted(bash_complete("gpulaunch --fit ll", shell_env)) == models
+    assert sorted(bash_complete("gpulaunch --fit=ll", shell_env)) == [f"--fit={m}" for m in models]
+    assert bash_complete("gpulaunch plan ll.gguf --engine ", shell_env) == ENGINES
+    assert bash_complete("gpulaunch --fit ll-8b.gguf --kv-type q8", shell_env) == ["q8_0"]
+    assert bash_complete("gpulaunch --gpus ", no_driver) == [*map(str, range(8)), "all"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (apt-get install zsh)")
+def test_zsh_models_engines_kv_types_and_gpus_without_a_driver(shell_env: dict[str, str],
+                                                               no_driver: dict[str, str]) -> None:
+    models = ["FILES:-g *.(gguf|safetensors)"]  # _files offers the folders too
+    assert zsh_complete("gpulaunch plan ./ll", shell_env) == models
+    assert zsh_complete("gpulaunch --fit ", shell_env) == models
+    assert zsh_complete("gpulaunch --engine ", shell_env) == [f"ADD:{e}" for e in ENGINES]
+    assert zsh_complete("gpulaunch plan m.gguf --kv-type ", shell_env)[:3] == ["ADD:f32", "ADD:f16", "ADD:bf16"]
+    assert zsh_complete("gpulaunch --gpus ", no_driver) == [f"ADD:{i}" for i in range(8)] + ["ADD:all"]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (apt-get install fish)")
+def test_fish_models_engines_kv_types_and_gpus_without_a_driver(shell_env: dict[str, str], models_here: Path,
+                                                                no_driver: dict[str, str]) -> None:
+    models = ["ll-8b.gguf", "ll-folder/", "ll-st.safetensors"]
+    assert sorted(fish_complete("gpulaunch plan ll", shell_env, models_here)) == models
+    assert sorted(fish_complete("gpulaunch --fit ll", shell_env, models_here)) == models
+    assert sorted(fish_complete("gpulaunch --engine ", shell_env)) == sorted(ENGINES)
+    assert fish_complete("gpulaunch --kv-type q4", shell_env) == ["q4_0", "q4_1"]
+    assert fish_complete("gpulaunch --gpus ", no_driver) == [*map(str, range(8)), "all"]

@@ -48,7 +48,7 @@ sh -c 'echo broken >&2; exit 3'   # this one fails
         assert len(gpus) == 2 and set(gpus) <= {"0", "1", "2", "3"}
     assert (logs / "job-2.log").read_text() == "broken\n"
     summary = result.stdout.splitlines()
-    assert summary[0] == "3 done, 0 running, 0 queued, 1 failed"
+    assert summary[0] == "3 done, 0 running, 0 queued, 1 failed (1 exit 3)"
     assert summary[1].split()[:3] == ["JOB", "STATUS", "RESULT"]
     row2 = next(line for line in summary if line.startswith("2 "))
     assert "failed" in row2 and "exit 3" in row2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -56,6 +57,15 @@ def _recorder_jobs(tmp_path: Path, n: int) -> tuple[Path, Path]:
     return jobs, rec
 
 
+def _end(sweep: subprocess.Popen[str], rec: Path) -> None:
+    """However the test went: the recorder jobs are released (they would wait for ever, each in its own
+    session, outliving a killed sweep), then the sweep ends."""
+    (rec / "release-all").touch()
+    if sweep.poll() is None:
+        sweep.kill()
+        sweep.wait()
+
+
 def _highest(rec: Path, name: str) -> int:
     return max(int(x) for x in (rec / f"{name}.max").read_text().split())
 
@@ -79,8 +89,7 @@ def test_jobs_per_gpu_2_never_puts_a_third_job_on_a_gpu_and_keeps_it_reserved(tm
         (rec / "release-all").touch()
         assert sweep.wait(timeout=60) == 0, sweep.stderr.read() if sweep.stderr else ""
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
+        _end(sweep, rec)
     assert len(_up(rec)) == 7
     assert _highest(rec, "gpu0") == 2 and _highest(rec, "gpu1") == 2  # shared, and never by 3
     assert not (rec / "gpu2.max").exists() and not (rec / "gpu3.max").exists()
@@ -99,8 +108,7 @@ def test_max_running_caps_a_local_sweep(tmp_path: Path, locks: Path) -> None:
         (rec / "release-all").touch()
         assert sweep.wait(timeout=60) == 0
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
+        _end(sweep, rec)
     assert len(_up(rec)) == 5 and _highest(rec, "all") == 2
 
 
@@ -114,8 +122,7 @@ def test_gpus_is_the_set_the_sweep_may_use(tmp_path: Path, locks: Path) -> None:
         (rec / "release-all").touch()
         assert sweep.wait(timeout=60) == 0
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
+        _end(sweep, rec)
     assert sorted(_up(rec).values()) in (["1", "1", "3", "3"], ["1", "1", "1", "3"], ["1", "3", "3", "3"])
     too_many = run(["--snapshot", "workstation-4x", "each", str(jobs), "--gpus", "1", "--gpus-per-job", "2"], locks)
     assert too_many.returncode == 4, too_many.stderr
@@ -138,8 +145,7 @@ def test_the_waiting_line_says_the_sweep_fills_every_gpu_and_says_it_once(tmp_pa
         (rec / "release-all").touch()
         assert sweep.wait(timeout=60) == 0
     finally:
-        if sweep.poll() is None:
-            sweep.kill()
+        _end(sweep, rec)
     waiting = [line for line in err.text().splitlines() if line.startswith("gpulaunch each: waiting")]
     assert len(waiting) == 1, waiting
     assert waiting[0].startswith("gpulaunch each: waiting: all 4 GPUs in use by this sweep ("), waiting

@@ -96,7 +96,7 @@ def test_a_sweep_runs_as_one_array_each_job_inside_its_own_allocation(
 
     # The summary: the same table as a local `each`, with the node.
     summary = proc.stdout.splitlines()
-    assert summary[0] == "5 done, 0 running, 0 queued, 1 failed"
+    assert summary[0] == "5 done, 0 running, 0 queued, 1 failed (1 exit 3)"
     assert summary[1].split() == ["JOB", "STATUS", "RESULT", "NODE", "GPUS", "TIME", "LOG", "COMMAND"]
     rows = {int(line.split()[0]): line.split() for line in summary[2:]}
     assert sorted(rows) == [1, 2, 3, 4, 5, 6]
@@ -257,6 +257,18 @@ def test_each_task_runs_its_line_through_the_shell_after_gpulaunch(cluster: slur
                             env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert direct.returncode == 0, direct.stderr
     assert "1 > out.txt" in (tmp_path / "d" / "job-1.log").read_text()  # the words, exec'd: no redirection
+
+
+def test_index_is_the_array_task_id_less_one(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    """Issue 36 item 3 on Slurm: job N is array task N; {index} is N-1, {index1} N, with and without the shell."""
+    (tmp_path / "jobs.txt").write_text("echo first {index} {index1}\n# a comment\necho second {index} {index1}\n")
+    for shell, logs in ((True, tmp_path / "logs"), (False, tmp_path / "logs-words")):
+        proc = subprocess.run(gl("each", "jobs.txt", "--slurm", "--follow", "--log-dir", str(logs),
+                                 *([] if shell else ["--no-shell"])),
+                              env=_env(cluster, tmp_path), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert (logs / "job-1.log").read_text().splitlines()[-1] == "first 0 1"
+        assert (logs / "job-2.log").read_text().splitlines()[-1] == "second 1 2"
 
 
 def test_sbatch_args_that_replace_the_work_never_reach_slurm(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:

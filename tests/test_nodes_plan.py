@@ -242,7 +242,7 @@ def test_fit_model_slurm_runs_the_plans_tp_and_pp_on_every_node(tmp_path: Path) 
                      str(logs), "--", "vllm", "serve", str(tmp_path / "M"), "--max-model-len", "{ctx}")
     assert proc.returncode == 0, proc.stderr
     assert "# The model's plan: 2 nodes × 8 GPUs, tp 4 × pp 4, written into the command." in proc.stdout
-    words = shlex.split(proc.stdout.split("exec srun", 1)[1].replace("\\\n", " "))
+    words = shlex.split(proc.stdout.split("exec srun", 1)[1].split("\n# node ")[0].replace("\\\n", " "))
     task = words[words.index("-m") + 1:]  # gpulaunch's node task, as srun starts it on every node
     assert task[:4] == ["gpu_launch", "--nodes", "2", "--gpus-per-node"] and task[4] == "8"
     assert task[task.index("--") + 1:] == ["vllm", "serve", str(tmp_path / "M"), "--max-model-len", "32768",

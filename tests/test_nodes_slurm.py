@@ -261,3 +261,36 @@ def test_srun_inside_an_allocation_is_the_node_task(cluster: slurm_cluster.Clust
     ranks = _records(tmp_path, "vllm")
     assert [ranks[r]["node"] for r in (0, 1)] == ["n1", "n2"] and ranks[0]["joined"] == [1]
     assert (tmp_path / "gpulaunch-logs" / ".nodes").is_dir()  # the default rendezvous directory, in the job's cwd
+
+
+def test_node_placeholders_in_the_engines_flags_are_accepted_and_filled(cluster: slurm_cluster.Cluster,
+                                                                         tmp_path: Path) -> None:
+    """Issue 36: `--pipeline-parallel-size {pp}` was refused at submission as contradicting what gpulaunch sets,
+    though the same command ran under srun; each node now gets it filled: 2 nodes, 2 pipeline stages."""
+    proc, job, logs = _submit(cluster, tmp_path, ["vllm", "serve", "M", "--pipeline-parallel-size", "{pp}",
+                                                  "--tensor-parallel-size", "{tp}"])
+    assert proc.returncode == 0, proc.stderr + _node_logs(logs, job)
+    ranks = _records(tmp_path, "vllm")
+    for r in (0, 1):
+        args = ranks[r]["argv"]
+        assert args[args.index("--pipeline-parallel-size") + 1] == "2", args
+        assert args[args.index("--tensor-parallel-size") + 1] == "2", args  # {tp}: the GPUs a node
+        assert "{pp}" not in args and "{tp}" not in args
+
+
+def test_a_step_slurm_gave_no_gpus_is_refused_with_the_gres_hint(cluster: slurm_cluster.Cluster,
+                                                                 tmp_path: Path) -> None:
+    """Issue 36: `salloc -N2` without --gres, then `srun gpulaunch --nodes 2 -- ...`, took every GPU of each
+    node though Slurm gave the step none."""
+    environ = _env(cluster, tmp_path)
+    script = tmp_path / "mine.sh"
+    script.write_text(f"#!/bin/sh\nsrun --ntasks-per-node=1 {sys.executable} -m gpu_launch --nodes 2 -- vllm serve M"
+                      " || echo refused=$?\n")
+    out = tmp_path / "mine.out"
+    proc = subprocess.run(["sbatch", "--wait", "-N", "2", "--ntasks-per-node=1", "-o", str(out), str(script)],
+                          env=environ, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    text = out.read_text()
+    assert proc.returncode == 0, proc.stderr + text
+    assert "this Slurm step was given no GPUs" in text and "--gres=gpu:G" in text, text
+    assert "refused=4" in text, text
+    assert not _records(tmp_path, "vllm")  # no engine ran on any node

@@ -46,7 +46,7 @@ def _submit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     ("deepspeed --hostfile hosts train.py", "does not go with --nodes"),
     ("text-generation-launcher --model-id M", "documents no multi-node mode"),
     ("llama-server -m M", "write --rpc {rpc}"),
-    ("python train.py --tp {tp}", "{tp} is filled in only when --fit names a model"),
+    ("python train.py --ctx {ctx}", "{ctx} is filled in only when --fit names a model"),  # ({tp}: a node's GPUs)
     ("python train.py --out run-{node_rank}", "inside the argument 'run-{node_rank}'"),
 ])
 def test_what_the_nodes_would_refuse_is_refused_before_sbatch_runs(tmp_path: Path, command: str, says: str) -> None:
@@ -82,7 +82,7 @@ def test_fit_model_slurm_fills_every_form_of_the_plans_placeholders(tmp_path: Pa
                              "--max-model-len={ctx}", "--served-model-name", "{{tp}}", "--tensor-parallel-size={tp}"),
                           env=env(tmp_path / "locks"), capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    last = proc.stdout.strip().splitlines()[-1]
+    last = next(x for x in reversed(proc.stdout.splitlines()) if x.strip().startswith("-- "))  # (the script's)
     command = shlex.split(last.strip().removeprefix("-- "))
     assert command[:7] == ["vllm", "serve", str(model), "--max-model-len=8192", "--served-model-name", "{{tp}}",
                            "--tensor-parallel-size=2"], last

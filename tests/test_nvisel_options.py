@@ -187,3 +187,48 @@ def test_config_and_env_defaults_for_the_constraints(tmp_path: Path, locks: Path
     count.write_text("max-count = 2\n")
     refused = run(["--snapshot", "mixed-a100", "--", *SHOW], env=env(locks, GPULAUNCH_CONFIG=str(count)))
     assert refused.returncode == 7 and "'max-count' cannot have a default" in refused.stderr  # this launch's own
+
+
+# -- other tools' option names (issue 36 item 4) ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, says", [
+    # Was "did you mean --min-total-memory" (another thing), "--min-count", "--wide", "--json", and "--processes"
+    # (the opposite of what gpustat's --no-processes asks).
+    (["--min-free-memory", "20GiB", "--", "true"], "nvisel's --min-free-memory is --min-free SIZE here"),
+    (["--min-free-memory=20GiB", "--", "true"], "nvisel's --min-free-memory is --min-free SIZE here"),
+    (["--count", "2", "--", "true"], "nvisel's --count is --auto N here"),
+    (["ls", "--id", "0"], "gpustat's --id is `gpulaunch ls --gpus SPEC` here"),
+    (["ls", "--only", "0"], "nvitop's --only is `gpulaunch ls --gpus SPEC` here"),
+    (["ls", "--no-processes"], "gpustat's --no-processes is plain `gpulaunch ls` here"),
+    (["--max-load", "0.5", "--", "true"], "GPUtil's --max-load is --max-util PERCENT here: a percent"),
+    (["-G", "2", "--", "true"], "task-spooler's -G is --auto N here"),
+])
+def test_other_tools_option_names_get_gpulaunchs_name_as_the_hint(args: list[str], says: str, locks: Path) -> None:
+    result = run(["--snapshot", "dgx-h100", *args], locks)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulaunch: error: unknown option "), result.stderr
+    assert says in lines[0] and "did you mean" not in lines[0], lines[0]
+
+
+def test_a_typo_still_gets_the_spelling_hint() -> None:
+    from gpu_launch.errors import UsageError
+    from gpu_launch.options.args import parse
+
+    with pytest.raises(UsageError) as caught:
+        parse(["--min-fre", "20GiB", "--", "true"])
+    assert caught.value.hint == "did you mean --min-free?"
+
+
+def test_every_peer_option_is_unknown_here_and_shown_in_the_docs_table() -> None:
+    """A peer's spelling that gpulaunch also had would never reach the table; each row is on the docs page."""
+    from gpu_launch.options.args import _BY_NAME
+    from gpu_launch.options.peers import PEERS
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "choosing-gpus.md").read_text()
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:3]) for line in page.splitlines()
+            if line.startswith("| ")}
+    for peer in PEERS:
+        assert peer.spelling not in _BY_NAME, peer
+        ours = peer.ours if "`" in peer.ours else f"`{peer.ours}`" if peer.ours.startswith("-") else peer.ours
+        assert (peer.tool, f"`{peer.spelling}`", ours) in rows, peer

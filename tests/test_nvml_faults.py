@@ -120,8 +120,8 @@ def test_nvml_init_failure_is_one_line_and_exit_3(gpulaunch: Run, fault: str, ar
     error, says, hint = INIT_FAULTS[fault]
     nvml = fake.dgx_h100(errors={("nvmlInit", None): error})
     result = gpulaunch(nvml, *argv)
-    if argv[0] == "ls" and "--json" not in argv and fault in NO_DRIVER:  # a new user's first `ls`: the demo
-        assert result.code == 0 and "snapshot dgx-h100" in result.out
+    if argv[0] == "ls" and fault in NO_DRIVER:  # a new user's first `ls` (--json too): the demo
+        assert result.code == 0 and ("snapshot dgx-h100" in result.out or '"example": "dgx-h100"' in result.out)
         assert result.error_lines == [] and "so this is the example machine dgx-h100" in result.err
         return
     assert result.code == ExitCode.NO_DRIVER

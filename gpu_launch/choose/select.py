@@ -175,7 +175,13 @@ def _not_free_for_it(gpu: Gpu, c: Constraints) -> str | None:
         return None
     users = sorted({p.user for p in gpu.processes if p.user})
     who = f" by {', '.join(users)}" if users else ""
-    return f"{level.text}{who} ({gpu.utilization_gpu or 0}% utilisation; --max-util 100 takes it anyway)"
+    util = gpu.utilization_gpu or 0
+    if util >= BUSY_MIN_UTIL or not gpu.memory_total_mib:
+        why = f"{util}% utilisation"
+    else:  # memory decided it: "busy (0% utilisation; ...)" named the one thing that did not
+        used = round(100 * (gpu.memory_used_mib or 0) / gpu.memory_total_mib)
+        why = f"{used}% of its memory in use, {util}% utilisation"
+    return f"{level.text}{who} ({why}; --max-util 100 takes it anyway)"
 
 
 def _unusable(gpu: Gpu, c: Constraints) -> str | None:

@@ -161,13 +161,21 @@ def _check_command(argv: tuple[str, ...], nnodes: int, gpus: int) -> None:
     from gpu_launch.run import placeholders
 
     try:
-        placeholders.check(argv, (*placeholders.NAMES, *NAMES))
+        placeholders.check(argv, (*placeholders.NAMES, *NAMES, "tp"))  # {tp}: a node's GPUs (--fit MODEL: the plan's)
     except placeholders.Unfilled as exc:
         if exc.name not in placeholders.MODEL_NAMES:
             raise
         raise UsageError(exc.message, hint="size it: gpulaunch --fit model --slurm -- ...; "
                                            f"write {{{{{exc.name}}}}} for a literal {{{exc.name}}}") from None
-    node_flags.check(argv, nnodes, gpus, os.environ)
+    from gpu_launch.cluster.nodes import values
+
+    def filled(world: node_flags.World) -> tuple[str, ...]:
+        """The command as this node's launch will fill it: {pp} 2, {nnodes} 2, {node_rank} R; the head's
+        address and port are not known yet (left as written: the flags that name them are the nodes' to check)."""
+        known = {k: v for k, v in values(world).items() if k not in ("head_addr", "head_port")}
+        return placeholders.fill_only(argv, known)
+
+    node_flags.check(argv, nnodes, gpus, os.environ, filled)
 
 
 def _write_script(log_dir: str, text: str) -> str:
@@ -215,6 +223,9 @@ def submit(inv: Any) -> int:
     if inv.get("dry_run"):  # the script and the sbatch line; nothing is written or submitted
         script = os.path.join(job.log_dir, "nodes.sh")
         sys.stdout.write(f"# {shlex.join(sbatch_argv(job, script))}\n# {script}:\n{script_text(job)}")
+        from gpu_launch.cluster.nodeview import node_commands
+
+        sys.stdout.write("".join(f"# {line}\n" for line in node_commands(job)))
         return 0
     sbatch = submitting.require("sbatch", environ)
     following = bool(inv.get("follow")) or "wait" in inv.flags
@@ -297,6 +308,7 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
     deadline = time.monotonic() + limit if limit not in (None, float("inf")) else None
     cancelled = False
     gone = 0
+    state = "UNKNOWN"  # Slurm's last word on it: a --wait that runs out says "pending" of a job that never started
 
     def say(key: str, text: str) -> None:
         if key not in said:
@@ -346,7 +358,8 @@ def _follow(job: NodeJob, job_id: str, environ: Mapping[str, str], interval: flo
                     raise Interrupted(f"interrupted: cancelled Slurm job {job_id}")
                 from gpu_launch.base.units import fmt_duration
 
-                raise WaitTimeout(f"Slurm job {job_id} is still running after {fmt_duration(limit or 0)} (it goes on: "
+                still = "pending" if state == "PENDING" else "running"
+                raise WaitTimeout(f"Slurm job {job_id} is still {still} after {fmt_duration(limit or 0)} (it goes on: "
                                   f"squeue -j {job_id})", hint=f"logs in {job.log_dir}; scancel {job_id} stops it")
             until = time.monotonic() + interval
             while time.monotonic() < until and not received:
@@ -381,6 +394,13 @@ def _ended(job: NodeJob, job_id: str, fields: Mapping[str, str], cancelled: bool
         where = f" (node {first[0]} first)" if first is not None else ""
         print(f"gpulaunch: job {job_id} {'completed' if status == 0 else 'failed'}: exit {status}{where}; {logs}",
               file=sys.stderr, flush=True)
+        from gpu_launch.cluster.nodeview import last_error
+
+        reason = last_error(job.log_dir, job_id) if status else None
+        if reason is not None:  # the reason, not only the exit code ("NVML unavailable" was only in that log)
+            from gpu_launch.base.text import printable
+
+            print(f"gpulaunch: job {job_id} node {reason[0]}: {printable(reason[1])}", file=sys.stderr, flush=True)
     return status
 
 

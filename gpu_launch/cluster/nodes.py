@@ -80,6 +80,7 @@ def place(inv: Invocation, environ: Mapping[str, str]) -> tuple[Place, Invocatio
         raise _nowhere(nnodes, environ)
     log_dir = os.path.abspath(inv.get("log_dir") or DEFAULT_LOG_DIR)
     if in_step and rank is None:
+        _require_allotment(nnodes, environ)  # (before anything is asked of Slurm: it is the step's first fact)
         here = _from_slurm(nnodes, environ, head, log_dir)
     else:
         if rank is None or head is None:
@@ -96,6 +97,23 @@ def place(inv: Invocation, environ: Mapping[str, str]) -> tuple[Place, Invocatio
         options["auto"] = inv.get("gpus_per_node") or _allotment(inv, options)
     options.pop("fit", None)
     return replace(here, engine=engine), replace(inv, options=options)
+
+
+#: where slurmd says which GPUs a job or step was given (gres/gpu; CUDA_VISIBLE_DEVICES set by the cgroup plugin)
+_SLURM_GPU_VARIABLES = ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+
+
+def _require_allotment(nnodes: int, environ: Mapping[str, str]) -> None:
+    """A Slurm step that was given no GPUs (``salloc -N2`` without ``--gres``) is refused: the node's GPUs are
+    not its to take, all of them least of all (they may be another job's)."""
+    if any(environ.get(name) for name in _SLURM_GPU_VARIABLES):
+        return
+    from gpu_launch.errors import NotEnoughGpus
+
+    raise NotEnoughGpus(f"this Slurm step was given no GPUs (none of {', '.join(_SLURM_GPU_VARIABLES)} is set): "
+                        "gpulaunch takes only the GPUs Slurm allots",
+                        hint=f"ask Slurm for them: salloc -N {nnodes} --gres=gpu:G (or srun --gres=gpu:G ...), or "
+                             f"submit it: gpulaunch --nodes {nnodes} --gpus-per-node G --slurm -- ...")
 
 
 def _nowhere(nnodes: int, environ: Mapping[str, str]) -> UsageError:
@@ -291,9 +309,10 @@ def _check_loopback(addr: str, head_host: str, head_node: str) -> None:
 
 
 def values(world: node_flags.World) -> dict[str, str]:
-    """The node placeholders' values: ``{nnodes} {node_rank} {head_addr} {head_port} {pp}``."""
+    """The node placeholders' values: ``{nnodes} {node_rank} {head_addr} {head_port} {pp}``, and ``{tp}``, the
+    GPUs a node (one pipeline stage a node, tensor-parallel within it; a --fit MODEL plan's own tp wins)."""
     return {"nnodes": str(world.nnodes), "node_rank": str(world.rank), "head_addr": world.head_addr,
-            "head_port": str(world.head_port), "pp": str(world.nnodes)}
+            "head_port": str(world.head_port), "pp": str(world.nnodes), "tp": str(world.gpus)}
 
 
 def command(argv: tuple[str, ...], world: node_flags.World, devices_ids: tuple[int, ...], files_dir: str,

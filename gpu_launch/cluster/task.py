@@ -107,7 +107,9 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
           f"{printable(record['node'])}, allocation GPUs {printable(allocation) or '(none)'}: {ran}",
           file=sys.stderr, flush=True)
     # The shell after gpulaunch, its line filled in; the words as written, for the launch to fill.
-    words = (*command[:2], placeholders.protect(command[2])) if job.shell else job.argv
+    # {index}/{index1} are the task's own (SLURM_ARRAY_TASK_ID is job N's N): filled here, the rest by the launch.
+    words = (*command[:2], placeholders.protect(command[2])) if job.shell else \
+        placeholders.fill_only(job.argv, placeholders.job_values(job.number))
     child = [sys.executable, "-m", "gpu_launch", "--auto", gpus, "--", *words]
     def forward(signum: int, frame: object) -> None:
         """``scancel --batch --signal=USR1``, sbatch's ``--signal=B:...``: only this shell's stand-in gets them."""

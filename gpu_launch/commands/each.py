@@ -75,8 +75,6 @@ def _refuse(inv: Any, dests: Sequence[str], why: str, hint: str) -> None:
 
 def checked_jobs(inv: Any) -> tuple[list[Job], str]:
     """The job file's jobs, every command checked for existence (127/126 naming the line)."""
-    from gpu_launch.run.execute import resolve_command
-
     if len(inv.positionals) > 1:
         raise UsageError(f"`each` takes one job file, got {len(inv.positionals)} arguments",
                          hint="put all the commands in one file, one a line")
@@ -85,15 +83,52 @@ def checked_jobs(inv: Any) -> tuple[list[Job], str]:
         raise UsageError(f"{source}: no commands in it", hint="one command a line; # starts a comment")
     found: set[str] = set()  # programs already found (48 lines of `python train.py` look it up once)
     for job in jobs:
-        try:
-            program = job.program()
-            if program is not None and program not in found:
-                resolve_command((program, *job.argv[1:]), os.environ)
-                found.add(program)
-            job.check()  # placeholders: refused now, before anything is reserved or waited for
-        except GpuLaunchError as exc:
-            raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None
+        check_job(job, found, source)
     return jobs, source
+
+
+def check_job(job: Job, found: set[str], source: str) -> None:
+    """Its program exists (127/126), its placeholders will be filled (2); the error names the line."""
+    from gpu_launch.run.execute import resolve_command
+
+    try:
+        program = job.program()
+        if program is not None and program not in found:
+            resolve_command((program, *job.argv[1:]), os.environ)
+            found.add(program)
+        job.check()  # placeholders: refused now, before anything is reserved or waited for
+    except GpuLaunchError as exc:
+        raise type(exc)(f"{source}, line {job.line}: {exc.message}", hint=exc.hint) from None
+
+
+def _streamed(inv: Any) -> tuple[list[Job], str, Any]:
+    """The jobs known now, their source, and the stdin feed (:mod:`gpu_launch.sweeps.feed`) while more may come:
+    ``each -`` from a pipe starts each line as it arrives; a job file (or stdin from a file) is read whole."""
+    import stat
+
+    path = inv.positionals[0] if inv.positionals else None
+    try:
+        fd = sys.stdin.fileno() if sys.stdin is not None and path in (None, "-") and len(inv.positionals) < 2 else -1
+        mode = os.fstat(fd).st_mode if fd >= 0 else 0
+    except (OSError, ValueError):
+        mode = 0
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) and path == "-"):
+        jobs, source = checked_jobs(inv)
+        return jobs, source, None
+    from gpu_launch.sweeps.feed import Feed
+
+    feed = Feed(fd, "stdin", not inv.get("no_shell"))
+    found: set[str] = set()
+    feed.check = lambda job: check_job(job, found, "stdin")
+    jobs = [job for job, _ in feed.take(feed.check, block=True, strict=True)]
+    if feed.open:  # input all written at once (a pipe from echo) ends a moment later: then it is a job file
+        import select
+
+        select.select([fd], [], [], 0.05)
+        jobs += [job for job, _ in feed.take(feed.check, strict=True)]
+    if not jobs:
+        raise UsageError("stdin: no commands in it", hint="one command a line; # starts a comment")
+    return jobs, "stdin", feed if feed.open else None
 
 
 def _make_log_dir(log_dir: str) -> str:
@@ -187,7 +222,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     """``gpulaunch each [FILE] --gpus-per-job K ...``; returns 0, or raises JobsFailed/Interrupted."""
     from gpu_launch.views.each_view import View
 
-    jobs, source = checked_jobs(inv)
+    jobs, source, feed = _streamed(inv)
     k = inv.get("gpus_per_job") or 1
     least, most = inv.get("min_count"), inv.get("max_count")  # an elastic count per job (as a launch's)
     if (least is not None or most is not None) and "gpus_per_job" in inv.flags:
@@ -220,8 +255,8 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
 
     prepare_dir(locking.lock_dir)
     log_dir = _make_log_dir(inv.get("log_dir") or default_log_dir())
-    view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs), log_dir=log_dir,
-                json=bool(inv.get("json")))
+    view = View(sys.stderr, sys.stdout, quiet=bool(inv.get("quiet")), total=len(jobs) if feed is None else None,
+                log_dir=log_dir, json=bool(inv.get("json")))
     if not acquire.inside_allotment(locking, machine):
         from gpu_launch.base.records import replace
 
@@ -230,6 +265,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser, scope,
                           max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1, machine=machine)
     scheduler.queue = not locking.nested
+    scheduler.feed = feed
     with view:
         scheduler.run()
     view.summary(scheduler)
@@ -237,7 +273,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     if scheduler.stopping:
         raise Interrupted(f"interrupted: {_tally(scheduler.states, log_dir)}")
     if failed:
-        raise _jobs_failed(failed, jobs, f"their logs are in {log_dir}")
+        raise _jobs_failed(failed, [s.job for s in scheduler.states], f"their logs are in {log_dir}")
     return 0
 
 

@@ -46,7 +46,7 @@ def run(inv: Invocation) -> int:
     else:
         _refuse_node_options(inv)
     sized = isinstance(inv.get("fit"), str)  # --fit MODEL
-    node_names = (*placeholders.NODE_NAMES, "pp") if nodes is not None else ()
+    node_names = (*placeholders.NODE_NAMES, "pp", "tp") if nodes is not None else ()  # {tp}: the GPUs a node
     try:  # a placeholder that would reach the command unfilled: refused before anything is reserved or waited for
         placeholders.check(inv.argv, (*placeholders.NAMES, *(placeholders.MODEL_NAMES if sized else ()), *node_names))
     except placeholders.Unfilled as exc:
@@ -82,8 +82,10 @@ def run(inv: Invocation) -> int:
     world = None
     if nodes is not None:  # reserved: now learn (or, on the head, pick and publish) the head's address and port
         world = node_task.join(nodes, len(selection.devices), os.environ, informing)
-    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values,
-                                   node_task.values(world) if world is not None else None)
+    node_values = node_task.values(world) if world is not None else None
+    if node_values is not None and model_values is not None and "tp" in model_values:
+        del node_values["tp"]  # the plan's split, not "the GPUs a node"
+    argv = placeholders.substitute(inv.argv, len(selection.devices), model_values, node_values)
     node_command, own = None, argv  # own: the user's command, before any flag gpulaunch adds on a node
     if world is not None:
         node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),
@@ -99,6 +101,12 @@ def run(inv: Invocation) -> int:
         print("gpulaunch: --fallback cpu: running on the CPU with no GPU visible (CUDA_VISIBLE_DEVICES= empty)",
               file=sys.stderr)
     if inv.get("explain"):
+        if inv.argv and not quiet:  # never a silent no-op: the command was not run, and says how it would be
+            import shlex
+
+            where = ", ".join(d.label for d in selection.devices) if machine is not None else "the CPU"
+            print(f"gpulaunch: --explain ran nothing; without it, {shlex.join(inv.argv)} would run on {where}",
+                  file=sys.stderr)
         if plan is not None:
             return _explain_plan(inv, plan, selection, machine)
         return _explain(inv, selection, machine)
@@ -163,7 +171,12 @@ def _explain(inv: Invocation, selection: Selection, machine: Machine | None) -> 
         sys.stdout.write(explain.as_text(selection, machine, _columns(explain.WIDTH)))
         from gpu_launch.reservations import lockdir
 
-        note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ))
+        from gpu_launch.hardware.snapshot import is_example
+        from gpu_launch.placing.pick import snapshot_source
+
+        # (an example machine reserves in the user's own dir: the shared one is no concern of it)
+        note = lockdir.shared_note(lockdir.lock_dir_path(inv.get("lock_dir"), os.environ,
+                                                         example=is_example(snapshot_source(inv))))
         if note:
             sys.stdout.write(f"{note}\n")
     return 0

@@ -1,8 +1,10 @@
 """``gpulaunch ls`` / ``topo``: the GPUs, their load, who holds them, and the links between them.
 
 ``ls`` fits the terminal it is in (one line per GPU, :mod:`gpu_launch.views.ls_table`); ``--watch``
-redraws it in place until Ctrl-C. With no NVIDIA driver, a plain ``ls`` shows the bundled example
-machine with a note (exit 0: it is what a new user wants to see); ``ls --json`` stays strict (exit 3).
+redraws it in place until Ctrl-C. With no NVIDIA driver (and no ``--snapshot``), ``ls``, ``topo`` and their
+``--json`` show the bundled example machine with a one-line note on stderr (``--json``: an ``example`` field
+too; exit 0: it is what a new user wants to see), reserving in the user's own lock dir as ``--snapshot
+dgx-h100`` does (:func:`gpu_launch.placing.pick.example_instead`).
 ``--gpus SPEC`` shows those GPUs only (``nvidia-smi -i``); ``--processes`` lists every process under the
 table with its command (:mod:`gpu_launch.views.ls_processes`).
 """
@@ -28,9 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["run", "DEMO"]
 
-#: The bundled machine a plain `ls` shows where there is no NVIDIA driver.
-DEMO = "dgx-h100"
-DEMO_NOTE = f"note: no NVIDIA driver here, so this is the example machine {DEMO}"
+#: The bundled machine `ls` shows where there is no NVIDIA driver.
+DEMO = pick.EXAMPLE
+DEMO_NOTE = pick.EXAMPLE_NOTE
 
 
 def run(inv: Invocation) -> int:
@@ -50,7 +52,9 @@ def run(inv: Invocation) -> int:
         from gpu_launch.hardware import snapshot
 
         # `topo --json` writes a whole snapshot too: its processes are read, not left unknown.
-        machine, total = _read(inv, topo=True)
+        machine, inv, demo, total = _read_or_demo(inv, topo=True)
+        if demo and not inv.get("quiet"):
+            print(f"gpulaunch: {DEMO_NOTE}", file=sys.stderr)
         if inv.command == "ls":  # the machine, how many GPUs it has (--gpus shows some), then who waits for it
             import json
 
@@ -59,7 +63,13 @@ def run(inv: Invocation) -> int:
             doc = snapshot.to_dict(machine)
             doc["gpu_count"] = total
             doc["queue"] = queue_table.as_json(_waiters(inv))
+            if demo:
+                doc["example"] = DEMO
             out.write(json.dumps(doc, indent=2) + "\n")
+        elif demo:
+            import json
+
+            out.write(json.dumps({**snapshot.to_dict(machine), "example": DEMO}, indent=2) + "\n")
         else:
             out.write(snapshot.dump(machine))
         if not inv.get("quiet"):
@@ -71,7 +81,7 @@ def run(inv: Invocation) -> int:
     from gpu_launch.views.ls_table import fit_width
 
     width = fit_width(out)
-    machine, demo, total = _read_or_demo(inv, topo)
+    machine, inv, demo, total = _read_or_demo(inv, topo)
     if demo and not inv.get("quiet"):
         print(f"gpulaunch: {DEMO_NOTE}", file=sys.stderr)
     if inv.command == "ls":
@@ -118,19 +128,17 @@ def _only(machine: Machine, items: object) -> Machine:
     return replace(machine, gpus=tuple(machine.gpus[pos] for pos in keep), links=links)
 
 
-def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, bool, int]:
-    """The machine, whether it is the bundled demo (shown where NVML says there is no driver and no
-    snapshot was asked for), and how many GPUs it has in all."""
+def _read_or_demo(inv: Invocation, topo: bool) -> tuple[Machine, Invocation, bool, int]:
+    """The machine, the invocation to go on with (on the example machine where NVML says there is no driver
+    and no snapshot was asked for: its lock dir, not the shared one), whether it is that example, and how
+    many GPUs it has in all."""
     try:
         machine, total = _read(inv, topo)
-        return machine, False, total
+        return machine, inv, False, total
     except NvmlUnavailable as exc:
-        if pick.snapshot_source(inv) is not None or not exc.no_driver:
-            raise  # a driver that fails (version mismatch, no permission) is the machine's real problem
-    from gpu_launch.hardware import snapshot
-
-    demo = snapshot.resolve(DEMO)
-    return _only(demo, inv.get("gpus")), True, len(demo.gpus)
+        inv = pick.example_instead(inv, exc)  # (raises again for a driver that fails: the machine's real problem)
+    machine, total = _read(inv, topo)
+    return machine, inv, True, total
 
 
 def _listing(inv: Invocation, machine: Machine, out: IO[str], width: int | None, rich_ok: bool,
@@ -193,7 +201,7 @@ def _frame(inv: Invocation, width: int | None) -> str:
     import io
 
     buf = io.StringIO()
-    machine, demo, total = _read_or_demo(inv, False)
+    machine, inv, demo, total = _read_or_demo(inv, False)
     _listing(inv, machine, buf, width, rich_ok=False, total=total)
     if demo:
         buf.write(_wrap(DEMO_NOTE, width))

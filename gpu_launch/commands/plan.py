@@ -2,7 +2,8 @@
 GPUs a launch would get, and the numbers the placeholders would receive. Nothing runs, nothing is reserved.
 
 ``--gpus`` plans on exactly those GPUs (in that order); otherwise the GPUs are chosen as
-``gpulaunch --fit MODEL`` would choose them (constraints, ``--exclude``, others' reservations).
+``gpulaunch --fit MODEL`` would choose them (constraints, ``--exclude``, others' reservations). With no
+NVIDIA driver it plans on the bundled example machine, with ``ls``'s note (``--json``: ``example``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,23 @@ def run(inv: Invocation) -> int:
     from gpu_launch.fit import model_plan
     from gpu_launch.views import plan_view
 
-    plan, why = model_plan.make_plan(inv, ref, argv)
+    from gpu_launch.errors import NvmlUnavailable
+    from gpu_launch.placing import pick
+
+    example = None
+    try:
+        plan, why = model_plan.make_plan(inv, ref, argv)
+    except NvmlUnavailable as exc:  # no driver: planned on the example machine, as `ls` shows it
+        inv = pick.example_instead(inv, exc)
+        plan, why = model_plan.make_plan(inv, ref, argv)
+        example = pick.EXAMPLE
+        if not inv.get("quiet"):
+            print(f"gpulaunch: {pick.EXAMPLE_NOTE}", file=sys.stderr)
     if inv.get("json"):
-        sys.stdout.write(json.dumps(plan_view.as_json(plan), indent=2) + "\n")
+        doc = plan_view.as_json(plan)
+        if example is not None:
+            doc["example"] = example
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(plan_view.as_text(plan, why))
     return 0

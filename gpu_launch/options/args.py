@@ -64,8 +64,13 @@ def _unknown(token: str) -> UsageError:
     import difflib  # only on this error path: it costs ~1 ms of start-up
 
     name = token.split("=", 1)[0]
-    close = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}?" if close else "see `gpulaunch --help`"
+    from gpu_launch.options import peers
+
+    # Another tool's name for it first (nvisel's --min-free-memory is --min-free), then spelling distance.
+    hint = peers.hint(name)
+    if hint is None:
+        close = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else "see `gpulaunch --help`"
     return UsageError(f"unknown option {name}", hint=hint)
 
 

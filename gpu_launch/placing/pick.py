@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gpu_launch.reservations.acquire import Acquired, Locking, Request
 
 
-__all__ = ["snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
+__all__ = ["EXAMPLE", "EXAMPLE_NOTE", "example_instead", "no_driver_refusal", "snapshot_source", "require_rereadable", "read_machine", "choose_within_parent", "request_of",
            "free_accounts", "named_indices", "choose", "tell"]
 
 
@@ -36,6 +36,39 @@ def snapshot_source(inv: Invocation) -> str | None:
     if inv.get("snapshot") == "":
         raise UsageError("--snapshot: empty file name", hint="give a snapshot file or an example name like dgx-h100")
     return inv.get("snapshot") or os.environ.get("GPULAUNCH_SNAPSHOT") or None
+
+
+#: The bundled machine the read-only views (ls, topo, plan, and their --json) show where there is no NVIDIA driver.
+EXAMPLE = "dgx-h100"
+EXAMPLE_NOTE = f"note: no NVIDIA driver here, so this is the example machine {EXAMPLE}"
+
+
+def example_instead(inv: Invocation, exc: Exception) -> Invocation:
+    """``inv`` on the bundled example machine, for a read-only view that NVML failed with ``exc`` because there
+    is no driver at all and no snapshot was asked for; ``exc`` again otherwise (a driver that fails, a version
+    mismatch, no permission: the machine's real problem). As ``--snapshot dgx-h100`` would, the example then
+    reserves in the user's own lock dir, so nothing about the machine's shared one is read or warned of."""
+    from gpu_launch.base.records import replace
+    from gpu_launch.errors import NvmlUnavailable
+
+    if not isinstance(exc, NvmlUnavailable) or not exc.no_driver or snapshot_source(inv) is not None:
+        raise exc
+    return replace(inv, options={**inv.options, "snapshot": EXAMPLE})
+
+
+def no_driver_refusal(exc: Exception) -> Exception:
+    """What a command that starts work (a launch, env, check, each, submit) says where there is no driver:
+    one line (two terminal rows at most: most new users' first line) naming ``--snapshot dgx-h100``; ``exc``
+    itself for any other failure. It never runs on the example machine unasked."""
+    from gpu_launch.errors import NvmlUnavailable
+
+    if not isinstance(exc, NvmlUnavailable) or not exc.no_driver:
+        return exc
+    detail = exc.message.removeprefix("NVML unavailable: ")
+    ours = f"add --snapshot {EXAMPLE} to run it on the example machine"
+    # NVML's own advice stays (load the kernel module); its "try ... ls" gives way to the option to add here.
+    fixes = [part for part in (exc.hint or "").split("; ") if part and "--snapshot" not in part]
+    return NvmlUnavailable(f"no NVIDIA driver here ({detail})", hint="; or ".join([*fixes, ours]))
 
 
 def require_rereadable(inv: Invocation, why: str) -> None:

@@ -23,7 +23,9 @@ as ``>``, ``|``, ``&&`` between words), and a replaced word is written back quot
 (CUDA numbers them from 0 inside CUDA_VISIBLE_DEVICES; the physical numbers are in GPULAUNCH_GPUS).
 With ``--fit MODEL`` the plan fills ``{tp}``, ``{pp}``, ``{gpu_layers}``, ``{tensor_split}``,
 ``{ctx}``, ``{gpu_mem_util}`` and ``{max_memory}``; with ``--nodes`` each node fills ``{nnodes}``,
-``{node_rank}``, ``{head_addr}``, ``{head_port}`` and ``{pp}``. Where nothing fills one, a command
+``{node_rank}``, ``{head_addr}``, ``{head_port}`` and ``{pp}``; an ``each`` job fills ``{index}`` (its place
+among the commands, from 0: Slurm's array task id less one under ``--slurm``) and ``{index1}`` (from 1, the N
+of its job-N.log). Where nothing fills one, a command
 that uses it is refused (:class:`Unfilled`, saying what would). A new placeholder is one more row of
 :data:`PLACEHOLDERS`, saying what fills it.
 """
@@ -36,7 +38,7 @@ from collections.abc import Collection, Mapping, Sequence
 from gpu_launch.errors import UsageError
 from gpu_launch.base.records import dataclass
 
-__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "Unfilled", "substitute", "fill_only",
+__all__ = ["Placeholder", "PLACEHOLDERS", "NAMES", "MODEL_NAMES", "NODE_NAMES", "EACH_NAMES", "job_values", "Unfilled", "substitute", "fill_only",
            "substitute_shell", "check", "check_shell", "protect", "names_used", "model_names_used", "node_names_used"]
 
 
@@ -50,10 +52,11 @@ class Placeholder:
 
 _MODEL = "--fit names a model"
 _NODES = "--nodes is given"
+_EACH = "`each` runs a job line"
 PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("n", "the number of GPUs chosen"),
     Placeholder("gpus", "the logical list the command sees, 0,1,…,n-1"),
-    Placeholder("tp", "tensor-parallel size", _MODEL),
+    Placeholder("tp", "tensor-parallel size (with --nodes and no model: the GPUs a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("pp", "pipeline stages (the plan's; with --nodes, one a node)", f"{_MODEL} or {_NODES}"),
     Placeholder("gpu_layers", "llama.cpp -ngl: layers on the GPUs, the output layer counting as one", _MODEL),
     Placeholder("tensor_split", "layers per GPU (llama.cpp -ts)", _MODEL),
@@ -66,11 +69,19 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("node_rank", "this node's rank, from 0", _NODES),
     Placeholder("head_addr", "the head node's address", _NODES),
     Placeholder("head_port", "the head node's port", _NODES),
+    Placeholder("index", "an each job's place among the commands, from 0 (Slurm's array task id, less one)", _EACH),
+    Placeholder("index1", "an each job's number, from 1 (its job-N.log)", _EACH),
 )
 _BY_NAME = {p.name: p for p in PLACEHOLDERS}
 NAMES = tuple(p.name for p in PLACEHOLDERS if not p.filled_when)  # every launch and job fills these
 MODEL_NAMES = tuple(p.name for p in PLACEHOLDERS if _MODEL in p.filled_when)  # the plan's (--fit MODEL)
 NODE_NAMES = tuple(p.name for p in PLACEHOLDERS if p.filled_when == _NODES)  # a node's own (--nodes); {pp} too
+EACH_NAMES = tuple(p.name for p in PLACEHOLDERS if p.filled_when == _EACH)  # an each job's own
+
+
+def job_values(number: int) -> dict[str, str]:
+    """``{index}`` and ``{index1}`` of the ``number``-th (1-based) job of an ``each``."""
+    return {"index": str(number - 1), "index1": str(number)}
 
 # Compiled on first use (re caches them), i.e. only for a word with a brace in it.
 #: ``{name}`` with any number of braces; a ``$`` before it makes it the shell's ``${name}``
@@ -183,13 +194,13 @@ def _unfilled(name: str, word: str) -> Unfilled:
 
 
 def substitute(argv: Sequence[str], count: int, model: Mapping[str, str] | None = None,
-               nodes: Mapping[str, str] | None = None) -> tuple[str, ...]:
+               nodes: Mapping[str, str] | None = None, job: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """``argv`` with its placeholders filled for ``count`` chosen devices, the plan's values (``model``:
     ``{"tp": "4", ...}``) when a model sized the choice, and a node's place in a ``--nodes`` run
     (``nodes``: ``{"node_rank": "1", ...}``). The program name is kept."""
     if not argv:
         return tuple(argv)
-    return _fill_words(argv, _Filler(_values(count, model, nodes)))
+    return _fill_words(argv, _Filler(_values(count, model, nodes, job)))
 
 
 def _fill_words(argv: Sequence[str], filler: _Filler) -> tuple[str, ...]:
@@ -221,10 +232,12 @@ def node_names_used(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(name for name in names_used(argv) if name in NODE_NAMES)
 
 
-def substitute_shell(text: str, count: int, model: Mapping[str, str] | None = None) -> str:
+def substitute_shell(text: str, count: int, model: Mapping[str, str] | None = None,
+                     job: Mapping[str, str] | None = None) -> str:
     """Shell text with its placeholders filled, each replaced word quoted for the shell (``{gpus}`` is
-    ``0,1``; a JSON value is single-quoted); everything else, spaces and quotes, kept as written."""
-    return _fill_shell(text, _Filler(_values(count, model), "word"))
+    ``0,1``; a JSON value is single-quoted); everything else, spaces and quotes, kept as written. ``job``:
+    an each job's own (:func:`job_values`)."""
+    return _fill_shell(text, _Filler(_values(count, model, job), "word"))
 
 
 def check_shell(text: str, filled: Collection[str] = NAMES) -> None:

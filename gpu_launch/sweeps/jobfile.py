@@ -26,7 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing costs ~3 ms of every start
     from typing import IO, Any
 
-__all__ = ["Job", "JobState", "command_text", "parse_jobs", "read_jobs", "default_log_dir", "open_log"]
+__all__ = ["Job", "JobState", "command_text", "parse_jobs", "parse_line", "read_jobs", "default_log_dir", "open_log"]
 
 
 #: The shell that runs a job line (as Slurm's ``--wrap`` and simple-gpu-scheduler do)
@@ -56,10 +56,11 @@ class Job:
         quoted, or the words with them filled in."""
         from gpu_launch.run import placeholders
 
+        own = placeholders.job_values(self.number)  # {index}, {index1}
         if self.shell:
-            filled = placeholders.substitute_shell(self.source, count)
+            filled = placeholders.substitute_shell(self.source, count, job=own)
             return (SHELL, "-c", f"exec {filled}" if self.execs else filled)
-        return placeholders.substitute(self.argv, count)
+        return placeholders.substitute(self.argv, count, job=own)
 
     def program(self) -> str | None:
         """The program the line starts, to check that it exists before anything runs; None when only the
@@ -82,10 +83,11 @@ class Job:
         """Refuse (exit 2) a placeholder that would not be filled: inside a word, or not one ``each`` fills."""
         from gpu_launch.run import placeholders
 
+        filled = (*placeholders.NAMES, *placeholders.EACH_NAMES)
         if self.shell:
-            placeholders.check_shell(self.source)
+            placeholders.check_shell(self.source, filled)
         else:
-            placeholders.check(self.argv)
+            placeholders.check(self.argv, filled)
 
 
 def command_text(argv: tuple[str, ...]) -> str:
@@ -110,6 +112,7 @@ class JobState:
     node: str = ""  # each --slurm: the node it ran on
     argv: tuple[str, ...] | None = None  # what it ran: {n} and {gpus} replaced (None: not started)
     warnings: tuple[str, ...] = ()  # its GPUs someone else computes on (--max-util 100): said even under -q
+    notices: tuple[str, ...] = ()  # the choice's other warnings (a partly used GPU): said unless -q
     proc: Any = field(default=None, repr=False)
 
     @property
@@ -161,7 +164,7 @@ _SHELL_WORDS = frozenset("""! { } case do done elif else esac fi for if in then 
     alias bg cd command false fc fg getopts hash jobs kill newgrp pwd read true type ulimit umask unalias wait
     echo printf test [ local source""".split())
 
-_PLACEHOLDER = re.compile(r"\{+(?:n|gpus)\}+")  # fullmatch: "{n}\n" is no placeholder
+_PLACEHOLDER = re.compile(r"\{+(?:n|gpus|index1?)\}+")  # fullmatch: "{n}\n" is no placeholder
 
 #: A job list is a text file of commands: refuse /dev/zero, a log file given by mistake, or endless stdin.
 MAX_JOB_BYTES = 64 * 1024 * 1024
@@ -176,19 +179,28 @@ def parse_jobs(text: str, source: str, shell: bool = False) -> list[Job]:
     jobs: list[Job] = []
     text = text[1:] if text.startswith("\ufeff") else text
     for lineno, line in enumerate(text.split("\n"), start=1):
-        line = line[:-1] if line.endswith("\r") else line
-        if "\0" in line:
-            raise UsageError(f"{source}, line {lineno}: the command contains a NUL byte",
-                             hint="no program or argument can hold one; is this a text file?")
-        try:
-            argv = split_words(line, comments=True)
-        except ValueError as exc:
-            raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
-                             hint="check the quotes on that line") from None
-        if argv:
-            job = Job(len(jobs) + 1, lineno, tuple(argv), line.strip(" \t"), shell)
-            jobs.append(replace(job, execs=True) if shell and _one_command(job) else job)
+        job = parse_line(line, lineno, len(jobs) + 1, source, shell)
+        if job is not None:
+            jobs.append(job)
     return jobs
+
+
+def parse_line(line: str, lineno: int, number: int, source: str, shell: bool = False) -> Job | None:
+    """Line ``lineno`` of the job file as job ``number`` (None: blank or a comment); UsageError naming the line.
+    (``each -`` reads its lines one at a time as they arrive: :mod:`gpu_launch.sweeps.feed`.)"""
+    line = line[:-1] if line.endswith("\r") else line
+    if "\0" in line:
+        raise UsageError(f"{source}, line {lineno}: the command contains a NUL byte",
+                         hint="no program or argument can hold one; is this a text file?")
+    try:
+        argv = split_words(line, comments=True)
+    except ValueError as exc:
+        raise UsageError(f"{source}, line {lineno}: cannot split the command ({exc})",
+                         hint="check the quotes on that line") from None
+    if not argv:
+        return None
+    job = Job(number, lineno, tuple(argv), line.strip(" \t"), shell)
+    return replace(job, execs=True) if shell and _one_command(job) else job
 
 
 def _one_command(job: Job) -> bool:

@@ -86,13 +86,14 @@ class Signals:
     def _child(self, signum: int, frame: object) -> None:
         """A job ended: the wake-up byte is what matters; reaping happens in the loop."""
 
-    def wait(self, timeout: float) -> None:
-        """Sleep until a signal (a job's end, Ctrl-C) arrives or ``timeout`` seconds pass."""
+    def wait(self, timeout: float, also: int | None = None) -> None:
+        """Sleep until a signal (a job's end, Ctrl-C) arrives, ``also`` (``each -``'s stdin) can be read,
+        or ``timeout`` seconds pass."""
         import select
 
         assert self._pipe is not None
-        ready, _, _ = select.select([self._pipe[0]], [], [], max(0.0, timeout))
-        if ready:
+        ready, _, _ = select.select([self._pipe[0], *([also] if also is not None else [])], [], [], max(0.0, timeout))
+        if self._pipe[0] in ready:
             try:
                 while os.read(self._pipe[0], 512):
                     pass
@@ -208,22 +209,47 @@ class Scheduler:
         self.queue = True
         self.stopping = 0  # signals received
         self.me = current_user()  # whose work on a GPU is the sweep's own
+        #: ``each -`` from a pipe: the lines still to come (:class:`gpu_launch.sweeps.feed.Feed`), None once ended
+        self.feed: Any = None
+
+    def _busy(self) -> bool:
+        """Jobs to start (or input that may bring some) and no Ctrl-C, or jobs still running."""
+        return (bool(self.pending) or self.feed is not None) and not self.stopping or bool(self.running)
+
+    def _more(self) -> bool:
+        """The job lines that have arrived on ``each -``'s stdin, queued (a line that cannot run: that job
+        failed); True when some were."""
+        if self.feed is None or self.stopping:
+            return False
+        arrived = self.feed.take(self.feed.check)
+        for job, why in arrived:
+            state = JobState(job)
+            self.states.append(state)
+            if why:
+                state.status, state.note = "failed", why
+                self.view.finished(self, state)
+            else:
+                self.pending.append(state)
+        if not self.feed.open:
+            self.feed = None
+            self.view.total = len(self.states)  # every job known now: "job 3/12"
+        return any(not why for _, why in arrived)
 
     def run(self) -> None:
         next_try = 0.0
         with Signals() as signals:
             try:
-                while self.pending and not self.stopping or self.running:
+                while self._busy():
                     while len(signals.received) > self.stopping:
                         self._stop(signals.received[self.stopping])
-                    if self._reap():
+                    if self._reap() | self._more():
                         next_try = 0.0
                     if self.pending and not self.stopping and time.monotonic() >= next_try:
                         self._start_what_fits()
                         # Jobs of ours ending wake us at once; GPUs others free are looked for every interval.
                         next_try = time.monotonic() + self.interval
                     self.view.refresh(self)
-                    if not (self.pending and not self.stopping or self.running):
+                    if not self._busy():
                         break
                     if self._reap():  # ended while we were starting others: no sleep
                         next_try = 0.0
@@ -231,7 +257,7 @@ class Scheduler:
                     timeout = next_try - time.monotonic() if self.pending and not self.stopping else 3600.0
                     if getattr(self.view, "_live", None) is not None:
                         timeout = min(timeout, _REFRESH_EVERY)
-                    signals.wait(timeout)
+                    signals.wait(timeout, self.feed.fd if self.feed is not None and not self.stopping else None)
             finally:
                 self._leave_queue()
                 if self.shared is not None:
@@ -311,7 +337,8 @@ class Scheduler:
                 else:
                     self._leave_queue()
                     assert got.reservation is not None and got.machine is not None
-                    self._start(self.pending.popleft(), got.selection.devices, got.machine, got.reservation)
+                    self._start(self.pending.popleft(), got.selection.devices, got.machine, got.reservation,
+                                got.selection.warnings)
                     elig = got.selection.eligibility
                     # What was eligible a moment ago, less this job's: not enough for the next. Say so now
                     # rather than read the locks again to find it out; a job ending wakes the loop.
@@ -357,14 +384,16 @@ class Scheduler:
         except GpuLaunchError:
             return None
 
-    def _start(self, state: JobState, devices: tuple[Device, ...], machine: Machine, fresh: Any) -> None:
-        """Start ``state`` on ``devices``: with a ``fresh`` reservation, or on the sweep's own GPUs."""
+    def _start(self, state: JobState, devices: tuple[Device, ...], machine: Machine, fresh: Any,
+               notices: tuple[str, ...] = ()) -> None:
+        """Start ``state`` on ``devices``: with a ``fresh`` reservation, or on the sweep's own GPUs; ``notices``:
+        the choice's warnings (a partly used GPU), which a launch prints too."""
         if self.shared is not None and fresh is not None:
             self.shared.keep(fresh)  # the sweep holds them now, for this job and the next on them
             fresh = None
         fds = {d.uuid: self.shared.fds[d.uuid] for d in devices} if self.shared is not None else dict(fresh.fds)
         try:
-            self._spawn(state, devices, machine, fds)
+            self._spawn(state, devices, machine, fds, notices)
         finally:
             if fresh is not None:
                 if state.proc is not None:  # the job holds the locks too; name it, then let go of our copies
@@ -380,7 +409,8 @@ class Scheduler:
         else:
             self.view.finished(self, state)
 
-    def _spawn(self, state: JobState, devices: tuple[Device, ...], machine: Machine, fds: Mapping[str, int]) -> None:
+    def _spawn(self, state: JobState, devices: tuple[Device, ...], machine: Machine, fds: Mapping[str, int],
+               notices: tuple[str, ...] = ()) -> None:
         from gpu_launch.choose import visibility
         from gpu_launch.run import environment
 
@@ -391,6 +421,7 @@ class Scheduler:
         state.gpus = ",".join(str(d.gpu.index) for d in devices)
         state.uuids = tuple(d.uuid for d in devices)
         state.warnings = gpu_select.others_work_warnings(devices, self.me)  # as a launch warns (pick.tell)
+        state.notices = tuple(w for w in notices if w not in state.warnings)  # (-q hides these, as a launch's)
         log_fd, state.log = open_log(self.log_dir, state.job.number)
         try:
             state.started = time.monotonic()  # before the fork: a job's time is never shorter than its run

@@ -92,8 +92,17 @@ def _use_color(stream: IO[str]) -> bool:
 
 
 def _counts_text(scheduler: Any) -> str:
+    """``9 done, 0 running, 0 queued, 3 failed (2 exit 3, 1 killed by SIGTERM)``: how the failures failed,
+    apart; ``, 2 not started`` when an interrupted sweep left some."""
     c = counts(scheduler)
-    return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed"
+    kinds: dict[str, int] = {}
+    for s in scheduler.states:
+        if s.status == "failed":
+            kind = "never ran" if s.returncode is None else s.outcome
+            kinds[kind] = kinds.get(kind, 0) + 1
+    how = f" ({', '.join(f'{n} {kind}' for kind, n in kinds.items())})" if kinds else ""
+    left = f", {c['not_started']} not started" if c["not_started"] else ""
+    return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed{how}{left}"
 
 
 def summary_rows(scheduler: Any) -> list[list[str]]:
@@ -128,12 +137,12 @@ def summary_doc(scheduler: Any, log_dir: str) -> dict[str, Any]:
 
 
 class View:
-    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int, log_dir: str, intro: bool = True,
+    def __init__(self, err: IO[str], out: IO[str], quiet: bool, total: int | None, log_dir: str, intro: bool = True,
                  json: bool = False) -> None:
         self.err = err
         self.out = out
         self.quiet = quiet
-        self.total = total
+        self.total = total  # None while ``each -`` still reads its jobs (then "job 3", not "job 3/12")
         self.log_dir = log_dir
         self.intro = intro  # "N jobs, logs in DIR" (each --slurm has said so on submitting)
         self.json = json  # the summary as a JSON document
@@ -149,6 +158,8 @@ class View:
 
             self._live = Live(console=Console(file=self.err, highlight=False), auto_refresh=False, transient=True)
             self._live.start()
+        elif not self.quiet and self.intro and self.total is None:
+            self._say(f"starting each job line of stdin as it arrives, logs in {self.log_dir}")
         elif not self.quiet and self.intro:
             self._say(f"{self.total} job{'s' if self.total != 1 else ''}, logs in {self.log_dir}")
         return self
@@ -190,20 +201,25 @@ class View:
         """``job 2/8 started on GPU 0 (log ...): CMD``, then one warning per GPU of it someone else computes on
         (``--max-util 100``), which ``-q`` does not hide: as a launch's (placing/pick.py ``tell``)."""
         where = f"{state.node} " if getattr(state, "node", "") else ""
-        self._say(f"job {state.job.number}/{self.total} started on {where}GPU {state.gpus or '?'} "
-                  f"(log {state.log or '–'}): {state.text}")
+        job = self._job(state)
+        self._say(f"{job} started on {where}GPU {state.gpus or '?'} (log {state.log or '–'}): {state.text}")
+        for warning in getattr(state, "notices", ()):  # a partly used GPU: as a launch warns, -q hides it
+            self._say(f"{job}: warning: {warning}")
         for warning in getattr(state, "warnings", ()):
-            self._say(f"job {state.job.number}/{self.total}: warning: {warning}", always=True)
+            self._say(f"{job}: warning: {warning}", always=True)
         self.refresh(scheduler, force=True)
+
+    def _job(self, state: Any) -> str:
+        return f"job {state.job.number}/{self.total}" if self.total is not None else f"job {state.job.number}"
 
     def finished(self, scheduler: Any, state: Any) -> None:
         after = f" after {took(state.seconds)}" if state.seconds is not None else ""
         if state.status == "done":
-            self._say(f"job {state.job.number}/{self.total} done{after}")
+            self._say(f"{self._job(state)} done{after}")
         elif state.status == "not started":
-            self._say(f"job {state.job.number}/{self.total} not started: {state.outcome}")
+            self._say(f"{self._job(state)} not started: {state.outcome}")
         else:
-            self._say(f"job {state.job.number}/{self.total} failed: {state.outcome}{after} (log {state.log or '–'})")
+            self._say(f"{self._job(state)} failed: {state.outcome}{after} (log {state.log or '–'})")
         self.refresh(scheduler, force=True)
 
     def waiting(self, scheduler: Any, reason: Callable[[], str]) -> None:

@@ -97,6 +97,8 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "nvswitch": {"type": "boolean"},  # with links: the NVLinks go through NVSwitches
     "links": {"type": "array", "items": {"type": "array", "items": _LINK}},  # with --topo / topology read
     "gpu_count": {"type": "integer", "minimum": 0},  # `ls --json` only: the machine's GPUs in all (`ls --gpus` lists some of them)
+    # `ls --json`/`topo --json` with no NVIDIA driver (and no --snapshot) only: the bundled example machine shown instead
+    "example": _STR,
     # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
     "queue": {"type": "array", "items": _obj({
         "position": {"type": "integer", "minimum": 1},
@@ -257,7 +259,9 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     })},
     "placeholders": {"type": "object", "additionalProperties": _STR},
     "notes": {"type": "array", "items": _STR},
+    "example": _STR,  # no NVIDIA driver (and no --snapshot) only: planned on this bundled example machine
 })
+PLAN["required"].remove("example")
 
 _TIME = {"type": ["number", "null"]}  # seconds since the epoch
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpu_launch.options.args import OPTIONS, SUBCOMMANDS, options_for
 from gpu_launch.commands.completion.words import (
-    DURATION_ERE, FILE_POSITIONAL, JOB_POSITIONAL, POSITIONALS, choices, examples, value_kind, word_kinds,
+    DURATION_ERE, FILE_POSITIONAL, JOB_POSITIONAL, MODEL_POSITIONAL, MODEL_SUFFIXES, POSITIONALS, choices, examples,
+    value_kind, word_kinds,
 )
 
 __all__ = ["script"]
@@ -25,6 +26,7 @@ def script() -> str:
         kind = "optional" if opt.optional else value_kind(opt) if opt.takes_value else ""
         value = {
             "gpus": "-x -a '(__gpulaunch_gpus)'",
+            "model": "-x -a '(__gpulaunch_models)'",
             "snapshot": f"-r -F -a {_fq(' '.join(examples()))}",
             "file": "-r -F",
             "dir": "-x -a '(__fish_complete_directories)'",
@@ -42,6 +44,9 @@ def script() -> str:
         lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -a {_fq(' '.join(words))}")
     for cmd in FILE_POSITIONAL:
         lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -F")
+    for cmd in MODEL_POSITIONAL:
+        lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -x -a '(__gpulaunch_models)'")
+    model_re = "(/|" + "|".join("\\" + s for s in MODEL_SUFFIXES) + ")$"
     for cmd, which in JOB_POSITIONAL.items():  # ID<TAB>what it is: fish shows both
         lines.append(f"complete -c gpulaunch -n '__gpulaunch_sub_is {cmd}' -k -a "
                      f"'(command gpulaunch __complete jobs {which} 2>/dev/null)'")
@@ -121,6 +126,14 @@ function __gpulaunch_gpus --description 'GPU indices and all, from `gpulaunch __
     set -l vals (command gpulaunch __complete gpus $taken $tokens[2..-1] 2>/dev/null)
     for v in $vals
         echo $pre$v
+    end
+end
+
+function __gpulaunch_models --description 'model files and folders: what a model reader takes'
+    set -l cur (string replace -r -- '^-[^=]*=' '' (commandline -ct))
+    for f in (__fish_complete_path $cur)
+        set f (string replace -r -- '\\t.*' '' $f)  # (PATH<TAB>description)
+        string match -qr -- {_fq(model_re)} $f; and echo $f
     end
 end
 

@@ -2,7 +2,7 @@
 and ``gpulaunch __complete jobs all|active``.
 
 ``gpus`` reads the machine the line names (``--snapshot``, ``GPULAUNCH_SNAPSHOT``, the config file, else
-NVML) and prints the GPU indices; ``jobs`` prints the user's job ids (``active``: only those waiting or
+NVML; with no driver at all, the example machine ``ls`` shows then) and prints the GPU indices; ``jobs`` prints the user's job ids (``active``: only those waiting or
 running, for ``cancel``), each with a tab and what it is (``running: python train.py``), which zsh and
 fish show beside it. It prints nothing at all on any failure and gives up after
 :data:`HELPER_TIMEOUT_S`, so that a completion can never hang or clutter the user's shell.
@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 
-from gpu_launch.errors import UsageError
+from gpu_launch.errors import NvmlUnavailable, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +54,15 @@ def gpu_words(words: Sequence[str], environ: Mapping[str, str], taken: str | Non
 
         setting = config.layered(environ).get("snapshot")
         snap = setting.value if setting else None
-    machine = read_machine(snap, Needs(processes=False, topology=False, mig=False))
+    needs = Needs(processes=False, topology=False, mig=False)
+    try:
+        machine = read_machine(snap, needs)
+    except NvmlUnavailable as exc:
+        if snap is not None or not exc.no_driver:
+            raise
+        from gpu_launch.placing.pick import EXAMPLE
+
+        machine = read_machine(EXAMPLE, needs)  # no driver: the example machine, which `ls` shows then
     indices = sorted(g.index for g in machine.gpus)
     if taken is None:
         return [*map(str, indices), "all"]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from gpu_launch.options.args import OPTIONS, SUBCOMMANDS, Option, options_for
 
 __all__ = ["SHELLS", "DURATION_ERE", "SELECTING_DESTS", "GPU_DESTS", "POSITIONALS", "FILE_POSITIONAL", "JOB_POSITIONAL",
+           "MODEL_POSITIONAL", "MODEL_SUFFIXES",
            "option_names",
            "word_kinds", "choices", "value_kind", "examples", "for_command"]
 
@@ -17,6 +18,10 @@ GPU_DESTS = ("gpus", "exclude")
 #: Words a subcommand takes after it.
 POSITIONALS: dict[str, tuple[str, ...]] = {"completions": SHELLS, "help": tuple(SUBCOMMANDS), "locks": ("init",)}
 FILE_POSITIONAL = ("each",)  # the job file
+MODEL_POSITIONAL = ("plan",)  # the model
+#: What a model reader takes (modelfile/): a GGUF or a safetensors file, or a folder (safetensors with
+#: config.json, MLC-LLM); a completion offers these files and every folder (one may hold a model, or lead to one).
+MODEL_SUFFIXES = (".gguf", ".safetensors")
 #: Subcommands that take job ids, and which jobs to offer (``gpulaunch __complete jobs WHICH``).
 JOB_POSITIONAL = {"jobs": "all", "log": "all", "cancel": "active"}
 #: What units.parse_duration accepts (90, 90s, 30m, 2h, 1h30m, 1d), as a POSIX ERE for the shells;
@@ -40,17 +45,22 @@ def word_kinds() -> tuple[list[str], list[str], list[str]]:
 
 def choices() -> dict[str, tuple[str, ...]]:
     """Options whose value is one of a few words (the modules that check them own the lists)."""
+    from gpu_launch.fit.engines import ENGINES
+    from gpu_launch.fit.kv_units import KV_TYPES
     from gpu_launch.reservations.waiting import FALLBACKS
     from gpu_launch.run.affinity import MODES
     from gpu_launch.views.shellenv import SHELLS as ENV_SHELLS
 
-    return {"bind": MODES, "shell": ENV_SHELLS, "fallback": FALLBACKS}
+    return {"bind": MODES, "shell": ENV_SHELLS, "fallback": FALLBACKS, "engine": tuple(ENGINES),
+            "kv_type": tuple(KV_TYPES)}
 
 
 def value_kind(opt: Option) -> str:
-    """How to complete the option's value: gpus, snapshot, choices, file, dir or none."""
+    """How to complete the option's value: gpus, snapshot, model, choices, file, dir or none."""
     if opt.dest in GPU_DESTS:
         return "gpus"
+    if opt.dest == "fit":  # SIZE or MODEL: only a model is a path
+        return "model"
     if opt.dest == "snapshot":
         return "snapshot"
     if opt.dest in choices():

@@ -17,7 +17,7 @@ publishes and waits for the head, runs ``first`` (``ray start``) and execs.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from gpu_launch.errors import UsageError
 from gpu_launch.fit.cmdline import TABLES, Flag, Said, Setting, Table, engine_of, read, table_for, table_module
@@ -232,15 +232,18 @@ def fill(argv: Sequence[str], world: World, files: str, environ: Mapping[str, st
     return result
 
 
-def check(argv: Sequence[str], nnodes: int, gpus: int, environ: Mapping[str, str] | None = None) -> None:
+def check(argv: Sequence[str], nnodes: int, gpus: int, environ: Mapping[str, str] | None = None,
+          filled: Callable[[World], Sequence[str]] | None = None) -> None:
     """At submission, before anything runs: refuse (UsageError, exit 2) what the command's own flags
     contradict in the run (``torchrun --nnodes 3`` on 2 nodes, a tp × pp that does not use every GPU, a
     rank written in), as the head and the nodes after it would find it. The head's address and port and
-    the run's id are not known yet: flags that must equal them are left to the nodes."""
+    the run's id are not known yet: flags that must equal them are left to the nodes. ``filled``: the
+    command as that node's launch fills its placeholders (``--pipeline-parallel-size {pp}`` is checked as
+    ``... 2``, never as the template)."""
     names = tuple(f"node{i}" for i in range(nnodes))
     for rank in sorted({0, min(1, nnodes - 1)}):
-        fill(argv, World(nnodes, rank, gpus, "", 0, "", names, local_ids=tuple(range(gpus)), pending=True), "",
-             environ)
+        world = World(nnodes, rank, gpus, "", 0, "", names, local_ids=tuple(range(gpus)), pending=True)
+        fill(filled(world) if filled is not None else argv, world, "", environ)
 
 
 def peers(engine: str | None) -> bool:
