@@ -1,0 +1,214 @@
+"""The slips in following a Slurm job array a user would suffer (issue 37): a task's exit code and
+signal as scontrol/sacct report them, which tasks a range names, and what `each --slurm` shows for
+each task (done, failed with the command's own status, killed by a signal, ended by Slurm, cancelled
+before it started, forgotten by Slurm). Unit-level: Slurm's own output lines, a fake view; no cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_launch.cluster import following, task
+from gpu_launch.cluster.following import Follower, TaskStatus, parse_sacct, parse_scontrol
+from gpu_launch.cluster.submitting import ArrayRequest, Submitted
+from gpu_launch.errors import UsageError
+from gpu_launch.sweeps.jobfile import Job
+
+
+def scontrol_line(task_id: str, state: str, exit_code: str = "0:0", node: str = "n1", start: str = "Unknown",
+                  end: str = "Unknown", reason: str = "None") -> str:
+    return (f"JobId=43 ArrayJobId=42 ArrayTaskId={task_id} JobName=gpulaunch-each JobState={state} "
+            f"Reason={reason} ExitCode={exit_code} StartTime={start} EndTime={end} NodeList={node}")
+
+
+def test_scontrol_gives_each_tasks_state_exit_code_and_signal() -> None:
+    out = "\n".join([scontrol_line("1", "COMPLETED", "0:0", start="2026-01-02T03:04:05", end="2026-01-02T03:05:05"),
+                     scontrol_line("2", "FAILED", "3:0"),
+                     scontrol_line("3", "CANCELLED", "0:9", node="(null)"),
+                     scontrol_line("4-6%2", "PENDING", "0:0", node="", reason="Resources"),
+                     "JobId=44 JobState=RUNNING"])  # not an array task: ignored
+    found = parse_scontrol(out)
+    assert sorted(found) == [1, 2, 3, 4, 5, 6]
+    assert (found[1].state, found[1].exit_code, found[1].signal, found[1].node) == ("COMPLETED", 0, None, "n1")
+    assert found[1].end - found[1].start == 60
+    assert found[1].start == time.mktime(time.strptime("2026-01-02T03:04:05", "%Y-%m-%dT%H:%M:%S"))
+    assert (found[2].exit_code, found[2].signal) == (3, None)
+    assert (found[3].exit_code, found[3].signal, found[3].node) == (0, 9, "")
+    assert found[1].start is not None and found[2].start is None
+    assert (found[5].state, found[5].reason) == ("PENDING", "Resources")
+
+
+def test_task_ranges_name_every_task_once() -> None:
+    assert following._task_ids("3") == [3]
+    assert following._task_ids("4-6%3") == [4, 5, 6]
+    assert following._task_ids("1,3-5") == [1, 3, 4, 5]
+    assert following._task_ids("x,2") == [2]
+
+
+def test_an_exit_field_is_code_and_signal() -> None:
+    assert following._exit("0:0") == (0, None)
+    assert following._exit("137:0") == (137, None)
+    assert following._exit("0:15") == (0, 15)
+    assert following._exit("") == (None, None)
+
+
+def test_sacct_fills_in_the_tasks_slurm_forgot_of_this_array_only() -> None:
+    out = ("42_1|COMPLETED|0:0|n1|2026-01-02T03:04:05|2026-01-02T03:04:06\n"
+           "42_2|CANCELLED by 1000|0:15|None assigned|Unknown|Unknown\n"
+           "42_[3-4]|PENDING|0:0|None assigned|Unknown|Unknown\n"
+           "420_1|FAILED|1:0|n2|Unknown|Unknown\n"
+           "42_5|FAILED|1:0\n")
+    found = parse_sacct(out, "42")
+    assert sorted(found) == [1, 2, 3, 4]
+    assert (found[1].state, found[1].node, found[1].end - found[1].start) == ("COMPLETED", "n1", 1)
+    assert (found[2].state, found[2].signal, found[2].node) == ("CANCELLED", 15, "")
+
+
+# --- what each task is shown as ----------------------------------------------------------------------------------------
+
+class View:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+
+    def started(self, follower: Any, state: Any) -> None:
+        self.events.append(("started", state.job.number))
+
+    def finished(self, follower: Any, state: Any) -> None:
+        self.events.append(("finished", state.job.number))
+
+    def refresh(self, follower: Any) -> None:
+        pass
+
+
+def follower(tmp_path: Path, count: int = 1) -> Follower:
+    jobs = [Job(n, n, ("train", "--gpus", "{n}"), "train --gpus {n}") for n in range(1, count + 1)]
+    request = ArrayRequest(str(tmp_path / "jobs.txt"), str(tmp_path), count, 2)
+    return Follower(Submitted("42", request), jobs, View(), {}, 1.0)
+
+
+def test_a_task_that_ended_shows_the_commands_own_exit_code_from_its_record(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "FAILED", exit_code=1, start=time.time() - 30), {"returncode": 7, "node": "n3",
+                                                                                 "gpus": "4,5", "log": "job-1.log"})
+    assert (state.status, state.returncode, state.node, state.gpus, state.log) == ("failed", 7, "n3", "4,5", "job-1.log")
+    assert state.argv == ("train", "--gpus", "2")  # what it ran: {n} filled in for the task's GPUs
+    assert f.view.events == [("started", 1), ("finished", 1)] and f.running == []
+
+
+def test_a_task_killed_by_a_signal_is_failed_with_the_signal_not_done(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "FAILED", exit_code=0, signal=9), {})
+    assert (state.status, state.returncode) == ("failed", -9)
+    g = follower(tmp_path)
+    g._update(g.states[0], TaskStatus(1, "COMPLETED", exit_code=0), {})
+    assert (g.states[0].status, g.states[0].returncode) == ("done", 0)
+    h = follower(tmp_path)
+    h._update(h.states[0], TaskStatus(1, "FAILED", exit_code=None), {})
+    assert (h.states[0].status, h.states[0].returncode) == ("failed", 1)  # no code known: failed, not done
+    k = follower(tmp_path)
+    k._update(k.states[0], TaskStatus(1, "COMPLETED", exit_code=0), {"returncode": -15})
+    assert (k.states[0].status, k.states[0].returncode) == ("failed", -15)
+
+
+def test_a_task_slurm_ended_says_why(tmp_path: Path) -> None:
+    for slurm, why in (("TIMEOUT", "time limit reached"), ("OUT_OF_MEMORY", "out of memory"),
+                       ("NODE_FAIL", "a node failed"), ("CANCELLED", "cancelled")):
+        f = follower(tmp_path)
+        state = f.states[0]
+        state.status, state.started = "running", time.monotonic() - 5
+        f.running.append(state)
+        f._update(state, TaskStatus(1, slurm, exit_code=0, signal=15), {"returncode": 0, "started": time.time() - 5})
+        assert (state.status, state.returncode, state.note) == ("failed", None, why)
+        assert f.running == []
+    f = follower(tmp_path)
+    f._update(f.states[0], TaskStatus(1, "UNKNOWN", reason="Slurm no longer knows this task"), {})
+    assert (f.states[0].status, f.states[0].note) == ("failed", "Slurm no longer knows this task")
+
+
+def test_a_task_cancelled_while_queued_is_not_started(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "CANCELLED", exit_code=0), {})
+    assert (state.status, state.note, state.started) == ("not started", "cancelled before it started", None)
+    assert f.view.events == [("finished", 1)]
+
+
+def test_a_pending_task_stays_queued_and_a_running_one_is_announced_once(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "PENDING", start=time.time() + 100, node="n9"), {})
+    assert (state.status, state.started, state.node) == ("queued", None, "n9")
+    # running, but its record not yet written: within the grace it waits for the record (its log and GPUs)
+    f._update(state, TaskStatus(1, "RUNNING", start=time.time() - 1), {})
+    assert state.status == "queued"
+    f._update(state, TaskStatus(1, "RUNNING", start=time.time() - 60), {})
+    assert state.status == "running" and f.view.events == [("started", 1)]
+    f._update(state, TaskStatus(1, "RUNNING", start=time.time() - 60), {"started": time.time() - 60, "gpus": "1"})
+    assert f.view.events == [("started", 1)] and f.running == [state] and state.gpus == "1"
+    assert 55 < time.monotonic() - state.started < 65  # it started a minute ago, by the record
+
+
+def test_a_task_that_ran_and_ended_shows_how_long_it_ran(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    state = f.states[0]
+    now = time.time()
+    f._update(state, TaskStatus(1, "COMPLETED", exit_code=0, start=now - 100, end=now - 40), {})
+    assert 59 < state.ended - state.started < 61
+
+
+class Slurm:
+    """`query` answers in turn, for Follower.poll."""
+
+    def __init__(self, answers: list[dict[int, TaskStatus] | None]) -> None:
+        self.answers = answers
+
+    def __call__(self, job_id: str, environ: Any, missing: Any = ()) -> dict[int, TaskStatus] | None:
+        return self.answers.pop(0)
+
+
+def test_a_task_slurm_forgot_is_failed_only_after_three_polls_and_its_record_wins(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    f = follower(tmp_path, 2)
+    os.makedirs(tmp_path / task.RECORDS)
+    (tmp_path / task.RECORDS / "42_1.json").write_text(json.dumps({"returncode": 0, "node": "n1"}))
+    monkeypatch.setattr(following, "query", Slurm([None, {}, {}, {}]))
+    f.poll()  # slurmctld did not answer: nothing concluded
+    assert [s.status for s in f.states] == ["queued", "queued"]
+    f.poll()
+    assert [s.status for s in f.states] == ["done", "queued"]  # by its record
+    f.poll()
+    assert f.states[1].status == "queued" and not f.finished
+    f.poll()
+    assert (f.states[1].status, f.states[1].note) == ("failed", "Slurm no longer knows this task") and f.finished
+
+
+def test_the_array_task_refuses_what_is_not_its_own(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("true\n")
+    for argv in (["c", "l"], ["c", "l", "x"], ["c", "l", "1", "--shell"], ["c", "l", "²"], ["c", "l", "1234567890"]):
+        with pytest.raises(UsageError, match="needs JOBFILE LOGDIR GPUS"):
+            task.task_main(argv, {"SLURM_ARRAY_TASK_ID": "1"})
+    for tid in ("", "x", "²"):
+        with pytest.raises(UsageError, match="inside a Slurm job array task"):
+            task.task_main([str(jobs), str(tmp_path), "1"], {"SLURM_ARRAY_TASK_ID": tid})
+    for tid in ("0", "2"):
+        with pytest.raises(UsageError, match=r"no job \d \(it has 1\)"):
+            task.task_main([str(jobs), str(tmp_path), "1"], {"SLURM_ARRAY_TASK_ID": tid})
+    assert task._small_number("123456789") == 123456789 and task._small_number("1234567890") is None
+
+
+def test_a_tasks_record_is_read_back_and_a_damaged_one_is_none(tmp_path: Path) -> None:
+    os.makedirs(tmp_path / task.RECORDS)
+    task._write_record(task.record_path(str(tmp_path), "42", 3), {"returncode": 2})
+    assert task.read_record(str(tmp_path), "42", 3) == {"returncode": 2}
+    assert task.record_path(str(tmp_path), "42", 3) == str(tmp_path / ".slurm" / "42_3.json")
+    (tmp_path / task.RECORDS / "42_4.json").write_text("[1]")
+    assert task.read_record(str(tmp_path), "42", 4) == {}
+    assert task.read_record(str(tmp_path), "42", 5) == {}
