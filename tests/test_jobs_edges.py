@@ -277,3 +277,76 @@ def test_the_grace_a_cancel_asked_for(jobs: JobDir) -> None:
         assert recordfile.cancel_grace(jobs.fd, "1") == got
     Path(jobs.path, ".1.cancel").write_text("soon\n")
     assert recordfile.cancel_grace(jobs.fd, "1") == 10.0  # unreadable: the default grace
+
+
+def test_a_lost_jobs_ended_but_unreaped_command_no_longer_runs() -> None:
+    """A zombie keeps its pid until reaped: `jobs --clear` must not keep the job for it."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not status.may_still_run(status.Status(job(pid=pid, submitted=time.time() - 60), "lost"))
+    finally:
+        os.waitpid(pid, 0)
+
+
+def test_a_damaged_counter_never_gives_an_id_that_cannot_be_named(jobs: JobDir) -> None:
+    Path(jobs.path, ".seq").write_text("1234567890\n")  # ten digits: no job id has them
+    job_id, log = jobs.new_id()
+    os.close(log)
+    assert job_id == "1" and check_id(job_id) == "1"
+    Path(jobs.path, ".seq").write_text("999999998\n")
+    job_id, log = jobs.new_id()
+    os.close(log)
+    assert job_id == "999999999" and check_id(job_id) == job_id
+
+
+def test_a_record_of_exactly_the_size_limit_is_read(jobs: JobDir) -> None:
+    jobs.write(job(id="7"))
+    text = Path(jobs.path, "7.json").read_text().rstrip("\n")
+    Path(jobs.path, "7.json").write_text(text + " " * (recordfile.MAX_RECORD - len(text.encode())))
+    assert os.path.getsize(os.path.join(jobs.path, "7.json")) == recordfile.MAX_RECORD
+    assert jobs.read("7").id == "7" and recordfile.load(jobs.fd, "7")["id"] == "7"
+
+
+def test_a_log_that_cannot_be_locked_means_no_supervisor_not_a_traceback(jobs: JobDir,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """flock fails with ENOLCK on an NFS mount without lock support: the job reads as lost, no traceback."""
+    import errno
+
+    from gpu_launch.jobs import store
+
+    jobs.write(job())
+    fd = hold_log(jobs, "1")
+    try:
+        def no_locks(fd: int, op: int) -> None:
+            raise OSError(errno.ENOLCK, "No locks available")
+
+        monkeypatch.setattr(store.fcntl, "flock", no_locks)
+        assert jobs.alive("1") is False
+    finally:
+        os.close(fd)
+
+
+def test_the_owner_of_a_foreign_job_dir_is_named_or_given_by_uid() -> None:
+    import pwd
+
+    from gpu_launch.jobs import store
+
+    assert store._owner(0) == pwd.getpwuid(0).pw_name
+    unnamed = next(uid for uid in range(54321, 64000) if not _has_name(uid))
+    assert store._owner(unnamed) == f"uid {unnamed}"
+
+
+def _has_name(uid: int) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
