@@ -212,3 +212,99 @@ def test_a_tasks_record_is_read_back_and_a_damaged_one_is_none(tmp_path: Path) -
     (tmp_path / task.RECORDS / "42_4.json").write_text("[1]")
     assert task.read_record(str(tmp_path), "42", 4) == {}
     assert task.read_record(str(tmp_path), "42", 5) == {}
+
+
+# --- a several-node job (--nodes N --slurm): what it passes on, how its end is told -----------------------------------
+
+def node_job(tmp_path: Path) -> Any:
+    from gpu_launch.cluster.nodejob import NodeJob
+
+    return NodeJob(2, 4, ("torchrun", "train.py"), str(tmp_path))
+
+
+def ended(tmp_path: Path, fields: dict[str, str], out: str = "", cancelled: bool = False) -> int:
+    from gpu_launch.cluster import nodejob
+
+    if out:
+        (tmp_path / "slurm-7.out").write_text(out)
+    return nodejob._ended(node_job(tmp_path), "7", fields, cancelled, True)
+
+
+def test_a_node_jobs_exit_status_is_its_own_or_128_plus_its_signal(tmp_path: Path) -> None:
+    assert ended(tmp_path, {"JobState": "COMPLETED", "ExitCode": "0:0"}) == 0
+    assert ended(tmp_path, {"JobState": "FAILED", "ExitCode": "3:0"}) == 3
+    assert ended(tmp_path, {"JobState": "FAILED", "ExitCode": "0:9"}) == 137  # killed by SIGKILL: not "exit 0"
+    assert ended(tmp_path, {"JobState": "FAILED", "ExitCode": "0:15"}) == 143
+
+
+def test_a_node_job_slurm_ended_fails_with_why(tmp_path: Path) -> None:
+    from gpu_launch.errors import Interrupted, JobsFailed
+
+    with pytest.raises(JobsFailed, match="ended: time limit reached"):
+        ended(tmp_path, {"JobState": "TIMEOUT", "ExitCode": "0:15"})
+    with pytest.raises(JobsFailed, match="ended: weird"):
+        ended(tmp_path, {"JobState": "WEIRD", "ExitCode": ""})
+    with pytest.raises(Interrupted, match="cancelled Slurm job 7"):
+        ended(tmp_path, {"JobState": "CANCELLED", "ExitCode": "0:15"}, cancelled=True)
+
+
+def test_the_node_that_failed_first_gives_the_status(tmp_path: Path) -> None:
+    out = ("srun: error: node2: task 1: Exited with exit code 143\n"[:0]
+           + "srun: error: node3: task 2: Exited with exit code 5\nsrun: error: node1: tasks 0,1: Exited with exit code 143\n")
+    assert ended(tmp_path, {"JobState": "FAILED", "ExitCode": "143:0"}, out) == 5
+    from gpu_launch.cluster import nodejob
+
+    assert nodejob._first_failure(str(tmp_path / "slurm-7.out")) == ("node3", 5)
+    assert nodejob._first_failure(str(tmp_path / "nothing.out")) is None
+
+
+def test_a_node_task_gets_the_launch_options_that_matter_on_a_node_and_no_others(tmp_path: Path) -> None:
+    from gpu_launch.cluster import nodejob
+    from gpu_launch.options import args
+
+    inv = args.parse(["--nodes", "2", "--gpus-per-node", "4", "--slurm", "--snapshot", "dgx-h100", "--lock-dir",
+                      str(tmp_path / "l"), "--bind", "off", "--quiet", "--log-dir", str(tmp_path), "--partition", "p",
+                      "--time", "1:00:00", "--", "python", "train.py"])
+    job = nodejob.job_of(inv)
+    assert job.task_options == ("--snapshot", "dgx-h100", "--lock-dir", str(tmp_path / "l"), "--bind", "off", "--quiet")
+    assert (job.nnodes, job.gpus_per_node, job.partition, job.time, job.log_dir) == (2, 4, "p", "1:00:00", str(tmp_path))
+    task = nodejob.task_argv(job, "py")
+    assert task == ["py", "-m", "gpu_launch", "--nodes", "2", "--gpus-per-node", "4", "--log-dir", str(tmp_path),
+                    *job.task_options, "--", "python", "train.py"]
+    plain = nodejob.job_of(args.parse(["--nodes", "2", "--gpus-per-node", "4", "--slurm", "--", "python", "t.py"]))
+    assert plain.task_options == ()
+
+
+@pytest.mark.parametrize("flag", [["--gpus", "0"], ["--auto", "2"], ["--min-free", "10G"], ["--exclude", "0"]])
+def test_a_node_job_refuses_the_options_of_choosing_on_one_machine(flag: list[str]) -> None:
+    from gpu_launch.cluster import nodejob
+    from gpu_launch.options import args
+
+    with pytest.raises(UsageError, match="--nodes --slurm"):
+        nodejob.job_of(args.parse(["--nodes", "2", "--gpus-per-node", "4", "--slurm", *flag, "--", "python", "t.py"]))
+
+
+@pytest.mark.parametrize("arg", ["--nodes=3", "-N2", "--ntasks=4", "-n4", "--ntasks-per-node=2"])
+def test_a_node_job_refuses_sbatch_args_that_change_its_shape(arg: str) -> None:
+    from gpu_launch.cluster import nodejob
+
+    with pytest.raises(UsageError, match="--sbatch-arg"):
+        nodejob._check_extra([arg])
+    nodejob._check_extra(["--constraint=a100", "--mem=10G"])
+
+
+def test_the_node_script_asks_for_the_shape_and_runs_one_step(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from gpu_launch.cluster import nodejob
+
+    job = replace(node_job(tmp_path / "a%b"), partition="gpu", time="2:00")
+    text = nodejob.script_text(job, "py")
+    lines = text.splitlines()
+    assert [ln for ln in lines if ln.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=gpulaunch-nodes", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gres=gpu:4", "#SBATCH --partition=gpu", "#SBATCH --time=2:00"]
+    assert f"--output={tmp_path}/a%%b/job-%j.node-%n.log" in text and "--kill-on-bad-exit=1" in text
+    assert lines[-1] == "    -- torchrun train.py"
+    assert nodejob.sbatch_argv(job, "s.sh")[:2] == ["sbatch", "--parsable"]
+    assert nodejob.sbatch_argv(replace(job, extra=("--mem=1G",)), "s.sh")[-2:] == ["--mem=1G", "s.sh"]
