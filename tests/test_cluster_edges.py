@@ -308,3 +308,62 @@ def test_the_node_script_asks_for_the_shape_and_runs_one_step(tmp_path: Path) ->
     assert lines[-1] == "    -- torchrun train.py"
     assert nodejob.sbatch_argv(job, "s.sh")[:2] == ["sbatch", "--parsable"]
     assert nodejob.sbatch_argv(replace(job, extra=("--mem=1G",)), "s.sh")[-2:] == ["--mem=1G", "s.sh"]
+
+
+# --- the head's address and port ----------------------------------------------------------------------------------------
+
+def test_loopback_addresses_are_known_as_such() -> None:
+    from gpu_launch.cluster.rendezvous import is_loopback
+
+    assert all(is_loopback(a) for a in ("127.0.0.1", "127.0.1.1", "::1", "0:0:0:0:0:0:0:1"))
+    assert not any(is_loopback(a) for a in ("10.0.0.1", "128.0.0.1", "::2", "1.127.0.0", ""))
+
+
+def test_the_head_is_never_named_by_a_loopback_address_when_another_node_is_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's `127.0.1.1 HOSTNAME`: the head's name resolves to loopback on the head, which the other
+    nodes cannot reach; its address on the route to them is used instead."""
+    from gpu_launch.cluster import rendezvous
+
+    table = {"head": "127.0.1.1", "n2": "10.0.0.2", "n3": "127.0.0.1", "h-addr": "10.0.0.9"}
+    monkeypatch.setattr(rendezvous, "resolve", lambda host: table[host])
+    monkeypatch.setattr(rendezvous, "route_to", lambda addr: f"route to {addr}")
+    assert rendezvous.head_address(["head", "n3", "n2"], {}) == "route to 10.0.0.2"
+    assert rendezvous.head_address(["head", "n3"], {}) == "127.0.1.1"  # every node on loopback: one host
+    assert rendezvous.head_address(["head"], {}) == "127.0.1.1"
+    assert rendezvous.head_address(["head", "n2"], {"head": "h-addr"}) == "10.0.0.9"  # its NodeAddr first
+    assert rendezvous.head_address(["n2", "head"], {}) == "10.0.0.2"
+
+
+def test_a_port_given_by_hand_must_be_free_here_and_a_port(tmp_path: Path) -> None:
+    import socket
+
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.errors import RendezvousFailed
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RendezvousFailed, match=f"port {port} is in use"):
+            rendezvous.check_port(port)
+        rendezvous.probe("127.0.0.1", port, time.monotonic() + 5, listening=True)  # it accepts: returns
+    rendezvous.check_port(port)  # free again
+    rendezvous.probe("127.0.0.1", port, time.monotonic() + 5)  # refused: the host answered
+    for bad in (0, 65536, -1):
+        with pytest.raises(UsageError, match="is not a port"):
+            rendezvous.probe("127.0.0.1", bad, time.monotonic() + 5)
+    assert 0 < rendezvous.free_port("127.0.0.1") < 65536
+
+
+def test_the_wait_for_the_head_is_a_duration(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.errors import RendezvousFailed
+
+    assert rendezvous.timeout({}) == 300.0 and rendezvous.timeout({rendezvous.TIMEOUT_ENV: "2m"}) == 120.0
+    rendezvous.publish(str(tmp_path / "d" / "head.json"), {"port": 5})
+    assert rendezvous.wait_for(str(tmp_path / "d" / "head.json"), time.monotonic(), "the head") == {"port": 5}
+    with pytest.raises(RendezvousFailed, match="the head did not appear in"):
+        rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() + 0.05, "the head")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(RendezvousFailed, match="unreadable"):
+        rendezvous.wait_for(str(tmp_path / "bad.json"), time.monotonic() + 5, "the head")
