@@ -308,7 +308,7 @@ def test_a_damaged_counter_never_gives_an_id_that_cannot_be_named(jobs: JobDir) 
 def test_a_record_of_exactly_the_size_limit_is_read(jobs: JobDir) -> None:
     jobs.write(job(id="7"))
     text = Path(jobs.path, "7.json").read_text().rstrip("\n")
-    Path(jobs.path, "7.json").write_text(text + " " * (recordfile.MAX_RECORD - len(text.encode())))
+    Path(jobs.path, "7.json").write_text(" " * (recordfile.MAX_RECORD - len(text.encode())) + text)  # its end last
     assert os.path.getsize(os.path.join(jobs.path, "7.json")) == recordfile.MAX_RECORD
     assert jobs.read("7").id == "7" and recordfile.load(jobs.fd, "7")["id"] == "7"
 
@@ -350,3 +350,16 @@ def _has_name(uid: int) -> bool:
         return True
     except KeyError:
         return False
+
+
+def test_a_record_up_to_one_mib_is_read_and_a_larger_one_refused(jobs: JobDir) -> None:
+    """A long command (a sweep's argv) makes a large record: 600 KiB is read; 1.5 MiB is not."""
+    for job_id, size, readable in (("8", 600 << 10, True), ("9", 3 << 19, False)):
+        jobs.write(job(id=job_id, argv=("python", "x" * size)))
+        if readable:
+            assert len(jobs.read(job_id).argv[1]) == size and recordfile.load(jobs.fd, job_id)["id"] == job_id
+        else:
+            with pytest.raises(JobError, match="too large"):
+                jobs.read(job_id)
+            with pytest.raises(ValueError):
+                recordfile.load(jobs.fd, job_id)
