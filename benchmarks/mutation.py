@@ -121,10 +121,10 @@ MODULE_TESTS: dict[str, list[str]] = {
     "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
     "modelfile/hfcache.py": _tests("plan_cli"),
     # the rooms sampled since issue 37: the fast direct tests first
-    "cluster/task.py": _tests("cluster_edges nodes_slurm nodes"),
+    "cluster/task.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
     "cluster/rendezvous.py": _tests("cluster_edges nodes nodes_netns"),
     "cluster/following.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
-    "cluster/nodejob.py": _tests("cluster_edges nodes nodes_slurm"),
+    "cluster/nodejob.py": _tests("cluster_edges nodes_submission nodes nodes_slurm"),
     "jobs/status.py": _tests("jobs_edges job_supervisor jobs"),
     "jobs/store.py": _tests("jobs_edges jobs"),
     "jobs/recordfile.py": _tests("jobs_edges jobs"),
@@ -133,9 +133,9 @@ MODULE_TESTS: dict[str, list[str]] = {
     "run/affinity.py": _tests("affinity run_edges"),
     "run/frameworks.py": _tests("frameworks env_hygiene"),
     "run/cuda_probe.py": _tests("check run_edges"),
-    "commands/jobs.py": _tests("jobs_edges commands_edges jobs"),
-    "commands/log.py": _tests("jobs_edges commands_edges jobs"),
-    "commands/cancel.py": _tests("jobs_edges commands_edges jobs"),
+    "commands/jobs.py": _tests("commands_edges jobs_edges jobs"),
+    "commands/log.py": _tests("commands_edges jobs_edges jobs"),
+    "commands/cancel.py": _tests("commands_edges jobs_edges jobs"),
     "commands/submit.py": _tests("cluster_edges nodes_submission each_slurm nodes"),
     "commands/ls.py": _tests("views_edges ls_layout ls_holders json queue_visible"),
     "commands/each.py": _tests("each each_output each_shell each_queue"),
@@ -162,9 +162,18 @@ MODULE_TESTS: dict[str, list[str]] = {
 }
 
 
+#: ``--quick``: only a module's own tests (MODULE_TESTS), else its package's first QUICK_FILES; a
+#: survivor of a quick run is then run against the whole selection (``--rerun-survivors``) or the suite
+QUICK_FILES = 2
+QUICK = False
+
+
 def module_tests(module: str) -> list[str]:
     """The test files for ``module`` (``reservations/acquire.py``), its own first, without repeats."""
     package = module.split("/")[0]
+    if QUICK:
+        chosen = MODULE_TESTS.get(module) or TESTS[package][:QUICK_FILES]
+        return [t for t in dict.fromkeys(chosen) if (ROOT / t).exists()][:QUICK_FILES]
     chosen = MODULE_TESTS.get(module, []) + TESTS[package]
     return [t for t in dict.fromkeys(chosen) if (ROOT / t).exists()]  # a room's edge file may not exist yet
 
@@ -396,10 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="modules run at once, each in its own copy")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
     parser.add_argument("--fresh", action="store_true", help="forget earlier sessions of these modules")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"each module against its first {QUICK_FILES} test files only (a sample on a shared "
+                             "machine); rerun the survivors without it")
     parser.add_argument("--report", action="store_true", help="only print the table of the sessions so far")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="run the earlier sessions' survivors again (after new tests), nothing else")
     args = parser.parse_args(argv)
+    global QUICK
+    QUICK = args.quick
     modules = modules_for(args.targets)
     fractions = samples(args.targets, args.sample)
     if args.rerun_survivors:
