@@ -367,3 +367,38 @@ def test_the_wait_for_the_head_is_a_duration(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(RendezvousFailed, match="unreadable"):
         rendezvous.wait_for(str(tmp_path / "bad.json"), time.monotonic() + 5, "the head")
+
+
+# --- the array task itself (what runs inside each Slurm task), without Slurm: its environment given by hand --------------
+
+def run_task(tmp_path: Path, lines: list[str], task_id: int, *extra: str) -> tuple[int, str, dict[str, Any]]:
+    import subprocess
+    import sys
+
+    from sharing_helpers import env, example, first_gpus, write_snapshot
+
+    (tmp_path / "jobs.txt").write_text("".join(line + "\n" for line in lines))
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    box = env(tmp_path / "locks", GPULAUNCH_SNAPSHOT=str(snap), SLURM_ARRAY_TASK_ID=str(task_id),
+              SLURM_ARRAY_JOB_ID="42", SLURMD_NODENAME="node7", SLURM_JOB_GPUS="0,1")
+    done = subprocess.run([sys.executable, "-m", "gpu_launch", "__slurm-task", str(tmp_path / "jobs.txt"), str(logs),
+                           "1", *extra], env=box, capture_output=True, text=True, timeout=120)
+    log = (logs / f"job-{task_id}.log").read_text()
+    return done.returncode, log, task.read_record(str(logs), "42", task_id)
+
+
+def test_the_array_task_runs_its_own_line_on_its_gpus_and_records_how_it_ended(tmp_path: Path) -> None:
+    argv = "python -c 'import json, os, sys; print(\"ARGV\", json.dumps(sys.argv[1:]), os.environ[\"CUDA_VISIBLE_DEVICES\"])'"
+    lines = ["exit 5", f"{argv} {{n}} '{{{{n}}}}' x; exit 3", "kill -KILL $$"]
+    code, log, rec = run_task(tmp_path, lines, 2)
+    assert code == 3, log
+    assert 'ARGV ["1", "{n}", "x"] ' in log  # its own line (the second), {n} for its 1 GPU, {{n}} a literal
+    assert "job 2/3 as Slurm job 42_2 on node7, allocation GPUs 0,1" in log
+    assert (rec["job"], rec["returncode"], rec["node"], rec["gpus"]) == (2, 3, "node7", "0,1")
+    assert rec["started"] <= rec["ended"] and rec["log"].endswith("job-2.log")
+    code, log, rec = run_task(tmp_path, lines, 1)
+    assert (code, rec["returncode"]) == (5, 5)
+    code, log, rec = run_task(tmp_path, lines, 3)
+    assert (code, rec["returncode"]) == (-9, -9)  # killed: the task dies of the same signal, for Slurm to see
