@@ -391,14 +391,16 @@ def run_task(tmp_path: Path, lines: list[str], task_id: int, *extra: str) -> tup
 
 def test_the_array_task_runs_its_own_line_on_its_gpus_and_records_how_it_ended(tmp_path: Path) -> None:
     argv = "python -c 'import json, os, sys; print(\"ARGV\", json.dumps(sys.argv[1:]), os.environ[\"CUDA_VISIBLE_DEVICES\"])'"
-    lines = ["exit 5", f"{argv} {{n}} '{{{{n}}}}' x; exit 3", "kill -KILL $$"]
+    lines = ["exit 5", f"{argv} {{n}} '{{{{n}}}}' x; exit 3", "kill -KILL $$", "kill -TERM $$"]
     code, log, rec = run_task(tmp_path, lines, 2)
     assert code == 3, log
     assert 'ARGV ["1", "{n}", "x"] ' in log  # its own line (the second), {n} for its 1 GPU, {{n}} a literal
-    assert "job 2/3 as Slurm job 42_2 on node7, allocation GPUs 0,1" in log
+    assert "job 2/4 as Slurm job 42_2 on node7, allocation GPUs 0,1" in log
     assert (rec["job"], rec["returncode"], rec["node"], rec["gpus"]) == (2, 3, "node7", "0,1")
     assert rec["started"] <= rec["ended"] and rec["log"].endswith("job-2.log")
     code, log, rec = run_task(tmp_path, lines, 1)
     assert (code, rec["returncode"]) == (5, 5)
     code, log, rec = run_task(tmp_path, lines, 3)
     assert (code, rec["returncode"]) == (-9, -9)  # killed: the task dies of the same signal, for Slurm to see
+    code, log, rec = run_task(tmp_path, lines, 4)
+    assert (code, rec["returncode"]) == (-15, -15)  # (SIGTERM, which the task itself outlives to record)
