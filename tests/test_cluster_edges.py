@@ -404,3 +404,66 @@ def test_the_array_task_runs_its_own_line_on_its_gpus_and_records_how_it_ended(t
     assert (code, rec["returncode"]) == (-9, -9)  # killed: the task dies of the same signal, for Slurm to see
     code, log, rec = run_task(tmp_path, lines, 4)
     assert (code, rec["returncode"]) == (-15, -15)  # (SIGTERM, which the task itself outlives to record)
+
+
+def test_a_running_task_without_its_record_waits_out_the_whole_grace(tmp_path: Path) -> None:
+    f = follower(tmp_path)
+    f._update(f.states[0], TaskStatus(1, "RUNNING", start=time.time() - 9.5), {})
+    assert f.states[0].status == "queued"  # 9.5 s: within the 10 s a task has to write its record
+    f._update(f.states[0], TaskStatus(1, "RUNNING", start=time.time() - 10.5), {})
+    assert f.states[0].status == "running"
+
+
+def fake_tool(folder: Path, name: str, out: str, err: str = "", code: int = 0) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.out").write_text(out)
+    (folder / f"{name}.err").write_text(err)
+    script = folder / name
+    script.write_text(f"#!/bin/sh\ncat '{folder}/{name}.out'; cat '{folder}/{name}.err' >&2; exit {code}\n")
+    script.chmod(0o755)
+
+
+def test_query_reads_scontrol_and_asks_sacct_only_for_what_scontrol_forgot(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fake_tool(bin_dir, "scontrol", scontrol_line("1", "RUNNING") + "\n")
+    fake_tool(bin_dir, "sacct", "42_2|COMPLETED|0:0|n1|Unknown|Unknown\n42_1|FAILED|1:0|n1|Unknown|Unknown\n")
+    found = following.query("42", environ, missing=[1, 2])
+    assert found is not None and found[1].state == "RUNNING" and found[2].state == "COMPLETED"  # scontrol's first
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Invalid job id specified\n", 1)
+    found = following.query("42", environ, missing=[2])
+    assert found is not None and (found[1].state, found[2].state) == ("FAILED", "COMPLETED")  # Slurm forgot it: sacct
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Unable to contact slurm controller\n", 1)
+    assert following.query("42", environ, missing=[2]) is None  # no answer: ask again later
+
+
+def test_ctrl_c_asks_whether_to_cancel_a_node_job_and_sigterm_does_not(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from gpu_launch.cluster import nodejob
+    from gpu_launch.errors import Interrupted
+
+    for sig, asked in ((signal.SIGINT, ["7"]), (signal.SIGTERM, [])):
+        questions: list[str] = []
+        monkeypatch.setattr(nodejob, "_ask", lambda job_id: questions.append(job_id) or False)
+        monkeypatch.setattr(nodejob, "state_of", lambda job_id, environ: os.kill(os.getpid(), sig) or
+                            {"JobState": "RUNNING", "NodeList": "n[1-2]"})
+        with pytest.raises(Interrupted, match="stopped following; Slurm job 7 goes on"):
+            nodejob._follow(node_job(tmp_path), "7", {}, 0.01, None, False, True, True)
+        assert questions == asked
+
+
+def test_the_node_script_is_written_executable_and_never_over_another(tmp_path: Path) -> None:
+    import stat
+
+    from gpu_launch.cluster import nodejob
+
+    old = os.umask(0o022)
+    try:
+        first = nodejob._write_script(str(tmp_path), "#!/bin/sh\n")
+        second = nodejob._write_script(str(tmp_path), "#!/bin/sh\necho 2\n")
+    finally:
+        os.umask(old)
+    assert (os.path.basename(first), os.path.basename(second)) == ("nodes.sh", "nodes.1.sh")
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o755 and Path(first).read_text() == "#!/bin/sh\n"
