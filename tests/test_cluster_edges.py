@@ -467,3 +467,13 @@ def test_the_node_script_is_written_executable_and_never_over_another(tmp_path: 
         os.umask(old)
     assert (os.path.basename(first), os.path.basename(second)) == ("nodes.sh", "nodes.1.sh")
     assert stat.S_IMODE(os.stat(first).st_mode) == 0o755 and Path(first).read_text() == "#!/bin/sh\n"
+
+
+def test_a_wait_for_the_head_already_past_its_deadline_says_0_s(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.errors import RendezvousFailed
+
+    with pytest.raises(RendezvousFailed, match=r"the head did not appear in .* within 0 s"):
+        rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() - 5, "the head")
+    with pytest.raises(RendezvousFailed, match=r"within 2 s"):
+        rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() + 1.6, "the head")
