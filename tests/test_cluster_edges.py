@@ -477,3 +477,20 @@ def test_a_wait_for_the_head_already_past_its_deadline_says_0_s(tmp_path: Path) 
         rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() - 5, "the head")
     with pytest.raises(RendezvousFailed, match=r"within 2 s"):
         rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() + 1.6, "the head")
+
+
+def test_a_slurm_time_limit_is_taken_up_to_a_year_in_each_of_slurms_forms() -> None:
+    """Slurm's own forms are passed on as written, but only up to gpulaunch's bound (Slurm wraps beyond):
+    each form is counted in minutes, seconds rounded up as Slurm does."""
+    from gpu_launch.cluster.submitting import MAX_MINUTES, parse_time
+
+    top_h, top_m = divmod(MAX_MINUTES, 60)
+    days, rest = divmod(MAX_MINUTES, 1440)
+    taken = [f"{top_h}:{top_m}:00", f"{MAX_MINUTES - 30}:59", f"{days}-{rest // 60}:{rest % 60}:00", "0:0:1"]
+    over = [f"{top_h}:{top_m}:01", f"{MAX_MINUTES}:01", f"{MAX_MINUTES + 1}:00", f"{days}-{rest // 60}:{rest % 60}:01",
+            f"{days + 1}-0"]
+    for text in taken:
+        assert parse_time(text) == text
+    for text in over:
+        with pytest.raises(UsageError, match="out of range"):
+            parse_time(text)
