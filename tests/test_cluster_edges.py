@@ -494,3 +494,79 @@ def test_a_slurm_time_limit_is_taken_up_to_a_year_in_each_of_slurms_forms() -> N
     for text in over:
         with pytest.raises(UsageError, match="out of range"):
             parse_time(text)
+
+
+# --- a node joining the run (cluster/nodes.py): the head's port, the peers' ports, the first command ---------------------
+
+class Net:
+    """The network calls of a node's rendezvous, recorded (no socket is opened)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from gpu_launch.cluster import rendezvous
+
+        self.calls: list[tuple[str, Any]] = []
+        for name, answer in (("check_port", None), ("free_port", 29500), ("resolve", "10.0.0.1"),
+                             ("route_to", "10.0.0.2"), ("probe", None), ("publish", None)):
+            monkeypatch.setattr(rendezvous, name, self._record(name, answer))
+
+    def _record(self, name: str, answer: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            self.calls.append((name, args))
+            return answer
+        return call
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+
+def test_a_head_given_its_port_by_hand_checks_it_and_one_without_picks_a_free_one(monkeypatch: pytest.MonkeyPatch,
+                                                                                 tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodes import Place, join
+
+    net = Net(monkeypatch)
+    world = join(Place(2, 0, ("h", "w"), "", None, "10.0.0.1", 6000), 4, {})
+    assert ("check_port", (6000,)) in net.calls and "free_port" not in net.names() and world.head_port == 6000
+    net.calls.clear()
+    world = join(Place(2, 0, ("h", "w"), "", None, "10.0.0.1", None), 4, {})
+    assert "check_port" not in net.names() and world.head_port == 29500
+    net.calls.clear()
+    world = join(Place(2, 0, ("h", "w"), "", None, "10.0.0.1", 6000), 4, {}, informing=True)  # --dry-run, plan
+    assert net.calls == [] and world.head_port == 6000
+
+
+def test_a_llama_cpp_worker_serves_its_own_port_and_publishes_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodes import Place, join
+
+    net = Net(monkeypatch)
+    here = Place(2, 1, ("h", "w"), "7.0", str(tmp_path), "10.0.0.1", 6000, slurm=True, engine="llama.cpp")
+    world = join(here, 4, {})
+    assert ("free_port", ("10.0.0.2",)) in net.calls and world.port == 29500
+    assert ("publish", (str(tmp_path / "rank-1.json"), {"addr": "10.0.0.2", "port": 29500})) in net.calls
+    net.calls.clear()
+    world = join(here, 4, {}, informing=True)
+    assert "free_port" not in net.names() and "publish" not in net.names() and world.port == 0
+
+
+def test_a_worker_by_hand_warns_of_a_loopback_head_and_inside_slurm_does_not(monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.cluster.nodes import Place, join
+
+    Net(monkeypatch)
+    monkeypatch.setattr(rendezvous, "resolve", lambda host: "127.0.0.1")
+    join(Place(2, 1, ("h", "w"), "", None, "127.0.0.1", 6000), 4, {})
+    assert "is this machine's own loopback address" in capsys.readouterr().err
+    join(Place(2, 0, ("h", "w"), "", None, "127.0.0.1", 6000), 4, {})  # the head itself: nothing to warn of
+    assert "loopback" not in capsys.readouterr().err
+
+
+def test_a_nodes_first_command_must_succeed(tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodes import prepare
+    from gpu_launch.errors import GpuLaunchError
+    from gpu_launch.fit.cmdline.node_flags import NodeCommand
+
+    prepare(NodeCommand(("x",), "head", first=("/bin/sh", "-c", "exit 0"), files=((str(tmp_path / "f"), "hi"),)),
+            dict(os.environ))
+    assert (tmp_path / "f").read_text() == "hi"
+    with pytest.raises(GpuLaunchError, match=r"failed \(exit 3\): nothing was started"):
+        prepare(NodeCommand(("x",), "head", first=("/bin/sh", "-c", "exit 3")), dict(os.environ))
