@@ -88,3 +88,28 @@ def _name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def test_a_jobs_time_in_each_has_tenths_under_a_minute() -> None:
+    from gpu_launch.views.each_view import took
+
+    assert [took(s) for s in (0.04, 1.96, 59.94, 59.95, 65, 7380)] == ["0.0s", "2.0s", "59.9s", "1m00s", "1m05s",
+                                                                        "2h03m"]
+
+
+def test_the_waiting_line_is_printed_when_it_changes_and_once_a_minute_otherwise() -> None:
+    import io
+
+    from gpu_launch.views.status_line import StatusLine
+
+    out = io.StringIO()
+    with StatusLine(out) as line:
+        for elapsed, what in ((0, "need 2 GPUs"), (30, "need 2 GPUs"), (59.9, "need 2 GPUs"), (60, "need 2 GPUs"),
+                              (61, "need 1 GPU"), (90, "need 1 GPU"), (3725, "need 1 GPU")):
+            line.update(elapsed, what)
+    assert out.getvalue().splitlines() == ["gpulaunch: waiting 0s: need 2 GPUs", "gpulaunch: waiting 1m00s: need 2 GPUs",
+                                           "gpulaunch: waiting 1m01s: need 1 GPU", "gpulaunch: waiting 1h02m: need 1 GPU"]
+    quiet = io.StringIO()
+    with StatusLine(quiet, quiet=True) as line:
+        line.update(0, "x")
+    assert quiet.getvalue() == ""
