@@ -132,7 +132,25 @@ def test_a_close_on_exec_descriptor_is_no_reservation_handed_down(tmp_path: Path
         os.close(fd)
 
 
+def _parent_of(pid: int) -> int:
+    """The kernel's PPid line of /proc/PID/status (another file than the one gpulaunch reads)."""
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("PPid:"))
+    return int(line.split()[1])
+
+
 def test_ancestors_are_the_parent_chain(tmp_path: Path) -> None:
     chain = nesting.ancestors()
     assert chain and chain[0] == os.getppid() and os.getpid() not in chain and 1 not in chain
+    grandparent = _parent_of(os.getppid())
+    assert chain[1:2] == ((grandparent,) if grandparent > 1 else ())
     assert nesting.ancestors(skip={os.getppid()})[:1] != (os.getppid(),)
+
+
+def test_a_lock_file_not_made_yet_does_not_hide_the_others(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    fd = hold(nested_path(d, B, 0))
+    try:
+        paths = {(A, 0): nested_path(d, A, 0), (B, 0): nested_path(d, B, 0)}  # A's file does not exist
+        assert nesting.lineage_holds(paths) == {(B, 0)}
+    finally:
+        os.close(fd)
