@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -59,13 +60,17 @@ def test_jobs_clear_removes_the_ended_keeps_the_running_and_another_hosts(jobs: 
     record(jobs, "2", "failed", exit_code=2)
     record(jobs, "3", "running", pid=None)  # its supervisor is gone: lost, nothing of it runs
     record(jobs, "4", "running", host="other-node")  # a shared home: never taken for lost
-    record(jobs, "5", "running", pid=os.getpid(), submitted=time.time() - 5)  # lost, but its command may still run
+    submitted = time.time()
+    command = subprocess.Popen(["sleep", "60"])
+    record(jobs, "5", "running", pid=command.pid, submitted=submitted)  # lost, but its command may still run
     record(jobs, "6", "running")
     fd = supervise(jobs, "6")
     try:
         assert gl(jobs_cmd, "jobs", "--clear") == 0
     finally:
         os.close(fd)
+        command.kill()
+        command.wait()
     err = capsys.readouterr().err
     assert jobs.ids() == [4, 5, 6]
     assert "kept job 5 (lost): its command may still run as pid" in err and "removed 3 ended jobs and their logs" in err
@@ -86,8 +91,14 @@ def test_jobs_clear_of_a_named_running_job_removes_nothing(jobs: JobDir) -> None
 
 
 def test_jobs_clear_of_a_named_lost_job_removes_it_even_if_its_pid_lives(jobs: JobDir) -> None:
-    record(jobs, "5", "running", pid=os.getpid(), submitted=time.time() - 5)
-    assert gl(jobs_cmd, "jobs", "--clear", "5") == 0 and jobs.ids() == []
+    submitted = time.time()
+    command = subprocess.Popen(["sleep", "60"])
+    try:
+        record(jobs, "5", "running", pid=command.pid, submitted=submitted)
+        assert gl(jobs_cmd, "jobs", "--clear", "5") == 0 and jobs.ids() == []
+    finally:
+        command.kill()
+        command.wait()
 
 
 def test_jobs_json_and_detail_say_the_state_now(jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
