@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from gpu_launch.reservations import lockdir, nesting
 from gpu_launch.reservations.lockdir import MAX_DEPTH, nested_path
 
@@ -154,3 +156,51 @@ def test_a_lock_file_not_made_yet_does_not_hide_the_others(tmp_path: Path) -> No
         assert nesting.lineage_holds(paths) == {(B, 0)}
     finally:
         os.close(fd)
+
+
+# --- the lock dir itself: what config and ls say of it, a file made by another at the same moment ------------------------
+
+def test_config_says_a_lock_dir_not_made_yet_and_one_not_hardened(tmp_path: Path) -> None:
+    assert lockdir.describe_dir(str(tmp_path / "none")) == "not created yet; not hardened"
+    assert lockdir.describe_dir(str(tmp_path)) == "not hardened: a lock file's owner can remove it"
+
+
+def test_a_lock_dir_that_cannot_be_read_is_shared_by_no_one_known(tmp_path: Path) -> None:
+    assert lockdir.shared_by(str(tmp_path / "none")) == frozenset()
+    assert lockdir.shared_note(str(tmp_path / "none")) is None
+
+
+def test_ls_says_when_two_users_can_remove_each_others_locks(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a lock file of another user is made with chown")
+    d = tmp_path / "locks"
+    d.mkdir()
+    mine = d / "GPU-aaaa.lock"
+    mine.write_text("")
+    assert lockdir.shared_note(str(d)) is None  # only root's files, root's directory: one user
+    theirs = d / "GPU-bbbb.lock"
+    theirs.write_text("")
+    os.chown(theirs, 65534, 65534)
+    assert lockdir.shared_note(str(d)) == "lock dir: 2 users can remove each other's locks (fix: sudo gpulaunch locks init)"
+
+
+def test_a_lock_file_another_process_creates_at_the_same_moment_is_opened_not_an_error(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two launches open the same new lock file: one creates it, the other's O_EXCL fails; that one opens it."""
+    path = str(tmp_path / "GPU-aaaa.lock")
+    real_open = os.open
+    calls: list[int] = []
+
+    def racing_open(p: str, flags: int, mode: int = 0o777, **kw: object) -> int:
+        calls.append(flags)
+        if p == path and len(calls) == 1:
+            raise FileNotFoundError(p)  # not there yet...
+        if p == path and flags & os.O_EXCL:
+            os.close(real_open(p, os.O_CREAT | os.O_WRONLY, 0o666))  # ...another process made it just now
+            raise FileExistsError(p)
+        return real_open(p, flags, mode)
+
+    monkeypatch.setattr(lockdir.os, "open", racing_open)
+    fd = lockdir.open_shared(path)
+    assert fd is not None and len(calls) == 3
+    os.close(fd)
