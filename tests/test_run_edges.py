@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,24 @@ def test_an_assignment_whose_value_needs_quotes_stays_an_assignment() -> None:
     assert line.startswith("MEM='")
     out = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, timeout=30)
     assert (out.returncode, out.stdout) == (0, '{"0": "7GiB"}\n')
+
+
+def test_an_expansion_is_one_word_of_no_fixed_text() -> None:
+    text = "a $(b c) ${d} `e f` $g h"
+    assert [(w.value, text[w.start:w.end]) for w in shellwords.words(text)] == [
+        ("a", "a"), (None, "$(b c)"), (None, "${d}"), (None, "`e f`"), (None, "$g"), ("h", "h")]
+    assert substitute_shell("echo $(date) {n}", 2) == "echo $(date) 2"
+
+
+def test_a_launch_fills_only_the_values_it_has() -> None:
+    """A node task's command: the plan's {tp} written in at submission, the node's own left for the node."""
+    from gpu_launch.run.placeholders import fill_only
+
+    argv = ("vllm", "{tp}", "--tp={tp}", "{{tp}}", "{n}", "{node_rank}", "x{tp}y")
+    assert fill_only(argv, {"tp": "4"}) == ("vllm", "4", "--tp=4", "{{tp}}", "{n}", "{node_rank}", "x{tp}y")
+
+
+def test_a_script_that_cannot_be_opened_is_left_to_the_exec(tmp_path: Path) -> None:
+    from gpu_launch.run import execute
+
+    assert execute._check_interpreter(str(tmp_path / "gone"), "gone") is None  # the exec says what is wrong
