@@ -51,7 +51,8 @@ from pathlib import Path
 from mutation_report import report, rerun_survivors  # beside this file (python benchmarks/mutation.py)
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("reservations", "placing", "sweeps", "choose", "fit", "modelfile")
+PACKAGES = ("reservations", "placing", "sweeps", "choose", "fit", "modelfile", "cluster", "jobs", "run", "commands",
+            "views", "in_process", "hardware", "options", "base")
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "gpulaunch-mutation"
 
 #: Cosmic Ray operators kept (regular expressions, matched from the start of the name).
@@ -77,8 +78,19 @@ _FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm
               "engine_flags nodes_plan plan_cli choose_by_model")
 _MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
                     "fit_kv_families fit_kv_vllm plan_cli")
+_CLUSTER = _tests("cluster_edges nodes_submission each_slurm nodes node_flags nodes_slurm nodes_netns")
+_JOBS = _tests("jobs_edges job_supervisor jobs")
+_RUN = _tests("run_edges placeholders env_hygiene affinity frameworks each_shell check cli")
+_COMMANDS = _tests("commands_edges jobs_edges cli help jobs ls_layout config check env_cmd each")
+_VIEWS = _tests("views_edges ls_layout json queue_visible each_output plan_cli env_cmd machine_states")
+_IN_PROCESS = _tests("api_types api api_model notebook")
+_HARDWARE = _tests("snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
+_OPTIONS = _tests("help cli bad_input config manpage completions")
+_BASE = _tests("units records bounds cli")
 TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
-         "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE}
+         "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE, "cluster": _CLUSTER, "jobs": _JOBS, "run": _RUN,
+         "commands": _COMMANDS, "views": _VIEWS, "in_process": _IN_PROCESS, "hardware": _HARDWARE,
+         "options": _OPTIONS, "base": _BASE}
 _LOCKS = _tests("lock_edges reservation_pins lock_ownership bad_lock_files")
 MODULE_TESTS: dict[str, list[str]] = {
     "reservations/acquire.py": _LOCKS + _tests("reservations locks_at_every_depth nesting each_scheduling wait "
@@ -86,9 +98,10 @@ MODULE_TESTS: dict[str, list[str]] = {
     "reservations/hardening.py": _tests("hardened_locks lock_edges reservation_pins lock_ownership bad_lock_files "
                                         "config"),
     "reservations/holders.py": _LOCKS + _tests("locks_at_every_depth reservations wait ls_layout"),
-    "reservations/lockdir.py": _LOCKS + _tests("hardened_locks locks_at_every_depth reservations"),
-    "reservations/nesting.py": _tests("nesting locks_at_every_depth lock_edges reservation_pins lock_ownership "
-                                      "bad_lock_files"),
+    "reservations/lockdir.py": _tests("nesting_edges") + _LOCKS + _tests("hardened_locks locks_at_every_depth "
+                                                                      "reservations"),
+    "reservations/nesting.py": _tests("nesting_edges nesting locks_at_every_depth lock_edges reservation_pins "
+                                      "lock_ownership bad_lock_files"),
     "reservations/reservations.py": _LOCKS + _tests("reservations nesting"),
     "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "fit/model_plan.py": _tests("nodes_plan plan_cli"),
@@ -107,6 +120,41 @@ MODULE_TESTS: dict[str, list[str]] = {
        for m in ("torchrun", "vllm", "sglang", "accelerate", "deepspeed", "llama_cpp")},
     "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
     "modelfile/hfcache.py": _tests("plan_cli"),
+    # the rooms sampled since issue 37: the fast direct tests first
+    "cluster/task.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
+    "cluster/rendezvous.py": _tests("cluster_edges nodes nodes_netns"),
+    "cluster/following.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
+    "cluster/nodejob.py": _tests("cluster_edges nodes_submission nodes nodes_slurm"),
+    "jobs/status.py": _tests("jobs_edges job_supervisor jobs"),
+    "jobs/store.py": _tests("jobs_edges jobs"),
+    "jobs/recordfile.py": _tests("jobs_edges jobs"),
+    "run/placeholders.py": _tests("run_edges placeholders each_shell each"),
+    "run/shellwords.py": _tests("run_edges placeholders each_shell"),
+    "run/affinity.py": _tests("affinity run_edges"),
+    "run/frameworks.py": _tests("frameworks env_hygiene"),
+    "run/cuda_probe.py": _tests("check run_edges"),
+    "commands/jobs.py": _tests("commands_edges jobs_edges jobs"),
+    "commands/log.py": _tests("commands_edges jobs_edges jobs"),
+    "commands/cancel.py": _tests("commands_edges jobs_edges jobs"),
+    "commands/submit.py": _tests("cluster_edges nodes_submission each_slurm nodes"),
+    "commands/ls.py": _tests("views_edges ls_layout ls_holders json queue_visible"),
+    "commands/each.py": _tests("each each_output each_shell each_queue"),
+    "commands/locks.py": _tests("hardened_locks"),
+    "commands/completions.py": _tests("completions"),
+    "commands/plan.py": _tests("plan_cli"),
+    "views/jobs_table.py": _tests("jobs_edges views_edges jobs"),
+    "views/queue_table.py": _tests("views_edges queue_visible"),
+    "views/ls_table.py": _tests("views_edges ls_layout ls_holders json"),
+    "views/each_view.py": _tests("each_output each"),
+    "views/plan_view.py": _tests("plan_cli nodes_plan"),
+    "views/watch.py": _tests("views_edges ls_layout"),
+    "hardware/snapshot.py": _tests("snapshot machine_states mig nvml_backend"),
+    "hardware/host.py": _tests("affinity cluster_edges nodes"),
+    "options/config.py": _tests("config cli"),
+    "options/values.py": _tests("bad_input cli help"),
+    "options/manpage.py": _tests("manpage"),
+    "base/units.py": _tests("units bounds cli"),
+    "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # the property tests (hypothesis, ~25 s) only for the search itself
     **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
@@ -114,11 +162,20 @@ MODULE_TESTS: dict[str, list[str]] = {
 }
 
 
+#: ``--quick``: only a module's own tests (MODULE_TESTS), else its package's first QUICK_FILES; a
+#: survivor of a quick run is then run against the whole selection (``--rerun-survivors``) or the suite
+QUICK_FILES = 2
+QUICK = False
+
+
 def module_tests(module: str) -> list[str]:
     """The test files for ``module`` (``reservations/acquire.py``), its own first, without repeats."""
     package = module.split("/")[0]
+    if QUICK:
+        chosen = MODULE_TESTS.get(module) or TESTS[package][:QUICK_FILES]
+        return [t for t in dict.fromkeys(chosen) if (ROOT / t).exists()][:QUICK_FILES]
     chosen = MODULE_TESTS.get(module, []) + TESTS[package]
-    return list(dict.fromkeys(chosen))
+    return [t for t in dict.fromkeys(chosen) if (ROOT / t).exists()]  # a room's edge file may not exist yet
 
 
 def modules_for(targets: list[str]) -> list[str]:
@@ -141,10 +198,14 @@ def samples(targets: list[str], default: float | None) -> dict[str, float | None
     """Each module's sample: ``reservations:0.05`` samples 5 % of each reservations/ module, ``reservations/acquire.py:1`` all;
     None where none was asked for (a new session runs every mutant, an earlier one keeps its sample)."""
     chosen: dict[str, float | None] = {}
+    named: set[str] = set()  # modules named themselves: their own fraction beats their package's
     for target in targets or list(PACKAGES):
         name, _, fraction = target.partition(":")
         for module in modules_for([name]):
-            chosen[module] = float(fraction) if fraction else default
+            if module == name or module not in named:
+                chosen[module] = float(fraction) if fraction else default
+            if module == name:
+                named.add(module)
     return chosen
 
 
@@ -236,6 +297,15 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
+def _config(module: str, timeout: float) -> str:
+    return ("[cosmic-ray]\n"
+            f"module-path = {json.dumps('gpu_launch/' + module)}\n"
+            f"timeout = {timeout:.0f}\n"
+            "excluded-modules = []\n"
+            f"test-command = {json.dumps(_test_command(module))}\n"
+            "[cosmic-ray.distributor]\nname = \"local\"\n")
+
+
 def _test_command(module: str) -> str:
     return " ".join([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *module_tests(module)])
 
@@ -248,22 +318,22 @@ def run_module(module: str, tree: Path, sessions: Path, sample: float | None, se
     env = _env(tree)
     started = time.monotonic()
     if not db.exists():
+        config.write_text(_config(module, 120.0))
+        subprocess.run([_tool("cosmic-ray"), "init", str(config), str(db)], cwd=tree, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        counts = _filter(db, tree, module, 1.0 if sample is None else sample, seed)
+        dropped = (f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
+                   f"{counts['unsampled']} unsampled)")
+        if not counts["pending"]:  # nothing sampled: no baseline is run for it (a larger sample resumes)
+            log(f"{module}: no mutant to run {dropped}")
+            return
+        # the baseline only once something is to run: a small sample of a package spares most modules' runs
         seconds = _baseline(module, tree, sessions, env, log)
         if seconds is None:
+            db.unlink()
             return
-        timeout = max(120.0, 4 * seconds)
-        config.write_text(
-            "[cosmic-ray]\n"
-            f"module-path = {json.dumps('gpu_launch/' + module)}\n"
-            f"timeout = {timeout:.0f}\n"
-            "excluded-modules = []\n"
-            f"test-command = {json.dumps(_test_command(module))}\n"
-            "[cosmic-ray.distributor]\nname = \"local\"\n")
-        subprocess.run([_tool("cosmic-ray"), "init", str(config), str(db)], cwd=tree, env=env, check=True)
-        counts = _filter(db, tree, module, 1.0 if sample is None else sample, seed)
-        log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run "
-            f"(dropped: {counts['operator']} by operator, {counts['annotation']} in annotations, "
-            f"{counts['unsampled']} unsampled)")
+        config.write_text(_config(module, max(120.0, 4 * seconds)))
+        log(f"{module}: baseline {seconds:.0f} s, {counts['pending']} mutants to run {dropped}")
     else:  # resumed (or survivors run again): with the tests chosen now, and a larger sample if asked
         added = _extend_sample(db, module, sample, seed) if sample is not None else 0
         if added:
@@ -293,6 +363,10 @@ def _baseline(module: str, tree: Path, sessions: Path, env: dict[str, str], log)
         return known[key]
     started = time.monotonic()
     base = subprocess.run(command.split(), cwd=tree, env=env, capture_output=True, text=True)
+    if base.returncode != 0:  # once more: a test of real processes may miss a deadline on a loaded machine
+        log(f"{module}: its tests failed unmutated, once more:\n{base.stdout[-600:]}")
+        started = time.monotonic()
+        base = subprocess.run(command.split(), cwd=tree, env=env, capture_output=True, text=True)
     if base.returncode != 0:
         log(f"{module}: its tests fail unmutated, skipped:\n{base.stdout[-2000:]}")
         return None
@@ -331,10 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="modules run at once, each in its own copy")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"default {DEFAULT_WORKDIR}")
     parser.add_argument("--fresh", action="store_true", help="forget earlier sessions of these modules")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"each module against its first {QUICK_FILES} test files only (a sample on a shared "
+                             "machine); rerun the survivors without it")
     parser.add_argument("--report", action="store_true", help="only print the table of the sessions so far")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="run the earlier sessions' survivors again (after new tests), nothing else")
     args = parser.parse_args(argv)
+    global QUICK
+    QUICK = args.quick
     modules = modules_for(args.targets)
     fractions = samples(args.targets, args.sample)
     if args.rerun_survivors:

@@ -128,6 +128,7 @@ def task_main(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     record.update(ended=time.time(), returncode=returncode)
     _write_record(where, record, environ)
     if returncode < 0:  # die of the same signal, so that Slurm reports it as the command's
-        signal.signal(-returncode, signal.SIG_DFL)
+        if -returncode not in (signal.SIGKILL, signal.SIGSTOP):  # (no handler can be set for these: always default)
+            signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)
     return returncode

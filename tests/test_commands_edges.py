@@ -1,0 +1,187 @@
+"""The slips in `gpulaunch jobs`, `log` and `cancel` a user would suffer (issue 37): which jobs
+`jobs --clear` removes and which it keeps, what `log` copies, the grace `cancel --grace` asks for,
+and a job of another host never cancelled from here. In-process: the commands' own run() on a real
+job directory under tmp_path; a live supervisor is a thread holding the job's log lock."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_launch.commands import cancel as cancel_cmd
+from gpu_launch.commands import jobs as jobs_cmd
+from gpu_launch.commands import log as log_cmd
+from gpu_launch.errors import UsageError
+from gpu_launch.jobs import recordfile, status
+from gpu_launch.jobs.store import Job, JobDir
+from gpu_launch.options import args
+
+
+@pytest.fixture
+def jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobDir:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    d = JobDir.open(os.environ, create=True)
+    assert d is not None
+    return d
+
+
+def record(jobs: JobDir, job_id: str, state: str, **changes: object) -> Job:
+    fields = dict(id=job_id, state=state, argv=("python", f"j{job_id}.py"), options=(), cwd="/", host=status.host(),
+                  boot_id=status.boot_id(), lock_dir="/tmp/l", submitted=time.time() - 50)
+    fields.update(changes)
+    j = Job(**fields)  # type: ignore[arg-type]
+    jobs.write(j)
+    log = Path(jobs.path, f"{job_id}.log")
+    if not log.exists():
+        log.write_bytes(f"output of {job_id}\n".encode())
+        log.chmod(0o600)
+    return j
+
+
+def supervise(jobs: JobDir, job_id: str) -> int:
+    fd = os.open(os.path.join(jobs.path, f"{job_id}.log"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def gl(module: object, *argv: str) -> int:
+    return module.run(args.parse(list(argv)))  # type: ignore[attr-defined]
+
+
+def test_jobs_clear_removes_the_ended_keeps_the_running_and_another_hosts(jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "1", "done", exit_code=0)
+    record(jobs, "2", "failed", exit_code=2)
+    record(jobs, "3", "running", pid=None)  # its supervisor is gone: lost, nothing of it runs
+    record(jobs, "4", "running", host="other-node")  # a shared home: never taken for lost
+    submitted = time.time()
+    command = subprocess.Popen(["sleep", "60"])
+    record(jobs, "5", "running", pid=command.pid, submitted=submitted)  # lost, but its command may still run
+    record(jobs, "6", "running")
+    fd = supervise(jobs, "6")
+    try:
+        assert gl(jobs_cmd, "jobs", "--clear") == 0
+    finally:
+        os.close(fd)
+        command.kill()
+        command.wait()
+    err = capsys.readouterr().err
+    assert jobs.ids() == [4, 5, 6]
+    assert "kept job 5 (lost): its command may still run as pid" in err and "removed 3 ended jobs and their logs" in err
+    assert not Path(jobs.path, "1.log").exists() and Path(jobs.path, "4.log").exists()
+
+
+def test_jobs_clear_of_a_named_running_job_removes_nothing(jobs: JobDir) -> None:
+    record(jobs, "1", "done", exit_code=0)
+    record(jobs, "2", "running")
+    fd = supervise(jobs, "2")
+    try:
+        with pytest.raises(UsageError, match="job 2 is running: only jobs that have ended are cleared"):
+            gl(jobs_cmd, "jobs", "--clear", "1", "2")
+    finally:
+        os.close(fd)
+    assert jobs.ids() == [1, 2]
+    assert gl(jobs_cmd, "jobs", "--clear", "#1", "1") == 0 and jobs.ids() == [2]
+
+
+def test_jobs_clear_of_a_named_lost_job_removes_it_even_if_its_pid_lives(jobs: JobDir) -> None:
+    submitted = time.time()
+    command = subprocess.Popen(["sleep", "60"])
+    try:
+        record(jobs, "5", "running", pid=command.pid, submitted=submitted)
+        assert gl(jobs_cmd, "jobs", "--clear", "5") == 0 and jobs.ids() == []
+    finally:
+        command.kill()
+        command.wait()
+
+
+def test_jobs_json_and_detail_say_the_state_now(jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "1", "done", exit_code=3, started=time.time() - 20, ended=time.time() - 10)
+    record(jobs, "2", "running")
+    assert gl(jobs_cmd, "jobs", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(j["id"], j["state"], j["exit_code"]) for j in doc["jobs"]] == [("1", "done", 3), ("2", "lost", None)]
+    assert doc["jobs"][0]["log"] == os.path.join(jobs.path, "1.log")
+    assert gl(jobs_cmd, "jobs", "1") == 0
+    assert capsys.readouterr().out.startswith("job 1: done, exit 3\n")
+    with pytest.raises(UsageError, match="at most one job id"):
+        gl(jobs_cmd, "jobs", "1", "2")
+
+
+def test_log_copies_the_whole_log_and_refuses_what_is_no_job(jobs: JobDir, capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    record(jobs, "1", "done")
+    Path(jobs.path, "1.log").write_bytes(b"x" * 200_000 + b"\nend\n")
+    assert gl(log_cmd, "log", "1") == 0
+    out = capfdbinary.readouterr().out
+    assert out == b"x" * 200_000 + b"\nend\n"
+    with pytest.raises(UsageError, match="there is no job 2"):
+        gl(log_cmd, "log", "2")
+    with pytest.raises(UsageError, match="takes one job id"):
+        gl(log_cmd, "log", "1", "2")
+
+
+def test_log_follow_stops_when_the_supervisor_ends_and_misses_nothing(jobs: JobDir,
+                                                                     capfdbinary: pytest.CaptureFixture[bytes]) -> None:
+    record(jobs, "1", "running")
+    fd = supervise(jobs, "1")
+
+    def the_job() -> None:
+        time.sleep(0.3)
+        with open(os.path.join(jobs.path, "1.log"), "ab") as log:
+            log.write(b"last words\n")
+        os.close(fd)
+
+    t = threading.Thread(target=the_job)
+    t.start()
+    assert gl(log_cmd, "log", "1", "-f") == 0
+    t.join()
+    assert capfdbinary.readouterr().out == b"output of 1\nlast words\n"
+
+
+def fake_supervisor(jobs: JobDir, job_id: str, seen: list[float | None]) -> threading.Thread:
+    """Holds the log's lock until a cancel is asked for, records the grace asked, then ends the job."""
+    fd = supervise(jobs, job_id)
+
+    def run() -> None:
+        deadline = time.monotonic() + 30
+        while (grace := recordfile.cancel_grace(jobs.fd, job_id)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(grace)
+        j = jobs.read(job_id)
+        jobs.write(Job(**{**{k: getattr(j, k) for k in j.__dataclass_fields__}, "state": "cancelled",
+                          "note": "cancelled by you"}))
+        os.close(fd)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_cancel_asks_for_the_grace_given_and_says_how_the_job_ended(jobs: JobDir,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    for job_id, extra, grace in (("1", ["--grace", "30"], 30.0), ("2", [], 10.0)):
+        record(jobs, job_id, "running")
+        seen: list[float | None] = []
+        t = fake_supervisor(jobs, job_id, seen)
+        assert gl(cancel_cmd, "cancel", job_id, *extra) == 0
+        t.join()
+        assert seen == [grace]
+        assert capsys.readouterr().err == f"gpulaunch: job {job_id}: cancelled (cancelled by you)\n"
+
+
+def test_cancel_of_an_ended_job_does_nothing_and_of_another_hosts_is_refused(jobs: JobDir,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "1", "done", exit_code=0)
+    assert gl(cancel_cmd, "cancel", "1") == 0
+    assert "job 1 is not waiting or running (done): nothing to cancel" in capsys.readouterr().err
+    assert not Path(jobs.path, ".1.cancel").exists()
+    record(jobs, "2", "running", host="other-node")
+    with pytest.raises(UsageError, match="job 2 runs on other-node") as err:
+        gl(cancel_cmd, "cancel", "2")
+    assert err.value.hint == "cancel it there" and not Path(jobs.path, ".2.cancel").exists()

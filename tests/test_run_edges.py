@@ -1,0 +1,110 @@
+"""The slips in filling an `each` line a user would suffer (issue 37): each filled word quoted for the
+shell and nothing else touched, a KEY= kept an assignment, escapes, what `each --slurm` hands its
+task's launch, and the shell's own words around them. Unit-level, and each filled line is run by a
+real /bin/sh to see the words the command gets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_launch.errors import UsageError
+from gpu_launch.run import shellwords
+from gpu_launch.run.placeholders import check_shell, protect, substitute, substitute_shell
+
+ECHO = f"{sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
+
+
+def argv_of(line: str) -> list[str]:
+    """The words a command gets when /bin/sh runs ``line``."""
+    done = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_filled_word_is_what_the_command_gets() -> None:
+    line = substitute_shell(f"{ECHO} {{n}} --gpus={{gpus}} NPROC={{n}} '{{n}}' \"{{gpus}}\" {{{{n}}}} 'x {{{{n}}}}'", 3)
+    assert argv_of(line) == ["3", "--gpus=0,1,2", "NPROC=3", "3", "0,1,2", "{n}", "x {n}"]
+
+
+def test_an_assignment_stays_an_assignment() -> None:
+    line = substitute_shell(f"NPROC={{n}} GPUS={{gpus}} sh -c 'echo $NPROC $GPUS'", 2)
+    assert line == "NPROC=2 GPUS=0,1 sh -c 'echo $NPROC $GPUS'"
+    out = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, timeout=30).stdout
+    assert out == "2 0,1\n"
+
+
+def test_a_value_the_shell_would_split_is_quoted() -> None:
+    line = substitute_shell(f"{ECHO} --cfg={{max_memory}} {{max_memory}}", 2, {"max_memory": '{"0": "7GiB", "1": "7GiB"}'})
+    assert argv_of(line) == ['--cfg={"0": "7GiB", "1": "7GiB"}', '{"0": "7GiB", "1": "7GiB"}']
+    assert "'" in line
+
+
+def test_everything_around_the_placeholders_is_kept_as_written() -> None:
+    text = "python  train.py\t--n {n} ;  echo   done # {n} stays a comment"
+    assert substitute_shell(text, 4) == "python  train.py\t--n 4 ;  echo   done # {n} stays a comment"
+    assert substitute_shell("a >{n}", 2) == "a >2" and substitute_shell("a>{n};b", 2) == "a>2;b"
+
+
+def test_a_placeholder_inside_a_word_is_refused_in_shell_text_too() -> None:
+    for text in ("run-{n}.txt", "echo x{n}", "echo --a={n}{n}"):
+        with pytest.raises(UsageError, match="inside the word"):
+            check_shell(text)
+    check_shell("echo {n} '{n}' \"{{n}}y\" $HOME")
+
+
+def test_protect_gives_the_line_back_after_the_tasks_own_filling() -> None:
+    """each --slurm fills a shell line for N GPUs, then hands it to `gpulaunch --auto N -- sh -c LINE`,
+    which fills once more: a literal {n} left in the line must survive that second filling."""
+    line = substitute_shell("echo {n} '{{n}}' ${n}", 2)
+    assert line == "echo 2 {n} ${n}"  # (a quoted word filled is quoted only where the shell needs it)
+    assert protect(line) == "echo 2 {{n}} ${n}"
+    assert substitute(("sh", "-c", protect(line)), 2)[2] == line  # the task's launch gives the line back
+    assert protect("{n} {gpus} {{n}} {nope} {n}}") == "{{n}} {{gpus}} {{{n}}} {nope} {n}}"
+
+
+def test_the_shells_words_are_where_the_shell_splits() -> None:
+    got = [(w.value, text[w.start:w.end]) for text in ["a 'b c' \"d $e\" f\\ g h;i>j # k"]
+           for w in shellwords.words(text)]
+    assert got == [("a", "a"), ("b c", "'b c'"), (None, '"d $e"'), ("f g", "f\\ g"), ("h", "h"), ("i", "i"),
+                   ("j", "j")]
+    plain = shellwords.words("python  train.py\t--lr 1e-3")
+    assert [(w.start, w.end, w.value) for w in plain] == [(0, 6, "python"), (8, 16, "train.py"), (17, 21, "--lr"),
+                                                          (22, 26, "1e-3")]
+    for bad in ("echo 'open", 'echo "open', "echo end\\"):
+        with pytest.raises(ValueError):
+            shellwords.words(bad)
+
+
+def test_an_assignment_whose_value_needs_quotes_stays_an_assignment() -> None:
+    """`MEM={max_memory} cmd`: the JSON is quoted after `MEM=`, never with it (a quoted `'MEM=...'` is a
+    command name to the shell, not an assignment)."""
+    line = substitute_shell("MEM={max_memory} sh -c 'echo \"$MEM\"'", 2, {"max_memory": '{"0": "7GiB"}'})
+    assert line.startswith("MEM='")
+    out = subprocess.run(["/bin/sh", "-c", line], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout) == (0, '{"0": "7GiB"}\n')
+
+
+def test_an_expansion_is_one_word_of_no_fixed_text() -> None:
+    text = "a $(b c) ${d} `e f` $g h"
+    assert [(w.value, text[w.start:w.end]) for w in shellwords.words(text)] == [
+        ("a", "a"), (None, "$(b c)"), (None, "${d}"), (None, "`e f`"), (None, "$g"), ("h", "h")]
+    assert substitute_shell("echo $(date) {n}", 2) == "echo $(date) 2"
+
+
+def test_a_launch_fills_only_the_values_it_has() -> None:
+    """A node task's command: the plan's {tp} written in at submission, the node's own left for the node."""
+    from gpu_launch.run.placeholders import fill_only
+
+    argv = ("vllm", "{tp}", "--tp={tp}", "{{tp}}", "{n}", "{node_rank}", "x{tp}y")
+    assert fill_only(argv, {"tp": "4"}) == ("vllm", "4", "--tp=4", "{{tp}}", "{n}", "{node_rank}", "x{tp}y")
+
+
+def test_a_script_that_cannot_be_opened_is_left_to_the_exec(tmp_path: Path) -> None:
+    from gpu_launch.run import execute
+
+    assert execute._check_interpreter(str(tmp_path / "gone"), "gone") is None  # the exec says what is wrong

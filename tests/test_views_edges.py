@@ -1,0 +1,115 @@
+"""The slips in what `gpulaunch ls` shows a user would suffer (issue 37): the --wait queue's times (the
+kernel gives nanoseconds; the table shows seconds, minutes, hours), who waits, in which order, and
+what they asked for, cut to the terminal. Unit-level: the views' text and JSON as the user reads them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+
+from gpu_launch.base.units import fmt_duration
+from gpu_launch.base.records import dataclass
+from gpu_launch.views import queue_table
+
+NOW = 1_800_000_000.0
+
+
+@dataclass(frozen=True)
+class Waiter:
+    position: int
+    pid: int
+    uid: int
+    since_ns: int
+    note: str
+
+
+def waiter(position: int, waited_s: float, note: object = None, uid: int = 0, pid: int = 100) -> Waiter:
+    text = json.dumps(note) if note is not None else ""
+    return Waiter(position, pid, uid, int((NOW - waited_s) * 1e9), text)
+
+
+def test_durations_read_in_seconds_minutes_and_hours() -> None:
+    assert [fmt_duration(s) for s in (0, 0.4, 59.4, 59.6, 60, 61, 3599, 3600, 3661, 90000)] == \
+        ["0s", "0s", "59s", "1m00s", "1m00s", "1m01s", "59m59s", "1h00m", "1h01m", "25h00m"]
+
+
+def test_the_queue_shows_how_long_each_has_waited_in_the_order_they_are_served() -> None:
+    me = pwd.getpwuid(os.getuid()).pw_name
+    text = queue_table.as_text([waiter(1, 3725, {"request": "--auto 2", "command": "python  train.py"}),
+                                waiter(2, 42, {"request": "--gpus 0"}, pid=7),
+                                waiter(3, -5, None, pid=8)], None, now=NOW)
+    lines = text.splitlines()
+    assert lines[0] == "" and lines[1].split() == list(queue_table.HEADER)
+    assert lines[2].split()[:3] == ["1", me, "100"] and lines[2].split()[4:] == ["1h02m", "--auto", "2:", "python",
+                                                                                "train.py"]
+    assert lines[3].split()[4:] == ["42s", "--gpus", "0"]
+    assert lines[4].split()[4:] == ["0s", "?"]  # a clock that went back: never a negative wait; no note: "?"
+    assert lines[2].split()[3] == time.strftime("%H:%M:%S", time.localtime(NOW - 3725))
+    assert lines[3].index("42s") + 3 == lines[2].index("1h02m") + 5  # WAITING is right-aligned, and PID
+    assert lines[2].index(" 100 ") + 4 == lines[3].index(" 7 ") + 2
+
+
+def test_the_queue_is_empty_text_when_nobody_waits_and_is_cut_to_the_width() -> None:
+    assert queue_table.as_text([], 80, now=NOW) == ""
+    text = queue_table.as_text([waiter(1, 5, {"request": "--auto 1", "command": "x" * 300})], 70, now=NOW)
+    lines = text.splitlines()[1:]
+    assert all(len(line) <= 70 for line in lines) and lines[1].endswith("…") and len(lines[1]) == 70
+    full = queue_table.as_text([waiter(1, 5, {"request": "--auto 1", "command": "x" * 30})], None, now=NOW)
+    row = full.splitlines()[2]
+    assert queue_table.as_text([waiter(1, 5, {"request": "--auto 1", "command": "x" * 30})], len(row),
+                               now=NOW).splitlines()[2] == row
+
+
+def test_an_earlier_days_wait_shows_the_day() -> None:
+    text = queue_table.as_text([waiter(1, 3 * 86400)], None, now=NOW)
+    assert text.splitlines()[2].split()[3:6] == time.strftime("%b %d %H:%M", time.localtime(NOW - 3 * 86400)).split()
+
+
+def test_the_queue_in_json_says_seconds_waited_and_the_epoch_it_began() -> None:
+    doc = queue_table.as_json([waiter(1, 90.25, {"request": "--auto 1", "command": "c"}, uid=0),
+                               waiter(2, -3, ["not", "a", "note"], uid=54321, pid=9)], now=NOW)
+    assert doc[0] == {"position": 1, "user": pwd.getpwuid(0).pw_name, "uid": 0, "pid": 100,
+                      "since": round(NOW - 90.25, 3), "waited_s": 90.2, "request": "--auto 1", "command": "c"}
+    assert (doc[1]["waited_s"], doc[1]["request"], doc[1]["command"], doc[1]["position"]) == (0.0, None, None, 2)
+    assert doc[1]["user"] in ("54321", _name(54321))
+
+
+def test_a_note_says_request_and_command_only_when_they_are_text() -> None:
+    assert queue_table._note('{"request": "--auto 1", "command": 3}') == ("--auto 1", None)
+    assert queue_table._note('{"request": 1, "command": "c"}') == (None, "c")
+    assert queue_table._note("not json") == (None, None)
+    assert queue_table._note("") == (None, None)
+
+
+def _name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def test_a_jobs_time_in_each_has_tenths_under_a_minute() -> None:
+    from gpu_launch.views.each_view import took
+
+    assert [took(s) for s in (0.04, 1.96, 59.94, 59.95, 65, 7380)] == ["0.0s", "2.0s", "59.9s", "1m00s", "1m05s",
+                                                                        "2h03m"]
+
+
+def test_the_waiting_line_is_printed_when_it_changes_and_once_a_minute_otherwise() -> None:
+    import io
+
+    from gpu_launch.views.status_line import StatusLine
+
+    out = io.StringIO()
+    with StatusLine(out) as line:
+        for elapsed, what in ((0, "need 2 GPUs"), (30, "need 2 GPUs"), (59.9, "need 2 GPUs"), (60, "need 2 GPUs"),
+                              (61, "need 1 GPU"), (90, "need 1 GPU"), (3725, "need 1 GPU")):
+            line.update(elapsed, what)
+    assert out.getvalue().splitlines() == ["gpulaunch: waiting 0s: need 2 GPUs", "gpulaunch: waiting 1m00s: need 2 GPUs",
+                                           "gpulaunch: waiting 1m01s: need 1 GPU", "gpulaunch: waiting 1h02m: need 1 GPU"]
+    quiet = io.StringIO()
+    with StatusLine(quiet, quiet=True) as line:
+        line.update(0, "x")
+    assert quiet.getvalue() == ""
