@@ -26,7 +26,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 set selecting 1
             case '-*'
             case '*'
-                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each locks plan submit jobs log cancel help
+                if test $sub = - -a $selecting = 0; and contains -- $w ls topo env check config completions each locks plan submit jobs log wait cancel help
                     set sub $w
                 else if test $sub = -
                     echo $sub; echo $i; return
@@ -136,16 +136,16 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config run submit' -l bind -x -a
 complete -c gpulaunch -n '__gpulaunch_option_ok env' -l shell -x -a 'bash zsh sh fish' -d 'env: write for this shell: bash, zsh, sh (export X=...) or fish (set -gx X ...)'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l dry-run -d 'print the environment and command that would run, and exit'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l explain -d 'show why these GPUs: links, memory, exclusions, next-best sets'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l json -d 'machine-readable output on stdout (ls, env, config, plan, jobs, submit, --dry-run, --explain)'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l json -d 'machine-readable output on stdout (ls, env, config, plan, jobs, submit, --dry-run, --explain)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l topo -d 'ls: add the link matrix (NVLink, PCIe, NUMA)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l wide -d 'ls: add power, fan, clocks, reserved memory and PCI bus id (and each holder\'s whole line where the table has room only for its user and command)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l processes -s p -d 'ls: list every process under the table: GPU, pid, user, GPU memory and command (like gpustat -c)'
 complete -c gpulaunch -n '__gpulaunch_option_ok ls' -l watch -f -d 'ls: redraw every SECONDS (default 2) until Ctrl-C, like `watch nvidia-smi`; not on a terminal, print one listing after another'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 mixed-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l quiet -s q -d 'print nothing but errors (no mapping table), and the warning that a GPU someone else computes on was taken'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l verbose -s v -d 'more detail: NVML query timings'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l help -s h -d 'show this help and exit'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo' -l version -s V -d 'print the version and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l snapshot -r -F -a 'dgx-h100 dgx1-v100 mig-a100 mixed-a100 pcie-8x workstation-4x' -d 'read this snapshot file or example (dgx-h100, pcie-8x, ...) instead of NVML [env GPULAUNCH_SNAPSHOT]'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l quiet -s q -d 'print nothing but errors (no mapping table), and the warning that a GPU someone else computes on was taken'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l verbose -s v -d 'more detail: NVML query timings'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l help -s h -d 'show this help and exit'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel check completions config each env help jobs locks log ls plan run submit topo wait' -l version -s V -d 'print the version and exit'
 complete -c gpulaunch -n __gpulaunch_at_first -a ls -d 'list the GPUs: memory, utilisation, processes (--topo: the link matrix)'
 complete -c gpulaunch -n __gpulaunch_at_first -a topo -d 'the GPU link matrix, like `nvidia-smi topo -m` (same as `ls --topo`)'
 complete -c gpulaunch -n __gpulaunch_at_first -a env -d 'print the chosen environment for the current shell: eval "$(gpulaunch env --auto 2)" (--shell fish, --json)'
@@ -156,14 +156,16 @@ complete -c gpulaunch -n __gpulaunch_at_first -a each -d 'run the commands in FI
 complete -c gpulaunch -n __gpulaunch_at_first -a locks -d 'locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)'
 complete -c gpulaunch -n __gpulaunch_at_first -a plan -d 'plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)'
 complete -c gpulaunch -n __gpulaunch_at_first -a submit -d 'submit [OPTIONS] -- COMMAND: run a launch as a detached job (it waits for its GPUs); prints its id'
-complete -c gpulaunch -n __gpulaunch_at_first -a jobs -d 'list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json; --clear: remove the ended ones)'
-complete -c gpulaunch -n __gpulaunch_at_first -a log -d 'log ID: a detached job\'s output so far (-f: follow it until the job ends)'
+complete -c gpulaunch -n __gpulaunch_at_first -a jobs -d 'list your detached jobs: waiting, running, done, failed (exit 3), killed (SIGTERM), ... (jobs ID: one in full; --json; --clear: remove the ended ones)'
+complete -c gpulaunch -n __gpulaunch_at_first -a log -d 'log ID: a detached job\'s output so far (-f: follow it until the job ends, and exit with its exit code)'
+complete -c gpulaunch -n __gpulaunch_at_first -a wait -d 'wait ID...: wait until the jobs end; exit with the job\'s own exit code (the first failing one\'s), as `tsp -w`'
 complete -c gpulaunch -n __gpulaunch_at_first -a cancel -d 'cancel ID...: a waiting job leaves the queue; a running one gets SIGTERM, then SIGKILL (--grace)'
 complete -c gpulaunch -n __gpulaunch_at_first -a help -d 'show this help'
 complete -c gpulaunch -n '__gpulaunch_sub_is completions' -a 'bash zsh fish'
-complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks plan submit jobs log cancel help'
+complete -c gpulaunch -n '__gpulaunch_sub_is help' -a 'ls topo env check config completions each locks plan submit jobs log wait cancel help'
 complete -c gpulaunch -n '__gpulaunch_sub_is locks' -a 'init'
 complete -c gpulaunch -n '__gpulaunch_sub_is each' -F
 complete -c gpulaunch -n '__gpulaunch_sub_is jobs' -k -a '(command gpulaunch __complete jobs all 2>/dev/null)'
 complete -c gpulaunch -n '__gpulaunch_sub_is log' -k -a '(command gpulaunch __complete jobs all 2>/dev/null)'
+complete -c gpulaunch -n '__gpulaunch_sub_is wait' -k -a '(command gpulaunch __complete jobs all 2>/dev/null)'
 complete -c gpulaunch -n '__gpulaunch_sub_is cancel' -k -a '(command gpulaunch __complete jobs active 2>/dev/null)'

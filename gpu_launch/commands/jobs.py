@@ -51,8 +51,9 @@ def run(inv: Invocation) -> int:
             print("gpulaunch: no jobs (start one: gpulaunch submit --auto 1 -- COMMAND)", file=sys.stderr)
     else:
         from gpu_launch.views.ls_table import fit_width
+        from gpu_launch.views.render import use_color
 
-        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout)))
+        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout), colour=use_color(sys.stdout)))
     return 0
 
 

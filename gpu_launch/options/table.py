@@ -51,8 +51,9 @@ SUBCOMMANDS: dict[str, str] = {
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
     "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
     "submit": "submit [OPTIONS] -- COMMAND: run a launch as a detached job (it waits for its GPUs); prints its id",
-    "jobs": "list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json; --clear: remove the ended ones)",
-    "log": "log ID: a detached job's output so far (-f: follow it until the job ends)",
+    "jobs": "list your detached jobs: waiting, running, done, failed (exit 3), killed (SIGTERM), ... (jobs ID: one in full; --json; --clear: remove the ended ones)",
+    "log": "log ID: a detached job's output so far (-f: follow it until the job ends, and exit with its exit code)",
+    "wait": "wait ID...: wait until the jobs end; exit with the job's own exit code (the first failing one's), as `tsp -w`",
     "cancel": "cancel ID...: a waiting job leaves the queue; a running one gets SIGTERM, then SIGKILL (--grace)",
     "help": "show this help",
 }

@@ -265,6 +265,9 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
     "jobs": {"type": "array", "items": _obj({
         "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
         "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot"]},
+        # what a script wants: a done job that exited non-zero "failed", one a signal ended "killed"
+        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost",
+                             "lost at reboot"]},
         "position": {"type": ["integer", "null"], "minimum": 1},  # in the --wait queue, while it waits there
         "exit_code": _NINT,  # the command's exit status; failed to start: gpulaunch's own
         "signal": _NSTR,  # "SIGTERM" when a signal ended it
