@@ -153,6 +153,9 @@ OPTIONS: tuple[Option, ...] = (
            "duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most "
            "TIMEOUT)", "TIMEOUT", wait, SELECTING | {"each"}, "Sharing", optional=True,
            default=float("inf")),
+    Option(("--no-backfill",), "no_backfill", "--wait: strictly first come, first served: never start ahead of "
+           "an earlier waiter, and as the head of the queue lend no GPU to later ones (default: backfill on GPUs "
+           "the head lends; the GPUs that free up are kept for it)", commands=SELECTING | {"each"}, group="Sharing"),
     Option(("--fallback",), "fallback", "when the GPUs cannot be had (after --wait), run anyway on the CPU: "
            "CUDA_VISIBLE_DEVICES= (empty)", "cpu", fallback, SELECTING, "Sharing"),
     Option(("--share",), "share", "--gpus: use GPUs reserved by another gpulaunch job anyway",

@@ -107,7 +107,11 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
         "waited_s": {"type": "number", "minimum": 0},
         "request": _NSTR,  # "2 GPUs with ≥ 20.0 GiB free"; null: an older gpulaunch's ticket says nothing
         "command": _NSTR,  # what will run, as one shell-quoted line (the waiter's own words)
-    })},
+        # the head of line's (backfill): the GPUs kept for it, and the ones it lends to later waiters;
+        # null for the others, and for a head that lends nothing (--no-backfill, an older gpulaunch)
+        "kept": {"type": ["array", "null"], "items": _STR},
+        "lends": {"type": ["array", "null"], "items": _STR},
+    }, required=["position", "user", "uid", "pid", "since", "waited_s", "request", "command"])},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
 _DEVICE = _obj({
