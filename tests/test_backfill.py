@@ -183,3 +183,27 @@ def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pyte
         assert keyed.returncode == 5, keyed.stderr
         backfilled = run(["--snapshot", str(snap), "--auto", "1", "--wait", "10s", "--", "true"], env=environ)
         assert backfilled.returncode == 0 and "backfilled" in backfilled.stderr, backfilled.stderr
+
+
+def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path,
+                                                                          request: pytest.FixtureRequest) -> None:
+    locks = tmp_path / "locks"
+    snap = write_snapshot(tmp_path / "three.json", first_gpus(example("workstation-4x"), 3))
+    environ = env(locks)
+    alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
+                  env=environ)
+    request.addfinalizer(lambda: (alice.kill(), alice.wait()))
+    Lines(alice.stdout).wait("CVD=0")
+    big = start(["--snapshot", str(snap), "--auto", "3", "--wait", "--", "true"], env=environ)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}\n" for i in range(3)))
+    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1"], env=environ, timeout=120)
+    assert sweep.returncode == 0, sweep.stderr
+    on = {(tmp_path / f"job{i}").read_text().strip() for i in range(3)}
+    assert on <= {"1", "2"}  # on the lent GPUs only, never alice's
+    assert big.poll() is None  # the big job still waits for alice's GPU
+    (tmp_path / "go").touch()
+    assert big.wait(timeout=60) == 0

@@ -230,6 +230,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler = Scheduler(jobs, request, locking, read, log_dir, view, os.environ, chooser, scope,
                           max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1, machine=machine)
     scheduler.queue = not locking.nested
+    scheduler.backfill = not inv.get("no_backfill")
     with view:
         scheduler.run()
     view.summary(scheduler)

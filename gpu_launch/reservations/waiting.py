@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any
 
-__all__ = ["acquire", "poll_interval", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
+__all__ = ["acquire", "poll_interval", "Backfiller", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
 
 POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
 DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
@@ -176,7 +176,7 @@ def _need(request: Request, machine: Machine) -> int:
     return request.auto or request.min_count or 1
 
 
-class _Backfill:
+class Backfiller:
     """A waiter's part in backfill: as head, what it lends (published beside its ticket); behind the
     head, an attempt on what the head lends (:mod:`gpu_launch.reservations.backfill`)."""
 
@@ -197,8 +197,9 @@ class _Backfill:
         lends = self.head.look(free)
         self.mod.publish(self.ticket.dir, self.ticket.name, lends, {g.uuid: g.label for g in machine.gpus})
 
-    def try_ahead(self, machine: Machine, ahead: int) -> Acquired | None:
-        """Behind the head: reserve GPUs it lends, if that meets the request; None if not."""
+    def try_ahead(self, machine: Machine, ahead: int, mine: Mapping[str, str] | None = None) -> Acquired | None:
+        """Behind the head: reserve GPUs it lends, if that meets the request; None if not. ``mine``: the
+        GPUs the caller's own jobs hold (a sweep's; acquire.attempt's ``own``)."""
         head = self.ticket.head()
         free, _ = _free_for(self.request, machine, self.locking)
         self.candidate.look(free)
@@ -210,7 +211,7 @@ class _Backfill:
         usable = self.candidate.usable(lends, device_uuids(machine))
         if not usable & free:
             return None
-        own = {u: self.mod.KEPT for u in device_uuids(machine) if u not in usable}
+        own = {**{u: self.mod.KEPT for u in device_uuids(machine) if u not in usable}, **(mine or {})}
         try:
             acquired = attempt(self.request, machine, self.locking, self.chooser, own)
         except UNMET:
@@ -259,7 +260,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         try:
             if ticket is not None:
                 ticket.join()
-            filling = _Backfill(request, locking, ticket, chooser) if backfill and ticket is not None else None
+            filling = Backfiller(request, locking, ticket, chooser) if backfill and ticket is not None else None
             last: GpuLaunchError | None = None
             slept = False
             fresh = machine is not None
