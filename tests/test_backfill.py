@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from gpu_launch.reservations.backfill import Candidate, Head, Lends, publish, read_lends
 from sharing_helpers import HOLD, Lines, env, example, first_gpus, run, start, wait_for, write_snapshot
+from two_users import as_nobody, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import backfill_day  # noqa: E402
@@ -207,3 +208,53 @@ def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_pat
     assert big.poll() is None  # the big job still waits for alice's GPU
     (tmp_path / "go").touch()
     assert big.wait(timeout=60) == 0
+
+
+def test_in_a_hardened_lock_dir_another_user_backfills_and_cannot_forge_what_the_head_lends(shared_dir: Path) -> None:
+    """root waits for 3 GPUs; nobody's 1-GPU waiter starts at once beside it on a lent one; behind a head that
+    lends nothing (--no-backfill), a lends file nobody planted for it is not believed: nobody waits."""
+    prefix = as_nobody()
+    python = python_for_nobody(prefix, shared_dir)
+    snap = write_snapshot(shared_dir / "three.json", first_gpus(example("workstation-4x"), 3))
+    snap.chmod(0o644)
+    hardened = shared_dir / "hardened"
+    init = run(["--snapshot", str(snap), "locks", "init", str(hardened)])
+    assert init.returncode == 0, init.stderr
+    environ = env(hardened)
+    procs: list[subprocess.Popen[str]] = []
+
+    def gl(*args: str, nobody: bool = False) -> subprocess.Popen[str]:
+        argv = [*prefix, python, "-m", "gpu_launch"] if nobody else [sys.executable, "-m", "gpu_launch"]
+        procs.append(subprocess.Popen([*argv, "--snapshot", str(snap), *args], env=environ, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=shared_dir))
+        return procs[-1]
+
+    def queue() -> list[dict[str, object]]:
+        return json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]
+
+    try:
+        alice = gl("--gpus", "0", "--", python, "-c", HOLD, str(shared_dir / "go"))
+        Lines(alice.stdout).wait("CVD=0")
+        strict = gl("--no-backfill", "--auto", "3", "--wait", "--", "true")
+        wait_for(lambda: len(queue()) == 1, what="root's strict head to wait")
+        ticket = next(p.name for p in (hardened / "queue").iterdir() if p.name.startswith("ticket-"))
+        forged = json.dumps({"relevant": [], "lends": [], "frozen": False, "need": 1, "kept": []})
+        plant = subprocess.run([*prefix, python, "-c", f"open({str(hardened / 'queue' / ('lends-' + ticket))!r}, 'w')"
+                                f".write({forged!r} + '\\n')"], capture_output=True, text=True)
+        assert plant.returncode == 0, plant.stderr  # the queue is 1777: nobody can plant the file
+        waited = gl("--auto", "1", "--wait", "2s", "--", "true", nobody=True)
+        assert waited.wait(timeout=60) == 5, waited.stderr.read()  # type: ignore[union-attr]
+        strict.kill()
+        strict.wait()
+        wait_for(lambda: queue() == [], what="the strict head to leave")
+        head = gl("--auto", "3", "--wait", "--", "true")
+        wait_for(lambda: len(queue()) == 1 and queue()[0]["kept"] is not None, what="root's head to lend")
+        later = gl("--auto", "1", "--wait", "--", python, "-c", HOLD, str(shared_dir / "go"), nobody=True)
+        on = Lines(later.stdout).wait("CVD=").strip()
+        assert on in ("CVD=1", "CVD=2")  # at once, on a GPU the head lends: never alice's
+        assert head.poll() is None
+        (shared_dir / "go").touch()
+        assert alice.wait(timeout=60) == 0 and later.wait(timeout=60) == 0 and head.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            p.kill()
