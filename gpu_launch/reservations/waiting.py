@@ -227,10 +227,12 @@ def _wake_either(ticket: Any, watch: holders.LockWatch) -> Callable[[float], boo
     def wake(timeout: float) -> bool:
         end = time.monotonic() + timeout
         while True:
+            if watch.freed():
+                return True
             left = end - time.monotonic()
             if left <= 0:
                 return False
-            if watch.wait(min(left, 0.05), TICK) or ticket.wait_turn(0):
+            if ticket.wait_turn(min(TICK, left)):  # wakes the moment the waiter ahead leaves
                 return True
 
     return wake
