@@ -127,12 +127,18 @@ def test_a_small_waiter_starts_at_once_beside_a_big_one_which_starts_as_soon_as_
     _, on_b = _note(tmp_path / "b")
     _, on_c = _note(tmp_path / "c")
     assert not on_b & on_c and "0" not in on_b | on_c  # 0 overlaps; alice's GPU untouched
+    listed = run(["--snapshot", str(snap), "ls"], env={**environ, "COLUMNS": "200"}).stdout
+    table = listed.split("\nQUEUE")[0]  # the GPU table; the queue follows it
+    rows = {line.split()[0]: line for line in table.splitlines() if line[:1].isdigit()}
+    assert all("backfilled" in rows[g] for g in on_b | on_c) and "backfilled" not in rows["0"], listed
+    assert f"pid {b.pid}" in rows[next(iter(on_b))]
     (tmp_path / "alice-go").touch()
     assert alice.wait(timeout=60) == 0
     # GPU 0 freed up: kept for the big job, and it could start but for B and C: nothing new starts
     shown = run(["--snapshot", str(snap), "ls"], env={**environ, "COLUMNS": "200"}).stdout
-    wait_for(lambda: "it lends no GPU" in run(["--snapshot", str(snap), "ls"], env=environ).stdout,
-             what="the head to lend nothing more")
+    wait_for(lambda: "kept for the head: GPU 0, GPU 3; it lends no GPU" in run(["--snapshot", str(snap), "ls"],
+                                                                         env=environ).stdout,
+             what="the head to keep GPU 0 (freed up) and 3 (it could start but for B and C)")
     d = launch("--auto", "1", "--wait", "--", "python3", "-c", JOB, str(tmp_path / "d"))
     wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 2,
              what="D to wait behind the big job")

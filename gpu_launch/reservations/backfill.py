@@ -48,9 +48,11 @@ class Lends:
     lends: frozenset[str]
     frozen: bool = False
     need: int = 1
+    free: frozenset[str] = frozenset()  # the relevant GPUs free for the head at its last look
 
     @property
     def kept(self) -> frozenset[str]:
+        """What later waiters may not take (the GPUs free now among them are what ``ls`` shows as kept)."""
         return self.relevant - self.lends
 
 
@@ -74,7 +76,8 @@ class Head:
         lent_out = self.first - free  # lent and still taken (by a backfilled job, or anyone)
         if len(free) + len(lent_out) >= self.need:
             self.frozen = True  # it could start but for lent GPUs: lend nothing more, ever
-        return Lends(self.relevant, frozenset() if self.frozen else frozenset(self.lendable), self.frozen, self.need)
+        return Lends(self.relevant, frozenset() if self.frozen else frozenset(self.lendable), self.frozen, self.need,
+                     free)
 
 
 @dataclass
@@ -105,7 +108,8 @@ def publish(queue_dir: str, ticket_name: str, lends: Lends, shown: dict[str, str
     ``shown``: uuid -> label (``GPU 3``), for ``ls``. Best effort: a head that cannot write lends nothing.
     """
     doc = {"relevant": sorted(lends.relevant), "lends": sorted(lends.lends), "frozen": lends.frozen,
-           "need": lends.need, "kept": [shown.get(u, u) for u in sorted(lends.kept, key=lambda u: shown.get(u, u))]}
+           "need": lends.need,
+           "kept": [shown.get(u, u) for u in sorted(lends.free - lends.lends, key=lambda u: shown.get(u, u))]}
     path = lends_path(queue_dir, ticket_name)
     temp = os.path.join(queue_dir, f".{_PREFIX}{ticket_name}-{os.urandom(4).hex()}")
     try:

@@ -217,6 +217,8 @@ class Backfiller:
         except UNMET:
             return None
         acquired.backfilled = ahead
+        if acquired.reservation is not None:
+            acquired.reservation.backfilled = True
         return acquired
 
 
