@@ -145,7 +145,7 @@ def day(seed: int, count: int) -> tuple[list[Job], dict[str, float]]:
     rng = random.Random(seed)
     uuids = _uuids()
     busy_until = {uuids[0]: 3600.0, uuids[1]: 3600.0}
-    jobs = [Job("dave-8gpu", "dave", 8, 300.0, 1800.0)]
+    jobs = [Job("dave-8gpu", "dave", 8, 60.0, 1800.0)]
     t = 0.0
     for i in range(count):
         t += rng.uniform(20, 200)

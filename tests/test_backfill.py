@@ -264,3 +264,21 @@ def test_in_a_hardened_lock_dir_another_user_backfills_and_cannot_forge_what_the
     finally:
         for p in procs:
             p.kill()
+
+
+def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    from test_jobs import Box
+
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    box.hold("0", tmp_path / "go")
+    big = start(["--snapshot", str(box.snap), "--auto", "2", "--wait", "--", "true"], env=box.env)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+    wait_for(lambda: len(box.queue()) == 1, what="the big job to wait")
+    job = box.submit("--auto", "1", "--", "true")
+    assert box.gl("wait", job).returncode == 0  # it ran at once, beside the waiting big job, on GPU 1
+    assert box.jobs()[job]["gpus"] == "1" and big.poll() is None
+    assert "  backfill   started ahead of 1 earlier waiter" in box.gl("jobs", job).stdout
+    ahead = box.submit("--no-backfill", "--auto", "1", "--wait", "1s", "--", "true")
+    assert box.gl("wait", ahead).returncode == 5  # --no-backfill: it waited its turn, and timed out
+    assert "  backfill   " not in box.gl("jobs", ahead).stdout

@@ -16,7 +16,7 @@ import os
 from gpu_launch.jobs.store import FINAL, Job, JobDir
 from gpu_launch.base.records import dataclass
 
-__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run", "exit_status", "LOST_CODE"]
+__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run", "exit_status", "LOST_CODE", "backfilled"]
 
 #: Where the kernel tells this boot's id (a new random UUID at every boot).
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -140,6 +140,26 @@ def statuses(jobs: JobDir, records: list[Job]) -> list[Status]:
             except (GpuLaunchError, OSError):
                 continue  # an unreadable queue: no position shown
     return [status_of(j, jobs, boot, here, positions) for j in records]
+
+
+def backfilled(jobs: JobDir, job_id: str) -> str | None:
+    """How the job got ahead of earlier waiters, if it did: its launch's ``gpulaunch: backfilled: ...``
+    line, from the head of its log (the user's own file); None if it waited its turn."""
+    try:
+        fd = jobs.open_log(job_id)
+    except Exception:  # noqa: BLE001 - no log, no line: nothing to say
+        return None
+    try:
+        head = os.pread(fd, 1 << 16, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    mark = b"gpulaunch: backfilled: "
+    for line in head.splitlines():
+        if line.startswith(mark):
+            return line[len(mark):].decode("utf-8", "replace")
+    return None
 
 
 def may_still_run(status: Status) -> bool:

@@ -103,7 +103,7 @@ def table(statuses: Sequence[Status], width: int | None, now: float | None = Non
     return "\n".join(lines) + "\n"
 
 
-def detail(s: Status, log: str, now: float | None = None) -> str:
+def detail(s: Status, log: str, now: float | None = None, backfilled: str | None = None) -> str:
     """One job in full: its state and why, what it runs, where, when, on which GPUs, its log."""
     now = time.time() if now is None else now
     job = s.job
@@ -125,6 +125,8 @@ def detail(s: Status, log: str, now: float | None = None) -> str:
         rows.append(("for", _time(s, now)))
     rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
              ("log", printable(log))]
+    if backfilled:  # it started ahead of earlier waiters, on GPUs the head of the queue lent
+        rows.append(("backfill", printable(backfilled)))
     if s.note:
         rows.append(("note", printable(s.note)))
     return f"job {job.id}: {head}\n" + "".join(f"  {k:<10} {v}\n" for k, v in rows)
