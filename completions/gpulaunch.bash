@@ -72,7 +72,7 @@ _gpulaunch() {
             selecting=1 ;;
         -*) ;;
         *)
-            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks plan submit jobs log cancel help " == *" $w "* ]]; then
+            if [[ -z $sub && $selecting == 0 && " ls topo env check config completions each locks plan submit jobs log wait cancel help " == *" $w "* ]]; then
                 sub=$w
             elif [[ -z $sub ]]; then
                 start=$i
@@ -150,34 +150,36 @@ _gpulaunch() {
         topo) opts="--gpus -g --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         env) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         check) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        config) opts="--reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        config) opts="--reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        each) opts="--gpus -g --min-count --max-count --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        each) opts="--gpus -g --min-count --max-count --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         jobs) opts="--clear --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        wait) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --clear --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --clear --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return
     fi
     case $sub in
         completions) COMPREPLY=( $(compgen -W "bash zsh fish" -- "$cur") ) ;;
-        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") ) ;;
+        help) COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log wait cancel help" -- "$cur") ) ;;
         locks) COMPREPLY=( $(compgen -W "init" -- "$cur") ) ;;
         each)
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -f -- "$cur") ) ;;
         jobs) _gpulaunch_jobs all ;;
         log) _gpulaunch_jobs all ;;
+        wait) _gpulaunch_jobs all ;;
         cancel) _gpulaunch_jobs active ;;
         plan) _gpulaunch_models ;;
         '')
-            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log cancel help" -- "$cur") )
+            COMPREPLY=( $(compgen -W "ls topo env check config completions each locks plan submit jobs log wait cancel help" -- "$cur") )
             [[ -n $cur ]] && COMPREPLY+=( $(compgen -c -- "$cur") ) ;;
     esac
 }

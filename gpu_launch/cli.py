@@ -78,7 +78,7 @@ def _fail(exc: GpuLaunchError) -> int:
 #: verb -> module in gpu_launch.commands with ``run(inv) -> int``; imported only when that verb runs.
 COMMANDS = {"ls": "ls", "topo": "ls", "env": "env", "check": "check", "each": "each", "config": "config",
             "completions": "completions", "locks": "locks", "plan": "plan", "submit": "submit", "jobs": "jobs",
-            "log": "log", "cancel": "cancel", RUN: "launch"}
+            "log": "log", "wait": "wait", "cancel": "cancel", RUN: "launch"}
 #: verbs that read no defaults from GPULAUNCH_* variables or the config file before they run
 RAW = ("config", "completions")
 

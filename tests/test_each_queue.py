@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sharing_helpers import HOLD, Lines, example, first_gpus, start, write_snapshot
 
 NOTE = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
@@ -31,9 +33,11 @@ def _hold(one: Path, locks: Path, release: Path) -> object:
     return holder
 
 
-def test_a_sweep_stands_behind_a_waiter_who_came_first_even_with_a_gpu_free(tmp_path: Path) -> None:
-    # GPU 0 held, GPU 1 free; a waiter wants both. The sweep's job could run on GPU 1 now, but the
-    # waiter came first (no backfilling): the job runs after it.
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_sweep_stands_behind_a_waiter_who_came_first_even_with_a_gpu_free(tmp_path: Path, strict: bool) -> None:
+    # GPU 0 held, GPU 1 free; a waiter wants both. The sweep's job could run on GPU 1 now: with
+    # --no-backfill the waiter came first and the job runs after it; with backfill (issue 36) the job
+    # runs at once on GPU 1, which the waiter lends, and the waiter starts once it has ended.
     locks, release, order = tmp_path / "locks", tmp_path / "release", tmp_path / "order.txt"
     two = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
     holder = _hold(two, locks, release)
@@ -41,11 +45,15 @@ def test_a_sweep_stands_behind_a_waiter_who_came_first_even_with_a_gpu_free(tmp_
                    locks)
     Lines(waiter.stderr).wait("waiting")
     jobs = _sweep_file(tmp_path, f"python3 -c \"{NOTE}\" {order} sweep")
-    sweep = start(["--snapshot", str(two), "each", str(jobs), "--log-dir", str(tmp_path / "logs")], locks)
-    assert "behind 1 earlier waiter" in Lines(sweep.stderr).wait("waiting")
+    sweep = start(["--snapshot", str(two), "each", str(jobs), "--log-dir", str(tmp_path / "logs"),
+                   *(["--no-backfill"] if strict else [])], locks)
+    if strict:
+        assert "behind 1 earlier waiter" in Lines(sweep.stderr).wait("waiting")
+    else:
+        assert sweep.wait(timeout=60) == 0 and order.read_text().split() == ["sweep"]
     release.touch()
     assert holder.wait(timeout=60) == 0 and waiter.wait(timeout=60) == 0 and sweep.wait(timeout=60) == 0
-    assert order.read_text().split() == ["w", "sweep"]
+    assert order.read_text().split() == (["w", "sweep"] if strict else ["sweep", "w"])
 
 
 def test_a_waiting_sweep_keeps_its_place_against_a_later_waiter(tmp_path: Path) -> None:

@@ -130,10 +130,11 @@ def test_a_job_submitted_from_a_shell_outlives_it_and_keeps_its_log_and_exit_cod
     assert box.jobs()["2"]["state"] == "done" and box.jobs()["2"]["exit_code"] == 0
     table = box.gl("jobs", env={**box.env, "COLUMNS": "80"}).stdout.splitlines()
     assert table[0].split() == ["ID", "STATE", "EXIT", "GPUS", "SUBMITTED", "TIME", "COMMAND"]
-    assert table[1].split()[:4] == ["1", "done", "7", "1"] and table[-1] == "2 jobs: 2 done"
+    # issue 36: a command that exited 7 failed, and is counted apart
+    assert table[1].split()[:6] == ["1", "failed", "(exit", "7)", "7", "1"] and table[-1] == "2 jobs: 1 done, 1 failed"
     assert all(len(line) <= 80 for line in table)
     detail = box.gl("jobs", "1").stdout
-    assert detail.startswith("job 1: done, exit 7\n") and f"  directory  {os.getcwd()}\n" in detail
+    assert detail.startswith("job 1: failed (exit 7)\n") and f"  directory  {os.getcwd()}\n" in detail
     # private: the directory is the user's alone, every file in it too
     assert stat.S_IMODE(box.job_dir.stat().st_mode) == 0o700
     assert {stat.S_IMODE(p.stat().st_mode) for p in box.job_dir.iterdir()} == {0o600}

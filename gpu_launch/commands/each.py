@@ -266,6 +266,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
                           max_running=inv.get("max_running"), per_gpu=inv.get("jobs_per_gpu") or 1, machine=machine)
     scheduler.queue = not locking.nested
     scheduler.feed = feed
+    scheduler.backfill = not inv.get("no_backfill")
     with view:
         scheduler.run()
     view.summary(scheduler)

@@ -45,14 +45,15 @@ def run(inv: Invocation) -> int:
         doc = jobs_table.as_json(found, job_dir_path(os.environ), logs)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif inv.positionals:
-        sys.stdout.write(jobs_table.detail(found[0], logs[0]))
+        sys.stdout.write(jobs_table.detail(found[0], logs[0], backfilled=status.backfilled(jobs, found[0].job.id)))
     elif not found:
         if not inv.get("quiet"):
             print("gpulaunch: no jobs (start one: gpulaunch submit --auto 1 -- COMMAND)", file=sys.stderr)
     else:
         from gpu_launch.views.ls_table import fit_width
+        from gpu_launch.views.render import use_color
 
-        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout)))
+        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout), colour=use_color(sys.stdout)))
     return 0
 
 

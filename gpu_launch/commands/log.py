@@ -1,5 +1,6 @@
 """``gpulaunch log ID [-f]``: a detached job's output (stdout and stderr, and the launch's own lines);
-``-f`` follows it as it grows, until the job ends."""
+``-f`` follows it as it grows, until the job ends, and then exits with the job's own exit code (as
+``gpulaunch wait ID`` does: :func:`gpu_launch.jobs.status.exit_status`)."""
 
 from __future__ import annotations
 
@@ -32,18 +33,22 @@ def run(inv: Invocation) -> int:
     out = sys.stdout.buffer
     try:
         _copy(fd, out)
-        if inv.get("follow"):
-            import time
+        if not inv.get("follow"):
+            return 0
+        import time
 
-            while True:
-                over = not jobs.alive(job_id)  # looked at before the last copy: nothing written after is missed
-                _copy(fd, out)
-                if over:
-                    break
-                time.sleep(FOLLOW_EVERY)
+        while True:
+            over = not jobs.alive(job_id)  # looked at before the last copy: nothing written after is missed
+            _copy(fd, out)
+            if over:
+                break
+            time.sleep(FOLLOW_EVERY)
     finally:
         os.close(fd)
-    return 0
+    from gpu_launch.jobs import status
+
+    code = status.exit_status(status.statuses(jobs, [jobs.read(job_id)])[0])
+    return 0 if code is None else code  # None: a record of another host's job, which is not followed from here
 
 
 def _copy(fd: int, out: object) -> None:

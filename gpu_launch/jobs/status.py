@@ -16,7 +16,7 @@ import os
 from gpu_launch.jobs.store import FINAL, Job, JobDir
 from gpu_launch.base.records import dataclass
 
-__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run"]
+__all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may_still_run", "exit_status", "LOST_CODE", "backfilled"]
 
 #: Where the kernel tells this boot's id (a new random UUID at every boot).
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -50,6 +50,60 @@ class Status:
     @property
     def over(self) -> bool:
         return self.state not in ("waiting", "running")
+
+    @property
+    def outcome(self) -> str:
+        """What a script wants to know: a ``done`` job whose command exited non-zero *failed*, one a
+        signal ended was *killed*; every other state is its own outcome."""
+        if self.state != "done":
+            return self.state
+        if self.job.signal:
+            return "killed"
+        return "failed" if self.job.exit_code not in (0, None) else "done"
+
+    @property
+    def label(self) -> str:
+        """The outcome as ``jobs`` shows it: ``failed (exit 3)``, ``killed (SIGTERM)``, ``waiting #2``."""
+        kind = self.outcome
+        if kind == "failed":
+            return f"failed (exit {self.job.exit_code})"
+        if kind == "killed":
+            return f"killed ({self.job.signal})"
+        if kind == "waiting" and self.position:
+            return f"waiting #{self.position}"
+        return kind
+
+
+#: ``wait``/``log -f``: the exit code for a job whose own is unknown (lost, lost at reboot): JOBS_FAILED
+LOST_CODE = 9
+
+
+def _signal_code(name: str | None) -> int | None:
+    """128 + the signal's number, as a shell reports a command a signal ended (SIGTERM: 143)."""
+    import signal
+
+    try:
+        return 128 + int(signal.Signals[name]) if name else None
+    except KeyError:
+        return None
+
+
+def exit_status(s: Status) -> int | None:
+    """The exit code ``wait`` and ``log -f`` end with for a job that is over (None while it is not): the
+    command's own (0, 3, ...); 128 + N when signal N ended it (a shell's ``$?``); for one that failed to
+    start, gpulaunch's (5: its wait timed out); a cancelled job never 0 (its command's code if non-zero,
+    else 128 + the signal, else 143, as if SIGTERM had ended it); :data:`LOST_CODE` when no one knows."""
+    if not s.over:
+        return None
+    job = s.job
+    if s.state in ("lost", "lost at reboot") or (job.exit_code is None and not job.signal and s.state != "cancelled"):
+        return LOST_CODE
+    by_signal = _signal_code(job.signal)
+    if s.state == "cancelled":
+        return job.exit_code if job.exit_code else by_signal or 143
+    if by_signal is not None:
+        return by_signal
+    return job.exit_code if job.exit_code is not None else LOST_CODE
 
 
 def status_of(job: Job, jobs: JobDir, boot: str, here: str, positions: dict[tuple[str, int], int]) -> Status:
@@ -86,6 +140,26 @@ def statuses(jobs: JobDir, records: list[Job]) -> list[Status]:
             except (GpuLaunchError, OSError):
                 continue  # an unreadable queue: no position shown
     return [status_of(j, jobs, boot, here, positions) for j in records]
+
+
+def backfilled(jobs: JobDir, job_id: str) -> str | None:
+    """How the job got ahead of earlier waiters, if it did: its launch's ``gpulaunch: backfilled: ...``
+    line, from the head of its log (the user's own file); None if it waited its turn."""
+    try:
+        fd = jobs.open_log(job_id)
+    except Exception:  # noqa: BLE001 - no log, no line: nothing to say
+        return None
+    try:
+        head = os.pread(fd, 1 << 16, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    mark = b"gpulaunch: backfilled: "
+    for line in head.splitlines():
+        if line.startswith(mark):
+            return line[len(mark):].decode("utf-8", "replace")
+    return None
 
 
 def may_still_run(status: Status) -> bool:

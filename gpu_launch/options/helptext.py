@@ -97,7 +97,11 @@ COMMAND_EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "log": (
         ("gpulaunch log 3", "job 3's output so far"),
-        ("gpulaunch log 3 -f", "follow it until the job ends"),
+        ("gpulaunch log 3 -f", "follow it until the job ends; exit with the job's exit code"),
+    ),
+    "wait": (
+        ("gpulaunch wait 3", "wait for job 3 to end; exit with its exit code (tsp -w)"),
+        ("gpulaunch wait 3 4 5 && echo all done", "wait for all three; exit with the first failing one's code"),
     ),
     "cancel": (
         ("gpulaunch cancel 3", "a waiting job leaves the queue; a running one gets SIGTERM, SIGKILL 10 s later"),
@@ -132,7 +136,7 @@ SYNOPSIS = {"plan": "gpulaunch plan [OPTIONS] MODEL | gpulaunch plan [OPTIONS] -
             "completions": "gpulaunch completions bash|zsh|fish", "help": "gpulaunch help [SUBCOMMAND]",
             "each": "gpulaunch each [OPTIONS] [FILE | -]", "locks": "gpulaunch locks init [DIR]",
             "submit": "gpulaunch submit [OPTIONS] [--] COMMAND [ARGS...]", "jobs": "gpulaunch jobs [--json] [ID]",
-            "log": "gpulaunch log [-f] ID", "cancel": "gpulaunch cancel [--grace SECONDS] ID..."}
+            "log": "gpulaunch log [-f] ID", "wait": "gpulaunch wait [-q] ID...", "cancel": "gpulaunch cancel [--grace SECONDS] ID..."}
 
 
 def width() -> int:

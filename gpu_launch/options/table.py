@@ -51,8 +51,9 @@ SUBCOMMANDS: dict[str, str] = {
     "locks": "locks init [DIR]: set up the hardened lock directory (root; default /var/lib/gpulaunch/locks)",
     "plan": "plan MODEL or plan -- COMMAND: how a model would be laid out on the GPUs it would get (--json)",
     "submit": "submit [OPTIONS] -- COMMAND: run a launch as a detached job (it waits for its GPUs); prints its id",
-    "jobs": "list your detached jobs: waiting, running, done with the exit code, ... (jobs ID: one in full; --json; --clear: remove the ended ones)",
-    "log": "log ID: a detached job's output so far (-f: follow it until the job ends)",
+    "jobs": "list your detached jobs: waiting, running, done, failed (exit 3), killed (SIGTERM), ... (jobs ID: one in full; --json; --clear: remove the ended ones)",
+    "log": "log ID: a detached job's output so far (-f: follow it until the job ends, and exit with its exit code)",
+    "wait": "wait ID...: wait until the jobs end; exit with the job's own exit code (the first failing one's), as `tsp -w`",
     "cancel": "cancel ID...: a waiting job leaves the queue; a running one gets SIGTERM, then SIGKILL (--grace)",
     "help": "show this help",
 }
@@ -152,6 +153,9 @@ OPTIONS: tuple[Option, ...] = (
            "duration: write --wait=2h to be unambiguous. each --slurm: follow the job array until it ends (at most "
            "TIMEOUT)", "TIMEOUT", wait, SELECTING | {"each"}, "Sharing", optional=True,
            default=float("inf")),
+    Option(("--no-backfill",), "no_backfill", "--wait: strictly first come, first served: never start ahead of "
+           "an earlier waiter, and as the head of the queue lend no GPU to later ones (default: backfill on GPUs "
+           "the head lends; the GPUs that free up are kept for it)", commands=SELECTING | {"each"}, group="Sharing"),
     Option(("--fallback",), "fallback", "when the GPUs cannot be had (after --wait), run anyway on the CPU: "
            "CUDA_VISIBLE_DEVICES= (empty)", "cpu", fallback, SELECTING, "Sharing"),
     Option(("--share",), "share", "--gpus: use GPUs reserved by another gpulaunch job anyway",

@@ -158,6 +158,7 @@ class Acquired:
     fallback_reason: str | None = None
     machine: Machine | None = None  # the snapshot the selection was made on
     waited: float | None = None  # seconds spent waiting for the GPUs (--wait), when they were not free at once
+    backfilled: int = 0  # started ahead of this many earlier waiters, on GPUs the head lent (backfill.py)
 
 
 def device_uuids(machine: Machine) -> list[str]:

@@ -55,6 +55,8 @@ class Holder:
     #: not a reservation but a shared ``flock`` on the lock file, which blocks every job's (the fields
     #: say which process took it, from /proc/locks, where this PID namespace shows it)
     shared: bool = False
+    #: it started ahead of earlier waiters, on GPUs the head of the queue lent (backfill.py): display only
+    backfilled: bool = False
 
     def describe(self, now: float | None = None, age: bool = True) -> str:
         """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown; for a shared
@@ -74,6 +76,8 @@ class Holder:
             from gpu_launch.base.units import fmt_duration
 
             bits.append(f"for {fmt_duration(max(0.0, (now or time.time()) - self.started))}")
+        if self.backfilled:
+            bits.append("backfilled")
         from gpu_launch.base.text import printable  # another user's text: escaped, never raw on a terminal
 
         detail = ", ".join(bits)
@@ -107,14 +111,16 @@ def _read_holder(fd: int) -> Holder:
     started = started if started is not None and 0 <= started <= 1e11 else None  # type: ignore[operator]
     pid = pid if pid is not None and 0 < pid < 2**32 else None  # type: ignore[operator]
     return Holder(pid, pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
-                  pick("command", str), pick("host", str))  # type: ignore[arg-type]
+                  pick("command", str), pick("host", str), backfilled=doc.get("backfilled") is True)  # type: ignore[arg-type]
 
 
-def write_holder(fd: int, pid: int, argv: Sequence[str]) -> None:
+def write_holder(fd: int, pid: int, argv: Sequence[str], backfilled: bool = False) -> None:
     import shlex
 
     doc = {"pid": pid, "user": current_user(), "uid": os.getuid(), "started": round(time.time(), 3),
            "command": shlex.join(argv), "host": os.uname().nodename}
+    if backfilled:  # `ls` says so (display only: anyone can write this text)
+        doc["backfilled"] = True
     data = (json.dumps(doc) + "\n").encode("utf-8")
     try:
         # Written first, then cut to its length: ext4 flushes a file truncated to zero when it is closed

@@ -63,6 +63,7 @@ class Reservation:
         self.fds = dict(fds)  # uuid -> locked descriptor
         #: uuid -> nesting depth of the lock held (0: machine-wide; absent: 0)
         self.depths = {u: d for u, d in (depths or {}).items() if u in self.fds and d}
+        self.backfilled = False  # got ahead of earlier waiters (backfill.py): the holder record says so
 
     @property
     def keys(self) -> tuple[tuple[str, int], ...]:
@@ -76,7 +77,7 @@ class Reservation:
     def record(self, pid: int, argv: Sequence[str]) -> None:
         """Write who holds these locks into their files (after locking: truncate, then write)."""
         for fd in self.fds.values():
-            write_holder(fd, pid, argv)
+            write_holder(fd, pid, argv, self.backfilled)
 
     def make_inheritable(self) -> tuple[int, ...]:
         """Let the descriptors survive exec, so the command holds the locks; returns them."""

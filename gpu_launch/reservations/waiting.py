@@ -27,9 +27,9 @@ from gpu_launch.base.units import fmt_duration
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import IO
+    from typing import IO, Any
 
-__all__ = ["acquire", "poll_interval", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
+__all__ = ["acquire", "poll_interval", "Backfiller", "POLL_ENV", "DEFAULT_POLL", "FALLBACKS"]
 
 POLL_ENV = "GPULAUNCH_POLL_INTERVAL"
 DEFAULT_POLL = 2.0  # seconds between re-reads of the machine while waiting
@@ -103,16 +103,26 @@ class _Sleeper:
 def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
             wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
             quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser,
-            command: Sequence[str] = ()) -> Acquired:
+            command: Sequence[str] = (), backfill: bool = True) -> Acquired:
     """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
 
-    ``command``: what will run on the GPUs, noted in the waiter's ticket for `ls`. Ctrl-C while
+    ``command``: what will run on the GPUs, noted in the waiter's ticket for `ls`. ``backfill``: start
+    ahead of earlier waiters on GPUs the head of the queue lends, and lend as the head (False:
+    strictly first come, first served; :mod:`gpu_launch.reservations.backfill`). Ctrl-C while
     waiting raises KeyboardInterrupt with nothing held and the queue left.
     """
     try:
         if wait is None:
             return attempt(request, read(), locking, chooser)
-        return _wait(request, read, locking, wait, stream, quiet, environ, chooser, command)
+        got = _wait(request, read, locking, wait, stream, quiet, environ, chooser, command, backfill)
+        if got.backfilled and not quiet:
+            import sys
+
+            n = got.backfilled
+            print(f"gpulaunch: backfilled: started ahead of {n} earlier waiter{'s' if n != 1 else ''}, on GPUs "
+                  "the head of the queue does not need yet (it keeps the GPUs that free up)",
+                  file=stream or sys.stderr)
+        return got
     except (NotEnoughGpus, ReservationConflict, WaitTimeout) as exc:
         if fallback != "cpu":
             raise
@@ -136,9 +146,103 @@ def _ticket_note(request: Request, machine: Machine, command: Sequence[str]) -> 
     return json.dumps(doc, ensure_ascii=False)
 
 
+def _free_for(request: Request, machine: Machine, locking: Locking) -> tuple[set[str], dict[str, str]]:
+    """The GPUs free for ``request`` now (eligible, nobody's reservation), and who holds the others."""
+    found, unusable = holders.scan(locking.lock_dir, device_uuids(machine))
+    reserved = {**{u: h.describe(age=False) for u, h in found.items()},
+                **{u: bad.describe() for u, bad in unusable.items()}}
+    seen = request.seen(machine)
+    elig = gpu_select.eligibility(seen, request.constraints(seen, reserved))
+    return {g.uuid for g in elig.eligible}, reserved
+
+
+def _relevant(request: Request, machine: Machine) -> frozenset[str]:
+    """The GPUs the request may ever use: the named ones (--gpus), else all but --exclude's."""
+    if request.gpus is not None:
+        return frozenset(d.uuid for d in gpu_spec.resolve(request.gpus, machine))
+    out = set(device_uuids(machine))
+    if request.exclude:
+        try:
+            out -= {d.uuid for d in gpu_spec.resolve(request.exclude, machine)}
+        except GpuLaunchError:
+            pass
+    return frozenset(out)
+
+
+def _need(request: Request, machine: Machine) -> int:
+    """How many GPUs the request needs at least (--fit: 1, so it stops lending as soon as it could start)."""
+    if request.gpus is not None:
+        return len(_relevant(request, machine))
+    return request.auto or request.min_count or 1
+
+
+class Backfiller:
+    """A waiter's part in backfill: as head, what it lends (published beside its ticket); behind the
+    head, an attempt on what the head lends (:mod:`gpu_launch.reservations.backfill`)."""
+
+    def __init__(self, request: Request, locking: Locking, ticket: Any, chooser: Chooser) -> None:
+        from gpu_launch.reservations import backfill
+
+        self.mod = backfill
+        self.request, self.locking, self.ticket, self.chooser = request, locking, ticket, chooser
+        self.head: Any = None
+        self.candidate = backfill.Candidate()
+        self.kept: list[str] = []
+
+    def lend(self, machine: Machine) -> None:
+        """As head, after an attempt that failed: say what it lends now."""
+        free, _ = _free_for(self.request, machine, self.locking)
+        if self.head is None:
+            self.head = self.mod.Head(_need(self.request, machine), _relevant(self.request, machine))
+        lends = self.head.look(free)
+        self.mod.publish(self.ticket.dir, self.ticket.name, lends, {g.uuid: g.label for g in machine.gpus})
+
+    def try_ahead(self, machine: Machine, ahead: int, mine: Mapping[str, str] | None = None) -> Acquired | None:
+        """Behind the head: reserve GPUs it lends, if that meets the request; None if not. ``mine``: the
+        GPUs the caller's own jobs hold (a sweep's; acquire.attempt's ``own``)."""
+        head = self.ticket.head()
+        free, _ = _free_for(self.request, machine, self.locking)
+        self.candidate.look(free)
+        got = self.mod.read_lends(self.ticket.dir, head[0], head[1]) if head is not None else None
+        if got is None:
+            self.kept = []
+            return None
+        lends, self.kept = got
+        usable = self.candidate.usable(lends, device_uuids(machine))
+        if not usable & free:
+            return None
+        own = {**{u: self.mod.KEPT for u in device_uuids(machine) if u not in usable}, **(mine or {})}
+        try:
+            acquired = attempt(self.request, machine, self.locking, self.chooser, own)
+        except UNMET:
+            return None
+        acquired.backfilled = ahead
+        if acquired.reservation is not None:
+            acquired.reservation.backfilled = True
+        return acquired
+
+
+def _wake_either(ticket: Any, watch: holders.LockWatch) -> Callable[[float], bool]:
+    """Wake when the waiter ahead leaves, or a GPU's lock frees (then the waiter may backfill)."""
+    from gpu_launch.reservations.waitqueue import TICK
+
+    def wake(timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while True:
+            if watch.freed():
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if ticket.wait_turn(min(TICK, left)):  # wakes the moment the waiter ahead leaves
+                return True
+
+    return wake
+
+
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
           stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser,
-          command: Sequence[str] = ()) -> Acquired:
+          command: Sequence[str] = (), backfill: bool = True) -> Acquired:
     from gpu_launch.views.status_line import StatusLine
     from gpu_launch.reservations.waitqueue import Ticket
 
@@ -160,14 +264,15 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         try:
             if ticket is not None:
                 ticket.join()
+            filling = Backfiller(request, locking, ticket, chooser) if backfill and ticket is not None else None
             last: GpuLaunchError | None = None
             slept = False
             fresh = machine is not None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
                 wake: Callable[[float], bool] | None = None
-                if (ahead == 0 or machine is None) and not fresh:
-                    machine = read()  # only the head of line re-reads the machine (NVML is not free)
+                if (ahead == 0 or machine is None or filling is not None) and not fresh:
+                    machine = read()  # only the head of line (and a backfiller) re-reads the machine (NVML is not free)
                 fresh = False
                 assert machine is not None
                 if ahead == 0:
@@ -205,10 +310,23 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         from gpu_launch.reservations.waitqueue import TICK
 
                         wake = lambda timeout, w=watch: w.wait(timeout, TICK)  # noqa: E731
+                    if filling is not None:
+                        filling.lend(machine)
                 else:
                     what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
                     assert ticket is not None
                     wake = ticket.wait_turn  # the waiter just ahead left: count again at once
+                    if filling is not None and locking is not None:
+                        if watch is not None:
+                            watch.close()
+                        watch = holders.LockWatch(locking.lock_dir, device_uuids(machine))
+                        got = filling.try_ahead(machine, ahead)
+                        if got is not None:
+                            got.waited = time.monotonic() - started if slept else None
+                            return got
+                        if filling.kept:
+                            what += f"; kept for the head: {', '.join(filling.kept)}"
+                        wake = _wake_either(ticket, watch)
                 now = time.monotonic()
                 if now >= deadline:
                     reason = last.message if last is not None else what

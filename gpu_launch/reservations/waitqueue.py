@@ -36,8 +36,10 @@ waiter whose turn comes wakes at once; the head of line leaves the queue as soon
 its GPUs, and checks the GPUs' locks every :data:`TICK` seconds while it waits for them.
 
 What it does not cover: a launch *without* ``--wait`` does not queue; it takes what is free at
-that moment, or fails at once. The order is strict: a waiter that needs 4 GPUs holds back one
-behind it that needs 1, even while 1 is free (no backfilling), so a big job is never starved.
+that moment, or fails at once. Backfill (:mod:`gpu_launch.reservations.backfill`): a later waiter may
+start on GPUs the head of line lends (it writes which, beside its ticket); with ``--no-backfill``,
+or behind a head that lends nothing, the order is strict: a waiter that needs 4 GPUs holds back one
+behind it that needs 1, even while 1 is free.
 """
 
 from __future__ import annotations
@@ -148,11 +150,13 @@ def _later_than(fd: int, latest: int) -> int:
 
 
 def _forget(path: str) -> None:
-    """Remove a dead ticket if we may (our own user's, in a sticky dir); otherwise leave it: it is ignored."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    """Remove a dead ticket if we may (our own user's, in a sticky dir); otherwise leave it: it is ignored.
+    Its waiter's lends file (backfill.py) goes with it."""
+    for gone in (path, os.path.join(os.path.dirname(path), "lends-" + os.path.basename(path))):
+        try:
+            os.unlink(gone)
+        except OSError:
+            pass
 
 
 class Ticket:
@@ -242,6 +246,17 @@ class Ticket:
         threading.Thread(target=_block_until_gone, args=(os.path.join(self.dir, name), self._turn),
                          daemon=True).start()
 
+    def head(self) -> tuple[str, int] | None:
+        """The live ticket first in line, if it is not ours: its name and its owner (the kernel's word)."""
+        for entry in self._live():
+            if entry.name == self.name:
+                return None
+            try:
+                return entry.name, os.lstat(os.path.join(self.dir, entry.name)).st_uid
+            except OSError:
+                continue
+        return None
+
     def wait_turn(self, timeout: float) -> bool:
         """Sleep until the waiter just ahead (as of the last :meth:`ahead`) has left or died: True; or
         ``timeout`` seconds: False. Then ask :meth:`ahead` again. Wakes as soon as its lock is gone."""
@@ -250,10 +265,11 @@ class Ticket:
     def leave(self) -> None:
         if self.fd is None:
             return
-        try:
-            os.unlink(os.path.join(self.dir, self.name))
-        except OSError:
-            pass
+        for gone in (f"lends-{self.name}", self.name):  # the lends first: never a lends file without its ticket
+            try:
+                os.unlink(os.path.join(self.dir, gone))
+            except OSError:
+                pass
         os.close(self.fd)
         self.fd = None
 
@@ -280,6 +296,8 @@ class Waiter:
     uid: int
     since_ns: int
     note: str  # the JSON line the waiter wrote ("" for a ticket of an older gpulaunch)
+    kept: tuple[str, ...] | None = None  # the head of line's: GPUs kept for it (None: it lends nothing, or not head)
+    lends: tuple[str, ...] | None = None  # the head of line's: GPUs it lends to later waiters (uuids)
 
 
 def waiters(lock_dir: str) -> list[Waiter]:
@@ -308,4 +326,13 @@ def waiters(lock_dir: str) -> list[Waiter]:
         finally:
             os.close(fd)
     found.sort(key=lambda item: item[0].order)
-    return [Waiter(i, pid, uid, e.ctime_ns, note) for i, (e, pid, uid, note) in enumerate(found, 1)]
+    out = [Waiter(i, pid, uid, e.ctime_ns, note) for i, (e, pid, uid, note) in enumerate(found, 1)]
+    if found:
+        from gpu_launch.reservations import backfill
+
+        head = backfill.read_lends(directory, found[0][0].name, out[0].uid)
+        if head is not None:
+            import dataclasses
+
+            out[0] = dataclasses.replace(out[0], kept=tuple(head[1]), lends=tuple(sorted(head[0].lends)))
+    return out

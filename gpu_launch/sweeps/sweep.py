@@ -205,6 +205,9 @@ class Scheduler:
         self.interval = waiting.poll_interval(environ)
         self._just_read = machine  # the machine as the caller just read it: the first round's, not read twice
         self.ticket: Any = None
+        #: backfill (reservations/backfill.py) while the sweep waits behind others; False: strict FIFO
+        self.backfill = True
+        self.filling: waiting.Backfiller | None = None
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
         self.stopping = 0  # signals received
@@ -270,6 +273,7 @@ class Scheduler:
 
         self.ticket = Ticket(self.locking.lock_dir)
         self.ticket.join()
+        self.filling = waiting.Backfiller(self.request, self.locking, self.ticket, self.chooser) if self.backfill else None
 
     def _own(self) -> dict[str, str]:
         """The GPUs this sweep's jobs hold, as reserved (acquire.attempt's ``own``: not looked at again)."""
@@ -283,6 +287,7 @@ class Scheduler:
         if self.ticket is not None:
             self.ticket.leave()
             self.ticket = None
+        self.filling = None
 
     def _stop(self, signum: int) -> None:
         """First signal: stop launching, forward it to the jobs. Later ones: SIGKILL the jobs."""
@@ -324,7 +329,7 @@ class Scheduler:
                     if waitqueue.someone_waits(self.locking.lock_dir):  # else: a ticket only if we must wait
                         self._join_queue()
                 behind = self.ticket.ahead() if self.ticket is not None else 0
-            if machine is None and (not behind or self.shared is not None):
+            if machine is None and (not behind or self.shared is not None or self.filling is not None):
                 # Once a round (the locks, re-read for every job, say who holds what).
                 machine, self._just_read = self._just_read or self.read(), None
             if fresh and not behind and machine is not None:
@@ -334,6 +339,8 @@ class Scheduler:
                     fresh = False
                     if self.ticket is None and self.queue:
                         self._join_queue()  # we wait from now on: in turn with anyone who comes later
+                    if self.filling is not None and not self.ticket.ahead():
+                        self.filling.lend(machine)  # the head of the queue: say what it lends
                 else:
                     self._leave_queue()
                     assert got.reservation is not None and got.machine is not None
@@ -343,6 +350,13 @@ class Scheduler:
                     # What was eligible a moment ago, less this job's: not enough for the next. Say so now
                     # rather than read the locks again to find it out; a job ending wakes the loop.
                     fresh = elig is None or len(elig.eligible) >= 2 * len(got.selection.devices)
+                    continue
+            if fresh and behind and self.filling is not None and machine is not None:
+                got = self.filling.try_ahead(machine, behind, self._own())  # backfill, on what the head lends
+                if got is not None:
+                    assert got.reservation is not None and got.machine is not None
+                    self._start(self.pending.popleft(), got.selection.devices, got.machine, got.reservation)
+                    machine = None  # read again: the locks now say this job holds its GPUs
                     continue
             devices = self._shared_place(machine) if machine is not None else None
             if devices is not None:

@@ -26,12 +26,24 @@ __all__ = ["table", "detail", "as_json", "HEADER", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 HEADER = ("ID", "STATE", "EXIT", "GPUS", "SUBMITTED", "TIME", "COMMAND")
-#: the states in the order the count line names them
-STATES = ("waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot")
+#: the outcomes in the order the count line names them ("12 jobs: 10 done, 2 failed")
+STATES = ("waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost", "lost at reboot")
+#: SGR colours of the outcomes on a terminal (none for waiting and running): green, red, yellow, magenta
+_COLOURS = {"done": "32", "failed": "31", "killed": "31", "failed to start": "31", "cancelled": "33",
+            "lost": "35", "lost at reboot": "35"}
 
 
 def _state(s: Status) -> str:
-    return f"waiting #{s.position}" if s.state == "waiting" and s.position else s.state
+    return s.label  # type: ignore[no-any-return]
+
+
+def _paint(text: str, outcome: str, colour: bool) -> str:
+    """``text`` (already padded) in the outcome's colour; the padding stays outside the colour."""
+    code = _COLOURS.get(outcome) if colour else None
+    if not code:
+        return text
+    bare = text.rstrip()
+    return f"\033[{code}m{bare}\033[0m" + text[len(bare):]
 
 
 def _exit(s: Status) -> str:
@@ -66,31 +78,38 @@ def command_text(argv: Sequence[str]) -> str:
     return printable(shlex.join(argv))
 
 
-def table(statuses: Sequence[Status], width: int | None, now: float | None = None) -> str:
-    """The jobs, oldest first, then a line counting them by state."""
+def table(statuses: Sequence[Status], width: int | None, now: float | None = None, colour: bool = False) -> str:
+    """The jobs, oldest first, then a line counting them by outcome; ``colour``: the states coloured
+    (the caller decides: a terminal, no NO_COLOR, never --json)."""
     now = time.time() if now is None else now
     rows = [(s.job.id, _state(s), _exit(s), _gpus(s), _when(s.job.submitted, now), _time(s, now),
              command_text(s.job.argv)) for s in statuses]
     widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(6)]
     lines = []
-    for row in (HEADER, *rows):
-        line = "  ".join(row[i].rjust(widths[i]) if i in (0, 5) else row[i].ljust(widths[i]) for i in range(6))
-        line += "  " + row[6]
+    for k, row in enumerate((HEADER, *rows)):
+        cells = [row[i].rjust(widths[i]) if i in (0, 5) else row[i].ljust(widths[i]) for i in range(6)]
+        line = "  ".join(cells) + "  " + row[6]
         if width is not None and len(line) > width:
             line = line[:width - 1] + "…"
-        lines.append(line.rstrip())
-    counts = [(state, sum(1 for s in statuses if s.state == state)) for state in STATES]
+        line = line.rstrip()
+        if k and colour:  # the state's cell only, after the cut (which counts what is seen, not codes)
+            start = len(cells[0]) + 2
+            cell = line[start:start + len(cells[1])]
+            line = line[:start] + _paint(cell, statuses[k - 1].outcome, True) + line[start + len(cells[1]):]
+        lines.append(line)
+    counts = [(state, sum(1 for s in statuses if s.outcome == state)) for state in STATES]
     total = len(statuses)
     lines.append(f"{total} job{'s' if total != 1 else ''}: " + ", ".join(f"{n} {state}" for state, n in counts if n))
     return "\n".join(lines) + "\n"
 
 
-def detail(s: Status, log: str, now: float | None = None) -> str:
+def detail(s: Status, log: str, now: float | None = None, backfilled: str | None = None) -> str:
     """One job in full: its state and why, what it runs, where, when, on which GPUs, its log."""
     now = time.time() if now is None else now
     job = s.job
     head = _state(s)
-    if s.state in ("done", "cancelled", "failed to start") and (job.exit_code is not None or job.signal):
+    if s.state in ("cancelled", "failed to start") and (job.exit_code is not None or job.signal) \
+            or s.outcome == "done" and job.exit_code is not None:
         head += f", {'exit ' + str(job.exit_code) if job.exit_code is not None else 'killed by ' + str(job.signal)}"
     rows = [("command", command_text(job.argv)),
             ("launch", command_text(["gpulaunch", *job.options, "--", "COMMAND"])),
@@ -106,6 +125,8 @@ def detail(s: Status, log: str, now: float | None = None) -> str:
         rows.append(("for", _time(s, now)))
     rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
              ("log", printable(log))]
+    if backfilled:  # it started ahead of earlier waiters, on GPUs the head of the queue lent
+        rows.append(("backfill", printable(backfilled)))
     if s.note:
         rows.append(("note", printable(s.note)))
     return f"job {job.id}: {head}\n" + "".join(f"  {k:<10} {v}\n" for k, v in rows)
@@ -114,7 +135,7 @@ def detail(s: Status, log: str, now: float | None = None) -> str:
 def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str]) -> dict[str, Any]:
     """``jobs --json`` (schema ``JOBS`` in views/schemas.py)."""
     return {"schema": SCHEMA_VERSION, "job_dir": job_dir, "jobs": [{
-        "id": s.job.id, "state": s.state, "position": s.position, "exit_code": s.job.exit_code,
+        "id": s.job.id, "state": s.state, "outcome": s.outcome, "position": s.position, "exit_code": s.job.exit_code,
         "signal": s.job.signal, "note": s.note, "gpus": s.job.gpus, "submitted": s.job.submitted,
         "started": s.job.started, "ended": s.job.ended, "pid": s.job.pid, "host": s.job.host, "cwd": s.job.cwd,
         "argv": list(s.job.argv), "options": list(s.job.options), "log": log,

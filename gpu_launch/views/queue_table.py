@@ -61,7 +61,9 @@ def as_json(waiters: Sequence[Waiter], now: float | None = None) -> list[dict[st
         since = w.since_ns / 1e9
         out.append({"position": w.position, "user": _user(w.uid, names), "uid": w.uid, "pid": w.pid,
                     "since": round(since, 3), "waited_s": round(max(0.0, now - since), 1),
-                    "request": request, "command": command})
+                    "request": request, "command": command,
+                    "kept": list(w.kept) if getattr(w, "kept", None) is not None else None,
+                    "lends": list(w.lends) if getattr(w, "lends", None) is not None else None})
     return out
 
 
@@ -94,4 +96,11 @@ def as_text(waiters: Sequence[Waiter], width: int | None, now: float | None = No
         if width is not None and len(line) > width:
             line = line[:width - 1] + "…"
         lines.append(line.rstrip())
+    head = waiters[0]
+    if getattr(head, "kept", None) is not None:  # it lends: say what it keeps, and how many GPUs it lends
+        kept = ", ".join(printable(k) for k in head.kept) or "none yet"
+        lent = len(head.lends or ())
+        line = f"kept for the head: {kept}; lent to later waiters: {lent} GPU{'s' if lent != 1 else ''}" if lent \
+            else f"kept for the head: {kept}; it lends no GPU"
+        lines.append(line if width is None or len(line) <= width else line[:width - 1] + "…")
     return "\n" + "\n".join(lines) + "\n"

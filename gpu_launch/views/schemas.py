@@ -109,7 +109,11 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
         "waited_s": {"type": "number", "minimum": 0},
         "request": _NSTR,  # "2 GPUs with ≥ 20.0 GiB free"; null: an older gpulaunch's ticket says nothing
         "command": _NSTR,  # what will run, as one shell-quoted line (the waiter's own words)
-    })},
+        # the head of line's (backfill): the GPUs kept for it, and the ones it lends to later waiters;
+        # null for the others, and for a head that lends nothing (--no-backfill, an older gpulaunch)
+        "kept": {"type": ["array", "null"], "items": _STR},
+        "lends": {"type": ["array", "null"], "items": _STR},
+    }, required=["position", "user", "uid", "pid", "since", "waited_s", "request", "command"])},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
 _DEVICE = _obj({
@@ -271,6 +275,9 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
     "jobs": {"type": "array", "items": _obj({
         "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
         "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot"]},
+        # what a script wants: a done job that exited non-zero "failed", one a signal ended "killed"
+        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost",
+                             "lost at reboot"]},
         "position": {"type": ["integer", "null"], "minimum": 1},  # in the --wait queue, while it waits there
         "exit_code": _NINT,  # the command's exit status; failed to start: gpulaunch's own
         "signal": _NSTR,  # "SIGTERM" when a signal ended it

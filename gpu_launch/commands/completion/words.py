@@ -23,7 +23,7 @@ MODEL_POSITIONAL = ("plan",)  # the model
 #: config.json, MLC-LLM); a completion offers these files and every folder (one may hold a model, or lead to one).
 MODEL_SUFFIXES = (".gguf", ".safetensors")
 #: Subcommands that take job ids, and which jobs to offer (``gpulaunch __complete jobs WHICH``).
-JOB_POSITIONAL = {"jobs": "all", "log": "all", "cancel": "active"}
+JOB_POSITIONAL = {"jobs": "all", "log": "all", "wait": "all", "cancel": "active"}
 #: What units.parse_duration accepts (90, 90s, 30m, 2h, 1h30m, 1d), as a POSIX ERE for the shells;
 #: an optional value (--wait's TIMEOUT) is taken from the next word only when it matches.
 DURATION_ERE = r"^([0-9]+([.][0-9]+)?[smhdSMHD]?)+$"

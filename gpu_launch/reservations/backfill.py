@@ -1,0 +1,157 @@
+"""Backfill behind the head of the queue, without starving it (as Slurm's backfill with a reservation
+for the top job, ``src/plugins/sched/backfill/backfill.c``, does on a cluster; here on one machine).
+
+The head of line (:mod:`gpu_launch.reservations.waitqueue`) alone may take any GPU; a later waiter may
+start at once on GPUs the head *lends*, and only on those. What the head lends (:class:`Head`):
+
+* the GPUs that were free for it when it began to wait, as long as they stay free: a GPU that frees
+  up after that (another user's work ends, a backfilled job ends) is **kept** for the head, and
+  nobody else starts on it; so a lendable GPU, once taken, is never lent again, and a stream of
+  small jobs can start at most as many times as GPUs were free when the head began to wait;
+* nothing at all once the head *could* start but for GPUs lent to backfilled jobs (the GPUs free for
+  it plus those lent and still taken are enough): from then on it waits at most until the
+  backfilled jobs end, and no new job starts on a GPU it may use;
+* every GPU it may never use (``--gpus`` names others; ``--exclude``), always.
+
+The head writes what it lends to a file of its own beside its ticket (``lends-<ticket>``: a JSON line,
+replaced atomically), which a later waiter believes only when its owner is the ticket's owner (the
+kernel's word); a file that is missing, foreign or unreadable lends nothing, so a head that does not
+lend (``--no-backfill``, an older gpulaunch) keeps the queue strictly first come, first served. A
+later waiter also takes only GPUs it has seen free since it began to wait (:class:`Candidate`), so a
+GPU that freed up an instant before the head said so is not taken for one the head lends.
+A ticket is never rewritten: its ``ctime`` is its place in the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterable
+
+from gpu_launch.base.records import dataclass, field
+
+__all__ = ["Head", "Candidate", "Lends", "lends_path", "publish", "read_lends", "KEPT"]
+
+#: How a GPU kept for the head of the queue is described to a later waiter (acquire.attempt's ``own``).
+KEPT = "kept for the head of the queue"
+_PREFIX = "lends-"
+_MAX = 8192  # bytes of a lends file that are read
+
+
+@dataclass(frozen=True)
+class Lends:
+    """What the head of the queue lends: ``lends`` of its ``relevant`` GPUs (the others are always free
+    to use); ``frozen``: it could start but for backfilled jobs, and lends nothing more."""
+
+    relevant: frozenset[str]
+    lends: frozenset[str]
+    frozen: bool = False
+    need: int = 1
+    free: frozenset[str] = frozenset()  # the relevant GPUs free for the head at its last look
+
+    @property
+    def kept(self) -> frozenset[str]:
+        """What later waiters may not take (the GPUs free now among them are what ``ls`` shows as kept)."""
+        return self.relevant - self.lends
+
+
+@dataclass
+class Head:
+    """The head's side: what it lends, from what it sees free for it at each look (pure: no I/O)."""
+
+    need: int
+    relevant: frozenset[str]
+    first: frozenset[str] | None = None  # free for it at its first look
+    lendable: set[str] = field(default_factory=set)  # of those, the ones free at every look since
+    frozen: bool = False
+
+    def look(self, free: Iterable[str]) -> Lends:
+        """``free``: the relevant GPUs free for the head now (eligible, nobody's reservation)."""
+        free = frozenset(free) & self.relevant
+        if self.first is None:
+            self.first = free
+            self.lendable = set(free)
+        self.lendable &= free
+        lent_out = self.first - free  # lent and still taken (by a backfilled job, or anyone)
+        if len(free) + len(lent_out) >= self.need:
+            self.frozen = True  # it could start but for lent GPUs: lend nothing more, ever
+        return Lends(self.relevant, frozenset() if self.frozen else frozenset(self.lendable), self.frozen, self.need,
+                     free)
+
+
+@dataclass
+class Candidate:
+    """A later waiter's side: which GPUs it may take on the head's word (pure: no I/O)."""
+
+    seen_free: set[str] | None = None  # free at every one of its looks since it began to wait
+
+    def look(self, free: Iterable[str]) -> None:
+        free = set(free)
+        self.seen_free = free if self.seen_free is None else self.seen_free & free
+
+    def usable(self, lends: Lends | None, every: Iterable[str]) -> frozenset[str]:
+        """Of ``every`` GPU, the ones this waiter may take: none when the head lends nothing."""
+        if lends is None:
+            return frozenset()
+        seen = self.seen_free or set()
+        return frozenset(u for u in every if u not in lends.relevant or (u in lends.lends and u in seen))
+
+
+def lends_path(queue_dir: str, ticket_name: str) -> str:
+    return os.path.join(queue_dir, _PREFIX + ticket_name)
+
+
+def publish(queue_dir: str, ticket_name: str, lends: Lends, shown: dict[str, str]) -> None:
+    """Replace the head's lends file (a new file renamed over the old one: a reader sees one or the other).
+
+    ``shown``: uuid -> label (``GPU 3``), for ``ls``. Best effort: a head that cannot write lends nothing.
+    """
+    doc = {"relevant": sorted(lends.relevant), "lends": sorted(lends.lends), "frozen": lends.frozen,
+           "need": lends.need,
+           "kept": [shown.get(u, u) for u in sorted(lends.free - lends.lends, key=lambda u: shown.get(u, u))]}
+    path = lends_path(queue_dir, ticket_name)
+    temp = os.path.join(queue_dir, f".{_PREFIX}{ticket_name}-{os.urandom(4).hex()}")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, json.dumps(doc).encode() + b"\n")
+        os.fchmod(fd, 0o644)
+        os.close(fd)
+        os.rename(temp, path)
+    except OSError:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        forget(temp)
+
+
+def forget(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read_lends(queue_dir: str, ticket_name: str, owner: int) -> tuple[Lends, list[str]] | None:
+    """The head's lends, and the labels of the GPUs it keeps; None when there is no lends file of the
+    ticket's ``owner`` (another user's file, a symlink, a torn or damaged one lends nothing)."""
+    try:
+        fd = os.open(lends_path(queue_dir, ticket_name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
+            return None
+        doc = json.loads(os.read(fd, _MAX).split(b"\n", 1)[0])
+        lends = Lends(frozenset(map(str, doc["relevant"])), frozenset(map(str, doc["lends"])), bool(doc["frozen"]),
+                      int(doc["need"]))
+        return lends, [str(k) for k in doc.get("kept", [])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        os.close(fd)

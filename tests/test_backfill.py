@@ -1,0 +1,284 @@
+"""Backfill without starving the head (issue 36 item 1): a later waiter starts at once on GPUs the head
+of the queue lends; GPUs that free up are kept for the head; once it could start but for backfilled
+jobs nothing new starts on its GPUs; --no-backfill keeps strict FIFO. The policy's own code
+(gpu_launch/reservations/backfill.py) under a property test over random arrivals, then real processes
+in a private lock directory (a second user where the tests run as root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import example as case, given, settings
+from hypothesis import strategies as st
+
+from gpu_launch.reservations.backfill import Candidate, Head, Lends, publish, read_lends
+from sharing_helpers import HOLD, Lines, env, example, first_gpus, run, start, wait_for, write_snapshot
+from two_users import as_nobody, python_for_nobody, shared_dir  # noqa: F401  (a fixture)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import backfill_day  # noqa: E402
+
+UUIDS = [f"GPU-{i}" for i in range(8)]
+
+
+def test_the_head_lends_what_was_free_when_it_began_to_wait_and_keeps_what_frees_up() -> None:
+    head = Head(8, frozenset(UUIDS))
+    assert head.look(UUIDS[2:]).lends == frozenset(UUIDS[2:])  # alice has 0 and 1; six are lent
+    assert head.look(UUIDS[3:]).lends == frozenset(UUIDS[3:])  # a backfilled job took GPU 2
+    lends = head.look(UUIDS[4:])  # a second one took GPU 3
+    assert lends.kept == frozenset(UUIDS[:4]) and not lends.frozen
+    # GPU 2's job ended: it freed up, so it is kept, never lent again
+    assert head.look([UUIDS[2], *UUIDS[4:]]).lends == frozenset(UUIDS[4:])
+    # alice's GPUs free: the head could start but for GPU 3 (lent): it lends nothing more
+    frozen = head.look([*UUIDS[:3], *UUIDS[4:]])
+    assert frozen.frozen and frozen.lends == frozenset()
+
+
+def test_a_later_waiter_takes_only_lent_gpus_it_has_seen_free_and_any_the_head_never_uses() -> None:
+    lends = Lends(frozenset(UUIDS[:4]), frozenset(UUIDS[2:4]))
+    later = Candidate()
+    later.look([UUIDS[2], *UUIDS[4:]])  # GPU 3 was taken when it looked
+    assert later.usable(lends, UUIDS) == frozenset([UUIDS[2], *UUIDS[4:]])
+    assert later.usable(None, UUIDS) == frozenset()  # a head that lends nothing: strict FIFO
+
+
+def test_a_lends_file_of_another_owner_or_a_torn_one_lends_nothing(tmp_path: Path) -> None:
+    publish(str(tmp_path), "ticket-1", Lends(frozenset(UUIDS), frozenset(UUIDS[:2]), need=8), {UUIDS[0]: "GPU 0"})
+    got = read_lends(str(tmp_path), "ticket-1", os.getuid())
+    assert got is not None and got[0].lends == frozenset(UUIDS[:2])
+    assert read_lends(str(tmp_path), "ticket-1", os.getuid() + 1) is None  # not the ticket's owner's word
+    (tmp_path / "lends-ticket-2").write_text('{"relevant": ["GPU-0"], "len')
+    assert read_lends(str(tmp_path), "ticket-2", os.getuid()) is None
+    os.symlink(tmp_path / "lends-ticket-1", tmp_path / "lends-ticket-3")
+    assert read_lends(str(tmp_path), "ticket-3", os.getuid()) is None
+
+
+_small = st.tuples(st.floats(0, 5000), st.sampled_from((1, 1, 2)), st.floats(1, 3000))
+
+
+@settings(max_examples=300, deadline=None)
+# a job that arrives after alice's GPUs freed, on a GPU lent before and still free: it must not start
+@case(small=[(1.0, 1, 500.0), (150.0, 1, 1000.0)], alice_frees=100.0, head_arrives=0.0, busy=2)
+@given(st.lists(_small, max_size=40), st.floats(0, 4000), st.floats(0, 3000), st.integers(0, 7))
+def test_a_stream_of_small_jobs_cannot_starve_the_head(small: list[tuple[float, int, float]], alice_frees: float,
+                                                       head_arrives: float, busy: int) -> None:
+    """The head's start <= the moment its GPUs freed (alice's) + the longest backfilled job; 0 overlaps."""
+    head = backfill_day.Job("head", "dave", 8, head_arrives, 100.0)
+    jobs = [head] + [backfill_day.Job(f"j{i}", "bob", n, head_arrives + 1e-3 + t, length)
+                     for i, (t, n, length) in enumerate(small)]
+    busy_until = {u: alice_frees for u in UUIDS[:busy]}
+    result = backfill_day.simulate(jobs, UUIDS, busy_until)
+    assert result["overlaps"] == 0 and not result["unstarted"]
+    backfilled = [j.length for j in jobs if j.backfilled]
+    freed = max(head_arrives, alice_frees if busy else 0.0)
+    assert head.start is not None and head.start <= freed + max(backfilled, default=0.0) + 1e-6
+    # strict FIFO: nobody starts ahead of the head
+    fifo = [backfill_day.Job(j.name, j.user, j.need, j.arrival, j.length) for j in jobs]
+    backfill_day.simulate(fifo, UUIDS, busy_until, backfill=False)
+    assert all(j.start >= fifo[0].start for j in fifo[1:])  # type: ignore[operator]
+
+
+def test_the_benchmark_day_reports_both_modes_with_no_overlap() -> None:
+    doc = backfill_day.measure(seed=1, count=20)
+    assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == 0
+    assert doc["fifo"]["backfilled"] == 0 and doc["backfill"]["head_delay_s"] <= doc["backfill"]["longest_backfilled_s"]
+
+
+#: A job that notes when it started on which GPUs, waits for its release file, then notes its end.
+JOB = ("import os, sys, time; open(sys.argv[1] + '.start', 'w').write(f\"{time.time()} "
+       "{os.environ['CUDA_VISIBLE_DEVICES']}\"); print('started', flush=True); "
+       "[time.sleep(0.02) for _ in iter(lambda: os.path.exists(sys.argv[1] + '.go'), True)]; "
+       "open(sys.argv[1] + '.end', 'w').write(str(time.time()))")
+
+
+def _note(base: Path) -> tuple[float, set[str]]:
+    when, gpus = base.with_suffix(".start").read_text().split()
+    return float(when), set(gpus.split(","))
+
+
+def test_a_small_waiter_starts_at_once_beside_a_big_one_which_starts_as_soon_as_its_gpus_and_the_backfilled_end(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    locks = tmp_path / "locks"
+    snap = write_snapshot(tmp_path / "four.json", first_gpus(example("workstation-4x"), 4))
+    environ = env(locks)
+    procs: list[subprocess.Popen[str]] = []
+    request.addfinalizer(lambda: [p.kill() for p in procs])
+
+    def launch(*args: str) -> subprocess.Popen[str]:
+        procs.append(start(["--snapshot", str(snap), *args], env=environ))
+        return procs[-1]
+
+    alice = launch("--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "alice-go"))
+    Lines(alice.stdout).wait("CVD=0")
+    big = launch("--auto", "4", "--wait", "--", "python3", "-c", JOB, str(tmp_path / "big"))
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    b = launch("--auto", "1", "--wait", "--", "python3", "-c", JOB, str(tmp_path / "b"))
+    wait_for(lambda: (tmp_path / "b.start").exists(), what="B to start at once on an idle GPU")
+    c = launch("--auto", "1", "--wait", "--", "python3", "-c", JOB, str(tmp_path / "c"))
+    wait_for(lambda: (tmp_path / "c.start").exists(), what="C to start too")
+    assert not (tmp_path / "big.start").exists()
+    _, on_b = _note(tmp_path / "b")
+    _, on_c = _note(tmp_path / "c")
+    assert not on_b & on_c and "0" not in on_b | on_c  # 0 overlaps; alice's GPU untouched
+    listed = run(["--snapshot", str(snap), "ls"], env={**environ, "COLUMNS": "200"}).stdout
+    table = listed.split("\nQUEUE")[0]  # the GPU table; the queue follows it
+    rows = {line.split()[0]: line for line in table.splitlines() if line[:1].isdigit()}
+    assert all("backfilled" in rows[g] for g in on_b | on_c) and "backfilled" not in rows["0"], listed
+    assert f"pid {b.pid}" in rows[next(iter(on_b))]
+    (tmp_path / "alice-go").touch()
+    assert alice.wait(timeout=60) == 0
+    # GPU 0 freed up: kept for the big job, and it could start but for B and C: nothing new starts
+    shown = run(["--snapshot", str(snap), "ls"], env={**environ, "COLUMNS": "200"}).stdout
+    wait_for(lambda: "kept for the head: GPU 0, GPU 3; it lends no GPU" in run(["--snapshot", str(snap), "ls"],
+                                                                         env=environ).stdout,
+             what="the head to keep GPU 0 (freed up) and 3 (it could start but for B and C)")
+    d = launch("--auto", "1", "--wait", "--", "python3", "-c", JOB, str(tmp_path / "d"))
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 2,
+             what="D to wait behind the big job")
+    time.sleep(1.0)
+    assert not (tmp_path / "d.start").exists(), shown  # the free GPUs are kept for the head
+    (tmp_path / "b.go").touch()
+    assert b.wait(timeout=60) == 0
+    time.sleep(0.5)
+    assert not (tmp_path / "big.start").exists() and not (tmp_path / "d.start").exists()
+    (tmp_path / "c.go").touch()
+    assert c.wait(timeout=60) == 0
+    wait_for(lambda: (tmp_path / "big.start").exists(), what="the big job to start once the backfilled ended")
+    started, on_big = _note(tmp_path / "big")
+    ended = max(float((tmp_path / n).read_text()) for n in ("b.end", "c.end"))
+    assert on_big == {"0", "1", "2", "3"} and started >= ended  # never before, and at once after
+    assert not (tmp_path / "d.start").exists()
+    (tmp_path / "big.go").touch()
+    assert big.wait(timeout=60) == 0
+    wait_for(lambda: (tmp_path / "d.start").exists(), what="D to start after the big job")
+    (tmp_path / "d.go").touch()
+    assert d.wait(timeout=60) == 0
+    assert "backfilled: started ahead of 1 earlier waiter" in b.stderr.read()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("who", ["later", "head"])
+def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pytest.FixtureRequest, who: str) -> None:
+    """--no-backfill on the later waiter (it never jumps) or on the head (it lends nothing): B waits."""
+    locks = tmp_path / "locks"
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    environ = env(locks)
+    alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
+                  env=environ)
+    request.addfinalizer(lambda: (alice.kill(), alice.wait()))
+    Lines(alice.stdout).wait("CVD=0")
+    flag = ["--no-backfill"] if who == "head" else []
+    big = start(["--snapshot", str(snap), *flag, "--auto", "2", "--wait", "--", "true"], env=environ)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    later = run(["--snapshot", str(snap), *(["--no-backfill"] if who == "later" else []), "--auto", "1", "--wait", "2s",
+                 "--", "true"], env=environ)
+    assert later.returncode == 5 and "1 waiter ahead" in later.stderr, later.stderr
+    # and the config key does the same as the flag
+    if who == "later":
+        config = tmp_path / "config.toml"
+        config.write_text("no-backfill = true\n")
+        keyed = run(["--snapshot", str(snap), "--auto", "1", "--wait", "2s", "--", "true"],
+                    env={**environ, "GPULAUNCH_CONFIG": str(config)})
+        assert keyed.returncode == 5, keyed.stderr
+        backfilled = run(["--snapshot", str(snap), "--auto", "1", "--wait", "10s", "--", "true"], env=environ)
+        assert backfilled.returncode == 0 and "backfilled" in backfilled.stderr, backfilled.stderr
+
+
+def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path,
+                                                                          request: pytest.FixtureRequest) -> None:
+    locks = tmp_path / "locks"
+    snap = write_snapshot(tmp_path / "three.json", first_gpus(example("workstation-4x"), 3))
+    environ = env(locks)
+    alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
+                  env=environ)
+    request.addfinalizer(lambda: (alice.kill(), alice.wait()))
+    Lines(alice.stdout).wait("CVD=0")
+    big = start(["--snapshot", str(snap), "--auto", "3", "--wait", "--", "true"], env=environ)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}\n" for i in range(3)))
+    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1"], env=environ, timeout=120)
+    assert sweep.returncode == 0, sweep.stderr
+    on = {(tmp_path / f"job{i}").read_text().strip() for i in range(3)}
+    assert on <= {"1", "2"}  # on the lent GPUs only, never alice's
+    assert big.poll() is None  # the big job still waits for alice's GPU
+    (tmp_path / "go").touch()
+    assert big.wait(timeout=60) == 0
+
+
+def test_in_a_hardened_lock_dir_another_user_backfills_and_cannot_forge_what_the_head_lends(shared_dir: Path) -> None:
+    """root waits for 3 GPUs; nobody's 1-GPU waiter starts at once beside it on a lent one; behind a head that
+    lends nothing (--no-backfill), a lends file nobody planted for it is not believed: nobody waits."""
+    prefix = as_nobody()
+    python = python_for_nobody(prefix, shared_dir)
+    snap = write_snapshot(shared_dir / "three.json", first_gpus(example("workstation-4x"), 3))
+    snap.chmod(0o644)
+    hardened = shared_dir / "hardened"
+    init = run(["--snapshot", str(snap), "locks", "init", str(hardened)])
+    assert init.returncode == 0, init.stderr
+    environ = env(hardened)
+    procs: list[subprocess.Popen[str]] = []
+
+    def gl(*args: str, nobody: bool = False) -> subprocess.Popen[str]:
+        argv = [*prefix, python, "-m", "gpu_launch"] if nobody else [sys.executable, "-m", "gpu_launch"]
+        procs.append(subprocess.Popen([*argv, "--snapshot", str(snap), *args], env=environ, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=shared_dir))
+        return procs[-1]
+
+    def queue() -> list[dict[str, object]]:
+        return json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]
+
+    try:
+        alice = gl("--gpus", "0", "--", python, "-c", HOLD, str(shared_dir / "go"))
+        Lines(alice.stdout).wait("CVD=0")
+        strict = gl("--no-backfill", "--auto", "3", "--wait", "--", "true")
+        wait_for(lambda: len(queue()) == 1, what="root's strict head to wait")
+        ticket = next(p.name for p in (hardened / "queue").iterdir() if p.name.startswith("ticket-"))
+        forged = json.dumps({"relevant": [], "lends": [], "frozen": False, "need": 1, "kept": []})
+        plant = subprocess.run([*prefix, python, "-c", f"open({str(hardened / 'queue' / ('lends-' + ticket))!r}, 'w')"
+                                f".write({forged!r} + '\\n')"], capture_output=True, text=True)
+        assert plant.returncode == 0, plant.stderr  # the queue is 1777: nobody can plant the file
+        waited = gl("--auto", "1", "--wait", "2s", "--", "true", nobody=True)
+        assert waited.wait(timeout=60) == 5, waited.stderr.read()  # type: ignore[union-attr]
+        strict.kill()
+        strict.wait()
+        wait_for(lambda: queue() == [], what="the strict head to leave")
+        head = gl("--auto", "3", "--wait", "--", "true")
+        wait_for(lambda: len(queue()) == 1 and queue()[0]["kept"] is not None, what="root's head to lend")
+        later = gl("--auto", "1", "--wait", "--", python, "-c", HOLD, str(shared_dir / "go"), nobody=True)
+        on = Lines(later.stdout).wait("CVD=").strip()
+        assert on in ("CVD=1", "CVD=2")  # at once, on a GPU the head lends: never alice's
+        assert head.poll() is None
+        (shared_dir / "go").touch()
+        assert alice.wait(timeout=60) == 0 and later.wait(timeout=60) == 0 and head.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    from test_jobs import Box
+
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    box.hold("0", tmp_path / "go")
+    big = start(["--snapshot", str(box.snap), "--auto", "2", "--wait", "--", "true"], env=box.env)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+    wait_for(lambda: len(box.queue()) == 1, what="the big job to wait")
+    job = box.submit("--auto", "1", "--", "true")
+    assert box.gl("wait", job).returncode == 0  # it ran at once, beside the waiting big job, on GPU 1
+    assert box.jobs()[job]["gpus"] == "1" and big.poll() is None
+    assert "  backfill   started ahead of 1 earlier waiter" in box.gl("jobs", job).stdout
+    ahead = box.submit("--no-backfill", "--auto", "1", "--wait", "1s", "--", "true")
+    assert box.gl("wait", ahead).returncode == 5  # --no-backfill: it waited its turn, and timed out
+    assert "  backfill   " not in box.gl("jobs", ahead).stdout
