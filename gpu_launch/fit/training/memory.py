@@ -1,0 +1,142 @@
+"""One GPU's peak of one training step, as PyTorch's allocator counts it (``torch.cuda.max_memory_allocated``):
+the weights as loaded, gradients, optimizer states, the optimizer step's temporaries, the activations
+autograd saves, the loss, divided over the data-parallel ranks as the sharding divides them; plus an
+allowance for what no tensor count sees (CUDA context, workspaces, NCCL, allocator rounding).
+
+A step has two candidate peaks (run twice, so the optimizer's states exist):
+
+* the start of backward: weights + states + every saved activation + the loss's fp32 tensors (the
+  gradients of the step before are gone: Trainer's ``zero_grad`` sets them to None);
+* the optimizer step: weights + gradients + states + the step's temporaries (foreach AdamW's sqrt).
+
+Checked against PyTorch's own accounting of real steps of the real Hugging Face code
+(tests/test_training_memory*.py, benchmarks/training_sizing.py), where each term's accuracy is stated.
+Assumptions (documented on :class:`~gpu_launch.fit.training.setup.TrainingSetup`): the setup's
+``precision`` is the weights' dtype as loaded (the launch readers decide it from the transformers
+version: v5 loads the checkpoint's dtype, v4 fp32 unless told); no torch is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.fit.training.memory_activations import activation_bytes, loss_bytes
+from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
+                                                   param_counts, state_bytes, step_temporary_bytes)
+from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
+from gpu_launch.modelfile.facts import ModelFacts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["peak", "CONTEXT_BYTES"]
+
+MiB = 1 << 20
+#: The CUDA context and cuBLAS/cuDNN handles of one process (nvidia-smi counts them, no tensor does).
+CONTEXT_BYTES = 512 * MiB
+#: cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG's default: a few MiB per handle and stream) and kernels' own.
+WORKSPACE_BYTES = 64 * MiB
+#: NCCL's buffers per communicator (NCCL_BUFFSIZE 4 MiB × channels × peers, order of a few hundred MiB).
+NCCL_BYTES = 256 * MiB
+#: DDP's gradient buckets (torch/nn/parallel/distributed.py bucket_cap_mb=25, two in flight).
+DDP_BUCKET_BYTES = 50 * MiB
+#: The caching allocator's rounding and fragmentation, as a share of the peak.
+FRAGMENTATION = 0.05
+
+_SHARDS_STATES = {"zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
+_SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
+_SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
+
+
+def _weights_bytes(facts: ModelFacts, setup: TrainingSetup, counts_total: int, linear: int) -> int:
+    """The frozen base and the trained weights as the step holds them. QLoRA: the blocks' linears in 4 bits
+    (bitsandbytes Params4bit: two a byte) with their quant state, the rest in the compute dtype."""
+    e = element_bytes(setup.precision)
+    if setup.method == "qlora" or setup.quant_bits == 4:
+        blocks = -(-linear // QUANT4_BLOCK)
+        state = blocks + 4 * -(-blocks // QUANT4_NESTED_BLOCK) if setup.quant_double else 4 * blocks
+        return linear // 2 + state + (counts_total - linear) * e
+    if setup.quant_bits == 8:
+        return linear + 4 * linear // 4096 + (counts_total - linear) * e
+    return counts_total * e
+
+
+def _deepspeed(setup: TrainingSetup) -> bool:
+    return setup.sharding.startswith("zero")
+
+
+def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
+    """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
+    config = config or {}
+    world = max(1, world)
+    counts = param_counts(model, config, setup)
+    block = linears(model, config)
+    e = element_bytes(setup.precision)
+    # the trained parameters' dtype: peft keeps adapters in fp32 (peft/tuners/tuners_utils.py
+    # autocast_adapter_dtype=True casts bf16/fp16 adapters to fp32)
+    te = e if setup.method == "full" else 4
+    rules: list[str] = []
+    weights = _weights_bytes(model, setup, counts.total, counts.linear)
+    if setup.method != "full":
+        weights += counts.trainable * te
+    grads = counts.trainable * te
+    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te)
+    temp = step_temporary_bytes(setup.optimizer, counts, te)
+    if _deepspeed(setup) and te == 2:
+        # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
+        states = counts.trainable * (4 + state_bytes(setup.optimizer, 1, 1, 4) // 1)
+        rules.append("optimizer: DeepSpeed keeps fp32 master weights and fp32 states (12 bytes a parameter)")
+    divisor = world
+    if setup.sharding == "fsdp_hybrid":
+        divisor = min(world, setup.nproc or world)
+    if setup.sharding in _SHARDS_STATES:
+        states = -(-states // divisor)
+        temp = -(-temp // divisor)
+    if setup.sharding in _SHARDS_GRADS:
+        grads = -(-grads // divisor)
+    gathered = 0
+    if setup.sharding in _SHARDS_WEIGHTS:
+        # one FSDP unit / ZeRO-3 layer gathered whole at a time, the next one prefetched
+        file_bytes = max(1, model.weights.total) / max(1, counts.total)
+        gathered = 2 * int(max(model.weights.layers, default=0) / file_bytes) * e
+        weights = -(-weights // divisor) + gathered
+    host = 0
+    if setup.offload_optimizer:
+        host += states
+        states, temp = 0, 0
+    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS:
+        host += weights - gathered
+        weights = gathered
+    acts, layer_acts = activation_bytes(model, config, setup, block, e)
+    loss = loss_bytes(model, setup, e)
+    at_backward = weights + states + acts + loss
+    # with checkpointing, backward recomputes one layer while the gradients grow
+    late_backward = weights + states + grads + (layer_acts if setup.gradient_checkpointing else 0)
+    at_step = weights + grads + states + temp
+    candidates = {"backward": max(at_backward, late_backward), "optimizer step": at_step}
+    peak_at = max(candidates, key=lambda k: candidates[k])
+    total = candidates[peak_at]
+    alive = {"weights": weights, "gradients": grads if peak_at == "optimizer step" else 0, "optimizer": states,
+             "activations": acts if peak_at == "backward" else 0, "loss": loss if peak_at == "backward" else 0}
+    other = total - sum(alive.values())
+    allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
+    if world > 1 and setup.sharding != "none":
+        allowance += NCCL_BYTES + DDP_BUCKET_BYTES
+    terms = {"weights": weights, "gradients": grads, "optimizer": states, "activations": acts, "loss": loss}
+    dominant = max(terms, key=lambda k: terms[k])
+    rules += [f"weights: {counts.total:,} parameters, {e} bytes each as loaded"
+              + (f" (+ {counts.trainable:,} adapter parameters in fp32)" if setup.method != "full" else ""),
+              f"gradients: {counts.trainable:,} trainable parameters × {te} bytes",
+              f"optimizer: {setup.optimizer} states" + (f" over {divisor} ranks" if setup.sharding in _SHARDS_STATES
+                                                        else ""),
+              f"activations: {setup.micro_batch} × {setup.seq_len} tokens, checkpointing "
+              + ("on" if setup.gradient_checkpointing else "off"),
+              f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"]
+    return TrainingPeak(
+        peak_bytes=total, peak_at=peak_at, weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=states,
+        activations_bytes=acts, loss_bytes=loss, allowance_bytes=allowance, host_bytes=host, other_bytes=other,
+        dominant=dominant, rules=tuple(rules),
+        labels={"weights": "exact" if setup.method == "full" and setup.sharding not in _SHARDS_WEIGHTS else "rule",
+                "gradients": "rule", "optimizer": "rule", "activations": "rule", "loss": "rule",
+                "allowance": "allowance"})
