@@ -42,6 +42,8 @@ class Sizing:
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
+    if engine.layout == "training":  # a training step keeps no KV cache (fit/training/steps.py sizes it)
+        return Sizing(model, engine, settings, kv_rules.KvSize((), 0, 0, 0, (), "none"))
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
                            run=run_of(engine, settings))
     if settings.binding:
@@ -68,6 +70,7 @@ class GpuShare:
     free_bytes: int
     units: int = 0  # llama.cpp: layers (the output layer counts as one) on this GPU
     stage: int = 0  # tensor layouts: the pipeline stage this GPU belongs to
+    training: object = None  # a training step: its TrainingPeak here (weights_bytes + kv_bytes = its peak)
 
     @property
     def left_bytes(self) -> int:
@@ -97,10 +100,13 @@ class Placement:
     pp: int = 1  # tensor layouts: pipeline stages, and what a GPU of each holds
     stage_shares: tuple[stages.StageShare, ...] = ()
     budgets: tuple[int, ...] = ()  # tensor layouts: what the engine may use of each GPU (vLLM: utilisation × total)
+    values: tuple[tuple[str, str], ...] = ()  # a training step's placeholders ({nproc}, {micro_batch})
 
     def placeholders(self, ctx: int) -> dict[str, str]:
         """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
         ``{max_memory}`` for this placement (absent where the engine has no such number)."""
+        if self.engine == "training":
+            return dict(self.values)
         n = len(self.per_gpu)
         values = {"ctx": str(ctx), "tp": str(self.tp if self.tp is not None else n)}
         if self.stage_shares:
@@ -155,6 +161,8 @@ def place(s: Sizing, rooms: Sequence[Room]) -> Placement:
                          tensor_split=None, notes=("no GPU: everything on the CPU",))
     if s.engine.layout == "tensor":
         return _tensor(s, rooms)
+    if s.engine.layout == "training":
+        return _training(s, rooms)
     if s.engine.layout == "layers":
         return _llama(s, rooms)
     return _sequential(s, rooms)
@@ -388,3 +396,22 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
     fits = whole or (s.settings.partial and (s.settings.host_free is None or cpu_w + cpu_kv <= s.settings.host_free))
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, whole=whole, fits=fits, max_memory=max_memory,
                      need_bytes=need + allowance * len(rooms), short_bytes=max(0, need - sum(caps)) if not whole else 0)
+
+
+def _training(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    """A training launch: one process a GPU, each holding the step's per-GPU peak at this world size
+    (fit/training/steps.py); the placement's share of a GPU is that peak, its allowance on top."""
+    from gpu_launch.fit.training import steps
+
+    run = s.settings.training
+    step = steps.step_on(s.model, run, [r.free for r in rooms], s.settings.host_free)
+    p = step.peak
+    shares = tuple(GpuShare(r.gpu, p.weights_bytes, p.peak_bytes - p.weights_bytes, p.allowance_bytes, r.free,
+                            training=p) for r in rooms)
+    need = (p.peak_bytes + p.allowance_bytes) * len(rooms)
+    short = sum(max(0, -sh.left_bytes) for sh in shares)
+    values = {"nproc": str(len(rooms))}
+    if run.micro_open:
+        values["micro_batch"] = str(step.micro_batch)
+    return Placement("training", shares, whole=step.fits, fits=step.fits, need_bytes=need, short_bytes=short,
+                     notes=step.notes, values=tuple(values.items()))

@@ -9,6 +9,10 @@ from gpu_launch.fit.engines import Engine
 from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL
 from gpu_launch.base.records import dataclass
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["Settings", "run_of"]
 
 
@@ -64,6 +68,7 @@ class Settings:
     binding: str = ""  # a Python binding whose defaults differ from llama-server's ("llama-cpp-python")
     layers_default: bool = False  # gpu_layers_cap is the binding's own default (llama-cpp-python: 0), not written
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
+    training: Any = None  # a training launch (fit/training/steps.py TrainingRun): sized by its step, no KV cache
 
 
 def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:
