@@ -95,6 +95,12 @@ def llama_70b_safetensors(folder: Path) -> None:
     _safetensors_llama(folder, _CONFIG_70B)
 
 
+def llama_8b_safetensors(folder: Path) -> None:
+    """Llama-3.1-8B's layout in bf16 (14.96 GiB): 32 layers, 32 heads, 8 KV heads, a hole of 16 GB."""
+    _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 32, "num_attention_heads": 32,
+                                "hidden_size": 4096, "intermediate_size": 14336})
+
+
 def llama_405b_safetensors(folder: Path) -> None:
     """Llama-3.1-405B's layout in bf16 (756 GiB): 126 layers, 128 heads, 8 KV heads; a hole of 811 GB."""
     _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 126, "num_attention_heads": 128,
@@ -124,6 +130,7 @@ MODEL_KINDS: dict[str, Callable[[Path], None]] = {
     "gpt-oss-20b": gpt_oss_20b_gguf,
     "llama-70b-q4": llama_70b_gguf,
     "llama-70b-safetensors": llama_70b_safetensors,
+    "llama-8b-safetensors": llama_8b_safetensors,
     "llama-405b-safetensors": llama_405b_safetensors,
 }
 FILE_KINDS: dict[str, Callable[[Path], None]] = {"laptop-snapshot": laptop_snapshot}

@@ -239,7 +239,7 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
         "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
         "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
     }),
-    "engine": {"enum": ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers"]},
+    "engine": {"enum": ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers", "training"]},
     "ctx": {"type": "integer", "minimum": 1},
     "ctx_from": _STR,
     "parallel": {"type": "integer", "minimum": 1},

@@ -45,7 +45,8 @@ def training_sizing(ref: str, argv: Sequence[str], options: Mapping[str, Any], e
         source = str(named)
     model = read(source, environ)
     setup = to_setup(launch, source, model.dtype, options)
-    return sizing_for(model, setup, launch.get("micro_batch") == MICRO_BATCH_WORD, options)
+    open_batch = launch.get("micro_batch") == MICRO_BATCH_WORD and not options.get("micro_batch")
+    return sizing_for(model, setup, open_batch, options)
 
 
 def sizing_for(model: ModelFacts, setup: Any, micro_open: bool, options: Mapping[str, Any]) -> Sizing:
