@@ -180,3 +180,28 @@ def test_bad_configs_are_one_line_each_exit_2(tmp_path: Path, case: str, match: 
     with pytest.raises(UsageError, match=match) as info:
         setup_of(argv)
     assert info.value.exit_code == ExitCode.USAGE and "\n" not in info.value.message
+
+
+def _venv(root: Path, version: str) -> Path:
+    """A venv as the command would run it: bin/python and a console script, transformers' metadata only."""
+    (root / "bin").mkdir(parents=True)
+    python = root / "bin" / "python"
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    torchrun = root / "bin" / "torchrun"
+    torchrun.write_text(f"#!{python}\nimport sys\n")
+    torchrun.chmod(0o755)
+    (root / "lib" / "python3.11" / "site-packages" / f"transformers-{version}.dist-info").mkdir(parents=True)
+    return root / "bin"
+
+
+@pytest.mark.parametrize("version, precision", [("4.57.1", "amp_bf16"), ("5.0.0", "bf16")])
+def test_the_commands_own_transformers_decides_how_weights_load(tmp_path: Path, version: str, precision: str) -> None:
+    env = {"PATH": str(_venv(tmp_path / "venv", version))}
+    for word in ("python", "torchrun"):
+        s = setup_of([word, "train.py", "--model_name_or_path", "./M", "--bf16", "--do_train"], environ=env)
+        assert s.precision == precision, word
+        assert any(f"transformers {version.split('.')[0]}" in a for a in s.assumed), s.assumed
+    # the script's --dtype wins over either default
+    s = setup_of(["python", "train.py", "--model_name_or_path", "./M", "--bf16", "--dtype", "bfloat16"], environ=env)
+    assert s.precision == "bf16"

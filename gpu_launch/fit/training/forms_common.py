@@ -46,6 +46,7 @@ class Launch:
     sources: tuple[str, ...] = ()
     nproc: int | None = None  # processes a node the launcher is told (None: gpulaunch's {n})
     script: bool = False  # the model, LoRA and length may live in the user's script: what is not read is assumed
+    transformers: int | None = None  # transformers' major version in the command's interpreter (None: not found)
     notes: tuple[str, ...] = ()
 
     def get(self, key: str) -> Any:
@@ -103,13 +104,22 @@ def _precision(launch: Launch, model_dtype: str | None, assumed: list[str]) -> s
     bf16 = bool(launch.get("bf16"))
     fp16 = bool(launch.get("fp16"))
     dtype = str(launch.get("dtype") or "").lower().replace("torch.", "")
-    if dtype in ("", "auto", "none"):
+    v4 = launch.script and launch.transformers is not None and launch.transformers < 5
+    if dtype in ("", "none") and v4:
+        # transformers 4's from_pretrained loads fp32 unless told (modeling_utils.py: torch_dtype=None -> the
+        # default dtype, float32); the script may say torch_dtype itself, so it stays an assumption
+        dtype = "float32"
+        assumed.append(f"weights loaded as float32 (transformers {launch.transformers}'s default in the command's "
+                       "interpreter, unless the script passes torch_dtype): say --dtype")
+    elif dtype in ("", "auto", "none"):
         ckpt = (model_dtype or "").lower()
         dtype = "bfloat16" if "bf16" in ckpt or "bfloat16" in ckpt else "float16" if "f16" in ckpt or "float16" in ckpt \
             else "float32" if ckpt else "bfloat16"
         if launch.script and not launch.said("dtype"):
-            assumed.append(f"weights loaded as {dtype} (the checkpoint's dtype, transformers v5's default): "
-                           "say --dtype")
+            found = f"transformers {launch.transformers} in the command's interpreter" \
+                if launch.transformers is not None else "transformers v5's default; none found in the command's " \
+                                                        "interpreter"
+            assumed.append(f"weights loaded as {dtype} (the checkpoint's dtype: {found}): say --dtype")
     if dtype in ("float32", "fp32", "32"):
         return "amp_bf16" if bf16 else "amp_fp16" if fp16 else "fp32"
     if dtype in ("float16", "fp16", "half"):

@@ -67,7 +67,10 @@ def behind_launcher(argv: Sequence[str], environ: Mapping[str, str]) -> Launch |
             data, path = forms_files.read_mapping(positional[0], "the script's arguments file")
             raw = forms_hf.from_file(data, positional[0])
             sources.append(path)
-        launch = forms_hf.hf_keys(raw, Launch("trainer", sources=tuple(sources), script=True))
+        from gpu_launch.fit.training.interpreter import transformers_major
+
+        launch = forms_hf.hf_keys(raw, Launch("trainer", sources=tuple(sources), script=True,
+                                              transformers=transformers_major(argv, environ)))
     if said is not None:
         launch = _launcher_keys(launch, said, table or "", environ)
     return launch
