@@ -127,3 +127,58 @@ def test_api_plan_training(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     peak = p.placement.per_gpu[0].training
     assert peak is not None and peak.peak_bytes > p.sizing.model.weights.total
     assert p.sizing.settings.training.setup.seq_len == 2048
+
+
+DS3 = '{"zero_optimization": {"stage": 3}}'
+
+
+@pytest.fixture(scope="module")
+def big(work: Path) -> Path:
+    from tests.docs_fixtures import laptop_snapshot, llama_70b_safetensors
+
+    llama_70b_safetensors(work / "Llama-3.1-70B")
+    laptop_snapshot(work / "laptop.json")
+    return work
+
+
+def test_a_sharded_step_one_node_cannot_hold_is_planned_in_nodes(big: Path) -> None:
+    argv = ["torchrun", "--nproc-per-node", "{nproc}", "train.py", "--model_name_or_path", "./Llama-3.1-70B", "--bf16",
+            "--gradient_checkpointing", "--deepspeed", DS3]
+    doc = plan_json(big, "--", *argv)
+    k = doc["nodes"]
+    assert k >= 2 and doc["gpus_per_node"] == 8 and len(doc["per_gpu"]) == 8 * k
+    t = doc["per_gpu"][0]["training"]
+    assert t["peak_bytes"] + t["allowance_bytes"] <= doc["per_gpu"][0]["free_bytes"]
+    # one node fewer does not hold it: the launch on this machine says so, and names the nodes that would
+    proc = gpulaunch(big, "--fit", "model", "--dry-run", "--", *argv)
+    assert proc.returncode == 4
+    assert f"{k} nodes of this kind (ZeRO-3 over {8 * k} ranks): gpulaunch --nodes {k} --slurm" in proc.stderr
+    # DDP never gets smaller with more nodes: no several-node answer, the refusal stands
+    ddp = gpulaunch(big, "plan", "--", *argv[:-2])
+    assert ddp.returncode == 4 and "nodes of this kind" not in ddp.stderr
+
+
+def test_offload_is_checked_against_the_hosts_memory(big: Path) -> None:
+    offload = '{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}'
+    proc = gpulaunch(big, "--snapshot", str(big / "laptop.json"), "--fit", "model", "--dry-run", "--train-method",
+                     "lora", "--", "python", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--bf16",
+                     "--gradient_checkpointing", "--deepspeed", offload)
+    assert "of host memory" not in proc.stderr  # LoRA's few states fit the laptop's 16 GiB
+    full = gpulaunch(big, "--snapshot", str(big / "laptop.json"), "--fit", "model", "--dry-run", "--", "python",
+                     "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--bf16", "--gradient_checkpointing",
+                     "--deepspeed", offload)
+    assert full.returncode == 4
+    assert "the offloaded states need" in full.stderr and "the host has 16.0 GiB available" in full.stderr
+
+
+def test_explain_shows_the_terms_labelled_and_the_peaks_moment(work: Path) -> None:
+    proc = gpulaunch(work, "--fit", "model", "--explain", "--", "trl", "sft", "--model_name_or_path", "./Llama-3.1-8B",
+                     "--use_peft")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    labelled = {x.split()[0]: x.split()[-1] for x in lines if x.startswith("  ") and x.rstrip().endswith("]")
+                and x.split()[0] in ("weights", "gradients", "optimizer", "activations", "loss")}
+    assert set(labelled) == {"weights", "gradients", "optimizer", "activations", "loss"}
+    assert all(v in ("[exact]", "[rule]") for v in labelled.values())
+    assert any(x.startswith("  allowance") and "[allowance]" in x for x in lines)
+    assert any(x.startswith("a GPU at the step's peak (the ") and "the largest term" in x for x in lines)

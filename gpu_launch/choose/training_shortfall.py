@@ -34,13 +34,18 @@ def training_shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried],
         return NotEnoughGpus(f"{name}: the launch starts {setup.nproc} processes, one a GPU; this machine has "
                              f"{len(usable)} usable GPUs", hint="a smaller --nproc-per-node/--num_processes, or {n} "
                                                                 "to let gpulaunch count them")
+
     def need(t: Tried) -> int:
         sh = t.placement.per_gpu[0] if t.placement.per_gpu else None
         return sh.weights_bytes + sh.kv_bytes + sh.allowance_bytes if sh is not None else 1 << 62
 
-    # the set that needs the least a GPU (sharding: the most GPUs; DDP: any, so the fewest)
-    last = min(tried, key=lambda t: (need(t), t.n)) if tried else Tried(want[-1], tuple(biggest[:want[-1]]),
-                                                             fit_plan.place(s, rooms(biggest[:want[-1]])))
+    why_here = hopeless(s, usable)
+    if why_here:  # no wait helps: say it of this machine's GPUs all free, the most of them where sharding divides
+        n = want[-1] if setup.sharding in steps.SHARDED else want[0]
+        last = Tried(n, tuple(biggest[:n]), fit_plan.place(s, rooms(biggest[:n])))
+    else:  # the set tried that needs the least a GPU (sharding: the most GPUs; DDP: any, so the fewest)
+        last = min(tried, key=lambda t: (need(t), t.n)) if tried else \
+            Tried(want[0], tuple(biggest[:want[0]]), fit_plan.place(s, rooms(biggest[:want[0]])))
     p = last.placement
     share = p.per_gpu[0] if p.per_gpu else None
     peak = share.training if share is not None else None
@@ -48,19 +53,25 @@ def training_shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried],
     if peak is None:  # pragma: no cover - a training placement always carries its peak
         return NotEnoughGpus(f"{name}: no set of GPUs here holds one training step")
     n = last.n
-    how = f"{setup.method}" + (f" r{setup.lora_r}" if setup.lora_r else "") + f", {steps.sharding_at(setup, n)}" \
+    how = f"{setup.method}" + (f" r{setup.lora_r}" if setup.lora_r else "") + f", {steps.SHOWN[steps.sharding_at(setup, n)]}" \
         + (", gradient checkpointing" if setup.gradient_checkpointing else "")
+    at = "the start of backward" if peak.peak_at == "backward" else f"the {peak.peak_at}"
     msg = (f"{name}: one training step needs {_gib(peak.peak_bytes + peak.allowance_bytes)} a GPU on {n} GPU"
            f"{'s' if n != 1 else ''} at micro-batch {setup.micro_batch} × {setup.seq_len} tokens ({how}; peak "
-           f"{_gib(peak.peak_bytes)} at {'the start of backward' if peak.peak_at == 'backward' else 'the ' + peak.peak_at}, {peak.dominant} the largest, + allowance "
-           f"{_gib(peak.allowance_bytes)}); the tightest GPU of the best {n} has {_gib(room)} free")
+           f"{_gib(peak.peak_bytes)} at {at}, {peak.dominant} the largest, + allowance "
+           f"{_gib(peak.allowance_bytes)}); " + (f"these GPUs have {_gib(room)} each when free" if why_here else
+                                                f"the tightest GPU of the best {n} has {_gib(room)} free"))
     if p.notes:
         msg += f" ({'; '.join(p.notes)})"
-    why_here = hopeless(s, usable)
     full = max((g.memory_total_mib or 0) for g in usable) * (1 << 20) if usable else 0
     options = steps.alternatives(s.model, run, full if why_here else room, len(usable))
     fitting = [f"{what}: {_gib(need)} a GPU" for what, need, ok in options if ok]
     others = [f"{what}: {_gib(need)}" for what, need, ok in options if not ok]
+    nodes = steps.nodes_needed(s.model, run, [r.free for r in rooms(biggest[:len(usable)])], s.settings.host_free) \
+        if why_here else None
+    if nodes is not None:
+        fitting.append(f"{nodes} nodes of this kind ({steps.SHOWN[setup.sharding]} over {nodes * len(usable)} ranks): "
+                       f"gpulaunch --nodes {nodes} --slurm")
     if why_here:
         msg += "; no wait can help"
     hint = ("what would fit: " + "; ".join(fitting)) if fitting else \

@@ -115,6 +115,8 @@ def _in_nodes(inv: Invocation, ref: str, argv: tuple[str, ...], force: bool = Fa
     s, usable, machine = _node_kind(inv, sizing.sizing_of(ref, argv, inv.options))
     assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
+    if s.engine.layout == "training":
+        return _training_nodes(s, usable, kind, machine.source)
     biggest = sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind]
     why_here = model_shortfall.hopeless(s, biggest)
     if why_here is None and not force:
@@ -129,6 +131,28 @@ def _in_nodes(inv: Invocation, ref: str, argv: tuple[str, ...], force: bool = Fa
     return plan, (f"why: one node of this kind ({kind} GPUs of {machine.source}) cannot hold it: {reason}; "
                   f"{split.nodes} such nodes can, tp {split.tp} within each, pp {split.pp} across them\n"
                   f"run: {hint}\n")
+
+
+def _training_nodes(s: Sizing, usable: list[Gpu], kind: int, source: str) -> tuple[Plan, str] | None:
+    """A sharded training step that one node cannot hold: the fewest nodes of this kind whose ranks hold
+    it (ZeRO/FSDP divide over every rank, fit/training/steps.py); None when more nodes do not help."""
+    from gpu_launch.choose.model_sets import all_free, rooms
+    from gpu_launch.fit import plan as fit_plan
+    from gpu_launch.fit.training import steps
+
+    node = all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind])
+    run = s.settings.training
+    k = steps.nodes_needed(s.model, run, [r.free for r in rooms(node)], s.settings.host_free)
+    if k is None:
+        return None
+    sized = replace(s, settings=replace(s.settings, training=replace(run, nnodes=k)))
+    one = fit_plan.place(sized, rooms(node))
+    placement = replace(one, per_gpu=one.per_gpu * k)  # every rank, node after node: the same share on each
+    reason = f"one training step needs more than its {kind} GPUs hold even when they are free"
+    plan = fit_plan.Plan(sized, placement, nodes=k, gpus_per_node=kind, node_reason=reason)
+    return plan, (f"why: one node of this kind ({kind} GPUs of {source}) cannot hold it: {reason}; {k} such nodes "
+                  f"can, {steps.SHOWN[run.setup.sharding]} over all {k * kind} ranks\n"
+                  f"run: gpulaunch --nodes {k} --slurm -- COMMAND with --nnodes {k} --nproc-per-node {{nproc}}\n")
 
 
 def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:

@@ -42,7 +42,7 @@ def setup_json(p: Plan) -> dict[str, Any]:
 
 
 def _how(p: Plan) -> str:
-    from gpu_launch.fit.training.steps import sharding_at
+    from gpu_launch.fit.training.steps import SHOWN, sharding_at
 
     run = p.sizing.settings.training
     s = run.setup
@@ -51,7 +51,7 @@ def _how(p: Plan) -> str:
     if s.lora_r:
         method += f" r{s.lora_r}" + (f" on {','.join(s.lora_targets)}" if s.lora_targets else "")
     micro = "{micro_batch}=" + str(s.micro_batch) if run.micro_open else str(s.micro_batch)
-    shard = sharding_at(s, n)
+    shard = SHOWN[sharding_at(s, n)]  # every rank: a several-node placement lists them all
     return (f"training: {s.launcher}, {method}, {s.precision}, micro-batch {micro} × {s.seq_len} tokens, gradient "
             f"checkpointing {'on' if s.gradient_checkpointing else 'off'}, {s.optimizer}, {s.loss} loss, {shard}"
             + (f" over {n} GPUs" if n > 1 else "")
@@ -67,6 +67,9 @@ def as_text(p: Plan, why: str = "") -> str:
     if s.sources:
         lines.append("  read: " + ", ".join(s.sources))
     shares = p.placement.per_gpu
+    if p.nodes > 1:
+        lines.append(f"nodes: {p.nodes} × {p.gpus_per_node} GPUs, every rank the same share (below: one node)")
+        shares = shares[:p.gpus_per_node or len(shares)]
     peak = shares[0].training if shares else None
     if peak is not None:
         at = "the start of backward" if peak.peak_at == "backward" else f"the {peak.peak_at}"

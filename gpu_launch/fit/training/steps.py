@@ -17,10 +17,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["TrainingRun", "Step", "step_on", "peak_at_world", "largest_micro_batch", "alternatives", "MAX_MICRO"]
+__all__ = ["TrainingRun", "Step", "step_on", "peak_at_world", "largest_micro_batch", "alternatives", "MAX_MICRO",
+           "nodes_needed", "SHARDED", "MAX_NODES", "SHOWN"]
 
 GiB = 1 << 30
 MAX_MICRO = 4096  # no per-device batch is larger; the search stops there
+MAX_NODES = 64  # a several-node answer is sought up to this many nodes
+#: The sharding kinds whose per-GPU peak falls as the ranks grow (more nodes can help only these)
+SHARDED = ("zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op")
+#: How the sharding kinds read in a plan or an error line
+SHOWN = {"none": "one process", "ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
+         "fsdp_full": "FSDP full shard", "fsdp_grad_op": "FSDP shard-grad-op", "fsdp_hybrid": "FSDP hybrid shard"}
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def step_on(model: ModelFacts, run: TrainingRun, frees: Sequence[int], host_free
     if peak.host_bytes and host_free is not None and peak.host_bytes * len(frees) > host_free:
         host_short, fits = True, False
         notes.append(f"the offloaded states need {peak.host_bytes * len(frees) / GiB:.1f} GiB of host memory "
-                     f"({len(frees)} processes × {peak.host_bytes / GiB:.1f} GiB), the host has "
+                     f"({len(frees)} process{'es' if len(frees) != 1 else ''} × {peak.host_bytes / GiB:.1f} GiB), the host has "
                      f"{host_free / GiB:.1f} GiB available")
     return Step(peak, micro, fits, host_short, tuple(notes))
 
@@ -149,3 +156,14 @@ def alternatives(model: ModelFacts, run: TrainingRun, room: int, most: int) -> l
         need = _need(peak_at_world(model, run, w, setup))
         out.append((what, need, need <= room))
     return out
+
+
+def nodes_needed(model: ModelFacts, run: TrainingRun, frees: Sequence[int], host_free: int | None) -> int | None:
+    """The fewest nodes of ``len(frees)`` GPUs (each ``frees``, all free) whose ranks together hold one step
+    (sharded states, gradients or weights divide over every rank); None when more nodes cannot help."""
+    if run.setup.sharding not in SHARDED or not frees:
+        return None
+    for k in range(2, MAX_NODES + 1):
+        if step_on(model, replace(run, nnodes=k), frees, host_free).fits:
+            return k
+    return None
