@@ -205,3 +205,56 @@ def test_the_commands_own_transformers_decides_how_weights_load(tmp_path: Path, 
     # the script's --dtype wins over either default
     s = setup_of(["python", "train.py", "--model_name_or_path", "./M", "--bf16", "--dtype", "bfloat16"], environ=env)
     assert s.precision == "bf16"
+
+
+TUNE_LORA = """\
+model:
+  _component_: torchtune.models.llama3_1.lora_llama3_1_8b
+  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']
+  apply_lora_to_mlp: True
+  lora_rank: 8
+  lora_alpha: 16.0
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  max_seq_len: null
+checkpointer:
+  checkpoint_dir: ./Meta-Llama-3.1-8B-Instruct/
+batch_size: 2
+dtype: bf16
+optimizer:
+  _component_: torch.optim.AdamW
+loss:
+  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss
+enable_activation_checkpointing: True
+"""
+
+
+def test_torchtune_a_config_file_and_key_value_overrides(tmp_path: Path) -> None:
+    cfg = tmp_path / "8B_lora.yaml"
+    cfg.write_text(TUNE_LORA)
+    s = setup_of(["tune", "run", "--nproc_per_node", "2", "lora_finetune_distributed", "--config", str(cfg),
+                  "batch_size=4", "tokenizer.max_seq_len=4096"])
+    assert (s.launcher, s.model, s.method, s.lora_r, s.lora_alpha) == \
+        ("torchtune", "./Meta-Llama-3.1-8B-Instruct/", "lora", 8, 16)
+    assert s.lora_targets == ("q_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "up_proj")  # HF's names
+    assert (s.micro_batch, s.seq_len, s.loss, s.gradient_checkpointing) == (4, 4096, "chunked", True)
+    assert (s.sharding, s.nproc, s.precision) == ("fsdp_full", 2, "bf16")
+    bare = setup_of(["tune", "run", "lora_finetune_single_device", "--config", str(cfg)])
+    assert bare.sharding == "none" and bare.micro_batch == 2
+    assert any("2048 tokens" in a for a in bare.assumed)  # max_seq_len: null
+
+
+def test_torchtune_a_shipped_config_is_found_in_the_commands_torchtune(tmp_path: Path) -> None:
+    bin_dir = _venv(tmp_path / "venv", "5.0.0")
+    tune = bin_dir / "tune"
+    tune.write_text(f"#!{bin_dir / 'python'}\n")
+    tune.chmod(0o755)
+    shipped = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "recipes" / "configs" / "llama3_1"
+    shipped.mkdir(parents=True)
+    (shipped / "8B_lora.yaml").write_text(TUNE_LORA)
+    s = setup_of(["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/8B_lora"],
+                 environ={"PATH": str(bin_dir)})
+    assert s.method == "lora" and s.sources == (str(shipped / "8B_lora.yaml"),)
+    with pytest.raises(UsageError, match="neither a file nor one the command's torchtune ships"):
+        setup_of(["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/70B_lora"],
+                 environ={"PATH": str(bin_dir)})

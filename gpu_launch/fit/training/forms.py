@@ -1,6 +1,7 @@
 """Which training launch a command is, read by its form's reader: the command word first (``trl``,
 ``axolotl``, ``llamafactory-cli``/``lmf``), then a launcher with a training script behind it
-(``torchrun``, ``accelerate launch``, ``deepspeed``, ``python``: :mod:`.forms_launchers`). None: the
+(``torchrun``, ``accelerate launch``, ``deepspeed``, ``python``: :mod:`.forms_launchers`); ``tune run``
+(torchtune, :mod:`.forms_torchtune`). None: the
 command is no training launch, and is sized as inference as before.
 """
 
@@ -30,6 +31,10 @@ def read_launch(argv: Sequence[str], environ: Mapping[str, str]) -> Launch | Non
         from gpu_launch.fit.training.forms_llamafactory import read_llamafactory
 
         return read_llamafactory(argv)
+    if word == "tune":
+        from gpu_launch.fit.training.forms_torchtune import read_torchtune
+
+        return read_torchtune(argv, environ)
     from gpu_launch.fit.training.forms_launchers import behind_launcher
 
     return behind_launcher(argv, environ)

@@ -15,10 +15,10 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
-__all__ = ["transformers_major"]
+__all__ = ["transformers_major", "interpreter_of", "site_dirs"]
 
 
-def _interpreter(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+def interpreter_of(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     if not argv:
         return None
     found = shutil.which(argv[0], path=environ.get("PATH", os.defpath))
@@ -41,7 +41,7 @@ def _interpreter(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     return words[0]
 
 
-def _site_dirs(python: str) -> list[str]:
+def site_dirs(python: str) -> list[str]:
     """The site-packages beside ``python`` (bin/python -> lib/python*/site-packages), not resolving a venv's
     symlink to the base interpreter (the venv's own packages are the ones it imports)."""
     root = os.path.dirname(os.path.dirname(python))
@@ -58,10 +58,10 @@ def _site_dirs(python: str) -> list[str]:
 
 def transformers_major(argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
     """transformers' major version in the command's interpreter, or None when it cannot be told."""
-    python = _interpreter(argv, environ)
+    python = interpreter_of(argv, environ)
     if python is None:
         return None
-    for site in _site_dirs(python):
+    for site in site_dirs(python):
         try:
             names = os.listdir(site)
         except OSError:
