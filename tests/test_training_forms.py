@@ -73,7 +73,20 @@ def test_bare_python_lists_its_assumptions() -> None:
     joined = " | ".join(s.assumed)
     assert "full fine-tune" in joined and "--train-method" in joined
     assert "2048 tokens" in joined and "--train-seq" in joined
-    assert "micro-batch 1" in joined
+    assert "micro-batch 1" in joined  # no Trainer flag: the script's batch is unknown
+    trainer = setup_of(["python", "train.py", "--model_name_or_path", "./M", "--learning_rate", "1e-5"])
+    assert trainer.micro_batch == 8 and any("the Trainer's default" in a for a in trainer.assumed)
+
+
+def test_the_launchers_nodes_and_a_placeholder_count(tmp_path: Path) -> None:
+    from gpu_launch.fit.training.forms import read_launch
+
+    assert read_launch(["torchrun", "--nnodes", "2:4", "--nproc-per-node", "8", "train.py", "--do_train"], {}).nnodes == 2
+    cfg = tmp_path / "multi.yaml"
+    cfg.write_text("distributed_type: MULTI_GPU\nnum_processes: 8\n")
+    said = ["accelerate", "launch", "--config_file", str(cfg)]
+    assert setup_of([*said, "train.py", "--model_name_or_path", "M"]).nproc == 8
+    assert setup_of([*said, "--num_processes", "{n}", "train.py", "--model_name_or_path", "M"]).nproc is None
 
 
 def test_gpulaunch_options_win_over_the_launch() -> None:

@@ -89,6 +89,7 @@ def test_a_bare_python_script_is_planned_with_its_assumptions_stated(work: Path)
     assert proc.returncode == 0, proc.stderr
     assert "  assumed: full fine-tune (the script may add LoRA): say --train-method full|lora|qlora" in proc.stdout
     assert "  assumed: 2048 tokens a sequence" in proc.stdout
+    assert "  assumed: micro-batch 8 a GPU (the Trainer's default)" in proc.stdout  # it takes Trainer flags
     for term, label in (("weights", "exact"), ("loss", "rule"), ("allowance", "allowance")):
         assert any(x.split()[:1] == [term] and x.endswith(f"[{label}]") or f"[{label}]" in x and x.strip().startswith(term)
                    for x in proc.stdout.splitlines()), term
@@ -96,7 +97,8 @@ def test_a_bare_python_script_is_planned_with_its_assumptions_stated(work: Path)
 
 
 def test_gpulaunch_options_change_the_plan(work: Path) -> None:
-    base = ["--", "python", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--gradient_checkpointing"]
+    base = ["--micro-batch", "1", "--", "python", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
+            "--gradient_checkpointing"]
     short = plan_json(work, "--train-seq", "512", *base)["per_gpu"][0]["training"]
     long = plan_json(work, "--train-seq", "4096", *base)["per_gpu"][0]["training"]
     assert long["loss_bytes"] == 8 * short["loss_bytes"]

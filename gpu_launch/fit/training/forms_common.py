@@ -47,6 +47,8 @@ class Launch:
     nproc: int | None = None  # processes a node the launcher is told (None: gpulaunch's {n})
     script: bool = False  # the model, LoRA and length may live in the user's script: what is not read is assumed
     transformers: int | None = None  # transformers' major version in the command's interpreter (None: not found)
+    nnodes: int = 1  # the nodes the launcher spreads its ranks over (torchrun --nnodes, accelerate --num_machines)
+    trainer_flags: bool = False  # the script takes Trainer flags: TrainingArguments' defaults apply to what it omits
     notes: tuple[str, ...] = ()
 
     def get(self, key: str) -> Any:
@@ -146,10 +148,14 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         seq = DEFAULT_SEQ
         assumed.append(f"{DEFAULT_SEQ} tokens a sequence: say --train-seq or the launch's max length")
     micro = options.get("micro_batch") or g("micro_batch")
-    if micro is None or micro == MICRO_BATCH_WORD:
+    if micro == MICRO_BATCH_WORD:
         micro = 1
-    if not launch.said("micro_batch") and "micro_batch" not in launch.defaults and not options.get("micro_batch"):
-        assumed.append("micro-batch 1 a GPU: say --micro-batch or the launch's batch size")
+    elif micro is None:
+        # TrainingArguments.per_device_train_batch_size defaults to 8 (transformers/training_args.py): a script
+        # that takes Trainer flags runs 8 when none is given; any other script: the smallest, 1
+        micro = 8 if launch.trainer_flags else 1
+        why = " (the Trainer's default)" if launch.trainer_flags else ""
+        assumed.append(f"micro-batch {micro} a GPU{why}: say --micro-batch or the launch's batch size")
     lora_r = g("lora_r") if method in ("lora", "qlora") else None
     if method in ("lora", "qlora") and lora_r is None:
         lora_r = 16

@@ -27,7 +27,7 @@ __all__ = ["parse_flags", "hf_keys", "TRAINER_WORDS", "looks_like_training"]
 TRAINER_WORDS = frozenset({"per_device_train_batch_size", "per_gpu_train_batch_size", "gradient_accumulation_steps",
                            "gradient_checkpointing", "num_train_epochs", "do_train", "learning_rate", "deepspeed",
                            "fsdp", "optim", "lora_r", "use_peft", "lora_target_modules", "max_steps",
-                           "warmup_ratio", "warmup_steps", "lr_scheduler_type", "train_file", "dataset_name"})
+                           "warmup_ratio", "warmup_steps", "lr_scheduler_type", "train_file"})
 _MODEL = ("model_name_or_path", "model", "model_id", "model_path", "base_model", "pretrained_model_name_or_path")
 _SEQ = ("max_seq_length", "max_length", "block_size", "model_max_length", "max_seq_len", "seq_length",
         "cutoff_len", "sequence_len")

@@ -70,23 +70,30 @@ def behind_launcher(argv: Sequence[str], environ: Mapping[str, str]) -> Launch |
         from gpu_launch.fit.training.interpreter import transformers_major
 
         launch = forms_hf.hf_keys(raw, Launch("trainer", sources=tuple(sources), script=True,
-                                              transformers=transformers_major(argv, environ)))
+                                              transformers=transformers_major(argv, environ),
+                                              trainer_flags=bool(forms_hf.TRAINER_WORDS & set(raw))))
     if said is not None:
         launch = _launcher_keys(launch, said, table or "", environ)
     return launch
 
 
 def _launcher_keys(launch: Launch, said: cmdline.Said, table: str, environ: Mapping[str, str]) -> Launch:
-    """What the launcher itself decides: the processes a node, and accelerate's config."""
+    """What the launcher itself decides: the processes a node, the nodes, and accelerate's config. A
+    placeholder (``--nproc-per-node {n}``) leaves the count to gpulaunch, whatever a config file says."""
     nproc = said.get(_NPROC.get(table, ""))
     count = None
     if nproc is not None and not nproc.placeholder and nproc.text.strip().isdigit():
         count = int(nproc.text)
+    nodes = said.get("nnodes")
+    # torchrun's --nnodes N or MIN:MAX (the ranks it waits for: MIN), accelerate's --num_machines, deepspeed's
+    # --num_nodes (-1: every host of its hostfile, unknown here)
+    text = nodes.text.split(":", 1)[0].strip() if nodes is not None and not nodes.placeholder else ""
+    nnodes = int(text) if text.isdigit() and 0 < int(text) <= 1 << 16 else 1
     if table == "accelerate":
         launch = _accelerate(launch, said, environ)
-        if count is None and launch.nproc is not None:
+        if count is None and launch.nproc is not None and nproc is None:
             count = launch.nproc
-    return replace(launch, nproc=count)
+    return replace(launch, nproc=count, nnodes=nnodes)
 
 
 def _accelerate(launch: Launch, said: cmdline.Said, environ: Mapping[str, str]) -> Launch:

@@ -46,17 +46,19 @@ def training_sizing(ref: str, argv: Sequence[str], options: Mapping[str, Any], e
     model = read(source, environ)
     setup = to_setup(launch, source, model.dtype, options)
     open_batch = launch.get("micro_batch") == MICRO_BATCH_WORD and not options.get("micro_batch")
-    return sizing_for(model, setup, open_batch, options)
+    return sizing_for(model, setup, open_batch, options, launch.nnodes)
 
 
-def sizing_for(model: ModelFacts, setup: Any, micro_open: bool, options: Mapping[str, Any]) -> Sizing:
+def sizing_for(model: ModelFacts, setup: Any, micro_open: bool, options: Mapping[str, Any], nnodes: int = 1
+               ) -> Sizing:
     from gpu_launch.fit import plan
     from gpu_launch.fit.engines import TRAINING
     from gpu_launch.fit.training import forms_files
     from gpu_launch.fit.training.steps import TrainingRun
 
     config = forms_files.model_config(model.files[0] if model.files else model.source)
-    run = TrainingRun(setup, json.dumps(config, sort_keys=True) if config else "", micro_open=micro_open)
+    run = TrainingRun(setup, json.dumps(config, sort_keys=True) if config else "", micro_open=micro_open,
+                      nnodes=nnodes)
     host = None
     if setup.offload_optimizer or setup.offload_params:
         from gpu_launch.hardware.host import memory_available

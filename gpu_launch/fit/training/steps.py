@@ -119,6 +119,8 @@ def largest_micro_batch(model: ModelFacts, run: TrainingRun, world: int, room: i
 def step_on(model: ModelFacts, run: TrainingRun, frees: Sequence[int], host_free: int | None) -> Step:
     """The step on GPUs with ``frees`` bytes free (one process a GPU, ``run.nnodes`` such nodes)."""
     world = max(1, len(frees)) * max(1, run.nnodes)
+    # the processes a node are these GPUs' (FSDP's hybrid shard divides within a node: memory.peak reads nproc)
+    run = replace(run, setup=replace(run.setup, nproc=len(frees) or None))
     micro = run.setup.micro_batch
     room = min(frees) if frees else 0
     if run.micro_open:
