@@ -53,7 +53,8 @@ def _how(p: Plan) -> str:
     micro = "{micro_batch}=" + str(s.micro_batch) if run.micro_open else str(s.micro_batch)
     shard = SHOWN[sharding_at(s, n)]  # every rank: a several-node placement lists them all
     return (f"training: {s.launcher}, {method}, {s.precision}, micro-batch {micro} × {s.seq_len} tokens, gradient "
-            f"checkpointing {'on' if s.gradient_checkpointing else 'off'}, {s.optimizer}, {s.loss} loss, {shard}"
+            f"checkpointing {'on' if s.gradient_checkpointing else 'off'}, {s.optimizer}, {s.loss} loss"
+            + (", packed" if s.packing else "") + f", {shard}"
             + (f" over {n} GPUs" if n > 1 else "")
             + (", optimizer offloaded to the host" if s.offload_optimizer else ""))
 

@@ -34,7 +34,7 @@ def read_trl(argv: Sequence[str]) -> Launch | None:
         sources.append(full)
     raw.update({k: v for k, v in flags.items() if k != "config"})  # the command line wins over the YAML
     seq = 768 if verb == "grpo" else 1024  # GRPOConfig: max_prompt_length 512 + max_completion_length 256
-    defaults = {"seq_len": seq, "gradient_checkpointing": True, "micro_batch": 8}
+    defaults = {"seq_len": seq, "gradient_checkpointing": True, "micro_batch": 8, "lora_r": 16, "lora_alpha": 32}
     if not ("fp16" in raw and str(raw["fp16"][0]).lower() in ("true", "1", "yes")):
         defaults["bf16"] = True
     if verb == "grpo" and ("max_prompt_length" in raw or "max_completion_length" in raw):
