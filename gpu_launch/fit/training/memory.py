@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_launch.fit.training.memory_activations import activation_bytes, loss_bytes
+from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
                                                    param_counts, state_bytes, step_temporary_bytes)
 from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["peak", "CONTEXT_BYTES"]
+__all__ = ["peak", "phases", "CONTEXT_BYTES"]
 
 MiB = 1 << 20
 #: The CUDA context and cuBLAS/cuDNN handles of one process (nvidia-smi counts them, no tensor does).
@@ -62,12 +62,19 @@ def _weights_bytes(facts: ModelFacts, setup: TrainingSetup, counts_total: int, l
     return counts_total * e
 
 
+def info_e(setup: TrainingSetup) -> int:
+    """The activations' element size: 16-bit under autocast and for 16-bit weights, else 4."""
+    return 2 if setup.precision in ("bf16", "fp16", "amp_bf16", "amp_fp16") else 4
+
+
 def _deepspeed(setup: TrainingSetup) -> bool:
     return setup.sharding.startswith("zero")
 
 
-def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
-    """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
+def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup,
+           world: int) -> dict[str, dict[str, int]]:
+    """Each candidate peak's terms, per GPU: {"backward": {...}, "optimizer step": {...}}, plus "host" (what
+    offload keeps in host RAM) and "rules" data for :func:`peak`."""
     config = config or {}
     world = max(1, world)
     counts = param_counts(model, config, setup)
@@ -76,7 +83,6 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     # the trained parameters' dtype: peft keeps adapters in fp32 (peft/tuners/tuners_utils.py
     # autocast_adapter_dtype=True casts bf16/fp16 adapters to fp32)
     te = e if setup.method == "full" else 4
-    rules: list[str] = []
     weights = _weights_bytes(model, setup, counts.total, counts.linear)
     if setup.method != "full":
         weights += counts.trainable * te
@@ -85,14 +91,12 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     temp = step_temporary_bytes(setup.optimizer, counts, te)
     if _deepspeed(setup) and te == 2:
         # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
-        states = counts.trainable * (4 + state_bytes(setup.optimizer, 1, 1, 4) // 1)
-        rules.append("optimizer: DeepSpeed keeps fp32 master weights and fp32 states (12 bytes a parameter)")
+        states = counts.trainable * (4 + state_bytes(setup.optimizer, 1, 1, 4))
     divisor = world
     if setup.sharding == "fsdp_hybrid":
         divisor = min(world, setup.nproc or world)
     if setup.sharding in _SHARDS_STATES:
-        states = -(-states // divisor)
-        temp = -(-temp // divisor)
+        states, temp = -(-states // divisor), -(-temp // divisor)
     if setup.sharding in _SHARDS_GRADS:
         grads = -(-grads // divisor)
     gathered = 0
@@ -108,35 +112,61 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS:
         host += weights - gathered
         weights = gathered
-    acts, layer_acts = activation_bytes(model, config, setup, block, e)
-    loss = loss_bytes(model, setup, e)
-    at_backward = weights + states + acts + loss
-    # with checkpointing, backward recomputes one layer while the gradients grow
-    late_backward = weights + states + grads + (layer_acts if setup.gradient_checkpointing else 0)
-    at_step = weights + grads + states + temp
-    candidates = {"backward": max(at_backward, late_backward), "optimizer step": at_step}
-    peak_at = max(candidates, key=lambda k: candidates[k])
-    total = candidates[peak_at]
-    alive = {"weights": weights, "gradients": grads if peak_at == "optimizer step" else 0, "optimizer": states,
-             "activations": acts if peak_at == "backward" else 0, "loss": loss if peak_at == "backward" else 0}
-    other = total - sum(alive.values())
+    act = saved(model, config, setup, block, counts.linear)
+    acts = act.total(setup, model.hyper.n_layers)
+    loss = loss_bytes(model, config, setup)
+    tokens = setup.micro_batch * setup.seq_len
+    h = model.hyper.hidden_size or 0
+    head = (model.hyper.vocab_size or 0) * h * te if setup.method == "full" else 0
+    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
+    backward = {"weights": weights, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
+                "other": 0}
+    if setup.loss != "plain":
+        # a chunked loss runs its backward a chunk at a time: the head's gradient and the gradient of the
+        # hidden states it accumulates are alive at every chunk's peak
+        backward["gradients"] = head
+        backward["other"] = info_e(setup) * h * tokens
+    if setup.gradient_checkpointing:
+        # backward recomputes the last layer while the head's gradient exists: can pass the loss's moment
+        # ... with the gradient arriving at the layer and the residual branch's (e·h a token each), and
+        # eager attention's softmax backward (the s² gradients of the probabilities and the scores)
+        recompute = act.one_layer(setup) + head + 2 * info_e(setup) * h * tokens \
+            + act.squared_backward * tokens * setup.seq_len
+        here = backward["loss"] + backward["gradients"] + backward["other"]
+        if recompute > here:
+            backward["other"] += recompute - here
+    step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
+            "other": temp}
+    return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
+            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te}}
+
+
+def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
+    """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
+    ph = phases(model, config, setup, world)
+    info = ph["info"]
+    sums = {k: sum(ph[k].values()) for k in ("backward", "optimizer step")}
+    peak_at = max(sums, key=lambda k: sums[k])
+    at = ph[peak_at]
+    total = sums[peak_at]
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
-    terms = {"weights": weights, "gradients": grads, "optimizer": states, "activations": acts, "loss": loss}
+    terms = {k: at[k] for k in ("weights", "gradients", "optimizer", "activations", "loss")}
     dominant = max(terms, key=lambda k: terms[k])
-    rules += [f"weights: {counts.total:,} parameters, {e} bytes each as loaded"
-              + (f" (+ {counts.trainable:,} adapter parameters in fp32)" if setup.method != "full" else ""),
-              f"gradients: {counts.trainable:,} trainable parameters × {te} bytes",
-              f"optimizer: {setup.optimizer} states" + (f" over {divisor} ranks" if setup.sharding in _SHARDS_STATES
-                                                        else ""),
-              f"activations: {setup.micro_batch} × {setup.seq_len} tokens, checkpointing "
-              + ("on" if setup.gradient_checkpointing else "off"),
-              f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"]
+    rules = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
+             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else ""),
+             f"gradients: {info['trainable']:,} trainable parameters x {info['te']} bytes",
+             f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
+                                                       if setup.sharding in _SHARDS_STATES else ""),
+             f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
+             + ("on" if setup.gradient_checkpointing else "off"),
+             f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)")
     return TrainingPeak(
-        peak_bytes=total, peak_at=peak_at, weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=states,
-        activations_bytes=acts, loss_bytes=loss, allowance_bytes=allowance, host_bytes=host, other_bytes=other,
-        dominant=dominant, rules=tuple(rules),
+        peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
+        optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],
+        allowance_bytes=allowance, host_bytes=ph["host"]["bytes"], other_bytes=at["other"], dominant=dominant,
+        rules=rules,
         labels={"weights": "exact" if setup.method == "full" and setup.sharding not in _SHARDS_WEIGHTS else "rule",
                 "gradients": "rule", "optimizer": "rule", "activations": "rule", "loss": "rule",
                 "allowance": "allowance"})
