@@ -271,3 +271,9 @@ def test_torchtune_a_shipped_config_is_found_in_the_commands_torchtune(tmp_path:
     with pytest.raises(UsageError, match="neither a file nor one the command's torchtune ships"):
         setup_of(["tune", "run", "lora_finetune_single_device", "--config", "llama3_1/70B_lora"],
                  environ={"PATH": str(bin_dir)})
+
+
+def test_trl_needs_use_peft_a_script_of_ones_own_may_say_lora_r() -> None:
+    assert setup_of(["trl", "sft", "--model_name_or_path", "M", "--lora_r", "8"]).method == "full"  # TRL: --use_peft
+    assert setup_of(["python", "train.py", "--model_name_or_path", "M", "--lora_r", "8"]).method == "lora"
+    assert setup_of(["python", "train.py", "--model_name_or_path", "M", "--use_lora", "--do_train"]).method == "lora"

@@ -20,6 +20,10 @@ from gpu_launch.fit.settings import Settings, run_of
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.base.records import dataclass, field, replace
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.fit.training.setup import TrainingPeak
+
 __all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
 
 MiB = 1 << 20
@@ -70,7 +74,7 @@ class GpuShare:
     free_bytes: int
     units: int = 0  # llama.cpp: layers (the output layer counts as one) on this GPU
     stage: int = 0  # tensor layouts: the pipeline stage this GPU belongs to
-    training: object = None  # a training step: its TrainingPeak here (weights_bytes + kv_bytes = its peak)
+    training: TrainingPeak | None = None  # a training step: its peak here (weights_bytes + kv_bytes = its peak)
 
     @property
     def left_bytes(self) -> int:

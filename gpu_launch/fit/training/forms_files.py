@@ -48,7 +48,7 @@ def read_mapping(path: str, what: str, base: str = "") -> tuple[dict[str, Any], 
             raise UsageError(f"{what} {path!r} is not JSON: {exc}", hint="fix the file") from None
     else:
         try:
-            import yaml  # lazy: only a launch that names a YAML file pays for it
+            import yaml  # type: ignore[import-untyped,unused-ignore]  # lazy: only a launch naming a YAML file pays
         except ImportError:  # pragma: no cover - a dependency in pyproject
             raise UsageError(f"cannot read {what} {path!r}: PyYAML is not installed",
                              hint="pip install pyyaml") from None

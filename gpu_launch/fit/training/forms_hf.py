@@ -32,7 +32,7 @@ _MODEL = ("model_name_or_path", "model", "model_id", "model_path", "base_model",
 _SEQ = ("max_seq_length", "max_length", "block_size", "model_max_length", "max_seq_len", "seq_length",
         "cutoff_len", "sequence_len")
 _LIST = frozenset({"lora_target_modules", "fsdp", "target_modules"})
-_BOOL = frozenset({"bf16", "fp16", "gradient_checkpointing", "packing", "use_peft", "use_dora", "load_in_4bit",
+_BOOL = frozenset({"bf16", "fp16", "gradient_checkpointing", "packing", "use_peft", "use_lora", "use_dora", "load_in_4bit",
                    "load_in_8bit", "use_bnb_nested_quant", "bnb_4bit_use_double_quant", "use_liger_kernel",
                    "use_liger", "do_train"})
 
@@ -140,21 +140,23 @@ def hf_keys(raw: Mapping[str, tuple[Any, str]], launch: Launch, base: str = "") 
             put("loss", "liger", raw[name][1])
     if "loss_type" in raw and "chunk" in str(raw["loss_type"][0]).lower():
         put("loss", "chunked", raw["loss_type"][1])
-    _peft(raw, put)
+    _peft(raw, put, launch.launcher.startswith("trl"))
     _sharding(raw, put, sources, base)
     from gpu_launch.base.records import replace
 
     return replace(launch, keys=keys, sources=tuple(sources))
 
 
-def _peft(raw: Mapping[str, tuple[Any, str]], put: Any) -> None:
+def _peft(raw: Mapping[str, tuple[Any, str]], put: Any, trl: bool) -> None:
     """TRL's ModelConfig (trl/trainer/model_config.py): --use_peft, --lora_r (16), --lora_alpha (32),
     --lora_target_modules, --use_dora, --load_in_4bit/--load_in_8bit, --use_bnb_nested_quant."""
-    peft = any(k in raw and as_bool(*raw[k]) for k in ("use_peft",)) or "lora_r" in raw
+    switch = next((k for k in ("use_peft", "use_lora") if k in raw and as_bool(*raw[k])), None)
+    # TRL turns LoRA on with --use_peft only; a script of one's own may take --use_lora or a bare --lora_r
+    said = switch or ("lora_r" if "lora_r" in raw and not trl else None)
     quant = 4 if "load_in_4bit" in raw and as_bool(*raw["load_in_4bit"]) else \
         8 if "load_in_8bit" in raw and as_bool(*raw["load_in_8bit"]) else None
-    if peft:
-        put("method", "qlora" if quant else "lora", raw.get("use_peft", raw.get("lora_r"))[1])
+    if said is not None:
+        put("method", "qlora" if quant else "lora", raw[said][1])
     if quant:
         put("quant_bits", quant, raw["load_in_4bit" if quant == 4 else "load_in_8bit"][1])
     if "lora_r" in raw:

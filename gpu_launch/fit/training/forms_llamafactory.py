@@ -65,7 +65,7 @@ def read_llamafactory(argv: Sequence[str]) -> Launch | None:
         target = raw.get("lora_target", ("all", ""))[0]
         targets = [t.strip() for t in (target if isinstance(target, list) else str(target).split(","))]
         extra["lora_targets"] = Value(("all-linear",) if targets == ["all"] else tuple(targets), "lora_target")
-        if bits:
+        if bits and quant is not None:
             extra["quant_bits"] = Value(bits, quant[1])
             double = raw.get("double_quantization", (True, ""))
             extra["quant_double"] = Value(as_bool(*double), double[1] or "double_quantization")
