@@ -184,3 +184,23 @@ def test_explain_shows_the_terms_labelled_and_the_peaks_moment(work: Path) -> No
     assert all(v in ("[exact]", "[rule]") for v in labelled.values())
     assert any(x.startswith("  allowance") and "[allowance]" in x for x in lines)
     assert any(x.startswith("a GPU at the step's peak (the ") and "the largest term" in x for x in lines)
+
+
+def test_a_several_node_launch_gets_the_training_split(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--fit model --slurm`` without --nodes asks node_split: ZeRO-3 in nodes, DDP refused with why."""
+    from gpu_launch.fit.model_plan import node_split
+    from gpu_launch.in_process.keywords import invocation
+
+    monkeypatch.chdir(big)
+    inv = invocation("plan", {"snapshot": "dgx-h100"})
+    base = ["torchrun", "--nproc-per-node", "{nproc}", "train.py", "--model_name_or_path", "./Llama-3.1-70B", "--bf16",
+            "--gradient_checkpointing"]
+    split = node_split(inv, "model", [*base, "--deepspeed", DS3])
+    doc = plan_json(big, "--", *base, "--deepspeed", DS3)
+    assert split.nodes == doc["nodes"] >= 2 and split.gpus_per_node == 8
+    assert split.placeholders()["nproc"] == "8" and "ctx" not in split.placeholders()
+    ddp = node_split(inv, "model", base)
+    assert ddp.nodes == 0 and "more nodes do not divide it" in ddp.problem
+    small = node_split(inv, "model", ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft",
+                                      "--lora_r", "8", "--gradient_checkpointing", "--per_device_train_batch_size", "1"])
+    assert (small.nodes, small.gpus_per_node) == (1, 1)

@@ -168,8 +168,17 @@ def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:
     assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
     biggest = model_sets.all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind])
+    training = s.engine.layout == "training"
     for n in model_sets.counts(s, len(biggest)):
         placement = fit_plan.place(s, model_sets.rooms(biggest[:n]))
         if model_sets.holds(s, placement):
-            return NodeSplit(1, n, placement.tp or n, placement.pp, placement, ctx=s.settings.ctx)
+            return NodeSplit(1, n, placement.tp or n, placement.pp, placement, ctx=0 if training else s.settings.ctx)
+    if training:  # a sharded step over more nodes of this kind, else no number of nodes helps
+        found = _training_nodes(s, usable, kind, _machine.source)
+        if found is None:
+            return NodeSplit(0, kind, 1, 1, problem=f"one training step of {s.model.name or s.model.source} does "
+                             f"not fit {kind} GPUs of this kind, and more nodes do not divide it (DDP keeps every "
+                             "term whole on each rank: ZeRO-3 or FSDP full shard would)")
+        plan, _why = found
+        return NodeSplit(plan.nodes, kind, kind, 1, plan.placement)
     return model_shortfall.node_split(s, usable)
