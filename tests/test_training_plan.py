@@ -96,6 +96,17 @@ def test_a_bare_python_script_is_planned_with_its_assumptions_stated(work: Path)
     assert "a GPU at the step's peak (" in proc.stdout and "the largest term" in proc.stdout
 
 
+def test_one_process_shares_nothing_whatever_the_config_says(work: Path) -> None:
+    stage0 = '{"zero_optimization": {"stage": 0}}'
+    proc = gpulaunch(work, "plan", "--", "torchrun", "--nproc-per-node", "1", "train.py", "--model_name_or_path",
+                     "./Llama-3.1-8B", "--use_lora", "--gradient_checkpointing", "--deepspeed", stage0)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].endswith(", one process")
+    two = gpulaunch(work, "plan", "--", "torchrun", "--nproc-per-node", "2", "train.py", "--model_name_or_path",
+                    "./Llama-3.1-8B", "--use_lora", "--gradient_checkpointing", "--deepspeed", stage0)
+    assert two.stdout.splitlines()[1].endswith(", DDP over 2 GPUs")
+
+
 def test_gpulaunch_options_change_the_plan(work: Path) -> None:
     base = ["--micro-batch", "1", "--", "python", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
             "--gradient_checkpointing"]
@@ -199,6 +210,19 @@ def test_a_several_node_launch_gets_the_training_split(big: Path, monkeypatch: p
     doc = plan_json(big, "--", *base, "--deepspeed", DS3)
     assert split.nodes == doc["nodes"] >= 2 and split.gpus_per_node == 8
     assert split.placeholders()["nproc"] == "8" and "ctx" not in split.placeholders()
+    # the fewest: one node fewer does not hold the step (each rank's share at that world size)
+    from gpu_launch.fit.sizing import sizing_of
+    from gpu_launch.fit.training import steps
+    from gpu_launch.base.records import replace
+
+    s = sizing_of("model", [*base, "--deepspeed", DS3], {})
+    run = s.settings.training
+    frees = [sh["free_bytes"] for sh in doc["per_gpu"][:8]]
+    assert steps.step_on(s.model, replace(run, nnodes=split.nodes), frees, None).fits
+    assert not steps.step_on(s.model, replace(run, nnodes=split.nodes - 1), frees, None).fits
+    # GPUs just large enough for two nodes' share: two nodes, not more
+    two = steps.step_on(s.model, replace(run, nnodes=2), frees, None).peak
+    assert steps.nodes_needed(s.model, run, [two.peak_bytes + two.allowance_bytes] * 8, None) == 2
     ddp = node_split(inv, "model", base)
     assert ddp.nodes == 0 and "more nodes do not divide it" in ddp.problem
     small = node_split(inv, "model", ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft",
