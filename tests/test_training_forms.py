@@ -277,3 +277,11 @@ def test_trl_needs_use_peft_a_script_of_ones_own_may_say_lora_r() -> None:
     assert setup_of(["trl", "sft", "--model_name_or_path", "M", "--lora_r", "8"]).method == "full"  # TRL: --use_peft
     assert setup_of(["python", "train.py", "--model_name_or_path", "M", "--lora_r", "8"]).method == "lora"
     assert setup_of(["python", "train.py", "--model_name_or_path", "M", "--use_lora", "--do_train"]).method == "lora"
+
+
+def test_a_trl_script_behind_accelerate_reads_its_config_the_flags_winning(tmp_path: Path) -> None:
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("model_name_or_path: ./Q\nmax_length: 2048\nper_device_train_batch_size: 2\nuse_peft: true\n")
+    s = setup_of(["accelerate", "launch", "trl/scripts/sft.py", "--config", str(cfg), "--max_length", "512"])
+    assert (s.model, s.seq_len, s.micro_batch, s.method) == ("./Q", 512, 2, "lora")
+    assert str(cfg) in s.sources

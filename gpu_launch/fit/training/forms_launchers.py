@@ -67,6 +67,11 @@ def behind_launcher(argv: Sequence[str], environ: Mapping[str, str]) -> Launch |
             data, path = forms_files.read_mapping(positional[0], "the script's arguments file")
             raw = forms_hf.from_file(data, positional[0])
             sources.append(path)
+        elif "config" in raw and str(raw["config"][0]).endswith((".yaml", ".yml", ".json")):
+            # TRL's scripts (trl/scripts/*.py, TrlParser): --config's YAML holds defaults, the flags win
+            data, path = forms_files.read_mapping(str(raw["config"][0]), "the script's --config")
+            raw = {**forms_hf.from_file(data, str(raw["config"][0])), **raw}
+            sources.append(path)
         from gpu_launch.fit.training.interpreter import transformers_major
 
         launch = forms_hf.hf_keys(raw, Launch("trainer", sources=tuple(sources), script=True,
