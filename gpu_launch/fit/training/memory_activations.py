@@ -83,13 +83,14 @@ class Saved:
     casts)."""
 
     def __init__(self, layer: int, first_layer: int, outside: int, fixed: int, checkpointed_layer: int,
-                 squared: int = 0, heads: int = 0) -> None:
+                 squared: int = 0, heads: int = 0, layers: int = 1) -> None:
         self.layer = layer  # bytes a token, one layer
         self.first_layer = first_layer  # the first layer's, which may differ (its input needs no gradient)
         self.outside = outside  # bytes a token outside the layers
         self.fixed = fixed  # bytes, not per token
         self.checkpointed_layer = checkpointed_layer  # bytes a token a layer under gradient checkpointing
         self.squared = squared  # bytes a (token × position) a layer: eager attention's scores
+        self.layers = layers
         # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
         self.squared_backward = 2 * heads if squared else 0
 
@@ -103,7 +104,7 @@ class Saved:
 
     def one_layer(self, setup: TrainingSetup) -> int:
         tokens = setup.micro_batch * setup.seq_len
-        return self.layer * tokens + self.squared * tokens * setup.seq_len + self.fixed // 1
+        return self.layer * tokens + self.squared * tokens * setup.seq_len + self.fixed // max(1, self.layers)
 
 
 def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, block: tuple[Linear, ...],
@@ -124,7 +125,9 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     mlp_in = tuple(by[n] for n in ("gate_proj", "up_proj", "gate_up_proj", "gate", "w1", "w3",
                                    "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert_gate")
                    if n in by)
-    norm_core = _norm_in(h, e) + ((4 if gemma else e) * h if full else 0) + (4 * h if amp and not gemma else 0)
+    # the normalised value the weight's mul keeps: fp32 for Gemma's norms and under autocast (the residual
+    # stream stays fp32 there, and the upcast is the input itself)
+    norm_core = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
     norms = 0
     for consumers in (attn_in, mlp_in):
         norms += norm_core + (e * h if _output_saved(consumers, setup, targets, e, amp) else 0)
@@ -145,8 +148,6 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         squared = (4 + e) * heads + (e * heads if config.get("attn_logit_softcapping") else 0)
     else:
         attn += 4 * heads
-    if amp:
-        attn += 2 * (q + kvd)  # q and k leave RoPE in fp32 (fp32 cos/sin) and sdpa casts them back
     if model_type in _QK_NORM:
         attn += (4 * (q + kvd) + 4 * (heads + kv)) + (e * (q + kvd) if full else 0)
     # --- the MLP
@@ -154,17 +155,35 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     if "gate_up_proj" in by:
         inter = by["gate_up_proj"].fan_out // 2
     mlp = 3 * e * inter + (e * inter if full else 0)
+    if hy.expert_count:
+        mlp = _moe(config, hy.expert_count, h, e, full)
     layer = norms + attn + mlp + lora
     first = layer
     if not full and not setup.gradient_checkpointing:
         first -= _norm_in(h, e)  # the embedding's output needs no gradient: the first norm saves nothing
-    outside = _norm_in(h, e) + ((4 if gemma else e) * h if full else 0) + (e * h if full and not amp else 0)
+    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
     if full and amp:
-        outside += 4 * h + 2 * h
+        outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
     outside += 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
     fixed = 2 * (total_linear + (hy.vocab_size or 0) * h) if amp and full else 0
     checkpointed = e * h if not amp else 4 * h
-    return Saved(layer, first, outside, fixed, checkpointed, squared, heads)
+    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers)
+
+
+def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool) -> int:
+    """A routed MoE block's saved tensors a token (transformers v5's grouped experts, modeling_qwen2_moe.py /
+    integrations/moe.py: the router's fp32 softmax, the top-k indices and the sort that groups tokens by
+    expert, the gathered inputs (saved by the experts' grouped matmul when the experts train), the fused
+    gate/up output, the activation's and the product (down's input, when it trains), the routing weights
+    and the experts' outputs (saved by the weighting mul); Qwen2-MoE's shared expert as a gated MLP, its
+    output saved by the sigmoid gate's mul)."""
+    k = int(config.get("num_experts_per_tok") or 2)
+    inter = int(config.get("moe_intermediate_size") or config.get("intermediate_size") or 4 * h)
+    shared = int(config.get("shared_expert_intermediate_size") or 0)
+    routed = 4 * experts + 32 * k + e * k + e * k * h + 3 * e * k * inter + (e * k * (h + inter) if full else 0)
+    if shared:
+        routed += 3 * e * shared + (e * shared if full else 0) + e * h + e
+    return routed
 
 
 def loss_bytes(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup) -> int:
