@@ -70,7 +70,7 @@ class Case:
 
     @property
     def name(self) -> str:
-        lora = f"lora{self.lora_r}" if self.method == "lora" else "full"
+        lora = f"{self.method}{self.lora_r}" if self.method != "full" else "full"
         return (f"{self.family}-{self.precision}-{lora}-gc{int(self.gradient_checkpointing)}-{self.loss}"
                 f"-{self.micro_batch}x{self.seq_len}")
 
@@ -99,7 +99,9 @@ def build(case: Case) -> Any:
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=t.float32)
     if case.precision in ("bf16",):
         model = model.to(t.bfloat16)
-    if case.method == "lora":
+    if case.method == "qlora":
+        model = _quantized(model, attn)
+    if case.method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
 
         targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
@@ -113,6 +115,35 @@ def build(case: Case) -> Any:
             model.enable_input_require_grads()
     model.train()
     return model
+
+
+def _quantized(model: Any, attn: str) -> Any:
+    """The same random model loaded back in 4 bits as a QLoRA launch loads it (transformers' bitsandbytes
+    integration: BitsAndBytesConfig(load_in_4bit, nf4, bf16 compute), saved to and read from a temporary
+    folder: nothing downloaded). bitsandbytes >= 0.46 runs its 4-bit kernels on CPU."""
+    import tempfile
+
+    t = _torch()
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        return AutoModelForCausalLM.from_pretrained(
+            tmp, attn_implementation=attn, dtype=t.bfloat16, device_map="cpu",
+            quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                   bnb_4bit_compute_dtype=t.bfloat16))
+
+
+def _quant_states(model: Any) -> list[Any]:
+    """The 4-bit weights' quantisation state (absmax a block): not parameters, so told to the tracker."""
+    out = []
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out.append(qs.absmax)
+            if getattr(qs, "state2", None) is not None:
+                out.append(qs.state2.absmax)
+    return out
 
 
 def _optimizer(case: Case, model: Any) -> Any:
@@ -218,9 +249,10 @@ class Measured:
 
 
 def _terms(snap: dict[str, int]) -> dict[str, int]:
-    return {"weights": snap.get("Parameter", 0) + snap.get("Buffer", 0), "gradients": snap.get("Gradient", 0),
-            "optimizer": snap.get("Optstate", 0),
-            "activations": snap.get("Activation", 0) + snap.get("Temp", 0) + snap.get("Other", 0),
+    # "Other": what track_external was given beside the model and optimizer (QLoRA's quant states)
+    return {"weights": snap.get("Parameter", 0) + snap.get("Buffer", 0) + snap.get("Other", 0),
+            "gradients": snap.get("Gradient", 0), "optimizer": snap.get("Optstate", 0),
+            "activations": snap.get("Activation", 0) + snap.get("Temp", 0),
             "total": snap.get("Total", 0)}
 
 
@@ -232,7 +264,7 @@ def measure(case: Case) -> Measured:
     g = t.Generator().manual_seed(1)
     ids = t.randint(0, FAMILIES[case.family]["vocab_size"], (case.micro_batch, case.seq_len), generator=g)
     tracker = _tracker()
-    tracker.track_external(model, opt)
+    tracker.track_external(model, opt, *_quant_states(model))
     with tracker:
         _step(case, model, opt, ids)
         tracker.reset_mod_stats()
@@ -292,6 +324,7 @@ def setup_of(case: Case) -> Any:
     from gpu_launch.fit.training.setup import TrainingSetup
 
     return TrainingSetup(model="m", launcher="trainer", method=case.method, precision=case.precision,
+                         quant_bits=4 if case.method == "qlora" else None,
                          micro_batch=case.micro_batch, seq_len=case.seq_len,
                          gradient_checkpointing=case.gradient_checkpointing, optimizer=case.optimizer,
                          loss=case.loss, lora_r=case.lora_r if case.method != "full" else None,
@@ -359,6 +392,9 @@ def matrix() -> list[Case]:
         out.append(Case(fam, loss="chunked"))
         out.append(Case(fam, seq_len=256))
         out.append(Case(fam, precision="amp_bf16"))
+    for fam in ("llama", "qwen3", "gemma2"):
+        for gc in (False, True):
+            out.append(Case(fam, method="qlora", gradient_checkpointing=gc))
     out.append(Case("llama", method="lora", lora_targets=("all-linear",)))
     out.append(Case("llama", method="lora", lora_targets=("all-linear",), gradient_checkpointing=True))
     out.append(Case("llama", optimizer="adamw_torch_fused"))
