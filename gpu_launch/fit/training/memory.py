@@ -142,11 +142,15 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     # late in backward: the gradients nearly all there, one layer's activations (recomputed under
     # checkpointing) and the gradients flowing through it
     # (the input embedding's, untied, comes last)
-    late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens
+    # plus the MLP's backward: the gradient of its product, e·I a token
+    inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
+    mlp_grads = info_e(setup) * inter * tokens
+    late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
     late_grads = grads - (head if not model.weights.tied_embeddings else 0)
     if weights + states + late_grads + late > sum(backward.values()):
         backward = {"weights": weights, "gradients": late_grads, "optimizer": states,
-                    "activations": act.one_layer(setup), "loss": 0, "other": 2 * info_e(setup) * h * tokens}
+                    "activations": act.one_layer(setup), "loss": 0,
+                    "other": 2 * info_e(setup) * h * tokens + mlp_grads}
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
