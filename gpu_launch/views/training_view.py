@@ -78,7 +78,7 @@ def as_text(p: Plan, why: str = "") -> str:
         for term in TERMS:
             lines.append(f"  {term:<12} {_gib(getattr(peak, term + '_bytes')):>11} [{peak.labels.get(term, 'rule')}]")
         if peak.other_bytes:
-            lines.append(f"  {'other':<12} {_gib(peak.other_bytes):>11} [rule] (the optimizer step's temporaries)")
+            lines.append(f"  {'other':<12} {_gib(peak.other_bytes):>11} [rule] (temporaries no other term names)")
         lines.append(f"  {'peak':<12} {_gib(peak.peak_bytes):>11} (what torch.cuda.max_memory_allocated counts)")
         lines.append(f"  {'allowance':<12} {_gib(peak.allowance_bytes):>11} [allowance] (CUDA context, workspaces, "
                      "NCCL, allocator)")
