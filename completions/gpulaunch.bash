@@ -55,7 +55,7 @@ _gpulaunch() {
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
-        --min-count|--max-count|--ctx|--parallel|--kv-type|--engine|--reserve|--min-free|--max-util|--min-total-memory|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
+        --min-count|--max-count|--ctx|--parallel|--kv-type|--engine|--reserve|--train-seq|--train-method|--micro-batch|--min-free|--max-util|--min-total-memory|--exclude|-x|--fallback|--lock-dir|--gpus-per-job|--log-dir|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace|--bind|--shell|--snapshot)
             [[ ${COMP_WORDS[i+1]} == = ]] && i+=1
             i+=2
             continue ;;
@@ -122,7 +122,7 @@ _gpulaunch() {
             compopt -o filenames 2>/dev/null
             COMPREPLY=( $(compgen -P "$eq" -d -- "$cur") )
             return ;;
-        --auto|-n|--min-count|--max-count|--ctx|--parallel|--reserve|--min-free|--max-util|--min-total-memory|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
+        --auto|-n|--min-count|--max-count|--ctx|--parallel|--reserve|--train-seq|--train-method|--micro-batch|--min-free|--max-util|--min-total-memory|--gpus-per-job|--jobs-per-gpu|--nodes|--gpus-per-node|--node-rank|--head|--partition|--time|--max-running|--sbatch-arg|--grace)
             :  # a free value (a count, a size): nothing to offer
             return ;;
         --account-as-free|--wait|--watch)
@@ -148,20 +148,20 @@ _gpulaunch() {
         case $sub in
         ls) opts="--gpus -g --lock-dir --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         topo) opts="--gpus -g --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        env) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        check) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        env) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --shell --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        check) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --uuid --mig --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         config) opts="--reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --gpus-per-node --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         completions) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         each) opts="--gpus -g --min-count --max-count --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         locks) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        plan) opts="--gpus -g --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --lock-dir --gpus-per-node --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        submit) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-node --uuid --mig --bind --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         jobs) opts="--clear --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         log) opts="--follow -f --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         wait) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         cancel) opts="--grace --json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         help) opts="--json --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
-        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --clear --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
+        *) opts="--gpus -g --auto -n --fit --min-count --max-count --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --idle --min-total-memory --account-as-free --exclude -x --wait --no-backfill --fallback --share --no-lock --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --no-shell --nodes --gpus-per-node --node-rank --head --slurm --partition --time --max-running --sbatch-arg --follow -f --cancel-on-interrupt --detach --clear --grace --uuid --mig --bind --shell --dry-run --explain --json --topo --wide --processes -p --watch --snapshot --quiet -q --verbose -v --help -h --version -V" ;;
         esac
         COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
         return

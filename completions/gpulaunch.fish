@@ -15,7 +15,7 @@ function __gpulaunch_scan --description 'print the subcommand (or -) and where t
                 echo $sub; math $i + 1; return
             case --gpus -g --auto -n --fit
                 set selecting 1; set i (math $i + 2); continue
-            case --min-count --max-count --ctx --parallel --kv-type --engine --reserve --min-free --max-util --min-total-memory --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
+            case --min-count --max-count --ctx --parallel --kv-type --engine --reserve --train-seq --train-method --micro-batch --min-free --max-util --min-total-memory --exclude -x --fallback --lock-dir --gpus-per-job --log-dir --jobs-per-gpu --nodes --gpus-per-node --node-rank --head --partition --time --max-running --sbatch-arg --grace --bind --shell --snapshot
                 set i (math $i + 2); continue
             case --account-as-free --wait --watch
                 # the next word is the timeout only if it is a duration
@@ -109,6 +109,9 @@ complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l pa
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l kv-type -x -a 'f32 f16 bf16 q8_0 q5_0 q5_1 q4_0 q4_1 iq4_nl fp8 fp8_e4m3 fp8_e5m2 fp8_ds_mla' -d '--fit MODEL, plan: the KV cache type: f16, bf16, q8_0, q4_0, fp8 (default: the command\'s -ctk/--kv-cache-dtype, else f16)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l engine -x -a 'llama.cpp vllm sglang mlc tgi transformers' -d '--fit MODEL, plan: llama.cpp, vllm, sglang, mlc, tgi, transformers (default: from the command word, else from the model\'s format)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env plan run submit' -l reserve -x -d '--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context instead of the engine\'s allowance'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l train-seq -x -d '--fit MODEL, plan, a training launch: N tokens a sequence (default: the launch\'s max length, else 2048, stated as assumed)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l train-method -x -d '--fit MODEL, plan, a training launch: full, lora or qlora (default: what the launch says, else full, stated as assumed)'
+complete -c gpulaunch -n '__gpulaunch_option_ok check env plan run submit' -l micro-batch -x -d '--fit MODEL, plan, a training launch: N sequences a GPU a step (default: the launch\'s per-device batch; {micro_batch} in the command: the most that fit)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l min-free -x -d 'only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l max-util -x -d 'only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may also take GPUs busy or full with others\' work, which they skip otherwise'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config each env plan run submit' -l idle -d 'only idle GPUs (no compute process, at most 5% of memory used)'

@@ -259,7 +259,8 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
          parallel: int | None = None, kv_type: str | None = None, engine: str | None = None,
          reserve: SizeSpec | None = None, gpus: GpuSpec | None = None, exclude: GpuSpec | None = None,
          min_free: SizeSpec | None = None, max_util: int | str | None = None, idle: bool | None = None,
-         snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None) -> Plan:
+         snapshot: PathSpec | None = None, lock_dir: PathSpec | None = None, train_seq: int | None = None,
+         train_method: str | None = None, micro_batch: int | None = None) -> Plan:
     """How ``model`` would be laid out, as ``gpulaunch plan`` shows it: nothing reserved, nothing set.
 
     Name the model (a GGUF file, a safetensors or MLC-LLM folder, a cached Hugging Face id), or give
@@ -268,6 +269,11 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
     ``use(model=...)`` would choose. The result's ``placeholders()`` are the values ``{tp}``,
     ``{gpu_layers}``... would get; ``placement.per_gpu`` the weights, KV and allowance per GPU.
     Raises :class:`NotEnoughGpus` (with the shortfall) when nothing can hold it.
+
+    A training ``command`` (``["torchrun", "train.py", "--model_name_or_path", "./M", ...]``, ``trl sft``,
+    ``axolotl train``, ``llamafactory-cli train``) is sized by its step: each ``placement.per_gpu`` entry's
+    ``training`` is the step's per-GPU peak (a TrainingPeak); ``train_seq``, ``train_method`` and
+    ``micro_batch`` are ``--train-seq``, ``--train-method`` and ``--micro-batch``.
     """
     from gpu_launch.fit import model_plan
 
@@ -278,7 +284,8 @@ def plan(model: PathSpec | None = None, *, command: Sequence[str] | None = None,
         raise UsageError("plan(): command= is a list of words", hint='command=["vllm", "serve", "./M"]')
     inv = invocation("plan", {"ctx": ctx, "parallel": parallel, "kv_type": kv_type, "engine": engine,
                               "reserve": reserve, "gpus": gpus, "exclude": exclude, "min_free": min_free,
-                              "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir})
+                              "max_util": max_util, "idle": idle, "snapshot": snapshot, "lock_dir": lock_dir,
+                              "train_seq": train_seq, "train_method": train_method, "micro_batch": micro_batch})
     ref = "model" if model is None else _model_ref(model)
     result, _why = model_plan.make_plan(inv, ref, tuple(command or ()))
     return result

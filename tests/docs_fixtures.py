@@ -95,6 +95,12 @@ def llama_70b_safetensors(folder: Path) -> None:
     _safetensors_llama(folder, _CONFIG_70B)
 
 
+def llama_8b_safetensors(folder: Path) -> None:
+    """Llama-3.1-8B's layout in bf16 (14.96 GiB): 32 layers, 32 heads, 8 KV heads, a hole of 16 GB."""
+    _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 32, "num_attention_heads": 32,
+                                "hidden_size": 4096, "intermediate_size": 14336})
+
+
 def llama_405b_safetensors(folder: Path) -> None:
     """Llama-3.1-405B's layout in bf16 (756 GiB): 126 layers, 128 heads, 8 KV heads; a hole of 811 GB."""
     _safetensors_llama(folder, {**_CONFIG_70B, "num_hidden_layers": 126, "num_attention_heads": 128,
@@ -119,14 +125,39 @@ def gpt_oss_20b_gguf(path: Path) -> None:
     write_gguf(path, gpt_oss_20b())
 
 
+#: Training configs for docs/training-sizing.md, each naming ./Llama-3.1-8B (the llama-8b-safetensors kind).
+TRAINING_CONFIGS = {
+    "trl-sft": "model_name_or_path: ./Llama-3.1-8B\nuse_peft: true\nlora_r: 32\nmax_length: 4096\n"
+               "per_device_train_batch_size: 2\n",
+    "axolotl-qlora": "base_model: ./Llama-3.1-8B\nadapter: qlora\nload_in_4bit: true\nlora_r: 32\n"
+                     "lora_target_linear: true\nsequence_len: 4096\nsample_packing: true\nmicro_batch_size: 2\n"
+                     "gradient_checkpointing: true\nbf16: auto\nflash_attention: true\n",
+    "llamafactory-lora": "model_name_or_path: ./Llama-3.1-8B\nstage: sft\nfinetuning_type: lora\nlora_rank: 16\n"
+                         "cutoff_len: 2048\nper_device_train_batch_size: 4\nbf16: true\n",
+    "accelerate-fsdp": "distributed_type: FSDP\nnum_processes: 4\nmixed_precision: bf16\nfsdp_config:\n"
+                       "  fsdp_sharding_strategy: FULL_SHARD\n",
+    "torchtune-lora": "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"
+                      "  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']\n  lora_rank: 8\n  lora_alpha: 16\n"
+                      "tokenizer:\n  max_seq_len: 4096\ncheckpointer:\n  checkpoint_dir: ./Llama-3.1-8B\n"
+                      "batch_size: 2\ndtype: bf16\nloss:\n  _component_: torchtune.modules.loss.CEWithChunkedOutputLoss\n"
+                      "enable_activation_checkpointing: true\n",
+}
+
+
+def _config_writer(kind: str) -> Callable[[Path], None]:
+    return lambda path: path.write_text(TRAINING_CONFIGS[kind])
+
+
 MODEL_KINDS: dict[str, Callable[[Path], None]] = {
     "llama-8b-q4": llama_8b_gguf,
     "gpt-oss-20b": gpt_oss_20b_gguf,
     "llama-70b-q4": llama_70b_gguf,
     "llama-70b-safetensors": llama_70b_safetensors,
+    "llama-8b-safetensors": llama_8b_safetensors,
     "llama-405b-safetensors": llama_405b_safetensors,
 }
-FILE_KINDS: dict[str, Callable[[Path], None]] = {"laptop-snapshot": laptop_snapshot}
+FILE_KINDS: dict[str, Callable[[Path], None]] = {"laptop-snapshot": laptop_snapshot,
+                                                 **{k: _config_writer(k) for k in TRAINING_CONFIGS}}
 
 
 def is_hub_id(name: str) -> bool:

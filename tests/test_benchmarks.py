@@ -111,6 +111,19 @@ def test_plan_vs_launch_pairs_a_70b_plan_with_a_dry_run_launch(tmp_path: Path) -
     assert all(r["cpu"]["median"] > 0 for r in doc["ratios"].values())
 
 
+def test_training_plan_pairs_each_training_form_with_a_dry_run_launch(tmp_path: Path) -> None:
+    out = tmp_path / "training.json"
+    result = subprocess.run([sys.executable, "benchmarks/training_plan.py", "--rounds", "1", "--json", str(out)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    if result.stdout.startswith("skipped:"):  # no PyYAML (the test extra)
+        return
+    assert "plan torchrun-deepspeed / dry-run launch" in result.stdout and "plan trl-yaml / dry-run launch" in result.stdout
+    doc = json.loads(out.read_text())
+    assert doc["target"] == 1.6 and len(doc["ratios"]) == 2
+    assert all(r["cpu"]["median"] > 0 for r in doc["ratios"].values())
+
+
 def test_launch_vs_nvitop_takes_the_launch_forms_to_pair(tmp_path: Path) -> None:
     import os
 

@@ -90,6 +90,10 @@ def choose_by_model(machine: Machine, s: fit_plan.Sizing, constraints: select.Co
             most = max(t.placement.gpu_layers or 0 for t in usable)
             pick = min((t for t in usable if (t.placement.gpu_layers or 0) == most), key=lambda t: t.n)
             return _selection(s, pick, elig, None)
+    if s.engine.layout == "training":
+        from gpu_launch.choose.training_shortfall import training_shortfall
+
+        raise training_shortfall(machine, s, tried, constraints)
     from gpu_launch.choose.model_shortfall import shortfall
 
     raise shortfall(machine, s, tried, len(elig.eligible), constraints)

@@ -55,6 +55,10 @@ def for_machine(s: fit_plan.Sizing, machine: Machine) -> fit_plan.Sizing:
 def counts(s: fit_plan.Sizing, most: int) -> list[int]:
     """The GPU counts to try, fewest first: for tensor parallelism tp × pp × dp (the ranks the
     engine starts on this node), tp as the command fixes it or each size the model allows."""
+    if s.engine.layout == "training":  # one process a GPU: as many as the launcher is told, else any count
+        fixed = s.settings.training.setup.nproc
+        return [fixed] if fixed is not None and fixed <= most else [] if fixed is not None else \
+            list(range(1, most + 1))
     if s.engine.layout == "tensor":
         st = s.settings
         sizes = [st.tp] if st.tp is not None else fit_plan.tp_sizes(s.model, most)

@@ -223,6 +223,10 @@ def hopeless(s: fit_plan.Sizing, usable: list[Gpu]) -> str | None:
         if holds(s, placement) or (s.settings.partial and placement.fits):
             return None
     name = s.model.name or s.model.source
+    if s.engine.layout == "training":
+        setup = s.settings.training.setup
+        return (f"one training step of {name} does not fit on the {len(usable)} usable GPUs here even when they "
+                f"are free, at micro-batch {setup.micro_batch} × {setup.seq_len} tokens")
     fixed = f" ({s.settings.fixed_by})" if s.settings.fixed_by else ""
     return (f"{name} does not fit on the {len(usable)} usable GPUs here even when they are free, "
             f"at {s.settings.ctx} tokens{fixed}")

@@ -205,6 +205,14 @@ def _tell_plan(plan: object) -> None:
     assert isinstance(plan, Plan)
     p, s = plan.placement, plan.sizing
     gib = 1 << 30
+    if s.engine.layout == "training" and p.per_gpu and p.per_gpu[0].training is not None:
+        peak = p.per_gpu[0].training
+        print(f"gpulaunch: {s.model.name or s.model.source}: training on {len(p.per_gpu)} GPU(s); "
+              f"{(peak.peak_bytes + peak.allowance_bytes) / gib:.1f} GiB a GPU at the step's peak ("
+              f"{'the start of backward' if peak.peak_at == 'backward' else 'the ' + peak.peak_at}, "
+              f"{peak.dominant} the largest) [rule + allowance]; "
+              + " ".join(f"{{{k}}}={v}" for k, v in plan.shown_placeholders().items()), file=sys.stderr)
+        return
     where = f"{p.gpu_layers} of {s.model.hyper.n_layers + 1} layers on the GPUs" if p.gpu_layers is not None \
         else f"tp {p.tp}" + (f" × pp {p.pp}" if p.pp > 1 else "") if p.tp is not None else f"{len(p.per_gpu)} GPU(s)"
     print(f"gpulaunch: {s.model.name or s.model.source}: {where}; weights {s.model.weights.total / gib:.1f} GiB "

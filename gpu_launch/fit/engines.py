@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from gpu_launch.errors import UsageError
 from gpu_launch.base.records import dataclass
 
-__all__ = ["Engine", "ENGINES", "engine_named", "detect"]
+__all__ = ["Engine", "ENGINES", "TRAINING", "engine_named", "detect"]
 
 GiB = 1 << 30
 
@@ -44,6 +44,9 @@ ENGINES: dict[str, Engine] = {
     "tgi": Engine("tgi", "tensor", 6 * GiB, "text-generation-inference's warm-up batch and CUDA graphs", "vllm"),
     "transformers": Engine("transformers", "sequential", 2 * GiB, "activations and the CUDA context", "vllm"),
 }
+#: A training launch (fit/training/): sized by its step's per-GPU peak; its allowance is the step's own.
+TRAINING = Engine("training", "training", 0, "the CUDA context, workspaces, NCCL and allocator rounding, per process "
+                  "(fit/training/memory.py)", "vllm")
 _SPELLINGS = {"llama": "llama.cpp", "llamacpp": "llama.cpp", "llama-cpp": "llama.cpp", "vllm": "vllm",
               "mlc": "mlc", "mlc-llm": "mlc", "mlc_llm": "mlc", "tgi": "tgi", "text-generation-inference": "tgi",
               "sglang": "sglang",

@@ -115,6 +115,8 @@ def _in_nodes(inv: Invocation, ref: str, argv: tuple[str, ...], force: bool = Fa
     s, usable, machine = _node_kind(inv, sizing.sizing_of(ref, argv, inv.options))
     assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
+    if s.engine.layout == "training":
+        return _training_nodes(s, usable, kind, machine.source)
     biggest = sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind]
     why_here = model_shortfall.hopeless(s, biggest)
     if why_here is None and not force:
@@ -131,6 +133,28 @@ def _in_nodes(inv: Invocation, ref: str, argv: tuple[str, ...], force: bool = Fa
                   f"run: {hint}\n")
 
 
+def _training_nodes(s: Sizing, usable: list[Gpu], kind: int, source: str) -> tuple[Plan, str] | None:
+    """A sharded training step that one node cannot hold: the fewest nodes of this kind whose ranks hold
+    it (ZeRO/FSDP divide over every rank, fit/training/steps.py); None when more nodes do not help."""
+    from gpu_launch.choose.model_sets import all_free, rooms
+    from gpu_launch.fit import plan as fit_plan
+    from gpu_launch.fit.training import steps
+
+    node = all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind])
+    run = s.settings.training
+    k = steps.nodes_needed(s.model, run, [r.free for r in rooms(node)], s.settings.host_free)
+    if k is None:
+        return None
+    sized = replace(s, settings=replace(s.settings, training=replace(run, nnodes=k)))
+    one = fit_plan.place(sized, rooms(node))
+    placement = replace(one, per_gpu=one.per_gpu * k)  # every rank, node after node: the same share on each
+    reason = f"one training step needs more than its {kind} GPUs hold even when they are free"
+    plan = fit_plan.Plan(sized, placement, nodes=k, gpus_per_node=kind, node_reason=reason)
+    return plan, (f"why: one node of this kind ({kind} GPUs of {source}) cannot hold it: {reason}; {k} such nodes "
+                  f"can, {steps.SHOWN[run.setup.sharding]} over all {k * kind} ranks\n"
+                  f"run: gpulaunch --nodes {k} --slurm -- COMMAND with --nnodes {k} --nproc-per-node {{nproc}}\n")
+
+
 def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:
     """(nodes, gpus_per_node, tp, pp) for model ``ref`` run by ``argv`` on nodes like this machine
     (``--snapshot``; ``--gpus-per-node`` of its GPUs): one node and the fewest GPUs that hold it when
@@ -144,8 +168,17 @@ def node_split(inv: Invocation, ref: str, argv: Sequence[str]) -> NodeSplit:
     assert s is not None
     kind = s.settings.gpus_per_node or len(usable)
     biggest = model_sets.all_free(sorted(usable, key=lambda g: -(g.memory_total_mib or 0))[:kind])
+    training = s.engine.layout == "training"
     for n in model_sets.counts(s, len(biggest)):
         placement = fit_plan.place(s, model_sets.rooms(biggest[:n]))
         if model_sets.holds(s, placement):
-            return NodeSplit(1, n, placement.tp or n, placement.pp, placement, ctx=s.settings.ctx)
+            return NodeSplit(1, n, placement.tp or n, placement.pp, placement, ctx=0 if training else s.settings.ctx)
+    if training:  # a sharded step over more nodes of this kind, else no number of nodes helps
+        found = _training_nodes(s, usable, kind, _machine.source)
+        if found is None:
+            return NodeSplit(0, kind, 1, 1, problem=f"one training step of {s.model.name or s.model.source} does "
+                             f"not fit {kind} GPUs of this kind, and more nodes do not divide it (DDP keeps every "
+                             "term whole on each rank: ZeRO-3 or FSDP full shard would)")
+        plan, _why = found
+        return NodeSplit(plan.nodes, kind, kind, 1, plan.placement)
     return model_shortfall.node_split(s, usable)

@@ -21,6 +21,10 @@ from gpu_launch.fit.settings import Settings, run_of
 from gpu_launch.modelfile.facts import ModelFacts
 from gpu_launch.base.records import dataclass, field, replace
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gpu_launch.fit.training.setup import TrainingPeak
+
 __all__ = ["Settings", "Sizing", "Room", "GpuShare", "Placement", "Plan", "place", "sizing", "LABELS", "tp_sizes"]
 
 MiB = 1 << 20
@@ -43,6 +47,8 @@ class Sizing:
 
 
 def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
+    if engine.layout == "training":  # a training step keeps no KV cache (fit/training/steps.py sizes it)
+        return Sizing(model, engine, settings, kv_rules.KvSize((), 0, 0, 0, (), "none"))
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
                            run=run_of(engine, settings))
     if settings.binding:
@@ -69,6 +75,7 @@ class GpuShare:
     free_bytes: int
     units: int = 0  # llama.cpp: layers (the output layer counts as one) on this GPU
     stage: int = 0  # tensor layouts: the pipeline stage this GPU belongs to
+    training: TrainingPeak | None = None  # a training step: its peak here (weights_bytes + kv_bytes = its peak)
 
     @property
     def left_bytes(self) -> int:
@@ -100,10 +107,13 @@ class Placement:
     budgets: tuple[int, ...] = ()  # tensor layouts: what the engine may use of each GPU (vLLM: utilisation × total)
     n_cpu_moe: int | None = None  # llama.cpp: {n_cpu_moe}, the first layers whose experts stay on the CPU
     host_bytes: int = 0  # weights (and KV) the command's offload options keep on the host, in cpu_* too
+    values: tuple[tuple[str, str], ...] = ()  # a training step's placeholders ({nproc}, {micro_batch})
 
     def placeholders(self, ctx: int) -> dict[str, str]:
         """The values of ``{tp}``, ``{gpu_layers}``, ``{tensor_split}``, ``{ctx}``, ``{gpu_mem_util}``,
         ``{max_memory}`` for this placement (absent where the engine has no such number)."""
+        if self.engine == "training":
+            return dict(self.values)
         n = len(self.per_gpu)
         values = {"ctx": str(ctx), "tp": str(self.tp if self.tp is not None else n)}
         if self.stage_shares:
@@ -160,6 +170,8 @@ def place(s: Sizing, rooms: Sequence[Room]) -> Placement:
                          tensor_split=None, notes=("no GPU: everything on the CPU",))
     if s.engine.layout == "tensor":
         return _tensor(s, rooms)
+    if s.engine.layout == "training":
+        return _training(s, rooms)
     if s.engine.layout == "layers":
         if s.settings.offload.choose_moe:
             return offload.fewest_moe(s, rooms, _llama, _with_offload)
@@ -419,3 +431,22 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
     fits = whole or (s.settings.partial and (s.settings.host_free is None or cpu_w + cpu_kv <= s.settings.host_free))
     return Placement(s.engine.name, shares, cpu_w, cpu_kv, whole=whole, fits=fits, max_memory=max_memory,
                      need_bytes=need + allowance * len(rooms), short_bytes=max(0, need - sum(caps)) if not whole else 0)
+
+
+def _training(s: Sizing, rooms: Sequence[Room]) -> Placement:
+    """A training launch: one process a GPU, each holding the step's per-GPU peak at this world size
+    (fit/training/steps.py); the placement's share of a GPU is that peak, its allowance on top."""
+    from gpu_launch.fit.training import steps
+
+    run = s.settings.training
+    step = steps.step_on(s.model, run, [r.free for r in rooms], s.settings.host_free)
+    p = step.peak
+    shares = tuple(GpuShare(r.gpu, p.weights_bytes, p.peak_bytes - p.weights_bytes, p.allowance_bytes, r.free,
+                            training=p) for r in rooms)
+    need = (p.peak_bytes + p.allowance_bytes) * len(rooms)
+    short = sum(max(0, -sh.left_bytes) for sh in shares)
+    values = {"nproc": str(len(rooms))}
+    if run.micro_open:
+        values["micro_batch"] = str(step.micro_batch)
+    return Placement("training", shares, whole=step.fits, fits=step.fits, need_bytes=need, short_bytes=short,
+                     notes=step.notes, values=tuple(values.items()))

@@ -10,6 +10,10 @@ from gpu_launch.fit.gpu_tiers import VLLM_BATCHED_BIG, VLLM_BATCHED_SMALL
 from gpu_launch.fit.offload import Offload
 from gpu_launch.base.records import dataclass
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = ["Settings", "run_of"]
 
 
@@ -67,6 +71,7 @@ class Settings:
     offload: Offload = Offload()  # what the command keeps on the host (-ot, --cpu-moe, --n-cpu-moe, -nkvo, --cpu-offload-gb)
     dtype: str = ""  # the model dtype the engine runs: vLLM/SGLang --dtype ("auto" their rule; "": the file's)
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
+    training: Any = None  # a training launch (fit/training/steps.py TrainingRun): sized by its step, no KV cache
 
 
 def run_of(engine: Engine, settings: Settings, tp: int = 1) -> kv_rules.Run:

@@ -59,6 +59,12 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
     from gpu_launch.hardware.host import memory_available
 
     env = os.environ if environ is None else environ
+    if options.get("engine") is None:  # a training launch is sized by its step, never as inference
+        from gpu_launch.fit.training.sizing_training import training_sizing
+
+        trained = training_sizing(ref, argv, options, env, _read)
+        if trained is not None:
+            return trained
     engine = options.get("engine") or (engines.detect(argv) if argv else None)
     said = fit_command.read_command(argv, engine, env) if argv and engine is not None else fit_command.CommandFacts()
     source = ref

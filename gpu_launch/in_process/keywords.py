@@ -67,7 +67,7 @@ def _convert(dest: str, name: str, value: object) -> object:
         return os.fspath(value)
     elif dest in ("fit", "min_free", "reserve", "min_total_memory"):
         return _size(value, name, allow_percent=dest == "min_free")
-    elif dest in ("ctx", "parallel") and isinstance(value, int):
+    elif dest in ("ctx", "parallel", "train_seq", "micro_batch") and isinstance(value, int):
         text = str(bounded(value, name, 1, _MAX_TOKENS, limits=f"1 to {_MAX_TOKENS}"))  # (str(10**5000) raises)
     elif dest in ("gpus", "exclude") and isinstance(value, int):
         text = str(bounded(value, name, 0, MAX_GPUS))

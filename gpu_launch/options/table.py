@@ -28,6 +28,7 @@ from gpu_launch.options.values import (
     slurm_time,
     tokens,
     total_size,
+    train_method,
     users,
     wait,
     whole_number,
@@ -69,6 +70,7 @@ PER_LAUNCH = frozenset({"gpus", "auto", "fit", "min_count", "max_count",  # how 
                         "slurm",  # slurm: a default would leave no way to run `each` locally
                         "nodes", "node_rank", "head",  # where one run stands among its nodes
                         "ctx", "parallel", "kv_type", "engine",  # they describe one model's run
+                        "train_seq", "train_method", "micro_batch",
                         "no_shell",  # no way back to the shell either
                         "detach",  # a default would detach every launch
                         "clear"})  # and make every `jobs` remove jobs
@@ -132,6 +134,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--reserve",), "reserve", "--fit MODEL, plan: keep SIZE per GPU for compute buffers and the CUDA context "
            "instead of the engine's allowance", "SIZE", lambda v, o: parse_size(v, o, allow_percent=False), SIZING,
            "Model"),
+    Option(("--train-seq",), "train_seq", "--fit MODEL, plan, a training launch: N tokens a sequence (default: the "
+           "launch's max length, else 2048, stated as assumed)", "N", tokens, SIZING, "Model"),
+    Option(("--train-method",), "train_method", "--fit MODEL, plan, a training launch: full, lora or qlora (default: "
+           "what the launch says, else full, stated as assumed)", "M", train_method, SIZING, "Model"),
+    Option(("--micro-batch",), "micro_batch", "--fit MODEL, plan, a training launch: N sequences a GPU a step "
+           "(default: the launch's per-device batch; {micro_batch} in the command: the most that fit)", "N",
+           positive, SIZING, "Model"),
     Option(("--min-free",), "min_free", "only GPUs with at least SIZE free each (20GiB, 512MiB, 20GB, 80%)",
            "SIZE", parse_size, CONSTRAINING, "Constraints"),
     Option(("--max-util",), "max_util", "only GPUs at or below PCT utilisation; given (100: all), --auto/--fit may "

@@ -96,6 +96,13 @@ def fallback(text: str, option: str) -> str:
     return text
 
 
+def train_method(text: str, option: str) -> str:
+    word = text.strip().lower()
+    if word not in ("full", "lora", "qlora"):
+        raise UsageError(f"{option}: {text!r} is not a training method", hint=f"{option} full, lora or qlora")
+    return word
+
+
 def positive(text: str, option: str) -> int:
     value = whole_number(text, option, "4")
     if value < 1:

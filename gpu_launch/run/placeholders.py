@@ -65,6 +65,8 @@ PLACEHOLDERS: tuple[Placeholder, ...] = (
     Placeholder("ctx", "the context sized for", _MODEL),
     Placeholder("gpu_mem_util", "vLLM's --gpu-memory-utilization", _MODEL),
     Placeholder("max_memory", "Accelerate's max_memory map as JSON, by the child's device numbers", _MODEL),
+    Placeholder("nproc", "a training launch's processes a node (one a GPU)", _MODEL),
+    Placeholder("micro_batch", "a training launch's largest per-device batch that fits the chosen GPUs", _MODEL),
     Placeholder("nnodes", "the nodes of a --nodes run", _NODES),
     Placeholder("node_rank", "this node's rank, from 0", _NODES),
     Placeholder("head_addr", "the head node's address", _NODES),

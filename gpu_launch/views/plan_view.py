@@ -24,6 +24,18 @@ def _gib(n: int) -> str:
 
 
 def as_json(p: Plan) -> dict[str, Any]:
+    out = _as_json(p)
+    if p.sizing.engine.layout == "training":  # each GPU's step, and the setup it was sized for
+        from gpu_launch.views import training_view
+
+        out["training"] = training_view.setup_json(p)
+        for entry, sh in zip(out["per_gpu"], p.placement.per_gpu):
+            entry["training"] = training_view.training_json(sh.training)
+            entry["training"]["assumed"] = out["training"]["assumed"]
+    return out
+
+
+def _as_json(p: Plan) -> dict[str, Any]:
     s, pl = p.sizing, p.placement
     m, w = s.model, s.model.weights
     per_node = p.gpus_per_node or len(pl.per_gpu)
@@ -75,6 +87,10 @@ def as_json(p: Plan) -> dict[str, Any]:
 
 
 def as_text(p: Plan, why: str = "") -> str:
+    if p.sizing.engine.layout == "training":
+        from gpu_launch.views import training_view
+
+        return training_view.as_text(p, why)
     s, pl = p.sizing, p.placement
     m, w = s.model, s.model.weights
     lines = [f"model: {m.name or m.source} ({m.format}, {m.architecture}, {m.hyper.n_layers} layers"

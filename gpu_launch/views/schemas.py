@@ -220,6 +220,22 @@ _LABEL = {"enum": ["exact", "rule", "allowance"]}
 #: and the placeholders' values. Every byte count says what kind of number it is in ``labels``:
 #: weights are exact (the files' tensor bytes), the KV cache a rule (the engine's formula),
 #: the allowance an allowance (compute buffers cannot be read from a file).
+#: A training launch's step on one GPU (docs/json.md): peak_bytes is what PyTorch's allocator holds at the peak.
+_TRAINING_GPU = _obj({
+    "peak_bytes": _BYTES, "peak_at": {"enum": ["backward", "optimizer step"]}, "weights_bytes": _BYTES,
+    "gradients_bytes": _BYTES, "optimizer_bytes": _BYTES, "activations_bytes": _BYTES, "loss_bytes": _BYTES,
+    "other_bytes": _BYTES, "allowance_bytes": _BYTES, "host_bytes": _BYTES, "dominant": _STR,
+    "labels": {"type": "object", "additionalProperties": {"enum": ["exact", "rule", "allowance"]}},
+    "rules": {"type": "array", "items": _STR}, "assumed": {"type": "array", "items": _STR},
+})
+_TRAINING_SETUP = _obj({
+    "launcher": _STR, "method": {"enum": ["full", "lora", "qlora"]}, "precision": _STR, "micro_batch": _COUNT,
+    "seq_len": _COUNT, "grad_accum": _COUNT, "gradient_checkpointing": {"type": "boolean"}, "optimizer": _STR,
+    "loss": _STR, "lora_r": _NINT, "lora_targets": {"type": "array", "items": _STR}, "quant_bits": _NINT,
+    "sharding": _STR, "offload_optimizer": {"type": "boolean"}, "offload_params": {"type": "boolean"},
+    "assumed": {"type": "array", "items": _STR}, "sources": {"type": "array", "items": _STR},
+})
+
 PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "model": _obj({
         "source": _STR, "format": {"enum": ["gguf", "safetensors", "mlc"]}, "architecture": _STR, "name": _NSTR,
@@ -229,7 +245,7 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
         "weights_by_type": {"type": "object", "additionalProperties": _BYTES},
         "kv_bytes_per_token": _BYTES, "recurrent_state_bytes": _BYTES,
     }),
-    "engine": {"enum": ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers"]},
+    "engine": {"enum": ["llama.cpp", "vllm", "sglang", "mlc", "tgi", "transformers", "training"]},
     "ctx": {"type": "integer", "minimum": 1},
     "ctx_from": _STR,
     "parallel": {"type": "integer", "minimum": 1},
@@ -244,8 +260,9 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "per_gpu": {"type": "array", "items": _obj({  # a several-node plan: every rank, node after node
         "gpu": {"type": "integer", "minimum": 0}, "weights_bytes": _BYTES, "kv_bytes": _BYTES,
         "allowance_bytes": _BYTES, "free_bytes": _BYTES, "left_bytes": _INT, "layers": _NINT,
-        "stage": _COUNT, "node": _COUNT,
-    })},
+        "stage": _COUNT, "node": _COUNT, "training": _TRAINING_GPU,
+    }, required=["gpu", "weights_bytes", "kv_bytes", "allowance_bytes", "free_bytes", "left_bytes", "layers",
+                 "stage", "node"])},
     "cpu_weights_bytes": _BYTES,
     "cpu_kv_bytes": _BYTES,
     "whole": {"type": "boolean"},
@@ -264,8 +281,10 @@ PLAN = _doc("gpulaunch plan (plan --json)", 1, {
     "placeholders": {"type": "object", "additionalProperties": _STR},
     "notes": {"type": "array", "items": _STR},
     "example": _STR,  # no NVIDIA driver (and no --snapshot) only: planned on this bundled example machine
+    "training": _TRAINING_SETUP,  # a training launch only: the setup it was sized for
 })
 PLAN["required"].remove("example")
+PLAN["required"].remove("training")
 
 _TIME = {"type": ["number", "null"]}  # seconds since the epoch
 

@@ -133,6 +133,7 @@ class Said:
     module: str = ""  # ``python -m MODULE``'s module, if it was started so
     verb: str = ""  # the subcommand it was given (``serve``, ``launch``), if any
     start: int = 1  # where the engine's own options begin in the command (after the module and the verb)
+    script: int = -1  # launchers: where their options end, at the script (or module) they run; -1: none
 
     def get(self, meaning: str) -> Setting | None:
         return self.settings.get(meaning)
@@ -311,6 +312,7 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
     counts: dict[str, int] = {}
     notes: list[str] = []
     positional: list[tuple[int, str]] = []
+    script = -1
     verb = args[0] if args and args[0] in (*table.model_verbs, *table.commands) else ""
     if verb:
         positional.append((offset, verb))
@@ -323,6 +325,7 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
         if not arg.startswith("-") or arg == "-" or _is_negative_number(arg):
             positional.append((offset + i, arg))
             if table.options_end_at_positional:
+                script = offset + i
                 break
             i += 1
             continue
@@ -369,7 +372,8 @@ def read(argv: Sequence[str], engine: str | None = None, environ: Mapping[str, s
             flag = next(f for f in table.flags if f.meaning == meaning)
             found[meaning] = Setting(meaning, value, f"{flag.names[0]} {value}", DEFAULT, flag)
     module = _python_module(argv) if argv and os.path.basename(argv[0]).startswith("python") else None
-    said = Said(table.engine, found, tuple(notes), module[0] if module else "", verb, offset + (1 if verb else 0))
+    said = Said(table.engine, found, tuple(notes), module[0] if module else "", verb, offset + (1 if verb else 0),
+                script)
     for meaning in found:  # every number checked where it comes in, placeholders aside
         said.number(meaning)
     return said

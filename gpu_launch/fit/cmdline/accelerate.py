@@ -29,6 +29,16 @@ TABLE = Table("accelerate", (
     Flag("master_addr", _both("--main_process_ip")),
     Flag("master_port", _both("--main_process_port"), "int", low=1, high=65535),
     Flag("gpu_ids", _both("--gpu_ids")),
+    # what sizes a training step (fit/training/forms_launchers.py): the config file, else the default one
+    Flag("config_file", _both("--config_file")),
+    Flag("mixed_precision", _both("--mixed_precision")),
+    Flag("use_deepspeed", _both("--use_deepspeed"), "switch"),
+    Flag("use_fsdp", _both("--use_fsdp"), "switch"),
+    Flag("zero_stage", _both("--zero_stage"), "int", low=0, high=3, valid="0, 1, 2 or 3"),
+    Flag("deepspeed_config_file", _both("--deepspeed_config_file")),
+    Flag("fsdp_sharding_strategy", _both("--fsdp_sharding_strategy")),
+    Flag("offload_optimizer_device", _both("--offload_optimizer_device")),
+    Flag("offload_param_device", _both("--offload_param_device")),
 ), source="huggingface/accelerate src/accelerate/commands/launch.py (launch_command_parser)",
     options_end_at_positional=True, commands=("launch",),
     switches=("-h", "--help", "-q", "-m", *_both(

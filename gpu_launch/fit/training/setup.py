@@ -51,6 +51,9 @@ class TrainingSetup:
     nproc: int | None = None  # the processes a node the launch asks for, where it says (None: gpulaunch fills {n})
     assumed: tuple[str, ...] = ()  # what was not read: each item says what was taken and how to say otherwise
     sources: tuple[str, ...] = ()  # the files read (YAML, DeepSpeed JSON, accelerate config)
+    # Added by the memory half (fit/training/memory*.py): the tokens a chunked/fused loss takes at a time
+    # (None: memory_activations.LOSS_CHUNK_TOKENS, the order of Liger's and TRL chunked_nll's chunks).
+    loss_chunk_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""gpulaunch's per-GPU peak of a training step beside PyTorch's own count, case by case (issue 34).
+
+For every case of tests/training_oracle.py's matrix (families × precision × full/LoRA × gradient
+checkpointing × plain/chunked loss × sequence length), this builds the tiny model from its config with
+the real transformers/peft code on CPU, runs two real steps under PyTorch's MemTracker, asks gpulaunch
+(fit/training/memory.py) about the same model read from its config.json + header-only safetensors, and
+prints gpulaunch ÷ PyTorch for the peak and for each term of each phase (the start of backward; the
+optimizer step). Needs torch, transformers and peft (pip install -e '.[test]' after torch==2.13.0).
+
+    python benchmarks/training_sizing.py [--family llama] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from training_oracle import compare, matrix, write_model  # noqa: E402
+
+TERMS = ("weights", "gradients", "optimizer", "activations", "total")
+
+
+def _ratio(pair: tuple[int, int]) -> str:
+    ours, theirs = pair
+    if not theirs:
+        return "   -  " if not ours else "  inf "
+    return f"{ours / theirs:6.3f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", action="append", help="only these families")
+    ap.add_argument("--json", help="write every case's numbers here")
+    args = ap.parse_args()
+    cases = [c for c in matrix() if not args.family or c.family in args.family]
+    rows = []
+    head = " ".join(f"{'bw.' + t[:3]:>6s}" for t in TERMS) + " " + " ".join(f"{'st.' + t[:3]:>6s}" for t in TERMS)
+    print(f"{'case':46s} {'peak':>6s} {'at (ours/torch)':17s} {head}")
+    worst_over = worst_under = 1.0
+    for case in cases:
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            r = compare(case, write_model(case, Path(tmp)))
+        ratio = r["peak"][0] / r["peak"][1]
+        worst_over, worst_under = max(worst_over, ratio), min(worst_under, ratio)
+        at = f"{r['peak_at'][0][:4]}/{r['peak_at'][1][:4]}"
+        cols = " ".join(_ratio(r["backward"][t]) for t in TERMS) + " " + " ".join(
+            _ratio(r["optimizer step"][t]) for t in TERMS)
+        flag = "" if 0.99 <= ratio <= 1.03 else "  OFF"
+        print(f"{case.name:46s} {ratio:6.3f} {at:17s} {cols}{flag}  ({time.perf_counter() - t0:.1f}s)", flush=True)
+        rows.append({"case": case.name, "peak": r["peak"], "peak_at": r["peak_at"],
+                     "backward": r["backward"], "optimizer step": r["optimizer step"]})
+    print(f"{len(rows)} cases; peak ratio from {worst_under:.3f} to {worst_over:.3f} "
+          f"(target: 0.99 to 1.03)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

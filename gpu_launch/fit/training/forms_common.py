@@ -1,0 +1,179 @@
+"""What every launch form's reader hands on (:class:`Launch`): the memory-relevant keys in one vocabulary,
+each with how the user wrote it, and how they become a :class:`TrainingSetup` once the model is known
+(:func:`to_setup`: the precision depends on the checkpoint's dtype; gpulaunch's ``--train-seq``,
+``--train-method`` and ``--micro-batch`` win over the launch's own, as ``--ctx`` wins over ``-c``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.base.records import dataclass, field, replace
+from gpu_launch.errors import UsageError
+from gpu_launch.fit.training.setup import OPTIMIZERS, TrainingSetup
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Launch", "Value", "as_bool", "as_int", "optimizer_of", "to_setup", "DEFAULT_SEQ", "MICRO_BATCH_WORD"]
+
+DEFAULT_SEQ = 2048  # tokens a sequence when nothing says: an assumption the plan states
+MICRO_BATCH_WORD = "{micro_batch}"
+_TRUE = {"true", "t", "yes", "y", "1", "on"}
+_FALSE = {"false", "f", "no", "n", "0", "off"}
+
+
+@dataclass(frozen=True)
+class Value:
+    """One key's value and how it was written (``--bf16``, ``micro_batch_size: 4 (cfg.yml)``)."""
+
+    value: Any
+    written: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A training launch as read, before the model is known. ``keys`` use one vocabulary: model, method,
+    lora_r, lora_alpha, lora_targets, dora, quant_bits, quant_double, micro_batch, seq_len, grad_accum,
+    gradient_checkpointing, optimizer, loss, attention, packing, bf16, fp16, dtype, sharding,
+    offload_optimizer, offload_params. ``defaults``: the framework's own values where the launch says
+    nothing (known, not assumed); what neither says is assumed and listed."""
+
+    launcher: str
+    keys: Mapping[str, Value] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    nproc: int | None = None  # processes a node the launcher is told (None: gpulaunch's {n})
+    script: bool = False  # the model, LoRA and length may live in the user's script: what is not read is assumed
+    transformers: int | None = None  # transformers' major version in the command's interpreter (None: not found)
+    nnodes: int = 1  # the nodes the launcher spreads its ranks over (torchrun --nnodes, accelerate --num_machines)
+    trainer_flags: bool = False  # the script takes Trainer flags: TrainingArguments' defaults apply to what it omits
+    notes: tuple[str, ...] = ()
+
+    def get(self, key: str) -> Any:
+        found = self.keys.get(key)
+        return found.value if found is not None else self.defaults.get(key)
+
+    def said(self, key: str) -> bool:
+        return key in self.keys
+
+    def written(self, key: str) -> str:
+        found = self.keys.get(key)
+        return found.written if found is not None else key
+
+
+def as_bool(value: Any, written: str) -> bool:
+    """HfArgumentParser's ``string_to_bool`` (transformers/hf_argparser.py): yes/no, true/false, t/f, y/n,
+    1/0, any case; a YAML boolean as it is. Anything else is one line."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UsageError(f"{written}: {value!r} is not a boolean", hint="true or false (yes/no, 1/0)")
+
+
+def as_int(value: Any, written: str, what: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip()
+                                                                    .lstrip("+-").isdigit()
+                                                                    and len(value.strip()) <= 12)):
+        raise UsageError(f"{written}: {what} {value!r} is not a whole number", hint=f"{what} is {low} or more")
+    number = int(value)
+    if number < low:
+        raise UsageError(f"{written}: {what} {number} must be {low} or more", hint=f"{what} is {low} or more")
+    return number
+
+
+#: Trainer's --optim names (transformers/training_args.py, OptimizerNames) onto what the memory rules know.
+_OPTIM = {"adamw_torch": "adamw_torch", "adamw_hf": "adamw_torch", "adamw": "adamw_torch",
+          "adamw_torch_fused": "adamw_torch_fused", "adamw_torch_foreach": "adamw_torch_foreach",
+          "adamw_bnb_8bit": "adamw_8bit", "adamw_8bit": "adamw_8bit", "bnb_8bit": "adamw_8bit",
+          "paged_adamw_8bit": "paged_adamw_8bit", "paged_adamw_32bit": "paged_adamw_32bit", "adafactor": "adafactor",
+          "sgd": "sgd", "adamw_apex_fused": "adamw_torch_fused", "adamw_torch_xla": "adamw_torch"}
+
+
+def optimizer_of(value: Any) -> str | None:
+    key = str(value).strip().lower()
+    return _OPTIM.get(key, key if key in OPTIMIZERS else None)
+
+
+def _precision(launch: Launch, model_dtype: str | None, assumed: list[str]) -> str:
+    """The weights' dtype as loaded and the step's compute. An explicit ``dtype`` wins; else the
+    checkpoint's own (transformers v5 loads ``dtype="auto"`` by default; v4 loaded fp32: say --dtype)."""
+    bf16 = bool(launch.get("bf16"))
+    fp16 = bool(launch.get("fp16"))
+    dtype = str(launch.get("dtype") or "").lower().replace("torch.", "")
+    v4 = launch.script and launch.transformers is not None and launch.transformers < 5
+    if dtype in ("", "none") and v4:
+        # transformers 4's from_pretrained loads fp32 unless told (modeling_utils.py: torch_dtype=None -> the
+        # default dtype, float32); the script may say torch_dtype itself, so it stays an assumption
+        dtype = "float32"
+        assumed.append(f"weights loaded as float32 (transformers {launch.transformers}'s default in the command's "
+                       "interpreter, unless the script passes torch_dtype): say --dtype")
+    elif dtype in ("", "auto", "none"):
+        ckpt = (model_dtype or "").lower()
+        dtype = "bfloat16" if "bf16" in ckpt or "bfloat16" in ckpt else "float16" if "f16" in ckpt or "float16" in ckpt \
+            else "float32" if ckpt else "bfloat16"
+        if launch.script and not launch.said("dtype"):
+            found = f"transformers {launch.transformers} in the command's interpreter" \
+                if launch.transformers is not None else "transformers v5's default; none found in the command's " \
+                                                        "interpreter"
+            assumed.append(f"weights loaded as {dtype} (the checkpoint's dtype: {found}): say --dtype")
+    if dtype in ("float32", "fp32", "32"):
+        return "amp_bf16" if bf16 else "amp_fp16" if fp16 else "fp32"
+    if dtype in ("float16", "fp16", "half"):
+        return "fp16"
+    return "bf16"
+
+
+def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mapping[str, Any]) -> TrainingSetup:
+    """The setup of ``launch`` for the model (its source and checkpoint dtype), gpulaunch's options winning."""
+    assumed: list[str] = []
+    g = launch.get
+    method = options.get("train_method") or g("method")
+    if method is None:
+        method = "full"
+        if launch.script:
+            assumed.append("full fine-tune (the script may add LoRA): say --train-method full|lora|qlora")
+    quant = g("quant_bits")
+    if method == "qlora":
+        quant = quant or 4
+    elif method == "lora" and quant:
+        method = "qlora"
+    seq = options.get("train_seq") or g("seq_len")
+    if seq is None:
+        seq = DEFAULT_SEQ
+        assumed.append(f"{DEFAULT_SEQ} tokens a sequence: say --train-seq or the launch's max length")
+    micro = options.get("micro_batch") or g("micro_batch")
+    if micro == MICRO_BATCH_WORD:
+        micro = 1
+    elif micro is None:
+        # TrainingArguments.per_device_train_batch_size defaults to 8 (transformers/training_args.py): a script
+        # that takes Trainer flags runs 8 when none is given; any other script: the smallest, 1
+        micro = 8 if launch.trainer_flags else 1
+        why = " (the Trainer's default)" if launch.trainer_flags else ""
+        assumed.append(f"micro-batch {micro} a GPU{why}: say --micro-batch or the launch's batch size")
+    lora_r = g("lora_r") if method in ("lora", "qlora") else None
+    if method in ("lora", "qlora") and lora_r is None:
+        lora_r = 16
+        assumed.append("LoRA rank 16: say the launch's lora_r")
+    targets = g("lora_targets") or (() if method == "full" else ("q_proj", "v_proj"))
+    optimizer = g("optimizer") or "adamw_torch"
+    return TrainingSetup(
+        model=model, launcher=launch.launcher, method=method, precision=_precision(launch, model_dtype, assumed),
+        micro_batch=int(micro), seq_len=int(seq), grad_accum=int(g("grad_accum") or 1),
+        gradient_checkpointing=bool(g("gradient_checkpointing")), optimizer=optimizer,
+        loss=g("loss") or "plain", attention=g("attention") or "sdpa", packing=bool(g("packing")),
+        lora_r=lora_r, lora_alpha=g("lora_alpha") if lora_r else None,
+        lora_targets=tuple(targets) if method != "full" else (), dora=bool(g("dora")) and method != "full",
+        quant_bits=int(quant) if quant and method != "full" else None, quant_double=bool(g("quant_double")),
+        sharding=g("sharding") or "none", offload_optimizer=bool(g("offload_optimizer")),
+        offload_params=bool(g("offload_params")), nproc=launch.nproc, assumed=tuple(assumed),
+        sources=launch.sources)
+
+
+def with_keys(launch: Launch, **values: Value) -> Launch:
+    return replace(launch, keys={**launch.keys, **values})

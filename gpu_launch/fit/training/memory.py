@@ -1,0 +1,188 @@
+"""One GPU's peak of one training step, as PyTorch's allocator counts it (``torch.cuda.max_memory_allocated``):
+the weights as loaded, gradients, optimizer states, the optimizer step's temporaries, the activations
+autograd saves, the loss, divided over the data-parallel ranks as the sharding divides them; plus an
+allowance for what no tensor count sees (CUDA context, workspaces, NCCL, allocator rounding).
+
+A step has two candidate peaks (run twice, so the optimizer's states exist):
+
+* the start of backward: weights + states + every saved activation + the loss's fp32 tensors (the
+  gradients of the step before are gone: Trainer's ``zero_grad`` sets them to None);
+* the optimizer step: weights + gradients + states + the step's temporaries (foreach AdamW's sqrt).
+
+Checked against PyTorch's own accounting of real steps of the real Hugging Face code
+(tests/test_training_memory*.py, benchmarks/training_sizing.py), where each term's accuracy is stated.
+Assumptions (documented on :class:`~gpu_launch.fit.training.setup.TrainingSetup`): the setup's
+``precision`` is the weights' dtype as loaded (the launch readers decide it from the transformers
+version: v5 loads the checkpoint's dtype, v4 fp32 unless told); no torch is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.fit.training.memory_activations import loss_bytes, saved
+from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
+                                                   param_counts, state_bytes, step_temporary_bytes)
+from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
+from gpu_launch.modelfile.facts import ModelFacts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["peak", "phases", "CONTEXT_BYTES"]
+
+MiB = 1 << 20
+#: The CUDA context and cuBLAS/cuDNN handles of one process (nvidia-smi counts them, no tensor does).
+CONTEXT_BYTES = 512 * MiB
+#: cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG's default: a few MiB per handle and stream) and kernels' own.
+WORKSPACE_BYTES = 64 * MiB
+#: NCCL's buffers per communicator (NCCL_BUFFSIZE 4 MiB × channels × peers, order of a few hundred MiB).
+NCCL_BYTES = 256 * MiB
+#: DDP's gradient buckets (torch/nn/parallel/distributed.py bucket_cap_mb=25, two in flight).
+DDP_BUCKET_BYTES = 50 * MiB
+#: The caching allocator's rounding and fragmentation, as a share of the peak.
+FRAGMENTATION = 0.05
+
+_SHARDS_STATES = {"zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
+_SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
+_SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
+
+
+def _weights_bytes(facts: ModelFacts, setup: TrainingSetup, counts_total: int, linear: int) -> int:
+    """The frozen base and the trained weights as the step holds them. QLoRA: the blocks' linears in 4 bits
+    (bitsandbytes Params4bit: two a byte) with their quant state, the rest in the compute dtype."""
+    e = element_bytes(setup.precision)
+    if setup.method == "qlora" or setup.quant_bits == 4:
+        blocks = -(-linear // QUANT4_BLOCK)
+        state = blocks + 4 * -(-blocks // QUANT4_NESTED_BLOCK) if setup.quant_double else 4 * blocks
+        return linear // 2 + state + (counts_total - linear) * e
+    if setup.quant_bits == 8:
+        return linear + 4 * linear // 4096 + (counts_total - linear) * e
+    return counts_total * e
+
+
+def info_e(setup: TrainingSetup) -> int:
+    """The activations' element size: 16-bit under autocast and for 16-bit weights, else 4."""
+    return 2 if setup.precision in ("bf16", "fp16", "amp_bf16", "amp_fp16") else 4
+
+
+def _deepspeed(setup: TrainingSetup) -> bool:
+    return setup.sharding.startswith("zero")
+
+
+def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup,
+           world: int) -> dict[str, dict[str, int]]:
+    """Each candidate peak's terms, per GPU: {"backward": {...}, "optimizer step": {...}}, plus "host" (what
+    offload keeps in host RAM) and "rules" data for :func:`peak`."""
+    config = config or {}
+    world = max(1, world)
+    counts = param_counts(model, config, setup)
+    block = linears(model, config)
+    e = element_bytes(setup.precision)
+    # the trained parameters' dtype: peft keeps adapters in fp32 (peft/tuners/tuners_utils.py
+    # autocast_adapter_dtype=True casts bf16/fp16 adapters to fp32)
+    te = e if setup.method == "full" else 4
+    weights = _weights_bytes(model, setup, counts.total, counts.linear)
+    if setup.method != "full":
+        weights += counts.trainable * te
+    grads = counts.trainable * te
+    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te)
+    temp = step_temporary_bytes(setup.optimizer, counts, te)
+    if _deepspeed(setup) and te == 2:
+        # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
+        states = counts.trainable * (4 + state_bytes(setup.optimizer, 1, 1, 4))
+    divisor = world
+    if setup.sharding == "fsdp_hybrid":
+        divisor = min(world, setup.nproc or world)
+    if setup.sharding in _SHARDS_STATES:
+        states, temp = -(-states // divisor), -(-temp // divisor)
+    if setup.sharding in _SHARDS_GRADS:
+        grads = -(-grads // divisor)
+    gathered = 0
+    if setup.sharding in _SHARDS_WEIGHTS:
+        # one FSDP unit / ZeRO-3 layer gathered whole at a time, the next one prefetched
+        file_bytes = max(1, model.weights.total) / max(1, counts.total)
+        gathered = 2 * int(max(model.weights.layers, default=0) / file_bytes) * e
+        weights = -(-weights // divisor) + gathered
+    host = 0
+    if setup.offload_optimizer:
+        host += states
+        states, temp = 0, 0
+    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS:
+        host += weights - gathered
+        weights = gathered
+    act = saved(model, config, setup, block, counts.linear)
+    acts = act.total(setup, model.hyper.n_layers)
+    loss = loss_bytes(model, config, setup)
+    tokens = setup.micro_batch * setup.seq_len
+    h = model.hyper.hidden_size or 0
+    head = (model.hyper.vocab_size or 0) * h * te if setup.method == "full" else 0
+    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
+    backward = {"weights": weights, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
+                "other": 0}
+    if setup.loss != "plain":
+        # a chunked loss runs its backward a chunk at a time: the head's gradient and the gradient of the
+        # hidden states it accumulates are alive at every chunk's peak
+        backward["gradients"] = head
+        backward["other"] = info_e(setup) * h * tokens
+    if setup.gradient_checkpointing and setup.method != "full":
+        # observed (PyTorch 2.13, non-reentrant checkpointing, frozen base): 4·h bytes a token more alive at
+        # the loss's moment than the saved tensors account for; kept so as never to count under
+        backward["other"] += 4 * h * tokens
+    if setup.gradient_checkpointing:
+        # backward recomputes the last layer while the head's gradient exists: can pass the loss's moment
+        # ... with the gradient arriving at the layer and the residual branch's (e·h a token each), and
+        # eager attention's softmax backward (the s² gradients of the probabilities and the scores)
+        recompute = act.one_layer(setup) + head + 2 * info_e(setup) * h * tokens \
+            + act.squared_backward * tokens * setup.seq_len
+        here = backward["loss"] + backward["gradients"] + backward["other"]
+        if recompute > here:
+            backward["other"] += recompute - here
+    # late in backward: the gradients nearly all there, one layer's activations (recomputed under
+    # checkpointing) and the gradients flowing through it
+    # (the input embedding's, untied, comes last)
+    # plus the MLP's backward: the gradient of its product, e·I a token
+    inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
+    mlp_grads = info_e(setup) * inter * tokens
+    late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
+    late_grads = grads - (head if not model.weights.tied_embeddings else 0)
+    if weights + states + late_grads + late > sum(backward.values()):
+        backward = {"weights": weights, "gradients": late_grads, "optimizer": states,
+                    "activations": act.one_layer(setup), "loss": 0,
+                    "other": 2 * info_e(setup) * h * tokens + mlp_grads}
+    step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
+            "other": temp}
+    return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
+            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te}}
+
+
+def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
+    """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
+    ph = phases(model, config, setup, world)
+    info = ph["info"]
+    sums = {k: sum(ph[k].values()) for k in ("backward", "optimizer step")}
+    peak_at = max(sums, key=lambda k: sums[k])
+    at = ph[peak_at]
+    total = sums[peak_at]
+    allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
+    if world > 1 and setup.sharding != "none":
+        allowance += NCCL_BYTES + DDP_BUCKET_BYTES
+    terms = {k: at[k] for k in ("weights", "gradients", "optimizer", "activations", "loss")}
+    dominant = max(terms, key=lambda k: terms[k])
+    rules = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
+             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else ""),
+             f"gradients: {info['trainable']:,} trainable parameters x {info['te']} bytes",
+             f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
+                                                       if setup.sharding in _SHARDS_STATES else ""),
+             f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
+             + ("on" if setup.gradient_checkpointing else "off"),
+             f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)")
+    return TrainingPeak(
+        peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
+        optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],
+        allowance_bytes=allowance, host_bytes=ph["host"]["bytes"], other_bytes=at["other"], dominant=dominant,
+        rules=rules,
+        labels={"weights": "exact" if setup.method == "full" and setup.sharding not in _SHARDS_WEIGHTS else "rule",
+                "gradients": "rule", "optimizer": "rule", "activations": "rule", "loss": "rule",
+                "allowance": "allowance"})

@@ -1,0 +1,201 @@
+"""What autograd saves in the forward of a decoder, tensor by tensor as the family's modeling code saves it,
+and what the loss holds at its peak in backward. Arithmetic only: no torch.
+
+The rule autograd follows (torch/csrc/autograd/generated, from tools/autograd/derivatives.yaml): a node
+saves an input only where the gradient it must compute needs it. So a frozen linear (a LoRA model's base)
+saves no input; ``weight * x`` saves x only when the weight trains; ``a * cos`` saves only cos; a view
+shares its base's storage (counted once). Per token and layer, for Llama-like blocks (modeling_llama.py
+LlamaDecoderLayer and the families built on it), h hidden, d head size, e the compute element size:
+
+* RMSNorm (LlamaRMSNorm.forward): the fp32 upcast of its input (saved by pow and mul; in fp32 it is the
+  input itself), the fp32 rsqrt (4 bytes), the normalised value cast back (saved by the weight's mul, when
+  the weight trains) and the output (saved by the linears it feeds, when one trains);
+* attention through sdpa/flash: q and k after RoPE, v, the output (all saved by the kernel; o_proj's input
+  is a view of the output), an fp32 logsumexp a head; eager attention (Gemma-2's soft-capping) adds the
+  s² scores: tanh's output, softmax's fp32 output and its cast, and copies k, v repeated to every head;
+* the gated MLP: gate's output (saved by the activation), the activation's and up's (saved by the product),
+  the product (saved by down_proj when it trains);
+* autocast (fp32 weights, Trainer --bf16 on a v4 fp32 load): every linear casts its input and its weight to
+  bf16 and autograd keeps both casts (torch/csrc/autograd/autocast_mode: cached weight casts), the norms and
+  the residual stream stay fp32;
+* LoRA (peft/tuners/lora/layer.py Linear.forward): lora_A saves its input cast to the adapter's fp32
+  (4·fan_in, once per adapter) and lora_B saves A's fp32 output (4r).
+
+Checked tensor by tensor against the saved tensors of the real models (tests/test_training_memory*.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.fit.training.memory_params import Linear, lora_targets
+from gpu_launch.fit.training.setup import TrainingSetup
+from gpu_launch.modelfile.facts import ModelFacts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Saved", "saved", "loss_bytes", "LOSS_CHUNK_TOKENS"]
+
+#: Tokens a chunked/fused loss takes at a time where the setup does not say (Liger's fused linear cross
+#: entropy and TRL's chunked_nll work on a few thousand rows at a time; cut-cross-entropy on blocks).
+LOSS_CHUNK_TOKENS = 1024
+#: Families whose RMSNorm computes in fp32 and scales by (1 + weight) (modeling_gemma2.py Gemma2RMSNorm).
+_GEMMA = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+#: Gemma-2 and -3: four norms a layer (pre/post attention, pre/post feed-forward).
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: Families with a norm on q and k a head (modeling_qwen3.py Qwen3Attention.q_norm/k_norm; Gemma-3).
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "olmoe"}
+
+
+def _norm_in(h: int, e: int) -> int:
+    """An RMSNorm's fp32 upcast of its input and its rsqrt, per token."""
+    return 4 * h + 4
+
+
+def _mode(setup: TrainingSetup) -> tuple[int, bool]:
+    """(the activations' element size, whether autocast runs the linears in 16 bits on fp32 weights)."""
+    if setup.precision in ("amp_bf16", "amp_fp16"):
+        return 2, True
+    return (2, False) if setup.precision in ("bf16", "fp16") else (4, False)
+
+
+def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+    """What the LoRA adapters of one layer keep a token: lora_A's fp32 copy of its input (none when the
+    input is fp32 already: then it is the input itself, counted with the norm's output) and lora_B's input."""
+    r = setup.lora_r or 8
+    return sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
+
+
+def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,
+                  amp: bool) -> bool:
+    """Whether a norm's output (in the activations' dtype) is saved: a trained linear reads it as is (full
+    fine-tune, no autocast), or an fp32 LoRA adapter reads an fp32 one."""
+    if setup.method == "full":
+        return not amp
+    return e == 4 and not amp and any(x in targets for x in consumers)
+
+
+class Saved:
+    """The saved activations of a step's forward, in bytes: per token of every layer, of the model outside
+    the layers (final norm, RoPE tables, ids), and those that do not grow with tokens (autocast's weight
+    casts)."""
+
+    def __init__(self, layer: int, first_layer: int, outside: int, fixed: int, checkpointed_layer: int,
+                 squared: int = 0, heads: int = 0, layers: int = 1) -> None:
+        self.layer = layer  # bytes a token, one layer
+        self.first_layer = first_layer  # the first layer's, which may differ (its input needs no gradient)
+        self.outside = outside  # bytes a token outside the layers
+        self.fixed = fixed  # bytes, not per token
+        self.checkpointed_layer = checkpointed_layer  # bytes a token a layer under gradient checkpointing
+        self.squared = squared  # bytes a (token × position) a layer: eager attention's scores
+        self.layers = layers
+        # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
+        self.squared_backward = 2 * heads if squared else 0
+
+    def total(self, setup: TrainingSetup, layers: int) -> int:
+        tokens = setup.micro_batch * setup.seq_len
+        sq = self.squared * tokens * setup.seq_len
+        if setup.gradient_checkpointing:
+            return self.checkpointed_layer * tokens * layers + self.outside * tokens
+        return (self.first_layer + self.layer * (layers - 1)) * tokens + sq * layers + self.outside * tokens \
+            + self.fixed
+
+    def one_layer(self, setup: TrainingSetup) -> int:
+        tokens = setup.micro_batch * setup.seq_len
+        return self.layer * tokens + self.squared * tokens * setup.seq_len + self.fixed // max(1, self.layers)
+
+
+def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, block: tuple[Linear, ...],
+          total_linear: int) -> Saved:
+    hy = facts.hyper
+    h = hy.hidden_size or hy.n_heads * hy.key_length
+    d = hy.key_length
+    heads, kv = hy.n_heads, (hy.kv_heads[0] if hy.kv_heads else hy.n_heads)
+    model_type = str(config.get("model_type") or facts.architecture)
+    e, amp = _mode(setup)
+    full = setup.method == "full"
+    targets = lora_targets(setup, block) if not full else ()
+    by = {x.name: x for x in block}
+    lora = _lora_bytes(targets, setup, e) if targets else 0
+    gemma = model_type in _GEMMA
+    # --- the norms before attention and before the MLP
+    attn_in = tuple(by[n] for n in ("q_proj", "k_proj", "v_proj", "qkv_proj") if n in by)
+    mlp_in = tuple(by[n] for n in ("gate_proj", "up_proj", "gate_up_proj", "gate", "w1", "w3",
+                                   "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert_gate")
+                   if n in by)
+    # the normalised value the weight's mul keeps: fp32 for Gemma's norms and under autocast (the residual
+    # stream stays fp32 there, and the upcast is the input itself)
+    norm_core = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
+    norms = 0
+    for consumers in (attn_in, mlp_in):
+        norms += norm_core + (e * h if _output_saved(consumers, setup, targets, e, amp) else 0)
+        if full and amp:
+            norms += sum(2 * x.fan_in for x in consumers)
+    if model_type in _FOUR_NORMS:  # the post-attention and post-feed-forward norms feed the residual add
+        norms += 2 * norm_core
+    # --- attention
+    q, kvd = heads * d, kv * d
+    fused_qkv = "qkv_proj" in by
+    eager = setup.attention == "eager" or (model_type == "gemma2" and setup.attention != "flash_attention_2")
+    attn = e * q + e * kvd + (e * (q + 2 * kvd) if fused_qkv else e * kvd) + e * q
+    squared = 0
+    if eager:
+        # eager_attention_forward: matmul saves q and k repeated to every head; softmax's fp32 output, its
+        # cast (saved by the matmul with v, and v repeated); Gemma-2's tanh soft-capping keeps tanh's output
+        attn = e * q + e * q + (e * (q + 2 * kvd) if fused_qkv else e * kvd) + e * q + e * q
+        squared = (4 + e) * heads + (e * heads if config.get("attn_logit_softcapping") else 0)
+    else:
+        attn += 4 * heads
+    if model_type in _QK_NORM:
+        attn += (4 * (q + kvd) + 4 * (heads + kv)) + (e * (q + kvd) if full else 0)
+    # --- the MLP
+    inter = next((x.fan_out for x in block if x.name in ("gate_proj", "w1")), 0)
+    if "gate_up_proj" in by:
+        inter = by["gate_up_proj"].fan_out // 2
+    mlp = 3 * e * inter + (e * inter if full else 0)
+    if hy.expert_count:
+        mlp = _moe(config, hy.expert_count, h, e, full)
+    layer = norms + attn + mlp + lora
+    first = layer
+    if not full and not setup.gradient_checkpointing:
+        first -= _norm_in(h, e)  # the embedding's output needs no gradient: the first norm saves nothing
+    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
+    if full and amp:
+        outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
+    outside += 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
+    fixed = 2 * (total_linear + (hy.vocab_size or 0) * h) if amp and full else 0
+    checkpointed = e * h if not amp else 4 * h
+    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers)
+
+
+def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool) -> int:
+    """A routed MoE block's saved tensors a token (transformers v5's grouped experts, modeling_qwen2_moe.py /
+    integrations/moe.py: the router's fp32 softmax, the top-k indices and the sort that groups tokens by
+    expert, the gathered inputs (saved by the experts' grouped matmul when the experts train), the fused
+    gate/up output, the activation's and the product (down's input, when it trains), the routing weights
+    and the experts' outputs (saved by the weighting mul); Qwen2-MoE's shared expert as a gated MLP, its
+    output saved by the sigmoid gate's mul)."""
+    k = int(config.get("num_experts_per_tok") or 2)
+    inter = int(config.get("moe_intermediate_size") or config.get("intermediate_size") or 4 * h)
+    shared = int(config.get("shared_expert_intermediate_size") or 0)
+    routed = 4 * experts + 32 * k + e * k + e * k * h + 3 * e * k * inter + (e * k * (h + inter) if full else 0)
+    if shared:
+        routed += 3 * e * shared + (e * shared if full else 0) + e * h + e
+    return routed
+
+
+def loss_bytes(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup) -> int:
+    """The loss at its peak, in backward. transformers' ForCausalLMLoss (loss/loss_utils.py) upcasts the
+    logits to fp32 and cross_entropy keeps log_softmax's fp32 output; its backward allocates the gradient of
+    that output and then of the logits, both fp32: 12 bytes a token and vocabulary entry (the 16-bit logits
+    themselves are not kept: ``.float()`` needs nothing for its backward). Final-logit soft-capping (Gemma-2)
+    keeps tanh's output too. A chunked/fused loss holds one chunk's worth."""
+    tokens = setup.micro_batch * setup.seq_len
+    vocab = facts.hyper.vocab_size or 0
+    if setup.loss != "plain":
+        tokens = min(tokens, setup.loss_chunk_tokens or LOSS_CHUNK_TOKENS)
+    e, _ = _mode(setup)
+    cap = e * tokens * vocab if config.get("final_logit_softcapping") else 0
+    return 12 * tokens * vocab + cap

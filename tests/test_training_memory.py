@@ -1,0 +1,59 @@
+"""gpulaunch's per-GPU peak of a training step against PyTorch's own count of the same step of the real
+Hugging Face code (tests/training_oracle.py: transformers + peft on CPU, MemTracker, two steps).
+
+Each case writes the model as config.json + header-only safetensors, asks gpulaunch (which reads the headers
+and the config, never torch), runs the real step and compares: the peak within 3 % of PyTorch's count and
+never more than 1 % under it; each phase's weights exactly; the moment of the peak. A quick slice of the
+matrix runs here (a few seconds a case on 2 cores); benchmarks/training_sizing.py runs all of it and prints
+the table. Cases known to be off are listed with the reason, strict: they fail when they come right.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="the oracle runs real PyTorch steps: pip install torch==2.13.0")
+pytest.importorskip("transformers", reason="the oracle runs the real Hugging Face code: pip install -e '.[test]'")
+pytest.importorskip("peft", reason="the LoRA cases run the real peft: pip install -e '.[test]'")
+
+from training_oracle import Case, compare, write_model  # noqa: E402
+
+#: The quick slice: every family, full and LoRA, checkpointing off and on, both losses, both lengths, autocast.
+QUICK = [
+    Case("llama", precision="fp32"), Case("llama", precision="amp_bf16"), Case("llama"),
+    Case("llama", seq_len=256), Case("llama", gradient_checkpointing=True),
+    Case("llama", precision="fp32", gradient_checkpointing=True), Case("llama", loss="chunked"),
+    Case("llama", method="lora"), Case("llama", method="lora", lora_targets=("all-linear",)),
+    Case("llama", micro_batch=2),
+    Case("qwen3"), Case("qwen3", method="lora"), Case("qwen2", gradient_checkpointing=True),
+    Case("mistral"), Case("phi3"), Case("phi3", method="lora", lora_targets=("qkv_proj",)),
+    Case("gemma2"), Case("gemma2", gradient_checkpointing=True),
+    Case("qwen2_moe"),
+    Case("llama", method="qlora"), Case("qwen3", method="qlora", gradient_checkpointing=True),
+]
+
+#: Cases where gpulaunch is off by more than the target, and why (measured; see the final report's table).
+KNOWN_OFF: dict[str, str] = {}
+
+
+def _id(case: Case) -> str:
+    return case.name + ("" if case.lora_targets == ("q_proj", "v_proj") else "-" + "+".join(case.lora_targets)) \
+        + ("" if case.optimizer == "adamw_torch" else "-" + case.optimizer)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=_id(c), marks=[pytest.mark.xfail(
+    reason=KNOWN_OFF[_id(c)], strict=True)] if _id(c) in KNOWN_OFF else []) for c in QUICK])
+def test_peak_is_pytorchs_count_within_3_percent_never_1_percent_under(case, tmp_path):
+    if case.method == "qlora":
+        pytest.importorskip("bitsandbytes", reason="QLoRA's 4-bit base: pip install -e '.[test]'")
+    r = compare(case, write_model(case, tmp_path))
+    ours, torch_count = r["peak"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    # the weights as loaded are exact (the rules read them from the headers), in both phases; the
+    # optimizer's states too at the step (PyTorch's count adds AdamW's host-side step scalars, 4 bytes each)
+    for phase in ("backward", "optimizer step"):
+        got, want = r[phase]["weights"]
+        # (QLoRA: within 0.2 %, the quant state's small tensors, its nf4 code table among them)
+        assert abs(got - want) <= (0.002 * want if case.method == "qlora" else 64), (phase, got, want)
+    got, want = r["optimizer step"]["optimizer"]
+    assert abs(got - want) <= 4 * 64 or abs(got - want) <= 0.002 * want, (got, want)

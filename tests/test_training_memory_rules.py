@@ -1,0 +1,120 @@
+"""Training sizing's memory rules (fit/training/memory.py) on real-size layouts, no torch: what a user
+planning a fine-tune sees (the per-GPU peak, its moment, the term that dominates, what sharding and offload
+move), on the issue's own case (Llama-3.1-8B, bf16, 4096 tokens). The rules' accuracy against PyTorch's
+count of real steps is tests/test_training_memory.py's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpu_launch.fit.training.memory import peak, phases
+from gpu_launch.fit.training.setup import TrainingSetup
+from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights
+
+GiB = 1 << 30
+
+#: Llama-3.1-8B's config.json numbers
+L, H, I, V = 32, 4096, 14336, 128256
+CONFIG = {"model_type": "llama", "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": V, "tie_word_embeddings": False}
+
+
+def llama8b() -> ModelFacts:
+    per_layer = H * H + 2 * H * 1024 + H * H + 3 * H * I + 2 * H
+    total = L * per_layer + 2 * V * H + H
+    hy = Hyper(n_layers=L, n_heads=32, kv_heads=(8,) * L, key_length=128, value_length=128, hidden_size=H,
+               vocab_size=V)
+    w = Weights(layers=(2 * per_layer,) * L, token_embedding=2 * V * H, output=2 * (V * H + H),
+                by_type={"BF16": 2 * total})
+    return ModelFacts(source="Llama-3.1-8B", files=(), format="safetensors", architecture="llama", hyper=hy,
+                      weights=w, header_bytes=0)
+
+
+BASE = TrainingSetup(model="Llama-3.1-8B", launcher="trainer", precision="bf16", micro_batch=1, seq_len=4096)
+
+
+def test_the_issues_case_fills_an_h100_even_with_checkpointing():
+    p = peak(llama8b(), CONFIG, replace(BASE, gradient_checkpointing=True), 1)
+    # weights 15 GiB, gradients 15, AdamW's two bf16 states 30, foreach's sqrt 15: the step's moment
+    assert p.peak_at == "optimizer step"
+    assert 74 * GiB < p.peak_bytes < 76 * GiB
+    # within a GiB of what an 80 GB H100 has free (the issue's 79.64 GiB), not 46 GiB to spare
+    assert 78.5 * GiB < p.peak_bytes + p.allowance_bytes < 79.64 * GiB
+    assert p.dominant == "optimizer"
+    assert p.labels["allowance"] == "allowance" and p.labels["weights"] == "exact"
+    assert p.weights_bytes + p.gradients_bytes + p.optimizer_bytes + p.activations_bytes + p.loss_bytes \
+        + p.other_bytes == p.peak_bytes
+
+
+def test_batch_4_without_checkpointing_peaks_in_backward_on_activations():
+    p = peak(llama8b(), CONFIG, replace(BASE, micro_batch=4), 1)
+    assert p.peak_at == "backward"
+    assert p.dominant == "activations"
+    # the loss alone: 12 bytes a token and vocabulary entry, 16384 tokens of 128,256: 23.5 GiB
+    assert p.loss_bytes == 12 * 4 * 4096 * V
+    assert p.peak_bytes > 150 * GiB
+
+
+def test_checkpointing_cuts_the_activations_to_one_hidden_state_a_layer():
+    off = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4), 1)["backward"]["activations"]
+    on = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4, gradient_checkpointing=True), 1)
+    assert on["backward"]["activations"] < off / 10
+    assert on["backward"]["activations"] >= 2 * H * L * 4 * 4096  # bf16 layer inputs, every layer
+
+
+def test_lora_trains_a_sliver_but_keeps_the_activations():
+    full = phases(llama8b(), CONFIG, BASE, 1)
+    lora = phases(llama8b(), CONFIG, replace(BASE, method="lora", lora_r=16, lora_targets=("all-linear",)), 1)
+    assert lora["optimizer step"]["gradients"] < full["optimizer step"]["gradients"] / 50
+    assert lora["backward"]["activations"] > full["backward"]["activations"] / 2
+
+
+def test_qlora_holds_the_base_in_4_bits_with_its_quant_state():
+    q = phases(llama8b(), CONFIG, replace(BASE, method="qlora", quant_bits=4, lora_r=16), 1)["optimizer step"]
+    bf16 = phases(llama8b(), CONFIG, replace(BASE, method="lora", lora_r=16), 1)["optimizer step"]
+    assert 0.3 * bf16["weights"] < q["weights"] < 0.45 * bf16["weights"]
+    dq = phases(llama8b(), CONFIG, replace(BASE, method="qlora", quant_bits=4, quant_double=True, lora_r=16),
+                1)["optimizer step"]
+    assert dq["weights"] < q["weights"]
+
+
+@pytest.mark.parametrize("sharding, divided", [
+    ("ddp", ()), ("zero1", ("optimizer",)), ("zero2", ("optimizer", "gradients")),
+    ("zero3", ("optimizer", "gradients", "weights")), ("fsdp_full", ("optimizer", "gradients", "weights")),
+    ("fsdp_grad_op", ("optimizer", "gradients"))])
+def test_sharding_divides_what_it_shards_over_the_ranks(sharding, divided):
+    one = phases(llama8b(), CONFIG, replace(BASE, gradient_checkpointing=True), 1)["optimizer step"]
+    four = phases(llama8b(), CONFIG, replace(BASE, gradient_checkpointing=True, sharding=sharding), 4)[
+        "optimizer step"]
+    for term in ("weights", "gradients", "optimizer"):
+        if term in divided:
+            assert four[term] < one[term] / 2 or (term == "optimizer" and sharding.startswith("zero")
+                                                  and four[term] < one[term]), term
+        elif not sharding.startswith("zero") or term != "optimizer":
+            assert four[term] == one[term], term
+
+
+def test_zero3_over_8_gpus_fits_an_80gb_card_and_offload_moves_states_to_host_ram():
+    s = replace(BASE, gradient_checkpointing=True, sharding="zero3")
+    p = peak(llama8b(), CONFIG, s, 8)
+    assert p.peak_bytes + p.allowance_bytes < 40 * GiB
+    off = peak(llama8b(), CONFIG, replace(s, offload_optimizer=True), 8)
+    assert off.optimizer_bytes == 0 and off.host_bytes > 0
+    assert off.peak_bytes < p.peak_bytes
+
+
+def test_fused_adamw_has_no_foreach_temporary_and_8bit_states_are_a_quarter():
+    gc = replace(BASE, gradient_checkpointing=True)
+    foreach = phases(llama8b(), CONFIG, gc, 1)["optimizer step"]
+    fused = phases(llama8b(), CONFIG, replace(gc, optimizer="adamw_torch_fused"), 1)["optimizer step"]
+    eight = phases(llama8b(), CONFIG, replace(gc, optimizer="adamw_8bit"), 1)["optimizer step"]
+    assert fused["other"] == 0 < foreach["other"]
+    assert eight["optimizer"] < foreach["optimizer"] / 1.9
+
+
+def test_a_chunked_loss_holds_one_chunk_of_logits():
+    plain = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4), 1)["backward"]["loss"]
+    chunked = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4, loss="chunked"), 1)["backward"]["loss"]
+    assert chunked * 10 < plain
