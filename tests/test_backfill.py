@@ -207,7 +207,8 @@ def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_pat
              what="the big job to wait")
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}\n" for i in range(3)))
-    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1"], env=environ, timeout=120)
+    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1", "--log-dir", str(tmp_path / "logs")],
+                env=environ, timeout=120)
     assert sweep.returncode == 0, sweep.stderr
     on = {(tmp_path / f"job{i}").read_text().strip() for i in range(3)}
     assert on <= {"1", "2"}  # on the lent GPUs only, never alice's

@@ -264,7 +264,8 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         try:
             if ticket is not None:
                 ticket.join()
-            filling = Backfiller(request, locking, ticket, chooser) if backfill and ticket is not None else None
+            filling = Backfiller(request, locking, ticket, chooser) \
+                if backfill and ticket is not None and locking is not None else None
             last: GpuLaunchError | None = None
             slept = False
             fresh = machine is not None
@@ -320,10 +321,10 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                         if watch is not None:
                             watch.close()
                         watch = holders.LockWatch(locking.lock_dir, device_uuids(machine))
-                        got = filling.try_ahead(machine, ahead)
-                        if got is not None:
-                            got.waited = time.monotonic() - started if slept else None
-                            return got
+                        ahead_got = filling.try_ahead(machine, ahead)
+                        if ahead_got is not None:
+                            ahead_got.waited = time.monotonic() - started if slept else None
+                            return ahead_got
                         if filling.kept:
                             what += f"; kept for the head: {', '.join(filling.kept)}"
                         wake = _wake_either(ticket, watch)
