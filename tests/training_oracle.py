@@ -386,9 +386,10 @@ def matrix() -> list[Case]:
                     out.append(Case("llama", precision=prec, method=meth, gradient_checkpointing=gc, loss=loss,
                                     seq_len=seq))
     for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "qwen2_moe"):
+        targets = ("qkv_proj",) if fam == "phi3" else ("q_proj", "v_proj")  # phi3 fuses q, k and v
         for meth in ("full", "lora"):
             for gc in (False, True):
-                out.append(Case(fam, method=meth, gradient_checkpointing=gc))
+                out.append(Case(fam, method=meth, gradient_checkpointing=gc, lora_targets=targets))
         out.append(Case(fam, loss="chunked"))
         out.append(Case(fam, seq_len=256))
         out.append(Case(fam, precision="amp_bf16"))
