@@ -386,9 +386,10 @@ def matrix() -> list[Case]:
                     out.append(Case("llama", precision=prec, method=meth, gradient_checkpointing=gc, loss=loss,
                                     seq_len=seq))
     for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "qwen2_moe"):
+        targets = ("qkv_proj",) if fam == "phi3" else ("q_proj", "v_proj")  # phi3 fuses q, k and v
         for meth in ("full", "lora"):
             for gc in (False, True):
-                out.append(Case(fam, method=meth, gradient_checkpointing=gc))
+                out.append(Case(fam, method=meth, gradient_checkpointing=gc, lora_targets=targets))
         out.append(Case(fam, loss="chunked"))
         out.append(Case(fam, seq_len=256))
         out.append(Case(fam, precision="amp_bf16"))
@@ -401,3 +402,80 @@ def matrix() -> list[Case]:
     out.append(Case("llama", optimizer="sgd"))
     out.append(Case("llama", micro_batch=2))
     return out
+
+
+#: Real widths (Llama-3.1-8B's config.json), a few layers: the same step on the ``meta`` device.
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+            "max_position_embeddings": 8192, "tie_word_embeddings": False}
+
+
+def _cuda_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: Any = None,
+                    dropout: float = 0.0, **kwargs: Any) -> Any:
+    """The kernel CUDA's sdpa picks for a bf16 causal step without a mask (flash), called directly so that its
+    meta kernel gives what it saves (the math fallback a meta or CPU sdpa would take keeps s² scores)."""
+    t = _torch()
+    n_rep = query.shape[1] // key.shape[1]
+    if n_rep > 1:  # flash takes as many k/v heads as q heads (sdpa's enable_gqa expands them the same way)
+        key, value = key.repeat_interleave(n_rep, dim=1), value.repeat_interleave(n_rep, dim=1)
+    out = t.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, True, False, scale=scaling)[0]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def measure_meta(raw: dict[str, Any], case: Case) -> Measured:
+    """PyTorch's count of two steps of the real model at real widths, on the meta device (shapes, no data)."""
+    t = _torch()
+    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
+
+    AttentionInterface.register("cuda_sdpa_meta", _cuda_attention)
+    with t.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**raw), attn_implementation="cuda_sdpa_meta",
+                                                 dtype=t.bfloat16)
+    if case.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = t.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    ids = t.zeros((case.micro_batch, case.seq_len), dtype=t.long, device="meta")
+    tracker = _tracker()
+    tracker.track_external(model, opt)
+    meta = t.device("meta")
+    with tracker:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tracker.reset_mod_stats()
+        tracker._peak_mem, tracker._peak_mem_snap = {}, {}
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        del loss
+        backward = _terms(tracker.get_tracker_snapshot("peak").get(meta, {}))
+        tracker._peak_mem, tracker._peak_mem_snap = {}, {}
+        opt.step()
+        step = _terms(tracker.get_tracker_snapshot("peak").get(meta, {}))
+    return Measured({"backward": backward, "optimizer step": step})
+
+
+def write_config_model(raw: dict[str, Any], folder: Path) -> Path:
+    """config.json + header-only bf16 safetensors for a raw config (as write_model does for a case)."""
+    t = _torch()
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = AutoConfig.for_model(**raw)
+    with t.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=t.bfloat16)
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, p in model.named_parameters(remove_duplicate=True):
+        n = p.numel() * 2
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw_header = json.dumps(header).encode()
+    raw_header += b" " * (-len(raw_header) % 8)
+    path = folder / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw_header)) + raw_header)
+    os.truncate(path, 8 + len(raw_header) + offset)
+    (folder / "config.json").write_text(json.dumps({**config.to_dict(), "torch_dtype": "bfloat16"}))
+    return folder

@@ -158,8 +158,8 @@ def step_temporary_bytes(optimizer: str, counts: ParamCounts, dtype_bytes: int) 
     trainable parameter at once; the for-loop and fused kernels one parameter's worth or nothing."""
     if optimizer in ("adamw_torch", "adamw_torch_foreach"):
         return counts.trainable * dtype_bytes
-    if optimizer == "adamw_torch_fused":
-        return 0
+    if optimizer in ("adamw_torch_fused", "sgd"):
+        return 0  # the fused kernel works in place; SGD without momentum adds -lr·grad in place
     if optimizer == "adafactor":
         return 3 * counts.largest * 4
     return counts.largest * dtype_bytes
