@@ -434,8 +434,7 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
 
 
 def _training(s: Sizing, rooms: Sequence[Room]) -> Placement:
-    """A training launch: one process a GPU, each holding the step's per-GPU peak at this world size
-    (fit/training/steps.py); the placement's share of a GPU is that peak, its allowance on top."""
+    """A training launch: one process a GPU, each holding the step's peak at this world size (training/steps.py)."""
     from gpu_launch.fit.training import steps
 
     run = s.settings.training
@@ -445,8 +444,6 @@ def _training(s: Sizing, rooms: Sequence[Room]) -> Placement:
                             training=p) for r in rooms)
     need = (p.peak_bytes + p.allowance_bytes) * len(rooms)
     short = sum(max(0, -sh.left_bytes) for sh in shares)
-    values = {"nproc": str(len(rooms))}
-    if run.micro_open:
-        values["micro_batch"] = str(step.micro_batch)
+    values = {"nproc": str(len(rooms)), **({"micro_batch": str(step.micro_batch)} if run.micro_open else {})}
     return Placement("training", shares, whole=step.fits, fits=step.fits, need_bytes=need, short_bytes=short,
                      notes=step.notes, values=tuple(values.items()))
