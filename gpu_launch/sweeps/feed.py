@@ -44,6 +44,8 @@ class Feed:
         self._number = 0
         self._read = 0  # bytes read in all
         self._first = True  # (a UTF-8 byte order mark starts only the first line)
+        self._consumed = 0  # bytes of the lines taken so far, newlines included
+        self._starts: dict[int, int] = {}  # line number -> where it starts in the input (for "byte N", as a file's)
         self.check: Callable[[Job], None] | None = None  # how each later line is checked (each.check_job)
 
     def _lines(self, final: bool) -> list[tuple[int, bytes]]:
@@ -55,6 +57,8 @@ class Feed:
         for raw in complete:
             self._lineno += 1
             lines.append((self._lineno, raw))
+            self._starts[self._lineno] = self._consumed
+            self._consumed += len(raw) + 1
         return lines
 
     def _chunk(self, block: bool) -> bool:
@@ -98,16 +102,18 @@ class Feed:
         return jobs
 
     def _job(self, lineno: int, raw: bytes, check: Callable[[Job], None], strict: bool) -> tuple[Job | None, str]:
+        start = self._starts.pop(lineno, 0)
         if self._first:
-            raw, self._first = raw.removeprefix(b"\xef\xbb\xbf"), False
+            stripped, self._first = raw.removeprefix(b"\xef\xbb\xbf"), False
+            start, raw = start + len(raw) - len(stripped), stripped
         job: Job | None = None
         text = "?"
         try:
             try:
                 text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise UsageError(f"{self.source}, line {lineno}: not UTF-8 text (byte {exc.start + 1} is "
-                                 f"{raw[exc.start]:#04x})") from None
+            except UnicodeDecodeError as exc:  # the byte counted in the whole input, as for a job file
+                where = start + exc.start + 1
+                raise UsageError(f"{self.source}: not UTF-8 text (byte {where} is {raw[exc.start]:#04x})") from None
             job = parse_line(text, lineno, self._number + 1, self.source, self.shell)
             if job is None:
                 return None, ""
