@@ -87,8 +87,7 @@ class Signals:
         """A job ended: the wake-up byte is what matters; reaping happens in the loop."""
 
     def wait(self, timeout: float, also: int | None = None) -> None:
-        """Sleep until a signal (a job's end, Ctrl-C) arrives, ``also`` (``each -``'s stdin) can be read,
-        or ``timeout`` seconds pass."""
+        """Sleep until a signal (a job's end, Ctrl-C), ``also`` readable (``each -``'s stdin) or ``timeout``."""
         import select
 
         assert self._pipe is not None
