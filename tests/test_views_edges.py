@@ -113,3 +113,8 @@ def test_the_waiting_line_is_printed_when_it_changes_and_once_a_minute_otherwise
     with StatusLine(quiet, quiet=True) as line:
         line.update(0, "x")
     assert quiet.getvalue() == ""
+
+
+def test_a_wait_of_a_fraction_of_a_second_more_is_not_rounded_up_a_whole_second() -> None:
+    lines = queue_table.as_text([waiter(1, 42.4), waiter(2, 42.6)], None, now=NOW).splitlines()
+    assert [line.split()[4] for line in lines[2:]] == ["42s", "43s"]
