@@ -1,0 +1,51 @@
+"""The slips in reading options a user would suffer (issue 37): words after `--` for a verb that takes
+ids, short options written together with their value, a config file's counts, a snapshot's huge number
+named without printing it. Unit-level: the parser and the readers as the commands use them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_launch.errors import GpuLaunchError, UsageError
+from gpu_launch.options import args, config
+
+
+def test_words_after_double_dash_are_a_verbs_positionals() -> None:
+    inv = args.parse(["cancel", "--", "3", "4"])
+    assert (inv.command, inv.positionals) == ("cancel", ("3", "4"))
+
+
+def test_short_options_together_take_their_value_from_the_rest_of_the_word() -> None:
+    inv = args.parse(["-qn2", "--", "true"])
+    assert (inv.get("quiet"), inv.get("auto"), inv.argv) == (True, 2, ("true",))
+    inv = args.parse(["-vvn", "3", "--", "true"])
+    assert (inv.get("verbose"), inv.get("auto")) == (2, 3)
+    with pytest.raises(UsageError, match="-n needs a value"):
+        args.parse(["-qn"])
+
+
+def test_a_config_count_is_taken_up_to_999(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("verbose = 999\n")
+    assert config.read_file(str(path))["verbose"].value == 999
+    path.write_text("verbose = 1000\n")
+    with pytest.raises(GpuLaunchError, match="verbose: expected true/false or a count, got 1000"):
+        config.read_file(str(path))
+
+
+def test_a_snapshots_huge_number_is_named_by_its_digits(tmp_path: Path) -> None:
+    from gpu_launch.hardware import snapshot
+    from sharing_helpers import example, first_gpus
+
+    doc = first_gpus(example("workstation-4x"), 1)
+    key = next(k for k, v in doc["gpus"][0].items() if k.startswith("memory_total") and isinstance(v, int))
+    for value, shown in ((10 ** 30, "a 31-digit number"), (10 ** 30 - 1, str(10 ** 30 - 1))):
+        doc["gpus"][0][key] = value
+        path = tmp_path / "snap.json"
+        path.write_text(json.dumps(doc))
+        with pytest.raises(GpuLaunchError) as err:
+            snapshot.load(str(path))
+        assert f"{shown} is above" in err.value.message
