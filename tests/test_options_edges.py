@@ -49,3 +49,16 @@ def test_a_snapshots_huge_number_is_named_by_its_digits(tmp_path: Path) -> None:
         with pytest.raises(GpuLaunchError) as err:
             snapshot.load(str(path))
         assert f"{shown} is above" in err.value.message
+
+
+def test_whole_numbers_are_up_to_nine_digits_and_watch_intervals_from_a_tenth_of_a_second() -> None:
+    from gpu_launch.options import values
+
+    assert values.whole_number("123456789", "--auto", "2") == 123456789
+    with pytest.raises(UsageError, match="is not a whole number"):
+        values.whole_number("1234567890", "--auto", "2")
+    assert values.interval("0.1", "--watch") == 0.1 and values.interval("0.5", "--watch") == 0.5
+    assert values.interval("1d", "--watch") == 86400
+    for bad in ("0.09", "25h"):
+        with pytest.raises(UsageError, match="is not between 0.1s and 1d"):
+            values.interval(bad, "--watch")
