@@ -62,3 +62,4 @@ def test_whole_numbers_are_up_to_nine_digits_and_watch_intervals_from_a_tenth_of
     for bad in ("0.09", "25h"):
         with pytest.raises(UsageError, match="is not between 0.1s and 1d"):
             values.interval(bad, "--watch")
+
