@@ -153,7 +153,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "hardware/host.py": _tests("affinity cluster_edges nodes"),
     "options/config.py": _tests("options_edges config cli"),
     "options/args.py": _tests("options_edges help cli bad_input"),
-    "options/values.py": _tests("bad_input cli help"),
+    "options/values.py": _tests("options_edges bad_input cli help"),
     "options/manpage.py": _tests("manpage"),
     "base/units.py": _tests("units bounds cli"),
     "base/records.py": _tests("records api_types"),

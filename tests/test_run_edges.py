@@ -144,3 +144,19 @@ def test_telling_a_supervisor_that_is_gone_does_not_stop_the_command() -> None:
     finally:
         _os.close(w)
     execute._tell(None, b"x")
+
+
+def test_a_script_whose_start_cannot_be_read_is_left_to_the_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from gpu_launch.run import execute
+
+    script = tmp_path / "run.sh"
+    script.write_text("#!/nonexistent/sh\n")
+    script.chmod(0o755)
+
+    def failing_read(fd: int, n: int) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(execute.os, "read", failing_read)
+    assert execute._check_interpreter(str(script), "run.sh") is None
