@@ -84,8 +84,8 @@ _RUN = _tests("run_edges placeholders env_hygiene affinity frameworks each_shell
 _COMMANDS = _tests("commands_edges jobs_edges cli help jobs ls_layout config check env_cmd each")
 _VIEWS = _tests("views_edges ls_layout json queue_visible each_output plan_cli env_cmd machine_states")
 _IN_PROCESS = _tests("api_types api api_model notebook")
-_HARDWARE = _tests("snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
-_OPTIONS = _tests("help cli bad_input config manpage completions")
+_HARDWARE = _tests("views_edges options_edges snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
+_OPTIONS = _tests("options_edges help cli bad_input config manpage completions")
 _BASE = _tests("units records bounds cli")
 TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
          "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE, "cluster": _CLUSTER, "jobs": _JOBS, "run": _RUN,
@@ -148,10 +148,12 @@ MODULE_TESTS: dict[str, list[str]] = {
     "views/each_view.py": _tests("each_output each"),
     "views/plan_view.py": _tests("plan_cli nodes_plan"),
     "views/watch.py": _tests("views_edges ls_layout"),
-    "hardware/snapshot.py": _tests("snapshot machine_states mig nvml_backend"),
+    "hardware/snapshot.py": _tests("options_edges snapshot machine_states mig nvml_backend"),
+    "hardware/model.py": _tests("views_edges snapshot machine_states"),
     "hardware/host.py": _tests("affinity cluster_edges nodes"),
-    "options/config.py": _tests("config cli"),
-    "options/values.py": _tests("bad_input cli help"),
+    "options/config.py": _tests("options_edges config cli"),
+    "options/args.py": _tests("options_edges help cli bad_input"),
+    "options/values.py": _tests("options_edges bad_input cli help"),
     "options/manpage.py": _tests("manpage"),
     "base/units.py": _tests("units bounds cli"),
     "base/records.py": _tests("records api_types"),

@@ -570,3 +570,13 @@ def test_a_nodes_first_command_must_succeed(tmp_path: Path) -> None:
     assert (tmp_path / "f").read_text() == "hi"
     with pytest.raises(GpuLaunchError, match=r"failed \(exit 3\): nothing was started"):
         prepare(NodeCommand(("x",), "head", first=("/bin/sh", "-c", "exit 3")), dict(os.environ))
+
+
+def test_a_node_task_refuses_a_slurm_step_of_another_shape(tmp_path: Path) -> None:
+    from gpu_launch.cluster import nodes
+
+    step = {"SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "n[1-3]"}
+    with pytest.raises(UsageError, match=r"--nodes 2, but this Slurm step runs on 3 nodes \(n\[1-3\]\)"):
+        nodes._from_slurm(2, step, None, str(tmp_path))
+    with pytest.raises(UsageError, match="runs 6 tasks on 3 nodes: --nodes needs one a node"):
+        nodes._from_slurm(3, {**step, "SLURM_STEP_NUM_TASKS": "6"}, None, str(tmp_path))

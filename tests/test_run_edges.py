@@ -108,3 +108,55 @@ def test_a_script_that_cannot_be_opened_is_left_to_the_exec(tmp_path: Path) -> N
     from gpu_launch.run import execute
 
     assert execute._check_interpreter(str(tmp_path / "gone"), "gone") is None  # the exec says what is wrong
+
+
+def test_a_nul_byte_names_where_it_is(tmp_path: Path) -> None:
+    from gpu_launch.run import execute
+
+    with pytest.raises(UsageError, match="the command's the program name contains a NUL byte"):
+        execute.resolve_command(["py\0thon"], {})
+    with pytest.raises(UsageError, match="the command's argument 1 contains a NUL byte"):
+        execute.resolve_command(["python", "a\0b"], {})
+
+
+def test_a_script_whose_interpreter_is_missing_says_so_before_anything_is_reserved(tmp_path: Path) -> None:
+    from gpu_launch.errors import CommandNotFound
+    from gpu_launch.run import execute
+
+    script = tmp_path / "run.sh"
+    script.write_text("#!/nonexistent/sh\necho hi\n")
+    script.chmod(0o755)
+    with pytest.raises(CommandNotFound, match="its interpreter /nonexistent/sh"):
+        execute._check_interpreter(str(script), "run.sh")
+    script.write_text("#!/bin/sh\necho hi\n")
+    assert execute._check_interpreter(str(script), "run.sh") is None
+
+
+def test_telling_a_supervisor_that_is_gone_does_not_stop_the_command() -> None:
+    import os as _os
+
+    from gpu_launch.run import execute
+
+    r, w = _os.pipe()
+    _os.close(r)  # the supervisor has gone: a write gets EPIPE (SIGPIPE is ignored under pytest)
+    try:
+        execute._tell(w, b"exec\n")
+    finally:
+        _os.close(w)
+    execute._tell(None, b"x")
+
+
+def test_a_script_whose_start_cannot_be_read_is_left_to_the_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from gpu_launch.run import execute
+
+    script = tmp_path / "run.sh"
+    script.write_text("#!/nonexistent/sh\n")
+    script.chmod(0o755)
+
+    def failing_read(fd: int, n: int) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(execute.os, "read", failing_read)
+    assert execute._check_interpreter(str(script), "run.sh") is None

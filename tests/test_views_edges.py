@@ -113,3 +113,31 @@ def test_the_waiting_line_is_printed_when_it_changes_and_once_a_minute_otherwise
     with StatusLine(quiet, quiet=True) as line:
         line.update(0, "x")
     assert quiet.getvalue() == ""
+
+
+def test_a_wait_of_a_fraction_of_a_second_more_is_not_rounded_up_a_whole_second() -> None:
+    lines = queue_table.as_text([waiter(1, 42.4), waiter(2, 42.6)], None, now=NOW).splitlines()
+    assert [line.split()[4] for line in lines[2:]] == ["42s", "43s"]
+
+
+def test_ls_names_a_process_by_its_script_not_its_interpreter() -> None:
+    from gpu_launch.views.ls_table import command_word
+
+    assert command_word("/usr/bin/python3 -u /home/a/train.py --lr 1") == "train.py"
+    assert command_word("python -m torch.distributed.run x.py") == "torch.distributed.run"
+    assert command_word("bash ./run.sh") == "run.sh"
+    assert command_word("uv run serve.py") == "serve.py"
+    assert command_word("CUDA_VISIBLE_DEVICES=0 python -c 'print(1)'") == "python"
+    assert command_word("/opt/vllm/bin/vllm serve m") == "vllm"
+    assert command_word("") == "?"
+
+
+def test_a_machine_tells_the_link_between_two_gpus_and_none_without_a_matrix() -> None:
+    from dataclasses import replace
+
+    from gpu_launch.hardware import snapshot
+
+    machine = snapshot.resolve("dgx-h100")
+    a, b = machine.gpus[0], machine.gpus[1]
+    assert machine.link(a, b) == machine.links[0][1] == "NV18"
+    assert replace(machine, links=None).link(a, b) is None

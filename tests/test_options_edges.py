@@ -1,0 +1,65 @@
+"""The slips in reading options a user would suffer (issue 37): words after `--` for a verb that takes
+ids, short options written together with their value, a config file's counts, a snapshot's huge number
+named without printing it. Unit-level: the parser and the readers as the commands use them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpu_launch.errors import GpuLaunchError, UsageError
+from gpu_launch.options import args, config
+
+
+def test_words_after_double_dash_are_a_verbs_positionals() -> None:
+    inv = args.parse(["cancel", "--", "3", "4"])
+    assert (inv.command, inv.positionals) == ("cancel", ("3", "4"))
+
+
+def test_short_options_together_take_their_value_from_the_rest_of_the_word() -> None:
+    inv = args.parse(["-qn2", "--", "true"])
+    assert (inv.get("quiet"), inv.get("auto"), inv.argv) == (True, 2, ("true",))
+    inv = args.parse(["-vvn", "3", "--", "true"])
+    assert (inv.get("verbose"), inv.get("auto")) == (2, 3)
+    with pytest.raises(UsageError, match="-n needs a value"):
+        args.parse(["-qn"])
+
+
+def test_a_config_count_is_taken_up_to_999(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("verbose = 999\n")
+    assert config.read_file(str(path))["verbose"].value == 999
+    path.write_text("verbose = 1000\n")
+    with pytest.raises(GpuLaunchError, match="verbose: expected true/false or a count, got 1000"):
+        config.read_file(str(path))
+
+
+def test_a_snapshots_huge_number_is_named_by_its_digits(tmp_path: Path) -> None:
+    from gpu_launch.hardware import snapshot
+    from sharing_helpers import example, first_gpus
+
+    doc = first_gpus(example("workstation-4x"), 1)
+    key = next(k for k, v in doc["gpus"][0].items() if k.startswith("memory_total") and isinstance(v, int))
+    for value, shown in ((10 ** 30, "a 31-digit number"), (10 ** 30 - 1, str(10 ** 30 - 1))):
+        doc["gpus"][0][key] = value
+        path = tmp_path / "snap.json"
+        path.write_text(json.dumps(doc))
+        with pytest.raises(GpuLaunchError) as err:
+            snapshot.load(str(path))
+        assert f"{shown} is above" in err.value.message
+
+
+def test_whole_numbers_are_up_to_nine_digits_and_watch_intervals_from_a_tenth_of_a_second() -> None:
+    from gpu_launch.options import values
+
+    assert values.whole_number("123456789", "--auto", "2") == 123456789
+    with pytest.raises(UsageError, match="is not a whole number"):
+        values.whole_number("1234567890", "--auto", "2")
+    assert values.interval("0.1", "--watch") == 0.1 and values.interval("0.5", "--watch") == 0.5
+    assert values.interval("1d", "--watch") == 86400
+    for bad in ("0.09", "25h"):
+        with pytest.raises(UsageError, match="is not between 0.1s and 1d"):
+            values.interval(bad, "--watch")
+
