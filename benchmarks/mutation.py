@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 from mutation_report import report, rerun_survivors  # beside this file (python benchmarks/mutation.py)
+from mutation_tests import MODULE_TESTS, TESTS  # beside it too: each package's and module's tests
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("reservations", "placing", "sweeps", "choose", "fit", "modelfile", "cluster", "jobs", "run", "commands",
@@ -64,105 +65,6 @@ KEEP_OPERATORS = (
     r"core/(AddNot|NumberReplacer|ReplaceAndWithOr|ReplaceOrWithAnd|ReplaceTrueWithFalse|ReplaceFalseWithTrue"
     r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|ZeroIterationForLoop|ExceptionReplacer)$",
 )
-
-def _tests(names: str) -> list[str]:
-    return [f"tests/test_{name}.py" for name in names.split()]
-
-
-# The tests for each package, fastest killers first; a module may add its own in MODULE_TESTS.
-_RESERVATIONS = _tests("lock_edges reservation_pins reservations lock_ownership hardened_locks locks_at_every_depth "
-                       "bad_lock_files nesting queue wait each_scheduling hostile")
-_CHOOSE = _tests("choice_edges choice_boundaries model_shortfall_lines select spec ranking choice_states mig visibility "
-                 "machine_states explain choose_by_model cli api")
-_FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm fit_plan plan_engine_flags "
-              "engine_flags nodes_plan plan_cli choose_by_model")
-_MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
-                    "fit_kv_families fit_kv_vllm plan_cli")
-_CLUSTER = _tests("cluster_edges nodes_submission each_slurm nodes node_flags nodes_slurm nodes_netns")
-_JOBS = _tests("jobs_edges job_supervisor jobs")
-_RUN = _tests("run_edges placeholders env_hygiene affinity frameworks each_shell check cli")
-_COMMANDS = _tests("commands_edges jobs_edges cli help jobs ls_layout config check env_cmd each")
-_VIEWS = _tests("views_edges ls_layout json queue_visible each_output plan_cli env_cmd machine_states")
-_IN_PROCESS = _tests("api_types api api_model notebook")
-_HARDWARE = _tests("views_edges options_edges snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
-_OPTIONS = _tests("options_edges help cli bad_input config manpage completions")
-_BASE = _tests("units records bounds cli")
-TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
-         "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE, "cluster": _CLUSTER, "jobs": _JOBS, "run": _RUN,
-         "commands": _COMMANDS, "views": _VIEWS, "in_process": _IN_PROCESS, "hardware": _HARDWARE,
-         "options": _OPTIONS, "base": _BASE}
-_LOCKS = _tests("lock_edges reservation_pins lock_ownership bad_lock_files")
-MODULE_TESTS: dict[str, list[str]] = {
-    "reservations/acquire.py": _LOCKS + _tests("reservations locks_at_every_depth nesting each_scheduling wait "
-                                               "hostile"),
-    "reservations/hardening.py": _tests("hardened_locks lock_edges reservation_pins lock_ownership bad_lock_files "
-                                        "config"),
-    "reservations/holders.py": _LOCKS + _tests("locks_at_every_depth reservations wait ls_layout"),
-    "reservations/lockdir.py": _tests("nesting_edges") + _LOCKS + _tests("hardened_locks locks_at_every_depth "
-                                                                      "reservations"),
-    "reservations/nesting.py": _tests("nesting_edges nesting locks_at_every_depth lock_edges reservation_pins "
-                                      "lock_ownership bad_lock_files"),
-    "reservations/reservations.py": _LOCKS + _tests("reservations nesting"),
-    "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
-    "fit/model_plan.py": _tests("nodes_plan plan_cli"),
-    "fit/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
-    "sweeps/jobfile.py": _tests("lock_edges bounds jobs each_output"),
-    "reservations/waitqueue.py": _tests("queue queue_visible wait"),
-    "reservations/waiting.py": _tests("wait queue"),
-    "fit/nodes.py": _tests("nodes_plan nodes"),
-    "fit/stages.py": _tests("nodes_plan nodes"),
-    "sweeps/sweep.py": _tests("each_scheduling each each_shell each_queue each_output each_shaping"),
-    "choose/accounting.py": _tests("nvisel_options machine_states nvml_backend ls_layout ls_holders snapshot"),
-    "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),
-    "fit/cmdline/python_options.py": _tests("python_forms engine_flags"),
-    # the engines' tables also fill in every node's flags (on_nodes): the node tests check those
-    **{f"fit/cmdline/{m}.py": _tests("nodes node_flags nodes_submission engine_flags")
-       for m in ("torchrun", "vllm", "sglang", "accelerate", "deepspeed", "llama_cpp")},
-    "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
-    "modelfile/hfcache.py": _tests("plan_cli"),
-    # the rooms sampled since issue 37: the fast direct tests first
-    "cluster/task.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
-    "cluster/rendezvous.py": _tests("cluster_edges nodes nodes_netns"),
-    "cluster/following.py": _tests("cluster_edges each_slurm nodes_slurm nodes"),
-    "cluster/nodejob.py": _tests("cluster_edges nodes_submission nodes nodes_slurm"),
-    "jobs/status.py": _tests("jobs_edges job_supervisor jobs"),
-    "jobs/store.py": _tests("jobs_edges jobs"),
-    "jobs/recordfile.py": _tests("jobs_edges jobs"),
-    "run/placeholders.py": _tests("run_edges placeholders each_shell each"),
-    "run/shellwords.py": _tests("run_edges placeholders each_shell"),
-    "run/affinity.py": _tests("affinity run_edges"),
-    "run/frameworks.py": _tests("frameworks env_hygiene"),
-    "run/cuda_probe.py": _tests("check run_edges"),
-    "commands/jobs.py": _tests("commands_edges jobs_edges jobs"),
-    "commands/log.py": _tests("commands_edges jobs_edges jobs"),
-    "commands/cancel.py": _tests("commands_edges jobs_edges jobs"),
-    "commands/submit.py": _tests("cluster_edges nodes_submission each_slurm nodes"),
-    "commands/ls.py": _tests("views_edges ls_layout ls_holders json queue_visible"),
-    "commands/each.py": _tests("each each_output each_shell each_queue"),
-    "commands/locks.py": _tests("hardened_locks"),
-    "commands/completions.py": _tests("completions"),
-    "commands/plan.py": _tests("plan_cli"),
-    "views/jobs_table.py": _tests("jobs_edges views_edges jobs"),
-    "views/queue_table.py": _tests("views_edges queue_visible"),
-    "views/ls_table.py": _tests("views_edges ls_layout ls_holders json"),
-    "views/each_view.py": _tests("each_output each"),
-    "views/plan_view.py": _tests("plan_cli nodes_plan"),
-    "views/watch.py": _tests("views_edges ls_layout"),
-    "hardware/snapshot.py": _tests("options_edges snapshot machine_states mig nvml_backend"),
-    "hardware/model.py": _tests("views_edges snapshot machine_states"),
-    "hardware/host.py": _tests("affinity cluster_edges nodes"),
-    "options/config.py": _tests("options_edges config cli"),
-    "options/args.py": _tests("options_edges help cli bad_input"),
-    "options/values.py": _tests("options_edges bad_input cli help"),
-    "options/manpage.py": _tests("manpage"),
-    "base/units.py": _tests("units bounds cli"),
-    "base/records.py": _tests("records api_types"),
-    "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
-    # the property tests (hypothesis, ~25 s) only for the search itself
-    **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
-       for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},
-}
-
 
 #: ``--quick``: only a module's own tests (MODULE_TESTS), else its package's first QUICK_FILES; a
 #: survivor of a quick run is then run against the whole selection (``--rerun-survivors``) or the suite
