@@ -206,7 +206,7 @@ def test_the_array_task_refuses_what_is_not_its_own(tmp_path: Path) -> None:
 
 def test_a_tasks_record_is_read_back_and_a_damaged_one_is_none(tmp_path: Path) -> None:
     os.makedirs(tmp_path / task.RECORDS)
-    task._write_record(task.record_path(str(tmp_path), "42", 3), {"returncode": 2})
+    task._write_record(task.record_path(str(tmp_path), "42", 3), {"returncode": 2}, {})
     assert task.read_record(str(tmp_path), "42", 3) == {"returncode": 2}
     assert task.record_path(str(tmp_path), "42", 3) == str(tmp_path / ".slurm" / "42_3.json")
     (tmp_path / task.RECORDS / "42_4.json").write_text("[1]")
@@ -365,7 +365,7 @@ def test_the_wait_for_the_head_is_a_duration(tmp_path: Path) -> None:
     with pytest.raises(RendezvousFailed, match="the head did not appear in"):
         rendezvous.wait_for(str(tmp_path / "none.json"), time.monotonic() + 0.05, "the head")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(RendezvousFailed, match="unreadable"):
+    with pytest.raises(RendezvousFailed, match="not JSON"):
         rendezvous.wait_for(str(tmp_path / "bad.json"), time.monotonic() + 5, "the head")
 
 
@@ -541,7 +541,9 @@ def test_a_llama_cpp_worker_serves_its_own_port_and_publishes_it(monkeypatch: py
     here = Place(2, 1, ("h", "w"), "7.0", str(tmp_path), "10.0.0.1", 6000, slurm=True, engine="llama.cpp")
     world = join(here, 4, {})
     assert ("free_port", ("10.0.0.2",)) in net.calls and world.port == 29500
-    assert ("publish", (str(tmp_path / "rank-1.json"), {"addr": "10.0.0.2", "port": 29500})) in net.calls
+    published = [args for name, args in net.calls if name == "publish"]
+    assert [(path, {k: record[k] for k in ("addr", "port")}) for path, record, *_ in published] == \
+        [(str(tmp_path / "rank-1.json"), {"addr": "10.0.0.2", "port": 29500})]
     net.calls.clear()
     world = join(here, 4, {}, informing=True)
     assert "free_port" not in net.names() and "publish" not in net.names() and world.port == 0

@@ -109,7 +109,7 @@ def test_jobs_json_and_detail_say_the_state_now(jobs: JobDir, capsys: pytest.Cap
     assert [(j["id"], j["state"], j["exit_code"]) for j in doc["jobs"]] == [("1", "done", 3), ("2", "lost", None)]
     assert doc["jobs"][0]["log"] == os.path.join(jobs.path, "1.log")
     assert gl(jobs_cmd, "jobs", "1") == 0
-    assert capsys.readouterr().out.startswith("job 1: done, exit 3\n")
+    assert capsys.readouterr().out.startswith("job 1: failed (exit 3)\n")
     with pytest.raises(UsageError, match="at most one job id"):
         gl(jobs_cmd, "jobs", "1", "2")
 
@@ -139,7 +139,7 @@ def test_log_follow_stops_when_the_supervisor_ends_and_misses_nothing(jobs: JobD
 
     t = threading.Thread(target=the_job)
     t.start()
-    assert gl(log_cmd, "log", "1", "-f") == 0
+    assert gl(log_cmd, "log", "1", "-f") == 9  # its record never said how it ended: lost (docs/jobs.md)
     t.join()
     assert capfdbinary.readouterr().out == b"output of 1\nlast words\n"
 

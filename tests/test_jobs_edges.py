@@ -135,7 +135,7 @@ def test_the_table_shows_exit_code_signal_and_state_of_each_job() -> None:
     lines = jobs_table.table(rows, None, now=NOW).splitlines()
     cells = [line.split("  ") for line in lines[1:-1]]
     assert [c for c in lines[1].split(" ") if c][:4] == ["1", "done", "0", "0,1"]
-    assert [c for c in lines[2].split(" ") if c][:4] == ["2", "done", "SIGKILL", "cpu"]
+    assert [c for c in lines[2].split(" ") if c][:5] == ["2", "killed", "(SIGKILL)", "SIGKILL", "cpu"]  # issue 36
     assert [c for c in lines[3].split(" ") if c][:5] == ["3", "waiting", "#2", "–", "–"]
     assert [c for c in lines[4].split(" ") if c][:7] == ["4", "failed", "to", "start", "2", "–", lines[4].split()[6]]
     assert lines[1].split()[-3:] == ["1m00s", "python", "train.py"]  # ran 60 s
@@ -143,7 +143,7 @@ def test_the_table_shows_exit_code_signal_and_state_of_each_job() -> None:
     assert lines[4].split()[-3] == "–"  # never started, not waiting: no time
     assert lines[5].split()[-3] == "1h01m"  # still running: until now
     assert lines[5].startswith("10  ") and lines[1].startswith(" 1  ")  # ids right-aligned
-    assert lines[-1] == "5 jobs: 1 waiting, 1 running, 2 done, 1 failed to start"
+    assert lines[-1] == "5 jobs: 1 waiting, 1 running, 1 done, 1 killed, 1 failed to start"  # counted apart
     assert len(cells) == 5
 
 
@@ -168,12 +168,12 @@ def test_the_detail_says_the_exit_or_the_signal_and_how_long_it_waited_and_ran()
     done = status.Status(job(state="done", exit_code=126, started=NOW - 40, ended=NOW - 10, pid=9, gpus="3"), "done",
                          note="why")
     text = jobs_table.detail(done, "/j/1.log", now=NOW)
-    assert text.splitlines()[0] == "job 1: done, exit 126"
+    assert text.splitlines()[0] == "job 1: failed (exit 126)"
     assert "(waited 1m00s)" in text and "(ran 30s)" in text and "  pid        9\n" in text
     assert "  gpus       3\n" in text and "  note       why\n" in text
     assert "  launch     gpulaunch --auto 1 -- COMMAND\n" in text
     killed = status.Status(job(state="done", signal="SIGKILL", started=NOW - 40, ended=NOW - 10), "done")
-    assert jobs_table.detail(killed, "l", now=NOW).splitlines()[0] == "job 1: done, killed by SIGKILL"
+    assert jobs_table.detail(killed, "l", now=NOW).splitlines()[0] == "job 1: killed (SIGKILL)"
     cancelled = status.Status(job(state="cancelled", exit_code=None), "cancelled")
     assert jobs_table.detail(cancelled, "l", now=NOW).splitlines()[0] == "job 1: cancelled"
     lost = status.Status(job(state="running", started=NOW - 30, exit_code=1), "lost")

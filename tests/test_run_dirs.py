@@ -47,6 +47,7 @@ def _node(top: Path, log_dir: Path, rank: int, timeout: str = "3s", measured: bo
     ``measured``, through a stand-in parent that prints the task's peak memory (KiB) on stdout."""
     environ = env(top / f"locks-{rank}", SLURM_JOB_ID=JOB, SLURM_STEP_ID="0", SLURM_STEP_NUM_NODES="2",
                   SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NODELIST="n[1-2]", SLURM_NODEID=str(rank),
+                  SLURM_STEP_GPUS="2,3",  # the step's allotment (srun --gres=gpu:2): a step with none is refused
                   GPULAUNCH_RENDEZVOUS_TIMEOUT=timeout, **extra)
     environ["PATH"] = f"{_bin(top)}:{environ['PATH']}"
     argv = gl("--snapshot", "dgx-h100", "-q", "--nodes", "2", "--gpus-per-node", "2", "--log-dir", str(log_dir),
