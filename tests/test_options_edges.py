@@ -63,3 +63,18 @@ def test_whole_numbers_are_up_to_nine_digits_and_watch_intervals_from_a_tenth_of
         with pytest.raises(UsageError, match="is not between 0.1s and 1d"):
             values.interval(bad, "--watch")
 
+
+
+def test_the_help_lines_its_options_descriptions_up_in_one_column_at_80() -> None:
+    """`gpulaunch --help` at 80 columns: each option's description starts in column 25, its continuation lines
+    too, so the eye runs down one edge (a description one column off is a help that reads ragged)."""
+    from gpu_launch.options import helptext
+
+    lines = helptext.usage(columns=80).splitlines()
+    assert "  --gpus, -g SPEC        physical GPUs as `gpulaunch ls` numbers them: 4-7," in lines
+    rows = [line for line in lines if line.startswith("  --") and "  " in line[2:].strip()]
+    assert len(rows) > 20
+    for line in rows:
+        flags, _, text = line[2:].partition("  ")
+        if len(flags) < 21:  # a flag too long for its column puts its description on the next line
+            assert line.index(text.lstrip()) == 25, line
