@@ -47,30 +47,24 @@ def _models(root: Path) -> dict[str, Path]:
     return {"gguf-70b": files["gguf-70b"], "safetensors-70b": files["safetensors-70b"]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = paired_args(__doc__.split("\n\n")[0], argv)
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        print("skipped: the gguf package is not installed (pip install -e '.[test]')")
-        return 0
+def paired_plans(cases: dict[str, list[str]], sources: list[str | None], rounds: int, json_path: str | None) -> int:
+    """Time ``plan`` with each case's words (after ``--snapshot dgx-h100``) against a dry-run launch of the same
+    source, round by round; print the rows and the ratios; 1 if a command failed. benchmarks/training_plan.py
+    measures its training launches with it too."""
     py = sys.executable
-    sources = [str(Path(s).resolve()) for s in args.source] or [None]
-    with tempfile.TemporaryDirectory(prefix="gpulaunch-bench-plan-") as tmp:
-        models = _models(Path(tmp))
-        floor = Bench("floor", "python -c pass", [py, "-c", "pass"])
-        per_source: list[tuple[str, Bench, list[tuple[str, Bench]]]] = []
-        for i, src in enumerate(sources):
-            name = src or "installed"
-            # Run from / : `python -m` puts the working directory first on sys.path, before PYTHONPATH.
-            env = {"PYTHONPATH": src, "GPULAUNCH_CONFIG": ""} if src else {"GPULAUNCH_CONFIG": ""}
-            launch = Bench(f"dry{i}", f"dry-run launch ({name})", [py, "-m", "gpu_launch", *DRY_RUN], env=env, cwd="/")
-            plans = [(model, Bench(f"plan{i}-{model}", f"plan {model} ({name})",
-                                   [py, "-m", "gpu_launch", *SNAPSHOT, "plan", str(path)], env=env, cwd="/"))
-                     for model, path in models.items()]
-            per_source.append((name, launch, plans))
-        benches = [floor] + [b for _, launch, plans in per_source for b in (launch, *(p for _, p in plans))]
-        measure(benches, args.rounds)
+    floor = Bench("floor", "python -c pass", [py, "-c", "pass"])
+    per_source: list[tuple[str, Bench, list[tuple[str, Bench]]]] = []
+    for i, src in enumerate(sources):
+        name = src or "installed"
+        # Run from / : `python -m` puts the working directory first on sys.path, before PYTHONPATH.
+        env = {"PYTHONPATH": src, "GPULAUNCH_CONFIG": ""} if src else {"GPULAUNCH_CONFIG": ""}
+        launch = Bench(f"dry{i}", f"dry-run launch ({name})", [py, "-m", "gpu_launch", *DRY_RUN], env=env, cwd="/")
+        plans = [(case, Bench(f"plan{i}-{case}", f"plan {case} ({name})",
+                              [py, "-m", "gpu_launch", *SNAPSHOT, "plan", *words], env=env, cwd="/"))
+                 for case, words in cases.items()]
+        per_source.append((name, launch, plans))
+    benches = [floor] + [b for _, launch, plans in per_source for b in (launch, *(p for _, p in plans))]
+    measure(benches, rounds)
     failed = [b for b in benches if b.error]
     for b in failed:
         print(f"{b.label}: {b.error}", file=sys.stderr)
@@ -79,18 +73,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     for b in benches:
         print(row_line(b))
-    doc: dict[str, object] = {"rounds": args.rounds, "python": sys.version.split()[0], "target": TARGET,
+    doc: dict[str, object] = {"rounds": rounds, "python": sys.version.split()[0], "target": TARGET,
                               "rows": [b.as_json() for b in benches], "ratios": {}}
     for name, launch, plans in per_source:
-        for model, plan in plans:
+        for case, plan in plans:
             r = paired_ratio(plan, launch)
             doc["ratios"][plan.label] = r  # type: ignore[index]
             met = "met" if r["cpu"]["median"] <= TARGET else "NOT met"
-            print(ratio_line(f"plan {model} / dry-run launch ({name})", r) + f"  (target ≤ {TARGET}× CPU: {met})")
+            print(ratio_line(f"plan {case} / dry-run launch ({name})", r) + f"  (target ≤ {TARGET}× CPU: {met})")
         print(f"  dry-run launch ({name}) CPU median {statistics.median(launch.cpu) * 1000:.1f} ms")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    if json_path:
+        Path(json_path).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = paired_args(__doc__.split("\n\n")[0], argv)
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        print("skipped: the gguf package is not installed (pip install -e '.[test]')")
+        return 0
+    sources = [str(Path(s).resolve()) for s in args.source] or [None]
+    with tempfile.TemporaryDirectory(prefix="gpulaunch-bench-plan-") as tmp:
+        cases = {model: [str(path)] for model, path in _models(Path(tmp)).items()}
+        return paired_plans(cases, sources, args.rounds, args.json)
 
 
 if __name__ == "__main__":

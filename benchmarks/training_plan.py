@@ -21,8 +21,6 @@ Standard library, the test extra's PyYAML, and gpulaunch.
 from __future__ import annotations
 
 import json
-import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -30,11 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # its sibling modules, however it is started
 
-from timing import Bench, measure, paired_args, paired_ratio, ratio_line, row_line  # noqa: E402
-
-TARGET = 1.6
-SNAPSHOT = ["--snapshot", "dgx-h100"]
-DRY_RUN = [*SNAPSHOT, "--auto", "1", "--dry-run", "--", "true"]
+from plan_vs_launch import paired_plans  # noqa: E402  (the same pairing as a model's plan)
+from timing import paired_args  # noqa: E402
 
 
 def _files(root: Path) -> dict[str, list[str]]:
@@ -60,42 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("skipped: PyYAML is not installed (pip install -e '.[test]')")
         return 0
-    py = sys.executable
     sources = [str(Path(s).resolve()) for s in args.source] or [None]
     with tempfile.TemporaryDirectory(prefix="gpulaunch-bench-training-") as tmp:
-        forms = _files(Path(tmp))
-        floor = Bench("floor", "python -c pass", [py, "-c", "pass"])
-        per_source: list[tuple[str, Bench, list[tuple[str, Bench]]]] = []
-        for i, src in enumerate(sources):
-            name = src or "installed"
-            env = {"PYTHONPATH": src, "GPULAUNCH_CONFIG": ""} if src else {"GPULAUNCH_CONFIG": ""}
-            launch = Bench(f"dry{i}", f"dry-run launch ({name})", [py, "-m", "gpu_launch", *DRY_RUN], env=env, cwd="/")
-            plans = [(form, Bench(f"plan{i}-{form}", f"plan {form} ({name})",
-                                  [py, "-m", "gpu_launch", *SNAPSHOT, "plan", "--", *words], env=env, cwd="/"))
-                     for form, words in forms.items()]
-            per_source.append((name, launch, plans))
-        benches = [floor] + [b for _, launch, plans in per_source for b in (launch, *(p for _, p in plans))]
-        measure(benches, args.rounds)
-    failed = [b for b in benches if b.error]
-    for b in failed:
-        print(f"{b.label}: {b.error}", file=sys.stderr)
-    if failed:
-        return 1
-    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
-    for b in benches:
-        print(row_line(b))
-    doc: dict[str, object] = {"rounds": args.rounds, "python": sys.version.split()[0], "target": TARGET,
-                              "rows": [b.as_json() for b in benches], "ratios": {}}
-    for name, launch, plans in per_source:
-        for form, plan in plans:
-            r = paired_ratio(plan, launch)
-            doc["ratios"][plan.label] = r  # type: ignore[index]
-            met = "met" if r["cpu"]["median"] <= TARGET else "NOT met"
-            print(ratio_line(f"plan {form} / dry-run launch ({name})", r) + f"  (target ≤ {TARGET}× CPU: {met})")
-        print(f"  dry-run launch ({name}) CPU median {statistics.median(launch.cpu) * 1000:.1f} ms")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
+        cases = {form: ["--", *words] for form, words in _files(Path(tmp)).items()}
+        return paired_plans(cases, sources, args.rounds, args.json)
 
 
 if __name__ == "__main__":
