@@ -78,7 +78,7 @@ PEERS: tuple[Peer, ...] = (
     Peer("task-spooler", "-S", "`gpulaunch each --max-running K`"),
     Peer("task-spooler", "-l", "`gpulaunch jobs`"),
     Peer("task-spooler", "-t", "`gpulaunch log ID -f`"),
-    Peer("task-spooler", "-w", "`gpulaunch log ID -f`"),
+    Peer("task-spooler", "-w", "`gpulaunch wait ID`"),
     Peer("task-spooler", "-k", "`gpulaunch cancel ID`"),
 )
 
