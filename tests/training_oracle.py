@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -287,6 +286,21 @@ def measure(case: Case) -> Measured:
 _ST_DTYPES = {"torch.float32": ("F32", 4), "torch.bfloat16": ("BF16", 2), "torch.float16": ("F16", 2)}
 
 
+def _header_only(folder: Path, model: Any, config: dict[str, Any]) -> Path:
+    """``model``'s parameters as a header-only model.safetensors (tests/model_fixtures.safetensors_header, the
+    file truncated up to its full size) beside ``config`` as config.json: what gpulaunch reads, no weights."""
+    from model_fixtures import safetensors_header
+
+    params = list(model.named_parameters(remove_duplicate=True))  # tied weights once, as the file holds them
+    raw = safetensors_header({name: (_ST_DTYPES[str(p.dtype)][0], tuple(p.shape)) for name, p in params},
+                             dict(_ST_DTYPES.values()))
+    path = folder / "model.safetensors"
+    path.write_bytes(raw)
+    os.truncate(path, len(raw) + sum(p.numel() * _ST_DTYPES[str(p.dtype)][1] for _, p in params))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def write_model(case: Case, folder: Path) -> Path:
     """config.json + a header-only model.safetensors of the case's model as save_pretrained would write it
     (tied weights once; the checkpoint's dtype: bf16 for a bf16 case, else fp32). The data is a hole."""
@@ -298,26 +312,8 @@ def write_model(case: Case, folder: Path) -> Path:
     config = AutoConfig.for_model(**raw)
     with t.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=t.bfloat16 if case.precision == "bf16" else t.float32)
-    header: dict[str, Any] = {}
-    offset = 0
-    seen: set[int] = set()
-    for name, p in model.named_parameters(remove_duplicate=True):
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        dtype, size = _ST_DTYPES[str(p.dtype)]
-        n = p.numel() * size
-        header[name] = {"dtype": dtype, "shape": list(p.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw_header = json.dumps(header).encode()
-    raw_header += b" " * (-len(raw_header) % 8)
-    path = folder / "model.safetensors"
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw_header)) + raw_header)
-    os.truncate(path, 8 + len(raw_header) + offset)
-    saved = {**config.to_dict(), "torch_dtype": "bfloat16" if case.precision == "bf16" else "float32"}
-    (folder / "config.json").write_text(json.dumps(saved))
-    return folder
+    return _header_only(folder, model, {**config.to_dict(),
+                                        "torch_dtype": "bfloat16" if case.precision == "bf16" else "float32"})
 
 
 def setup_of(case: Case) -> Any:
@@ -465,17 +461,4 @@ def write_config_model(raw: dict[str, Any], folder: Path) -> Path:
     config = AutoConfig.for_model(**raw)
     with t.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=t.bfloat16)
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, p in model.named_parameters(remove_duplicate=True):
-        n = p.numel() * 2
-        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw_header = json.dumps(header).encode()
-    raw_header += b" " * (-len(raw_header) % 8)
-    path = folder / "model.safetensors"
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw_header)) + raw_header)
-    os.truncate(path, 8 + len(raw_header) + offset)
-    (folder / "config.json").write_text(json.dumps({**config.to_dict(), "torch_dtype": "bfloat16"}))
-    return folder
+    return _header_only(folder, model, {**config.to_dict(), "torch_dtype": "bfloat16"})
