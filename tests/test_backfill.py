@@ -163,21 +163,27 @@ def test_a_small_waiter_starts_at_once_beside_a_big_one_which_starts_as_soon_as_
     assert "backfilled: started ahead of 1 earlier waiter" in b.stderr.read()  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("who", ["later", "head"])
-def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pytest.FixtureRequest, who: str) -> None:
-    """--no-backfill on the later waiter (it never jumps) or on the head (it lends nothing): B waits."""
-    locks = tmp_path / "locks"
-    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
-    environ = env(locks)
+def _alice_and_a_waiting_big_job(tmp_path: Path, request: pytest.FixtureRequest, gpus: int,
+                                  flags: list[str] | None = None) -> tuple[Path, dict[str, str], subprocess.Popen[str]]:
+    """A ``gpus``-GPU machine where alice holds GPU 0 and a job for all ``gpus`` waits (with ``flags``), at the
+    head of the queue: (the snapshot, the environment, the big job)."""
+    snap = write_snapshot(tmp_path / "machine.json", first_gpus(example("workstation-4x"), gpus))
+    environ = env(tmp_path / "locks")
     alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
                   env=environ)
     request.addfinalizer(lambda: (alice.kill(), alice.wait()))
     Lines(alice.stdout).wait("CVD=0")
-    flag = ["--no-backfill"] if who == "head" else []
-    big = start(["--snapshot", str(snap), *flag, "--auto", "2", "--wait", "--", "true"], env=environ)
+    big = start(["--snapshot", str(snap), *(flags or []), "--auto", str(gpus), "--wait", "--", "true"], env=environ)
     request.addfinalizer(lambda: (big.kill(), big.wait()))
     wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
              what="the big job to wait")
+    return snap, environ, big
+
+
+@pytest.mark.parametrize("who", ["later", "head"])
+def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pytest.FixtureRequest, who: str) -> None:
+    """--no-backfill on the later waiter (it never jumps) or on the head (it lends nothing): B waits."""
+    snap, environ, _big = _alice_and_a_waiting_big_job(tmp_path, request, 2, ["--no-backfill"] if who == "head" else [])
     later = run(["--snapshot", str(snap), *(["--no-backfill"] if who == "later" else []), "--auto", "1", "--wait", "2s",
                  "--", "true"], env=environ)
     assert later.returncode == 5 and "1 waiter ahead" in later.stderr, later.stderr
@@ -194,17 +200,7 @@ def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pyte
 
 def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path,
                                                                           request: pytest.FixtureRequest) -> None:
-    locks = tmp_path / "locks"
-    snap = write_snapshot(tmp_path / "three.json", first_gpus(example("workstation-4x"), 3))
-    environ = env(locks)
-    alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
-                  env=environ)
-    request.addfinalizer(lambda: (alice.kill(), alice.wait()))
-    Lines(alice.stdout).wait("CVD=0")
-    big = start(["--snapshot", str(snap), "--auto", "3", "--wait", "--", "true"], env=environ)
-    request.addfinalizer(lambda: (big.kill(), big.wait()))
-    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
-             what="the big job to wait")
+    snap, environ, big = _alice_and_a_waiting_big_job(tmp_path, request, 3)
     jobs = tmp_path / "jobs.txt"
     # As many jobs as the head lends GPUs (1 and 2): a lent GPU that frees up between two of the sweep's jobs is
     # kept for the head from then on (the issue's rule), so a third job could wait for alice, i.e. for ever.
