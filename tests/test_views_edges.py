@@ -25,9 +25,9 @@ class Waiter:
     note: str
 
 
-def waiter(position: int, waited_s: float, note: object = None, uid: int = 0, pid: int = 100) -> Waiter:
+def waiter(position: int, waited_s: float, note: object = None, uid: int | None = None, pid: int = 100) -> Waiter:
     text = json.dumps(note) if note is not None else ""
-    return Waiter(position, pid, uid, int((NOW - waited_s) * 1e9), text)
+    return Waiter(position, pid, os.getuid() if uid is None else uid, int((NOW - waited_s) * 1e9), text)  # the tester's
 
 
 def test_durations_read_in_seconds_minutes_and_hours() -> None:
