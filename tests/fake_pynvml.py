@@ -13,6 +13,7 @@ Building a machine::
     fake = workstation_nvlink()  # 4 GPUs, NVLink bridges 0-2 and 1-3 (NV4), PCIe PIX/PHB
     fake = pcie_dual_socket()    # 8 GPUs, no NVLink: PIX, PXB, PHB, NODE and SYS pairs
     fake = mig_a100()            # GPU 0 in MIG mode with three instances, GPU 1 not
+    fake = l40s_out_of_bus_order()  # NVML's indices are not the bus order (NVIDIA's mock L40S profile)
 
 States real machines are in::
 
@@ -627,4 +628,17 @@ def mig_a100(**options: Any) -> FakeNvml:
     gpus = [make_gpu(i, name="NVIDIA A100-SXM4-80GB", memory_total_mib=81920, compute_capability=(8, 0),
                      utilization_gpu=None if i == 0 else 0, mig_enabled=(i == 0),
                      mig_devices=migs if i == 0 else []) for i in range(2)]
+    return FakeNvml(gpus, **options)
+
+
+#: The bus ids of NVIDIA's mock NVML L40S profile (k8s-test-infra, pkg/gpu/mocknvml/configs/
+#: mock-nvml-config-l40s.yaml), in NVML's order: GPU 4 sits at bus 18, between GPU 0 (17) and GPU 1 (31).
+MOCK_L40S_BUSES = (0x17, 0x31, 0xB1, 0xCA, 0x18, 0x32, 0xB2, 0xCB)
+
+
+def l40s_out_of_bus_order(**options: Any) -> FakeNvml:
+    """8× L40S that NVML numbers otherwise than by PCI bus id, as the mock's L40S profile does: CUDA
+    under ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` counts them GPU 0, 4, 1, 5, 2, 6, 3, 7."""
+    gpus = [make_gpu(i, name="NVIDIA L40S", memory_total_mib=46068, compute_capability=(8, 9),
+                     bus_id=f"00000000:{bus:02X}:00.0") for i, bus in enumerate(MOCK_L40S_BUSES)]
     return FakeNvml(gpus, **options)

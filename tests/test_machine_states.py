@@ -245,3 +245,36 @@ def test_the_parents_narrowed_view_keeps_the_nvswitch_fabric() -> None:
     narrowed = visibility.Visibility(tuple(Device(g) for g in dgx.gpus[2:5])).restrict(dgx)
     assert [g.index for g in narrowed.gpus] == [2, 3, 4] and narrowed.nvswitch
     assert snapshot.loads(snapshot.dump(narrowed)).nvswitch
+
+
+# -- NVML's numbers that are not the PCI bus order ----------------------------------------------
+# CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID counts GPUs by bus id; NVIDIA's mock NVML L40S profile numbers
+# them otherwise (GPU 4 at bus 18, between GPU 0 and GPU 1), and NVML does not promise the bus order.
+
+def env_json(run: Run, nvml: FakeNvml, *args: str) -> tuple[dict[str, Any], str]:
+    result = run(nvml, "env", "--json", *args)
+    assert result.code == 0, result.err
+    return json.loads(result.out), result.err
+
+
+def test_gpus_nvml_numbers_out_of_bus_order_are_given_by_uuid(gpulaunch: Run) -> None:
+    nvml = fake.l40s_out_of_bus_order()
+    doc, err = env_json(gpulaunch, nvml, "--gpus", "4")
+    # The index 4 would be the fifth GPU by bus id under PCI_BUS_ID: GPU 2 (bus B1), not GPU 4.
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == nvml.gpus[4].uuid and doc["env"]["GPULAUNCH_GPUS"] == "4"
+    assert "cuda:0 → GPU 4" in err and "00000000:18:00.0" in err
+    doc, _ = env_json(gpulaunch, fake.l40s_out_of_bus_order(), "--auto", "2")
+    chosen = [d["uuid"] for d in doc["devices"]]
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(chosen) and len(chosen) == 2
+    # Numbered by bus id, as NVML numbers every real machine seen: indices, as before.
+    doc, _ = env_json(gpulaunch, fake.pcie_dual_socket(), "--gpus", "4")
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == "4"
+
+
+def test_a_parents_indices_count_the_gpus_by_bus_id(gpulaunch: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's CUDA_VISIBLE_DEVICES=1 under PCI_BUS_ID is the second GPU by bus id: GPU 4 here."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    chosen = gpulaunch(fake.l40s_out_of_bus_order(), "--dry-run", "--json", "-q", "--auto", "1", "--", "x")
+    assert chosen.code == 0, chosen.err
+    assert chosen.chosen() == [4]
