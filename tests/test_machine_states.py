@@ -278,3 +278,16 @@ def test_a_parents_indices_count_the_gpus_by_bus_id(gpulaunch: Run, monkeypatch:
     chosen = gpulaunch(fake.l40s_out_of_bus_order(), "--dry-run", "--json", "-q", "--auto", "1", "--", "x")
     assert chosen.code == 0, chosen.err
     assert chosen.chosen() == [4]
+
+
+def test_a_machine_with_no_gpu_to_give_whole_does_not_say_ask_for_fewer(gpulaunch: Run) -> None:
+    """NVIDIA's mock NVML with MIG mode on: every GPU in MIG mode, none with a MIG device. Fewer than one
+    GPU cannot be asked for."""
+    nvml = FakeNvml([make_gpu(i, name="NVIDIA A100-SXM4-40GB", mig_enabled=True) for i in range(2)])
+    result = gpulaunch(nvml, "--dry-run", "--auto", "1", "--", "x")
+    assert result.code == 4
+    line = result.error_lines[0]
+    assert "need 1 GPU, but only 0 of 2 are eligible" in line and "in MIG mode, with no MIG devices yet" in line
+    assert "none of the 2 GPUs can be given whole" in line and "ask for fewer" not in line and "--wait" not in line
+    one_left = gpulaunch(FakeNvml([make_gpu(0, mig_enabled=True), make_gpu(1)]), "--dry-run", "--auto", "2", "--", "x")
+    assert "only 1 of 2 GPUs can be given whole" in one_left.error_lines[0] and "ask for fewer" in one_left.error_lines[0]

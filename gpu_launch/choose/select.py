@@ -266,6 +266,9 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
         small = "" if constraints.min_total is None else f", smaller than --min-total-memory {constraints.min_total}"
         hint = (f"no wait can help: only {len(lasting)} of {total} GPUs can be given whole (the others are in MIG "
                 f"mode, unhealthy, unreadable or excluded{small}); ask for fewer" + (", or use --mig" if mig else ""))
+        if not lasting:  # "ask for fewer" than one: say that none can
+            hint = (f"no wait can help: none of the {total} GPUs can be given whole (each is in MIG mode, unhealthy, "
+                    f"unreadable or excluded{small})" + ("; use --mig" if mig else ""))
         if small:  # "80GiB" for an 80 GB card (79.6 GiB): say what the cards here have
             largest = max((g.memory_total_mib or 0 for g in machine.gpus), default=0)
             hint += (f"; the largest card here has {fmt_mib(largest)} in all (sizes as cards are sold are decimal: "
