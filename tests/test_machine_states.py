@@ -291,3 +291,27 @@ def test_a_machine_with_no_gpu_to_give_whole_does_not_say_ask_for_fewer(gpulaunc
     assert "none of the 2 GPUs can be given whole" in line and "ask for fewer" not in line and "--wait" not in line
     one_left = gpulaunch(FakeNvml([make_gpu(0, mig_enabled=True), make_gpu(1)]), "--dry-run", "--auto", "2", "--", "x")
     assert "only 1 of 2 GPUs can be given whole" in one_left.error_lines[0] and "ask for fewer" in one_left.error_lines[0]
+
+
+# -- what NVIDIA's mock NVML showed (k8s-test-infra pkg/gpu/mocknvml, run through the real pynvml) ----------
+
+def test_the_mock_nvml_default_machine_reads_as_the_mock_showed_it(gpulaunch: Run) -> None:
+    listing = gpulaunch(fake.mock_nvml_default(), "ls")
+    assert listing.code == 0
+    assert rows(listing.out)[0].split() == ["0", "Mock", "NVIDIA", "A100-SXM4-40GB", "0", "MiB", "40.0", "GiB", "/",
+                                            "40.0", "GiB", "0%", "–", "–"]
+    topo = gpulaunch(fake.mock_nvml_default(), "topo")
+    assert topo.code == 0 and "warning" not in topo.err
+    assert topo.out.splitlines()[1].split() == ["GPU0", "X", *["PIX"] * 7, "N/A", "N/A"]
+    chosen = gpulaunch(fake.mock_nvml_default(), *("--dry-run", "--json", "--auto", "1", "--", "x"))
+    assert chosen.code == 4 and "GPUs 0-7: full" in chosen.err  # no memory free: never idle, never chosen
+
+
+def test_nvswitch_links_whose_remote_pci_is_all_fs_are_the_switch_fabric(gpulaunch: Run) -> None:
+    doc = ls_json(gpulaunch, fake.mock_nvml_a100_nvswitch())
+    assert doc["links"][0] == ["X", *["NV12"] * 7] and doc["links"][7][:7] == ["NV12"] * 7
+    assert [g["numa_node"] for g in doc["gpus"]] == [0] * 4 + [1] * 4
+    assert [g["cpu_affinity"] for g in doc["gpus"]] == ["0-63"] * 4 + ["64-127"] * 4
+    assert [g["memory_used_mib"] for g in doc["gpus"]] == [0] * 8  # v2: the 583 MiB are reserved, not used
+    chosen = gpulaunch(fake.mock_nvml_a100_nvswitch(), "--dry-run", "--json", "-q", "--auto", "4", "--", "x")
+    assert chosen.code == 0 and chosen.chosen() == [0, 1, 2, 3]  # one NUMA node
