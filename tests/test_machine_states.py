@@ -305,6 +305,7 @@ def test_the_mock_nvml_default_machine_reads_as_the_mock_showed_it(gpulaunch: Ru
     assert topo.out.splitlines()[1].split() == ["GPU0", "X", *["PIX"] * 7, "N/A", "N/A"]
     chosen = gpulaunch(fake.mock_nvml_default(), *("--dry-run", "--json", "--auto", "1", "--", "x"))
     assert chosen.code == 4 and "GPUs 0-7: full" in chosen.err  # no memory free: never idle, never chosen
+    assert "(hint: wait for a GPU with --wait, or relax the constraints)" in chosen.err  # not "ask for fewer"
 
 
 def test_nvswitch_links_whose_remote_pci_is_all_fs_are_the_switch_fabric(gpulaunch: Run) -> None:

@@ -255,7 +255,8 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
     msg = f"need {n} GPU{'s' if n != 1 else ''}, but only {have} of {total} {'is' if have == 1 else 'are'} eligible"
     if why:
         msg += f" ({why})"
-    hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
+    hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer" if n > 1 else \
+        "wait for a GPU with --wait, or relax the constraints"  # fewer than one cannot be asked for
     could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
     lasting = [g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude, constraints.min_total)]
     if could < n:
