@@ -182,10 +182,11 @@ class Machine:
         from gpu_launch.hardware.host import parse_bus_id
 
         by_index = tuple(sorted(self.gpus, key=lambda g: g.index))
-        buses = [parse_bus_id(g.pci_bus_id) for g in by_index]
-        if any(bus is None for bus in buses):
+        buses = {g.uuid: parse_bus_id(g.pci_bus_id) for g in by_index}
+        known = {uuid: bus for uuid, bus in buses.items() if bus is not None}
+        if len(known) < len(buses):
             return by_index
-        return tuple(gpu for _, gpu in sorted(zip(buses, by_index), key=lambda pair: pair[0]))
+        return tuple(sorted(by_index, key=lambda g: known[g.uuid]))  # stable: NVML's order among equal ids
 
     @property
     def numbered_in_cuda_order(self) -> bool:
