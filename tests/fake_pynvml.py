@@ -13,6 +13,8 @@ Building a machine::
     fake = workstation_nvlink()  # 4 GPUs, NVLink bridges 0-2 and 1-3 (NV4), PCIe PIX/PHB
     fake = pcie_dual_socket()    # 8 GPUs, no NVLink: PIX, PXB, PHB, NODE and SYS pairs
     fake = mig_a100()            # GPU 0 in MIG mode with three instances, GPU 1 not
+    fake = l40s_out_of_bus_order()  # NVML's indices are not the bus order (NVIDIA's mock L40S profile)
+    fake = mock_nvml_default()   # NVIDIA's mock NVML with no config; mock_nvml_a100_nvswitch(): its A100 profile
 
 States real machines are in::
 
@@ -627,4 +629,41 @@ def mig_a100(**options: Any) -> FakeNvml:
     gpus = [make_gpu(i, name="NVIDIA A100-SXM4-80GB", memory_total_mib=81920, compute_capability=(8, 0),
                      utilization_gpu=None if i == 0 else 0, mig_enabled=(i == 0),
                      mig_devices=migs if i == 0 else []) for i in range(2)]
+    return FakeNvml(gpus, **options)
+
+
+#: The bus ids of NVIDIA's mock NVML L40S profile (k8s-test-infra, pkg/gpu/mocknvml/configs/
+#: mock-nvml-config-l40s.yaml), in NVML's order: GPU 4 sits at bus 18, between GPU 0 (17) and GPU 1 (31).
+MOCK_L40S_BUSES = (0x17, 0x31, 0xB1, 0xCA, 0x18, 0x32, 0xB2, 0xCB)
+
+
+def l40s_out_of_bus_order(**options: Any) -> FakeNvml:
+    """8× L40S that NVML numbers otherwise than by PCI bus id, as the mock's L40S profile does: CUDA
+    under ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` counts them GPU 0, 4, 1, 5, 2, 6, 3, 7."""
+    gpus = [make_gpu(i, name="NVIDIA L40S", memory_total_mib=46068, compute_capability=(8, 9),
+                     bus_id=f"00000000:{bus:02X}:00.0") for i, bus in enumerate(MOCK_L40S_BUSES)]
+    return FakeNvml(gpus, **options)
+
+
+def mock_nvml_default(**options: Any) -> FakeNvml:
+    """NVIDIA's mock NVML with no config: 8 A100s reporting used 0 and free 0 of 40 GiB, no temperature, NUMA
+    node or CPU affinity (NotSupported), every pair's common ancestor SINGLE, and 12 links a GPU that are
+    all disabled, with remote device type unknown (0xFF)."""
+    gpus = [make_gpu(i, name="Mock NVIDIA A100-SXM4-40GB", uuid=f"GPU-4d4f434b-0000-0000-0000-{i:012d}",
+                     bus_id=f"00000000:{i + 1:02X}:00.0", memory_total_mib=40960, memory_used_mib=0,
+                     memory_free_mib=0, temperature_c=None, compute_capability=(8, 0),
+                     nvlinks=[FakeLink("", NVML_NVLINK_DEVICE_TYPE_UNKNOWN, enabled=False)] * 12)
+            for i in range(8)]
+    return FakeNvml(gpus, **options)
+
+
+def mock_nvml_a100_nvswitch(**options: Any) -> FakeNvml:
+    """The mock's DGX A100 profile: 12 links a GPU to six NVSwitches, each link's remote PCI reported as
+    FFFFFFFF:FF:FF.0 (as a real GB200 reports it), GPUs 0-3 on NUMA node 0 (CPUs 0-63), 4-7 on node 1."""
+    buses = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
+    gpus = [make_gpu(i, name="NVIDIA A100-SXM4-40GB", bus_id=f"00000000:{bus:02X}:00.0", memory_total_mib=40960,
+                     memory_used_mib=583, memory_reserved_mib=583, compute_capability=(8, 0), numa_node=i // 4,
+                     cpu_affinity="0-63" if i < 4 else "64-127", pcie=(i // 4, 0, 0, 0),
+                     nvlinks=[FakeLink("FFFFFFFF:FF:FF.0", NVML_NVLINK_DEVICE_TYPE_SWITCH)] * 12)
+            for i, bus in enumerate(buses)]
     return FakeNvml(gpus, **options)

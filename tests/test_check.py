@@ -58,6 +58,19 @@ def test_no_driver_says_so_with_exit_code_3():
     assert "checking CUDA with CUDA_VISIBLE_DEVICES=0,1 CUDA_DEVICE_ORDER=PCI_BUS_ID" in done.stdout
 
 
+def test_a_libcuda_that_is_no_driver_says_so_with_exit_code_3(tmp_path_factory):
+    """A stub with cuInit and no device calls (NVIDIA's mock libcuda, k8s-test-infra pkg/gpu/mockcuda, has
+    no cuDeviceGetCount): the probe said "AttributeError: ... undefined symbol" and exit 8, as if CUDA saw
+    other devices than the chosen ones."""
+    stub = _build(tmp_path_factory, "-DINIT_ONLY")
+    done = gpulaunch(["--snapshot", "pcie-8x", "check", "--auto", "1"], {"GPULAUNCH_LIBCUDA": stub})
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith("gpulaunch: error: the libcuda found is no CUDA driver")
+    assert len(done.stderr.splitlines()) == 1
+    assert "has no cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetUuid" in done.stderr
+    assert "AttributeError" not in done.stderr
+
+
 def test_lint_is_printed_even_without_a_driver():
     done = gpulaunch(["--snapshot", "pcie-8x", "check"], {**NO_DRIVER, "CUDA_VISIBLE_DEVICES": "3,3"})
     # a duplicate makes CUDA see nothing, so there is nothing to choose from either

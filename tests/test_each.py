@@ -172,3 +172,18 @@ def test_each_stays_inside_the_parents_visible_gpus(tmp_path: Path, locks: Path)
     allowed = {g.uuid for g in snapshot.resolve("workstation-4x").gpus if g.index in (1, 3)}
     seen = {(logs / f"job-{n}.log").read_text().strip() for n in (1, 2, 3)}
     assert seen <= allowed and seen  # UUIDs of GPUs 1 and 3 only, as a launch would write them
+
+
+def test_each_names_gpus_by_uuid_where_nvml_does_not_number_them_by_bus_id(tmp_path: Path, locks: Path) -> None:
+    """As a launch: an index would be counted by bus id under PCI_BUS_ID, and name another GPU."""
+    from childproc import example, write
+
+    doc = example("workstation-4x")
+    gpus = doc["gpus"]
+    gpus[0]["pci_bus_id"], gpus[3]["pci_bus_id"] = gpus[3]["pci_bus_id"], gpus[0]["pci_bus_id"]
+    logs = tmp_path / "logs"
+    result = run(["--snapshot", write(tmp_path, doc), "each", str(_jobs(tmp_path, f"{CVD}\n{CVD}\n")),
+                  "--gpus-per-job", "2", "--log-dir", str(logs)], locks)
+    assert result.returncode == 0, result.stderr
+    seen = [(logs / f"job-{n}.log").read_text().strip().split(",") for n in (1, 2)]
+    assert sorted(u for job in seen for u in job) == sorted(g["uuid"] for g in gpus)

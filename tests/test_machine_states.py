@@ -245,3 +245,74 @@ def test_the_parents_narrowed_view_keeps_the_nvswitch_fabric() -> None:
     narrowed = visibility.Visibility(tuple(Device(g) for g in dgx.gpus[2:5])).restrict(dgx)
     assert [g.index for g in narrowed.gpus] == [2, 3, 4] and narrowed.nvswitch
     assert snapshot.loads(snapshot.dump(narrowed)).nvswitch
+
+
+# -- NVML's numbers that are not the PCI bus order ----------------------------------------------
+# CUDA under CUDA_DEVICE_ORDER=PCI_BUS_ID counts GPUs by bus id; NVIDIA's mock NVML L40S profile numbers
+# them otherwise (GPU 4 at bus 18, between GPU 0 and GPU 1), and NVML does not promise the bus order.
+
+def env_json(run: Run, nvml: FakeNvml, *args: str) -> tuple[dict[str, Any], str]:
+    result = run(nvml, "env", "--json", *args)
+    assert result.code == 0, result.err
+    return json.loads(result.out), result.err
+
+
+def test_gpus_nvml_numbers_out_of_bus_order_are_given_by_uuid(gpulaunch: Run) -> None:
+    nvml = fake.l40s_out_of_bus_order()
+    doc, err = env_json(gpulaunch, nvml, "--gpus", "4")
+    # The index 4 would be the fifth GPU by bus id under PCI_BUS_ID: GPU 2 (bus B1), not GPU 4.
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == nvml.gpus[4].uuid and doc["env"]["GPULAUNCH_GPUS"] == "4"
+    assert "cuda:0 → GPU 4" in err and "00000000:18:00.0" in err
+    doc, _ = env_json(gpulaunch, fake.l40s_out_of_bus_order(), "--auto", "2")
+    chosen = [d["uuid"] for d in doc["devices"]]
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(chosen) and len(chosen) == 2
+    # Numbered by bus id, as NVML numbers every real machine seen: indices, as before.
+    doc, _ = env_json(gpulaunch, fake.pcie_dual_socket(), "--gpus", "4")
+    assert doc["env"]["CUDA_VISIBLE_DEVICES"] == "4"
+
+
+def test_a_parents_indices_count_the_gpus_by_bus_id(gpulaunch: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's CUDA_VISIBLE_DEVICES=1 under PCI_BUS_ID is the second GPU by bus id: GPU 4 here."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    chosen = gpulaunch(fake.l40s_out_of_bus_order(), "--dry-run", "--json", "-q", "--auto", "1", "--", "x")
+    assert chosen.code == 0, chosen.err
+    assert chosen.chosen() == [4]
+
+
+def test_a_machine_with_no_gpu_to_give_whole_does_not_say_ask_for_fewer(gpulaunch: Run) -> None:
+    """NVIDIA's mock NVML with MIG mode on: every GPU in MIG mode, none with a MIG device. Fewer than one
+    GPU cannot be asked for."""
+    nvml = FakeNvml([make_gpu(i, name="NVIDIA A100-SXM4-40GB", mig_enabled=True) for i in range(2)])
+    result = gpulaunch(nvml, "--dry-run", "--auto", "1", "--", "x")
+    assert result.code == 4
+    line = result.error_lines[0]
+    assert "need 1 GPU, but only 0 of 2 are eligible" in line and "in MIG mode, with no MIG devices yet" in line
+    assert "none of the 2 GPUs can be given whole" in line and "ask for fewer" not in line and "--wait" not in line
+    one_left = gpulaunch(FakeNvml([make_gpu(0, mig_enabled=True), make_gpu(1)]), "--dry-run", "--auto", "2", "--", "x")
+    assert "only 1 of 2 GPUs can be given whole" in one_left.error_lines[0] and "ask for fewer" in one_left.error_lines[0]
+
+
+# -- what NVIDIA's mock NVML showed (k8s-test-infra pkg/gpu/mocknvml, run through the real pynvml) ----------
+
+def test_the_mock_nvml_default_machine_reads_as_the_mock_showed_it(gpulaunch: Run) -> None:
+    listing = gpulaunch(fake.mock_nvml_default(), "ls")
+    assert listing.code == 0
+    assert rows(listing.out)[0].split() == ["0", "Mock", "NVIDIA", "A100-SXM4-40GB", "0", "MiB", "40.0", "GiB", "/",
+                                            "40.0", "GiB", "0%", "–", "–"]
+    topo = gpulaunch(fake.mock_nvml_default(), "topo")
+    assert topo.code == 0 and "warning" not in topo.err
+    assert topo.out.splitlines()[1].split() == ["GPU0", "X", *["PIX"] * 7, "N/A", "N/A"]
+    chosen = gpulaunch(fake.mock_nvml_default(), *("--dry-run", "--json", "--auto", "1", "--", "x"))
+    assert chosen.code == 4 and "GPUs 0-7: full" in chosen.err  # no memory free: never idle, never chosen
+    assert "(hint: wait for a GPU with --wait, or relax the constraints)" in chosen.err  # not "ask for fewer"
+
+
+def test_nvswitch_links_whose_remote_pci_is_all_fs_are_the_switch_fabric(gpulaunch: Run) -> None:
+    doc = ls_json(gpulaunch, fake.mock_nvml_a100_nvswitch())
+    assert doc["links"][0] == ["X", *["NV12"] * 7] and doc["links"][7][:7] == ["NV12"] * 7
+    assert [g["numa_node"] for g in doc["gpus"]] == [0] * 4 + [1] * 4
+    assert [g["cpu_affinity"] for g in doc["gpus"]] == ["0-63"] * 4 + ["64-127"] * 4
+    assert [g["memory_used_mib"] for g in doc["gpus"]] == [0] * 8  # v2: the 583 MiB are reserved, not used
+    chosen = gpulaunch(fake.mock_nvml_a100_nvswitch(), "--dry-run", "--json", "-q", "--auto", "4", "--", "x")
+    assert chosen.code == 0 and chosen.chosen() == [0, 1, 2, 3]  # one NUMA node

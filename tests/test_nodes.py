@@ -70,6 +70,30 @@ def test_deepspeed_gets_a_hostfile_and_this_nodes_gpus_as_its_slots(tmp_path: Pa
     assert argv[10:12] == ["--include", "node0:0,1@node1:2,3"] and argv[12:] == ["train.py", "--deepspeed", "ds.json"]
 
 
+def test_gpu_numbers_handed_to_deepspeed_and_ray_count_the_gpus_by_bus_id(tmp_path: Path) -> None:
+    """Where NVML numbers the GPUs otherwise than by bus id (as NVIDIA's mock NVML L40S profile does), the
+    numbers deepspeed's --include and Ray's CUDA_VISIBLE_DEVICES pass on must be CUDA's under PCI_BUS_ID."""
+    from childproc import example, write
+
+    doc = example("dgx-h100")
+    gpus = doc["gpus"]
+    gpus[2]["pci_bus_id"], gpus[6]["pci_bus_id"] = gpus[6]["pci_bus_id"], gpus[2]["pci_bus_id"]
+    machine = write(tmp_path, doc)  # by bus id: GPU 0, 1, 6, 3, 4, 5, 2, 7
+
+    def dry_run(*command: str) -> list[str]:
+        proc = subprocess.run(gl("--snapshot", machine, "-q", "--nodes", "2", "--gpus-per-node", "2", "--node-rank",
+                                 "1", *HEAD, "--dry-run", "--", *command), env=env(tmp_path / "locks"),
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()
+
+    lines = dry_run("deepspeed", "train.py")  # GPUs 2 and 3 chosen, as on dgx-h100 (0 and 1 are busy)
+    assert "GPULAUNCH_GPUS=2,3" in lines
+    assert "--include node0:0,1@node1:6,3" in next(line for line in lines if line.startswith("exec "))
+    lines = dry_run("vllm", "serve", "M", "--distributed-executor-backend", "ray")
+    assert "CUDA_VISIBLE_DEVICES=6,3" in lines and "GPULAUNCH_GPUS=2,3" in lines
+
+
 def test_llama_cpp_is_spread_only_when_asked_and_ray_only_when_asked(tmp_path: Path) -> None:
     proc = _run(["--nodes", "2", "--node-rank", "0", *HEAD, "--dry-run", "--", "llama-server", "-m", "m.gguf"], tmp_path)
     assert proc.returncode == 2 and "write --rpc {rpc}" in proc.stderr, proc.stderr

@@ -255,7 +255,8 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
     msg = f"need {n} GPU{'s' if n != 1 else ''}, but only {have} of {total} {'is' if have == 1 else 'are'} eligible"
     if why:
         msg += f" ({why})"
-    hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer"
+    hint = "wait for GPUs with --wait, relax the constraints, or ask for fewer" if n > 1 else \
+        "wait for a GPU with --wait, or relax the constraints"  # fewer than one cannot be asked for
     could = sum(1 for g in machine.gpus if could_ever_hold(g, constraints.min_free))
     lasting = [g for g in machine.gpus if could_ever_be_chosen(g, constraints.exclude, constraints.min_total)]
     if could < n:
@@ -266,6 +267,9 @@ def _not_enough(n: int, machine: Machine, elig: Eligibility, constraints: Constr
         small = "" if constraints.min_total is None else f", smaller than --min-total-memory {constraints.min_total}"
         hint = (f"no wait can help: only {len(lasting)} of {total} GPUs can be given whole (the others are in MIG "
                 f"mode, unhealthy, unreadable or excluded{small}); ask for fewer" + (", or use --mig" if mig else ""))
+        if not lasting:  # "ask for fewer" than one: say that none can
+            hint = (f"no wait can help: none of the {total} GPUs can be given whole (each is in MIG mode, unhealthy, "
+                    f"unreadable or excluded{small})" + ("; use --mig" if mig else ""))
         if small:  # "80GiB" for an 80 GB card (79.6 GiB): say what the cards here have
             largest = max((g.memory_total_mib or 0 for g in machine.gpus), default=0)
             hint += (f"; the largest card here has {fmt_mib(largest)} in all (sizes as cards are sold are decimal: "

@@ -13,7 +13,7 @@ How the parent's ``CUDA_VISIBLE_DEVICES`` (CVD) is read — CUDA's rules (CUDA P
   other kind ends the list; the list ends at the first invalid, out-of-range or ambiguous entry
   (``0,2,-1,1`` means 0 and 2); a duplicate makes CUDA see no device at all;
 * integer entries count the GPUs this process can access, in CUDA's order. They are resolved against
-  what NVML shows, in NVML (PCI bus) order: under a Slurm cgroup (``ConstrainDevices``) NVML shows only
+  what NVML shows, in PCI bus order (``Machine.cuda_order``; NVML's own, as a rule): under a Slurm cgroup (``ConstrainDevices``) NVML shows only
   the allocation, renumbered from 0 exactly as CUDA numbers it, and outside one NVML shows every GPU.
   If the parent set ``CUDA_DEVICE_ORDER=FASTEST_FIRST`` (CUDA's default when unset) the parent's
   indices may have meant other GPUs on a mixed-model machine; gpulaunch warns.
@@ -23,7 +23,8 @@ nest; CUDA reads it once, against the devices the process can access). Physical 
 be right only where NVML in this process sees exactly the devices CUDA does, in the same order —
 true outside cgroups with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, but fragile wherever something narrowed
 the view (cgroups, containers, MPS). UUIDs name the same GPU in every one of those views, so whenever
-the parent restricted visibility :attr:`Visibility.restricted` asks the environment for UUIDs.
+the parent restricted visibility, or NVML numbers the GPUs otherwise than by bus id (then no index
+names the GPU `ls` shows under it), :attr:`Visibility.child_uuids` asks the environment for UUIDs.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class CvdReading:
 
 
 def _by_position(machine: Machine) -> list[Gpu]:
-    # NVML numbers GPUs in PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID.
-    return sorted(machine.gpus, key=lambda g: g.index)
+    # By PCI bus id: CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID, and NVML's own as a rule, not always.
+    return list(machine.cuda_order)
 
 
 def _uuid_matches(token: str, machine: Machine) -> list[Device]:
@@ -208,11 +209,18 @@ class Visibility:
     problems: tuple[str, ...] = ()  # lint findings on the inherited CVD
     slurm: str | None = None  # "Slurm job 42, SLURM_JOB_GPUS=4,5"
     parent_numbers: tuple[tuple[str, int], ...] = field(default=(), compare=False)  # uuid -> parent cuda:i
+    renumbered: bool = False  # NVML's indices are not CUDA's here (Machine.numbered_in_cuda_order)
 
     @property
     def restricted(self) -> bool:
-        """True when the parent narrowed the GPUs: the child's CVD is then written as UUIDs."""
+        """True when the parent narrowed the GPUs."""
         return self.allowed is not None
+
+    @property
+    def child_uuids(self) -> bool:
+        """The child's CVD is written as UUIDs: the parent narrowed the GPUs, or no index would name the
+        GPU that `ls` numbers so."""
+        return self.restricted or self.renumbered
 
     def parent_label(self, device: Device) -> str | None:
         for uuid, number in self.parent_numbers:
@@ -344,11 +352,12 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
     slurm = _slurm(env)
     nvd_devices, nvd_warnings = read_nvd(env.get("NVIDIA_VISIBLE_DEVICES"), machine)
     cvd = env.get("CUDA_VISIBLE_DEVICES")
+    renumbered = not machine.numbered_in_cuda_order
     if cvd is None:
         if nvd_devices is None:
-            return Visibility(None, slurm=slurm)
+            return Visibility(None, slurm=slurm, renumbered=renumbered)
         return Visibility(nvd_devices, f"NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}",
-                          warnings=nvd_warnings, slurm=slurm)
+                          warnings=nvd_warnings, slurm=slurm, renumbered=renumbered)
     reading = read_cvd(cvd, machine)
     warnings = list(nvd_warnings)
     order = _order_warning(env, reading, machine)
@@ -365,4 +374,4 @@ def resolve(machine: Machine, env: Mapping[str, str]) -> Visibility:
         allowed = tuple(d for d in allowed if nvd_vis._allows(d))
         source += f" and NVIDIA_VISIBLE_DEVICES={printable(env['NVIDIA_VISIBLE_DEVICES'])}"
     numbers = tuple((d.uuid, i) for i, d in enumerate(reading.devices))
-    return Visibility(allowed, source, True, tuple(warnings), reading.problems, slurm, numbers)
+    return Visibility(allowed, source, True, tuple(warnings), reading.problems, slurm, numbers, renumbered)

@@ -88,13 +88,14 @@ def run(inv: Invocation) -> int:
     argv = placeholders.substitute(inv.argv, len(selection.devices), model_values, node_values)
     node_command, own = None, argv  # own: the user's command, before any flag gpulaunch adds on a node
     if world is not None:
-        node_command, extra = node_task.command(argv, world, tuple(d.gpu.index for d in selection.devices),
+        cuda_ids = tuple(machine.cuda_index(d.gpu) if machine is not None else d.gpu.index for d in selection.devices)
+        node_command, extra = node_task.command(argv, world, cuda_ids,
                                                 str(nodes.run_dir), quiet or informing)
         argv = node_command.argv
         if node_command.index_cvd:  # Ray takes its GPU ids from CUDA_VISIBLE_DEVICES: numbers, not UUIDs
             from gpu_launch.run import environment
 
-            env = environment.build(selection.devices, env, use_uuid=False)
+            env = environment.build(selection.devices, env, use_uuid=False, machine=machine)
         env.update(extra)
     if got.fallback_reason is not None and not quiet:
         print(f"gpulaunch: {got.fallback_reason}", file=sys.stderr)

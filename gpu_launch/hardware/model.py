@@ -169,6 +169,35 @@ class Machine:
             return None
         return self.links[self.position(a)][self.position(b)]
 
+    @cached_property
+    def cuda_order(self) -> tuple[Gpu, ...]:
+        """The GPUs as CUDA numbers them under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: by PCI bus id.
+
+        That is NVML's own numbering on the drivers seen so far, but NVML does not promise it ("The NVML
+        index may not correlate with other APIs, such as the CUDA device index": nvml.h,
+        nvmlDeviceGetHandleByIndex_v2), and NVIDIA's mock NVML numbers its L40S profile otherwise (GPU 4
+        at bus 18, between GPU 0 at 17 and GPU 1 at 31). Where a bus id is unknown, NVML's order is all
+        there is.
+        """
+        from gpu_launch.hardware.host import parse_bus_id
+
+        by_index = tuple(sorted(self.gpus, key=lambda g: g.index))
+        buses = {g.uuid: parse_bus_id(g.pci_bus_id) for g in by_index}
+        known = {uuid: bus for uuid, bus in buses.items() if bus is not None}
+        if len(known) < len(buses):
+            return by_index
+        return tuple(sorted(by_index, key=lambda g: known[g.uuid]))  # stable: NVML's order among equal ids
+
+    @property
+    def numbered_in_cuda_order(self) -> bool:
+        """NVML's indices count the GPUs in :attr:`cuda_order`: an index in ``CUDA_VISIBLE_DEVICES`` then
+        names the GPU that `gpulaunch ls` shows under it."""
+        return self.cuda_order == tuple(sorted(self.gpus, key=lambda g: g.index))
+
+    def cuda_index(self, gpu: Gpu) -> int:
+        """``gpu``'s number in ``CUDA_VISIBLE_DEVICES`` under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``."""
+        return next(i for i, g in enumerate(self.cuda_order) if g.uuid == gpu.uuid)
+
 
 def coherent_used(total: int | None, used: int | None, free: int | None, reserved: int | None = None) -> int | None:
     """``used``, raised to ``total - free - reserved`` when the numbers do not add up to ``total``.

@@ -277,9 +277,9 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
                           environ=parent, chooser=chooser, command=inv.argv, backfill=not inv.get("no_backfill"))
     machine = got.machine
     vis = visibility.resolve(machine, parent) if machine is not None else None
-    # The parent narrowed the view: write UUIDs, which name the same GPU in every view (visibility.py).
+    # The parent narrowed the view, or NVML's numbers are not CUDA's: UUIDs name the GPU in every view (visibility.py).
     env = environment.build(got.selection.devices, parent,
-                            use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.restricted),
+                            use_uuid=bool(inv.get("uuid")) or bool(vis is not None and vis.child_uuids),
                             lock_dir=locking.for_child(parent) if locking is not None and got.reservation is not None else None)
     return machine, vis, got, env
 

@@ -46,6 +46,12 @@ def name_of(rc):
     except AttributeError:
         return str(rc)
     return (text.value or b"").decode() or str(rc)
+needed = ["cuInit", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName"]
+missing = [n for n in needed if not hasattr(lib, n)]
+missing += [] if hasattr(lib, "cuDeviceGetUuid_v2") or hasattr(lib, "cuDeviceGetUuid") else ["cuDeviceGetUuid"]
+if missing:  # a stub or a mock that is no driver: say so rather than fail on the first call
+    print(json.dumps({"status": "not_driver", "error": name + " has no " + ", ".join(missing)}))
+    sys.exit(0)
 rc = lib.cuInit(0)
 if rc == 100:  # CUDA_ERROR_NO_DEVICE: nothing visible (e.g. an empty CUDA_VISIBLE_DEVICES)
     print(json.dumps({"status": "ok", "uuids": [], "names": []}))
@@ -108,6 +114,11 @@ def probe(env: Mapping[str, str], timeout: float = 120.0) -> ProbeResult:
         raise NvmlUnavailable("no CUDA driver: libcuda cannot be loaded here, so CUDA's view cannot be checked",
                               hint="run `gpulaunch check` on the GPU machine (the lint above needs no driver)",
                               exit_code=ExitCode.NO_DRIVER)
+    if doc["status"] == "not_driver":
+        raise NvmlUnavailable(f"the libcuda found is no CUDA driver, so CUDA's view cannot be checked "
+                              f"({doc.get('error')})",
+                              hint="a stub or mock libcuda comes first on the loader's path (LD_LIBRARY_PATH?); "
+                                   "`gpulaunch check` needs the NVIDIA driver's", exit_code=ExitCode.NO_DRIVER)
     if doc["status"] != "ok":
         raise NvmlUnavailable(f"the CUDA driver did not start ({doc.get('error')})",
                               hint="is the driver loaded and the GPU visible to this container/job?")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_launch.hardware.model import Device
+from gpu_launch.hardware.model import Device, Machine
 
 __all__ = ["SET_VARIABLES", "LOCK_DIR_VARIABLE", "visible_devices", "build"]
 
@@ -22,17 +22,23 @@ SET_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAUNCH_GPUS")
 LOCK_DIR_VARIABLE = "GPULAUNCH_LOCK_DIR"
 
 
-def visible_devices(devices: tuple[Device, ...], use_uuid: bool = False) -> str:
-    """The ``CUDA_VISIBLE_DEVICES`` value for ``devices`` (cuda:i = devices[i])."""
-    return ",".join(d.uuid if (use_uuid or d.mig is not None) else str(d.gpu.index) for d in devices)
+def visible_devices(devices: tuple[Device, ...], use_uuid: bool = False, machine: Machine | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value for ``devices`` (cuda:i = devices[i]). An index is the GPU's
+    place in ``machine``'s PCI bus order (:attr:`Machine.cuda_order`, CUDA's under PCI_BUS_ID); without
+    ``machine``, its NVML index, which is the same wherever NVML numbers by bus id."""
+    def number(device: Device) -> str:
+        return str(machine.cuda_index(device.gpu) if machine is not None else device.gpu.index)
+
+    return ",".join(d.uuid if (use_uuid or d.mig is not None) else number(d) for d in devices)
 
 
 def build(devices: tuple[Device, ...], parent: Mapping[str, str], use_uuid: bool = False,
-          lock_dir: str | None = None) -> dict[str, str]:
+          lock_dir: str | None = None, machine: Machine | None = None) -> dict[str, str]:
     """The environment for a command that runs on ``devices`` (an empty tuple hides every GPU);
-    ``lock_dir``: the lock directory that holds its reservation, handed down."""
+    ``lock_dir``: the lock directory that holds its reservation, handed down; ``machine``: where
+    indices are counted (see :func:`visible_devices`)."""
     env = dict(parent)
-    env["CUDA_VISIBLE_DEVICES"] = visible_devices(devices, use_uuid)
+    env["CUDA_VISIBLE_DEVICES"] = visible_devices(devices, use_uuid, machine)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env["GPULAUNCH_GPUS"] = ",".join(str(d.gpu.index) for d in devices)
     if lock_dir is not None:

@@ -427,8 +427,8 @@ class Scheduler:
         from gpu_launch.choose import visibility
         from gpu_launch.run import environment
 
-        # Under a parent's narrowed view (a Slurm allocation, CUDA_VISIBLE_DEVICES=...), UUIDs, as a launch writes.
-        env = environment.build(devices, self.environ, use_uuid=visibility.resolve(machine, self.environ).restricted,
+        # Under a parent's narrowed view (Slurm, CUDA_VISIBLE_DEVICES=...) or NVML's own numbers, UUIDs, as a launch.
+        env = environment.build(devices, self.environ, use_uuid=visibility.resolve(machine, self.environ).child_uuids,
                                 lock_dir=self.locking.for_child(self.environ))
         state.argv = state.job.command(len(devices))  # {n}, {gpus} filled; what the views show
         state.gpus = ",".join(str(d.gpu.index) for d in devices)

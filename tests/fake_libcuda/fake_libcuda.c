@@ -5,7 +5,8 @@
  * it stops at the first entry it cannot resolve. FAKE_CUDA_REVERSE=1 reverses the order it reports
  * (a driver that disagrees with gpulaunch), FAKE_CUDA_INIT_ERROR=N makes cuInit return N.
  * Only the entry points the probe calls exist. Built with -DV1_ONLY it exports the older
- * cuDeviceGetUuid instead of cuDeviceGetUuid_v2, like drivers before CUDA 11.4.
+ * cuDeviceGetUuid instead of cuDeviceGetUuid_v2, like drivers before CUDA 11.4. Built with -DINIT_ONLY
+ * it exports cuInit alone, like a stub that is no driver (NVIDIA's mock libcuda has no cuDeviceGetCount).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,7 @@ int cuInit(unsigned int flags) {
     return count == 0 ? 100 : 0; /* CUDA_ERROR_NO_DEVICE */
 }
 
+#ifndef INIT_ONLY
 int cuDeviceGetCount(int *n) { *n = count; return 0; }
 int cuDeviceGet(int *dev, int ordinal) { if (ordinal < 0 || ordinal >= count) return 101; *dev = ordinal; return 0; }
 
@@ -77,3 +79,4 @@ int cuDeviceGetUuid_v2(unsigned char *out, int dev) {
 
 int cuDeviceGetName(char *name, int len, int dev) { snprintf(name, len, "Fake GPU %d", dev); return 0; }
 int cuGetErrorName(int rc, const char **text) { (void)rc; *text = "CUDA_ERROR_FAKE"; return 0; }
+#endif

@@ -46,8 +46,8 @@ def on_nodes(run: NodeRun) -> NodeCommand:
     hostfile of the run's nodes (``NAME slots=N``, runner.py ``_parse_hostfile``). With a hostfile the
     runner no longer reads CUDA_VISIBLE_DEVICES, and its per-node launcher sets it to the hostfile's slot
     numbers (launch.py ``set_visible_devices_envs``), which would be GPUs 0..G-1; ``--include`` names this
-    node's chosen GPUs (NVML indices) as its slots instead, and each other node's as 0..G-1, which only
-    count there."""
+    node's chosen GPUs (CUDA's numbers under PCI_BUS_ID: NVML's, as a rule) as its slots instead, and each
+    other node's as 0..G-1, which only count there."""
     world = run.world
     for meaning in ("hostfile", "include", "exclude", "nnodes", "num_gpus", "launcher"):
         run.refuse(meaning, "gpulaunch writes the hostfile and --include from the nodes and GPUs it chose")

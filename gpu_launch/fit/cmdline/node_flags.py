@@ -47,7 +47,7 @@ class World:
     names: tuple[str, ...]  # the nodes' names, rank order (Slurm's; node0.. when run by hand)
     addr: str = ""  # this node's own address (rpc-server -H, ray --node-ip-address)
     port: int = 0  # a free port of this node's own (rpc-server -p)
-    local_ids: tuple[int, ...] = ()  # this node's GPUs as NVML numbers them (deepspeed --include)
+    local_ids: tuple[int, ...] = ()  # this node's GPUs as CUDA numbers them by bus id (deepspeed --include)
     peers: tuple[str, ...] = ()  # llama.cpp, on the head: the other nodes' rpc-servers, HOST:PORT
     pending: bool = False  # at submission (:func:`check`): the head, its port and the run's id are not known yet
 
@@ -60,7 +60,7 @@ class NodeCommand:
     role: str  # "head", "worker", "worker (headless)", "rpc-server", "ray worker"
     first: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()  # (path, text) to write before the exec: deepspeed's hostfile
-    index_cvd: bool = False  # CUDA_VISIBLE_DEVICES as NVML indices, never UUIDs (Ray takes its GPU ids from it)
+    index_cvd: bool = False  # CUDA_VISIBLE_DEVICES as indices, never UUIDs (Ray takes its GPU ids from it)
 
 
 def endpoint(host: str, port: int) -> str:
