@@ -281,3 +281,30 @@ def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request
     ahead = box.submit("--no-backfill", "--auto", "1", "--wait", "1s", "--", "true")
     assert box.gl("wait", ahead).returncode == 5  # --no-backfill: it waited its turn, and timed out
     assert "  backfill   " not in box.gl("jobs", ahead).stdout
+
+
+def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp_path: Path,
+                                                                            request: pytest.FixtureRequest) -> None:
+    """alice holds GPU 0 and bob GPU 1; a job for all 3 waits (it lends GPU 2, free when it began to wait); bob's job
+    ends: GPU 1 is kept for the head, and a plain launch (no --wait) is refused on it, naming the waiter."""
+    snap, environ, big = _alice_and_a_waiting_big_job(tmp_path, request, 3)
+    bob = start(["--snapshot", str(snap), "--gpus", "1", "--", "python3", "-c", HOLD, str(tmp_path / "bob-go")],
+                env=environ)
+    request.addfinalizer(lambda: (bob.kill(), bob.wait()))
+    Lines(bob.stdout).wait("CVD=1")
+    (tmp_path / "bob-go").touch()
+    assert bob.wait(timeout=60) == 0
+    wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
+             == ["GPU 1"], what="the head to keep GPU 1, which freed up")
+    named = run(["--snapshot", str(snap), "--gpus", "1", "--", "true"], env=environ)
+    assert named.returncode == 6, named.stderr
+    assert f"GPU 1 is kept for the head of the queue" in named.stderr and f"(pid {big.pid})" in named.stderr
+    assert "queue behind it with --wait" in named.stderr and named.stderr.count("\n") == 1
+    two = run(["--snapshot", str(snap), "--auto", "2", "--", "true"], env=environ)
+    assert two.returncode == 4 and f"(pid {big.pid}) is first in the queue and keeps them" in two.stderr, two.stderr
+    lent = run(["--snapshot", str(snap), "-q", "--auto", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+               env=environ)
+    assert lent.returncode == 0 and lent.stdout.strip() == "2", lent.stderr  # the GPU it lends: taken at once
+    assert big.poll() is None
+    (tmp_path / "go").touch()
+    assert big.wait(timeout=60) == 0  # the head got GPU 1 back: it starts once alice's ends

@@ -30,11 +30,12 @@ import stat
 from collections.abc import Iterable
 
 from gpu_launch.base.records import dataclass, field
+from gpu_launch.choose import select as _select
 
 __all__ = ["Head", "Candidate", "Lends", "lends_path", "publish", "read_lends", "KEPT"]
 
 #: How a GPU kept for the head of the queue is described to a later waiter (acquire.attempt's ``own``).
-KEPT = "kept for the head of the queue"
+KEPT = _select.KEPT
 _PREFIX = "lends-"
 _MAX = 8192  # bytes of a lends file that are read
 

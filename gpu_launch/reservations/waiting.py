@@ -23,6 +23,7 @@ from gpu_launch.reservations import holders, lockdir
 from gpu_launch.reservations.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
                                       inside_allotment, plain_chooser)
 from gpu_launch.base.units import fmt_duration
+from gpu_launch.base.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -113,7 +114,15 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     """
     try:
         if wait is None:
-            return attempt(request, read(), locking, chooser)
+            machine = read()
+            kept, head = _kept_for_head(request, locking, machine)
+            try:
+                return attempt(request, machine, locking, chooser, kept=kept)
+            except UNMET as exc:
+                if head and gpu_select.KEPT in exc.message:
+                    raise type(exc)(exc.message, hint=f"{head} is first in the queue and keeps them: queue behind it "
+                                                      "with --wait, or ask for fewer") from None
+                raise
         got = _wait(request, read, locking, wait, stream, quiet, environ, chooser, command, backfill)
         if got.backfilled and not quiet:
             import sys
@@ -132,6 +141,36 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
 
             selection = gpu_select.Selection((), plan=fit_plan.Plan(request.model, fit_plan.place(request.model, [])))
         return Acquired(selection, None, {}, exc.message)
+
+
+def _kept_for_head(request: Request, locking: Locking | None, machine: Machine) -> tuple[dict[str, str], str]:
+    """The GPUs the head of the queue keeps that this request could use (uuid -> how to say so), and
+    who waits there, for a launch that does not wait: it may not start on them either (nobody else
+    starts on a kept GPU; backfill.py). Empty when nobody waits, or the head wrote no lends
+    (``--no-backfill``, an older gpulaunch)."""
+    if locking is None:
+        return {}, ""
+    try:  # a listing: all a launch pays when nobody waits (waitqueue is imported only when a ticket is there)
+        if not any(name.startswith("ticket-") for name in os.listdir(lockdir.queue_dir(locking.lock_dir))):
+            return {}, ""
+    except OSError:
+        return {}, ""
+    from gpu_launch.reservations import waitqueue
+
+    queue = waitqueue.waiters(locking.lock_dir)
+    if not queue or queue[0].relevant is None or queue[0].lends is None:
+        return {}, ""
+    from gpu_launch.views.queue_table import as_json
+
+    first, shown = queue[0], as_json(queue[:1])[0]
+    kept = set(first.relevant) - set(first.lends)
+    seen = request.seen(machine)  # said only of GPUs it could use but for that (not of busy ones)
+    elig = gpu_select.eligibility(seen, request.constraints(seen, {}))
+    could = {g.uuid for g in elig.eligible} | {m.uuid for g in machine.gpus for m in g.mig_devices}
+    why = f"{gpu_select.KEPT} ({printable(shown['user'])}, pid {first.pid})"
+    wants = f" for {printable(shown['request'][:120])}" if shown["request"] else ""
+    who = f"{printable(shown['user'])}'s job waiting{wants} (pid {first.pid})"
+    return {u: why for u in device_uuids(machine) if u in kept and u in could}, who
 
 
 def _ticket_note(request: Request, machine: Machine, command: Sequence[str]) -> str:
