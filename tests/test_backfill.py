@@ -132,6 +132,9 @@ def test_a_small_waiter_starts_at_once_beside_a_big_one_which_starts_as_soon_as_
     rows = {line.split()[0]: line for line in table.splitlines() if line[:1].isdigit()}
     assert all("backfilled" in rows[g] for g in on_b | on_c) and "backfilled" not in rows["0"], listed
     assert f"pid {b.pid}" in rows[next(iter(on_b))]
+    held = {h["gpu"]: h for h in json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["holders"]}
+    assert {g: h["backfilled"] for g, h in held.items()} == {**{f"GPU {g}": True for g in on_b | on_c}, "GPU 0": False}
+    assert held[f"GPU {next(iter(on_b))}"]["pid"] == b.pid
     (tmp_path / "alice-go").touch()
     assert alice.wait(timeout=60) == 0
     # GPU 0 freed up: kept for the big job, and it could start but for B and C: nothing new starts
@@ -180,6 +183,12 @@ def _alice_and_a_waiting_big_job(tmp_path: Path, request: pytest.FixtureRequest,
     return snap, environ, big
 
 
+def _holders(snap: Path, environ: dict[str, str]) -> dict[str, bool]:
+    """GPU label -> backfilled, for every GPU ``ls --json`` says someone holds."""
+    doc = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)
+    return {h["gpu"]: h["backfilled"] for h in doc["holders"]}
+
+
 @pytest.mark.parametrize("who", ["later", "head"])
 def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pytest.FixtureRequest, who: str) -> None:
     """--no-backfill on the later waiter (it never jumps) or on the head (it lends nothing): B waits."""
@@ -198,16 +207,24 @@ def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pyte
         assert backfilled.returncode == 0 and "backfilled" in backfilled.stderr, backfilled.stderr
 
 
-def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path,
-                                                                          request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("per_gpu", ["1", "2"])
+def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                          per_gpu: str) -> None:
     snap, environ, big = _alice_and_a_waiting_big_job(tmp_path, request, 3)
     jobs = tmp_path / "jobs.txt"
     # As many jobs as the head lends GPUs (1 and 2): a lent GPU that frees up between two of the sweep's jobs is
     # kept for the head from then on (the issue's rule), so a third job could wait for alice, i.e. for ever.
-    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}\n" for i in range(2)))
-    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1", "--log-dir", str(tmp_path / "logs")],
-                env=environ, timeout=120)
-    assert sweep.returncode == 0, sweep.stderr
+    # Each job runs until the test has seen who holds what (`ls --json`: the sweep's reservations say backfilled).
+    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}; while [ ! -e {tmp_path}/seen ]; do "
+                            "sleep 0.02; done\n" for i in range(2)))
+    sweep = start(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1", "--jobs-per-gpu", per_gpu,
+                   "--log-dir", str(tmp_path / "logs")], env=environ)
+    request.addfinalizer(lambda: (sweep.kill(), sweep.wait()))
+    wait_for(lambda: all((tmp_path / f"job{i}").exists() for i in range(2)), what="both jobs to start")
+    held = _holders(snap, environ)
+    assert held.pop("GPU 0") is False and held and all(held.values()), held  # alice's is not; the sweep's are
+    (tmp_path / "seen").touch()
+    assert sweep.wait(timeout=120) == 0, sweep.stderr.read()  # type: ignore[union-attr]
     on = {(tmp_path / f"job{i}").read_text().strip() for i in range(2)}
     assert on <= {"1", "2"}  # on the lent GPUs only, never alice's
     assert big.poll() is None  # the big job still waits for alice's GPU
@@ -278,9 +295,13 @@ def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request
     assert box.gl("wait", job).returncode == 0  # it ran at once, beside the waiting big job, on GPU 1
     assert box.jobs()[job]["gpus"] == "1" and big.poll() is None
     assert "  backfill   started ahead of 1 earlier waiter" in box.gl("jobs", job).stdout
+    row = next(line for line in box.gl("jobs").stdout.splitlines() if line.split()[:1] == [job])
+    assert " 1 (backfilled) " in row, row
+    assert json.loads(box.gl("jobs", "--json").stdout)["jobs"][-1]["backfilled"] is True
     ahead = box.submit("--no-backfill", "--auto", "1", "--wait", "1s", "--", "true")
     assert box.gl("wait", ahead).returncode == 5  # --no-backfill: it waited its turn, and timed out
     assert "  backfill   " not in box.gl("jobs", ahead).stdout
+    assert [j["backfilled"] for j in json.loads(box.gl("jobs", "--json").stdout)["jobs"]] == [True, False]
 
 
 def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp_path: Path,

@@ -141,12 +141,14 @@ class Shared:
         self.per_gpu = per_gpu
         self.fds: dict[str, int] = {}  # uuid -> the locked descriptor
         self.jobs: dict[str, list[JobState]] = {}  # uuid -> its jobs, in start order
+        self.lent: set[str] = set()  # the GPUs taken on the word of the head of the queue (backfilled)
 
     def keep(self, reservation: Any) -> None:
         """Take over the descriptors of a fresh reservation (no job on them yet)."""
         for uuid in list(reservation.fds):
             self.fds[uuid] = reservation.fds.pop(uuid)
             self.jobs[uuid] = []
+            (self.lent.add if reservation.backfilled else self.lent.discard)(uuid)
 
     def open_places(self) -> dict[str, int]:
         """uuid -> jobs on it, for the GPUs that can take one more."""
@@ -155,7 +157,7 @@ class Shared:
     def join(self, state: JobState) -> None:
         for uuid in state.uuids:
             self.jobs[uuid].append(state)
-            write_holder(self.fds[uuid], state.proc.pid, state.holder)  # the newest job is the one `ls` names
+            write_holder(self.fds[uuid], state.proc.pid, state.holder, uuid in self.lent)  # `ls` names the newest
 
     def leave(self, state: JobState) -> None:
         """A job ended: a GPU none of its jobs uses any more is given back."""
@@ -166,7 +168,7 @@ class Shared:
             if state in jobs:
                 jobs.remove(state)
             if jobs:
-                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder)
+                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder, uuid in self.lent)
         self.drop_idle()
 
     def drop_idle(self) -> None:
@@ -204,8 +206,7 @@ class Scheduler:
         self.interval = waiting.poll_interval(environ)
         self._just_read = machine  # the machine as the caller just read it: the first round's, not read twice
         self.ticket: Any = None
-        #: backfill (reservations/backfill.py) while the sweep waits behind others; False: strict FIFO
-        self.backfill = True
+        self.backfill = True  # while the sweep waits behind others (reservations/backfill.py); False: strict FIFO
         self.filling: waiting.Backfiller | None = None
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
@@ -346,8 +347,7 @@ class Scheduler:
                     self._start(self.pending.popleft(), got.selection.devices, got.machine, got.reservation,
                                 got.selection.warnings)
                     elig = got.selection.eligibility
-                    # What was eligible a moment ago, less this job's: not enough for the next. Say so now
-                    # rather than read the locks again to find it out; a job ending wakes the loop.
+                    # What was eligible, less this job's, not enough for the next: said without reading the locks again.
                     fresh = elig is None or len(elig.eligible) >= 2 * len(got.selection.devices)
                     continue
             if fresh and behind and self.filling is not None and machine is not None:

@@ -53,9 +53,10 @@ def _exit(s: Status) -> str:
     return str(job.exit_code) if job.exit_code is not None else "–"
 
 
-def _gpus(s: Status) -> str:
+def _gpus(s: Status, backfilled: bool = False) -> str:
     gpus = s.job.gpus
-    return "–" if gpus is None else gpus or "cpu"
+    text = "–" if gpus is None else gpus or "cpu"
+    return f"{text} (backfilled)" if backfilled and gpus else text  # lent by the head of the queue
 
 
 def _when(t: float, now: float) -> str:
@@ -78,11 +79,13 @@ def command_text(argv: Sequence[str]) -> str:
     return printable(shlex.join(argv))
 
 
-def table(statuses: Sequence[Status], width: int | None, now: float | None = None, colour: bool = False) -> str:
+def table(statuses: Sequence[Status], width: int | None, now: float | None = None, colour: bool = False,
+          backfilled: frozenset[str] = frozenset()) -> str:
     """The jobs, oldest first, then a line counting them by outcome; ``colour``: the states coloured
-    (the caller decides: a terminal, no NO_COLOR, never --json)."""
+    (the caller decides: a terminal, no NO_COLOR, never --json); ``backfilled``: the ids of the jobs that
+    started ahead of earlier waiters, on GPUs the head of the queue lent (their GPUS say so)."""
     now = time.time() if now is None else now
-    rows = [(s.job.id, _state(s), _exit(s), _gpus(s), _when(s.job.submitted, now), _time(s, now),
+    rows = [(s.job.id, _state(s), _exit(s), _gpus(s, s.job.id in backfilled), _when(s.job.submitted, now), _time(s, now),
              command_text(s.job.argv)) for s in statuses]
     widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(6)]
     lines = []
@@ -132,11 +135,13 @@ def detail(s: Status, log: str, now: float | None = None, backfilled: str | None
     return f"job {job.id}: {head}\n" + "".join(f"  {k:<10} {v}\n" for k, v in rows)
 
 
-def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str]) -> dict[str, Any]:
-    """``jobs --json`` (schema ``JOBS`` in views/schemas.py)."""
+def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str],
+            backfilled: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``jobs --json`` (schema ``JOBS`` in views/schemas.py); ``backfilled`` as for :func:`table`."""
     return {"schema": SCHEMA_VERSION, "job_dir": job_dir, "jobs": [{
         "id": s.job.id, "state": s.state, "outcome": s.outcome, "position": s.position, "exit_code": s.job.exit_code,
         "signal": s.job.signal, "note": s.note, "gpus": s.job.gpus, "submitted": s.job.submitted,
         "started": s.job.started, "ended": s.job.ended, "pid": s.job.pid, "host": s.job.host, "cwd": s.job.cwd,
         "argv": list(s.job.argv), "options": list(s.job.options), "log": log,
+        "backfilled": s.job.id in backfilled,
     } for s, log in zip(statuses, logs)]}

@@ -99,6 +99,15 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "gpu_count": {"type": "integer", "minimum": 0},  # `ls --json` only: the machine's GPUs in all (`ls --gpus` lists some of them)
     # `ls --json`/`topo --json` with no NVIDIA driver (and no --snapshot) only: the bundled example machine shown instead
     "example": _STR,
+    # `ls --json` only (a snapshot file read back ignores it): who holds which GPU, as its lock file says
+    # (display only: the lock, not its text, is what counts); "unavailable" for a lock file that cannot be used
+    "holders": {"type": "array", "items": _obj({
+        "gpu": _STR, "uuid": _STR, "user": _NSTR, "pid": _NINT, "started": {"type": ["number", "null"]},
+        "command": _NSTR, "host": _NSTR,
+        "shared_lock": {"type": "boolean"},  # not a reservation: a shared flock that blocks every job's
+        "backfilled": {"type": "boolean"},  # it started ahead of earlier waiters, on GPUs the head of the queue lent
+        "unavailable": _STR,
+    }, required=["gpu", "uuid"])},
     # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
     "queue": {"type": "array", "items": _obj({
         "position": {"type": "integer", "minimum": 1},
@@ -308,6 +317,8 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
         "argv": {"type": "array", "items": _STR},  # the command
         "options": {"type": "array", "items": _STR},  # the launch's options, as given
         "log": _STR,
+        # it started ahead of earlier waiters, on GPUs the head of the --wait queue lent (backfill)
+        "backfilled": {"type": "boolean"},
     })},
 })
 
