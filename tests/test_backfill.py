@@ -48,10 +48,34 @@ def test_a_later_waiter_takes_only_lent_gpus_it_has_seen_free_and_any_the_head_n
     assert later.usable(None, UUIDS) == frozenset()  # a head that lends nothing: strict FIFO
 
 
+def test_a_declared_limit_that_ends_by_the_heads_expected_start_may_use_a_kept_gpu() -> None:
+    """Slurm's rule: alice's GPUs 0 and 1 end at t=3600 (declared), so the 8-GPU head expects to start then; GPU 2
+    freed up (kept). A later waiter whose --time ends by 3600 may take it; one that would end later, or one without
+    a limit, may not; nor any, once a GPU freed that the head has not seen yet (it may start sooner)."""
+    head = Head(8, frozenset(UUIDS))
+    head.look(UUIDS[3:], 0.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0, UUIDS[2]: 500.0})
+    lends = head.look(UUIDS[2:], 1000.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0})
+    assert lends.shadow == 3600.0 and UUIDS[2] in lends.kept
+    later = Candidate()
+    later.look(UUIDS[2:3])
+    assert UUIDS[2] in later.usable(lends, UUIDS, ends_by=3600.0, free=UUIDS[2:])
+    assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3601.0, free=UUIDS[2:])
+    assert UUIDS[2] not in later.usable(lends, UUIDS, free=UUIDS[2:])  # no limit declared: kept
+    assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3000.0, free=UUIDS[1:])  # GPU 1 freed since its look
+    # an end nobody declared (work that is not gpulaunch's, or a launch without --time): no expected start
+    assert head.look(UUIDS[2:], 1000.0, {UUIDS[0]: 3600.0}).shadow is None
+    # a declared end already past counts as now: nothing ends by it
+    assert head.look(UUIDS[2:], 4000.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0}).shadow == 4000.0
+
+
 def test_a_lends_file_of_another_owner_or_a_torn_one_lends_nothing(tmp_path: Path) -> None:
     publish(str(tmp_path), "ticket-1", Lends(frozenset(UUIDS), frozenset(UUIDS[:2]), need=8), {UUIDS[0]: "GPU 0"})
     got = read_lends(str(tmp_path), "ticket-1", os.getuid())
-    assert got is not None and got[0].lends == frozenset(UUIDS[:2])
+    assert got is not None and got[0].lends == frozenset(UUIDS[:2]) and got[0].shadow is None
+    publish(str(tmp_path), "ticket-4", Lends(frozenset(UUIDS), frozenset(), need=8, free=frozenset(UUIDS[2:3]),
+                                             shadow=3600.0), {})
+    got = read_lends(str(tmp_path), "ticket-4", os.getuid())
+    assert got is not None and got[0].shadow == 3600.0 and got[0].free == frozenset(UUIDS[2:3])
     assert read_lends(str(tmp_path), "ticket-1", os.getuid() + 1) is None  # not the ticket's owner's word
     (tmp_path / "lends-ticket-2").write_text('{"relevant": ["GPU-0"], "len')
     assert read_lends(str(tmp_path), "ticket-2", os.getuid()) is None
@@ -78,6 +102,16 @@ def test_a_stream_of_small_jobs_cannot_starve_the_head(small: list[tuple[float, 
     backfilled = [j.length for j in jobs if j.backfilled]
     freed = max(head_arrives, alice_frees if busy else 0.0)
     assert head.start is not None and head.start <= freed + max(backfilled, default=0.0) + 1e-6
+    # with declared limits (alice's work declared to end when it does; each job's limit 1.5 times its length): the
+    # head starts once its GPUs freed and the backfilled jobs ended, never later, and at most one backfilled job's
+    # declared limit after its GPUs freed (one that ends before its limit may leave a job started by Slurm's rule
+    # in its way, as under Slurm)
+    timed = [backfill_day.Job(j.name, j.user, j.need, j.arrival, j.length, j.length * 1.5) for j in jobs]
+    declared = backfill_day.simulate(timed, UUIDS, busy_until, declared=busy_until)
+    assert declared["overlaps"] == 0 and not declared["unstarted"]
+    lent = [j for j in timed if j.backfilled]
+    assert timed[0].start is not None and timed[0].start <= max([freed, *(j.end for j in lent)]) + 1e-6
+    assert timed[0].start <= freed + max((j.limit for j in lent), default=0.0) + 1e-6  # type: ignore[type-var]
     # strict FIFO: nobody starts ahead of the head
     fifo = [backfill_day.Job(j.name, j.user, j.need, j.arrival, j.length) for j in jobs]
     backfill_day.simulate(fifo, UUIDS, busy_until, backfill=False)
@@ -86,7 +120,8 @@ def test_a_stream_of_small_jobs_cannot_starve_the_head(small: list[tuple[float, 
 
 def test_the_benchmark_day_reports_both_modes_with_no_overlap() -> None:
     doc = backfill_day.measure(seed=1, count=20)
-    assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == 0
+    assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == doc["limits"]["overlaps"] == 0
+    assert doc["limits"]["occupancy"] >= doc["backfill"]["occupancy"]
     assert doc["fifo"]["backfilled"] == 0 and doc["backfill"]["head_delay_s"] <= doc["backfill"]["longest_backfilled_s"]
 
 
