@@ -364,3 +364,40 @@ def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp
     assert big.poll() is None
     (tmp_path / "go").touch()
     assert big.wait(timeout=60) == 0  # the head got GPU 1 back: it starts once alice's ends
+
+
+def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_on_a_kept_gpu(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Slurm's rule, with real processes: alice holds GPU 0 with --time 1h, bob GPU 1; a job for both waits. Bob's
+    ends: GPU 1 is kept for the head, which expects to start when alice's hour is up. A waiter with --time 10m
+    starts on it; one without a limit, or with --time 2h (it would still run then), waits."""
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    environ = env(tmp_path / "locks")
+    procs: list[subprocess.Popen[str]] = []
+    request.addfinalizer(lambda: [(p.kill(), p.wait()) for p in procs])
+
+    def launch(*args: str) -> subprocess.Popen[str]:
+        procs.append(start(["--snapshot", str(snap), *args], env=environ))
+        return procs[-1]
+
+    alice = launch("--gpus", "0", "--time", "1h", "--", "python3", "-c", HOLD, str(tmp_path / "alice-go"))
+    Lines(alice.stdout).wait("CVD=0")
+    bob = launch("--gpus", "1", "--", "python3", "-c", HOLD, str(tmp_path / "bob-go"))
+    Lines(bob.stdout).wait("CVD=1")
+    big = launch("--auto", "2", "--wait", "--", "true")
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    (tmp_path / "bob-go").touch()
+    assert bob.wait(timeout=60) == 0
+    wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
+             == ["GPU 1"], what="the head to keep GPU 1")
+    for limit in ([], ["--time", "2h"]):
+        late = run(["--snapshot", str(snap), *limit, "--auto", "1", "--wait", "2s", "--", "true"], env=environ)
+        assert late.returncode == 5 and "1 waiter ahead" in late.stderr, (limit, late.stderr)
+    early = run(["--snapshot", str(snap), "--time", "10m", "--auto", "1", "--wait", "30s", "--",
+                 "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], env=environ)
+    assert early.returncode == 0 and early.stdout.strip() == "1", early.stderr
+    assert "backfilled: started ahead of 1 earlier waiter" in early.stderr
+    assert big.poll() is None
+    (tmp_path / "alice-go").touch()
+    assert alice.wait(timeout=60) == 0 and big.wait(timeout=60) == 0

@@ -49,7 +49,7 @@ __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "def
 
 
 #: options that only mean something to Slurm, and those only to the scheduler on this machine
-SLURM_ONLY = ("partition", "time", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
+SLURM_ONLY = ("partition", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
 LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu", "min_total_memory",
               "account_as_free", "min_count", "max_count")
 
