@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from gpu_launch.reservations import acquire, waiting
 from gpu_launch.sweeps.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
+from gpu_launch.sweeps.limits import Limits
 from gpu_launch.sweeps.sweep import Scheduler, Scope
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Machine
@@ -267,6 +268,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler.queue = not locking.nested
     scheduler.feed = feed
     scheduler.backfill = not inv.get("no_backfill")
+    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None))
     with view:
         scheduler.run()
     view.summary(scheduler)

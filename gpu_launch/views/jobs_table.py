@@ -27,9 +27,10 @@ __all__ = ["table", "detail", "as_json", "HEADER", "SCHEMA_VERSION"]
 SCHEMA_VERSION = 1
 HEADER = ("ID", "STATE", "EXIT", "GPUS", "SUBMITTED", "TIME", "COMMAND")
 #: the outcomes in the order the count line names them ("12 jobs: 10 done, 2 failed")
-STATES = ("waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost", "lost at reboot")
+STATES = ("waiting", "running", "done", "failed", "killed", "timeout", "failed to start", "cancelled", "lost",
+          "lost at reboot")
 #: SGR colours of the outcomes on a terminal (none for waiting and running): green, red, yellow, magenta
-_COLOURS = {"done": "32", "failed": "31", "killed": "31", "failed to start": "31", "cancelled": "33",
+_COLOURS = {"done": "32", "failed": "31", "killed": "31", "timeout": "31", "failed to start": "31", "cancelled": "33",
             "lost": "35", "lost at reboot": "35"}
 
 
@@ -143,5 +144,5 @@ def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str],
         "signal": s.job.signal, "note": s.note, "gpus": s.job.gpus, "submitted": s.job.submitted,
         "started": s.job.started, "ended": s.job.ended, "pid": s.job.pid, "host": s.job.host, "cwd": s.job.cwd,
         "argv": list(s.job.argv), "options": list(s.job.options), "log": log,
-        "backfilled": s.job.id in backfilled,
+        "backfilled": s.job.id in backfilled, "limit_s": s.job.limit,
     } for s, log in zip(statuses, logs)]}

@@ -302,10 +302,11 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
     "job_dir": _STR,
     "jobs": {"type": "array", "items": _obj({
         "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
-        "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot"]},
+        "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "timeout", "lost",
+                           "lost at reboot"]},
         # what a script wants: a done job that exited non-zero "failed", one a signal ended "killed"
-        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost",
-                             "lost at reboot"]},
+        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "timeout", "failed to start", "cancelled",
+                             "lost", "lost at reboot"]},
         "position": {"type": ["integer", "null"], "minimum": 1},  # in the --wait queue, while it waits there
         "exit_code": _NINT,  # the command's exit status; failed to start: gpulaunch's own
         "signal": _NSTR,  # "SIGTERM" when a signal ended it
@@ -319,6 +320,7 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
         "log": _STR,
         # it started ahead of earlier waiters, on GPUs the head of the --wait queue lent (backfill)
         "backfilled": {"type": "boolean"},
+        "limit_s": {"type": ["number", "null"]},  # its --time, seconds (null: none); it ends there: outcome timeout
     })},
 })
 
