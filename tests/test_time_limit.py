@@ -35,6 +35,7 @@ def test_a_submitted_job_is_ended_at_its_limit_and_waits_exit_124(tmp_path: Path
     assert record["state"] == record["outcome"] == "timeout" and record["signal"] == "SIGTERM"
     assert record["limit_s"] == 2.0
     assert "ended at its --time limit (2s): SIGTERM, it ended on SIGTERM" in record["note"]
+    assert "  limit      2s\n" in box.gl("jobs", job).stdout
     listed = box.gl("jobs").stdout
     assert f"{job}  timeout" in listed and "1 job: 1 timeout" in listed, listed
     # a job that ends before its limit is done, with its own exit code

@@ -127,6 +127,8 @@ def detail(s: Status, log: str, now: float | None = None, backfilled: str | None
         rows.append(("ended", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.ended)) + ran))
     elif s.state in ("waiting", "running"):
         rows.append(("for", _time(s, now)))
+    if job.limit is not None:  # its --time: the supervisor ends it there (timeout)
+        rows.append(("limit", fmt_duration(job.limit)))
     rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
              ("log", printable(log))]
     if backfilled:  # it started ahead of earlier waiters, on GPUs the head of the queue lent
