@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from gpu_launch.reservations.holders import write_holder
 from gpu_launch.sweeps.jobfile import JobState
@@ -24,6 +25,7 @@ class Shared:
         self.fds: dict[str, int] = {}  # uuid -> the locked descriptor
         self.jobs: dict[str, list[JobState]] = {}  # uuid -> its jobs, in start order
         self.lent: set[str] = set()  # the GPUs taken on the word of the head of the queue (backfilled)
+        self.limit: float | None = None  # each --time (seconds): the holder line says when the newest job ends
 
     def keep(self, reservation: Any) -> None:
         """Take over the descriptors of a fresh reservation (no job on them yet)."""
@@ -39,7 +41,7 @@ class Shared:
     def join(self, state: JobState) -> None:
         for uuid in state.uuids:
             self.jobs[uuid].append(state)
-            write_holder(self.fds[uuid], state.proc.pid, state.holder, uuid in self.lent)  # `ls` names the newest
+            write_holder(self.fds[uuid], state.proc.pid, state.holder, uuid in self.lent, self.limit)  # the newest
 
     def leave(self, state: JobState) -> None:
         """A job ended: a GPU none of its jobs uses any more is given back."""
@@ -49,8 +51,9 @@ class Shared:
                 continue
             if state in jobs:
                 jobs.remove(state)
-            if jobs:
-                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder, uuid in self.lent)
+            if jobs:  # the newest job's limit, what is left of it (its start: monotonic)
+                left = None if self.limit is None else max(0.0, self.limit - (time.monotonic() - jobs[-1].started))
+                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder, uuid in self.lent, left)
         self.drop_idle()
 
     def drop_idle(self) -> None:

@@ -371,6 +371,7 @@ class Scheduler:
                 fresh.release()
             elif self.shared is not None:
                 if state.proc is not None:
+                    self.shared.limit = self.limits.seconds
                     self.shared.join(state)
                 self.shared.drop_idle()
         if state.proc is not None:

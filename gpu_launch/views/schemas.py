@@ -122,6 +122,8 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
         # null for the others, and for a head that lends nothing (--no-backfill, an older gpulaunch)
         "kept": {"type": ["array", "null"], "items": _STR},
         "lends": {"type": ["array", "null"], "items": _STR},
+        # the head of line's: when it expects to start (seconds since the epoch), from the holders' declared --time
+        "expected_start": {"type": ["number", "null"]},
     }, required=["position", "user", "uid", "pid", "since", "waited_s", "request", "command"])},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
