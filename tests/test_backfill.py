@@ -60,6 +60,12 @@ def test_a_declared_limit_that_ends_by_the_heads_expected_start_may_use_a_kept_g
     later.look(UUIDS[2:3])
     assert UUIDS[2] in later.usable(lends, UUIDS, ends_by=3600.0, free=UUIDS[2:])
     assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3601.0, free=UUIDS[2:])
+    # a limit that ends after the expected start takes no GPU the head may use, not even one it lends
+    lent = Lends(frozenset(UUIDS[:4]), frozenset(UUIDS[3:4]), need=4, free=frozenset(UUIDS[3:4]), shadow=3600.0)
+    other = Candidate()
+    other.look(UUIDS[3:])
+    assert other.usable(lent, UUIDS, ends_by=3601.0, free=UUIDS[3:]) == frozenset(UUIDS[4:])
+    assert UUIDS[3] in other.usable(lent, UUIDS, free=UUIDS[3:])  # no limit declared: what it lends, as before
     assert UUIDS[2] not in later.usable(lends, UUIDS, free=UUIDS[2:])  # no limit declared: kept
     assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3000.0, free=UUIDS[1:])  # GPU 1 freed since its look
     # an end nobody declared (work that is not gpulaunch's, or a launch without --time): no expected start

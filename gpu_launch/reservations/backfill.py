@@ -18,7 +18,8 @@ start at once on GPUs the head *lends*, and only on those. What the head lends (
   *shadow*: the moment enough of its GPUs are expected free, each held GPU at its holder's declared
   end; a GPU busy with work that declared none never) and a later waiter whose own limit ends by
   then may take any GPU free for the head at its last look, kept ones included (it is off them again
-  before the head could start: submit and each end a job at its limit).
+  before the head could start: submit and each end a job at its limit); one whose declared limit ends
+  later takes no GPU the head may use, lent ones neither (it would delay the head: Slurm does not start it).
 
 The head writes what it lends to a file of its own beside its ticket (``lends-<ticket>``: a JSON line,
 replaced atomically), which a later waiter believes only when its owner is the ticket's owner (the
@@ -118,12 +119,16 @@ class Candidate:
         """Of ``every`` GPU, the ones this waiter may take: none when the head lends nothing. ``ends_by``:
         when this waiter's declared limit would end it, were it to start now: by the head's shadow, the GPUs
         free for the head at its last look are usable too, unless one of its GPUs freed since (``free``:
-        the GPUs free now; the head may then start sooner: wait for its next look)."""
+        the GPUs free now; the head may then start sooner: wait for its next look); after it, only the GPUs
+        the head never uses."""
         if lends is None:
             return frozenset()
         seen = self.seen_free or set()
         early = frozenset()
-        if ends_by is not None and lends.shadow is not None and ends_by <= lends.shadow:
+        late = ends_by is not None and lends.shadow is not None and ends_by > lends.shadow
+        if late:  # it declared a limit that would still run when the head expects to start: as Slurm, not ahead of it
+            return frozenset(u for u in every if u not in lends.relevant)
+        if ends_by is not None and lends.shadow is not None:
             fresh = (frozenset(free) if free is not None else frozenset(seen)) & lends.relevant
             if fresh <= lends.free | lends.lends:
                 early = lends.free
