@@ -124,7 +124,7 @@ class Candidate:
         if lends is None:
             return frozenset()
         seen = self.seen_free or set()
-        early = frozenset()
+        early: frozenset[str] = frozenset()
         late = ends_by is not None and lends.shadow is not None and ends_by > lends.shadow
         if late:  # it declared a limit that would still run when the head expects to start: as Slurm, not ahead of it
             return frozenset(u for u in every if u not in lends.relevant)

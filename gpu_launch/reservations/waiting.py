@@ -165,7 +165,7 @@ def _kept_for_head(request: Request, locking: Locking | None, machine: Machine) 
     from gpu_launch.views.queue_table import as_json
 
     first, shown = queue[0], as_json(queue[:1])[0]
-    kept = set(first.relevant) - set(first.lends)
+    kept = set(first.relevant or ()) - set(first.lends or ())
     seen = request.seen(machine)  # said only of GPUs it could use but for that (not of busy ones)
     elig = gpu_select.eligibility(seen, request.constraints(seen, {}))
     could = {g.uuid for g in elig.eligible} | {m.uuid for g in machine.gpus for m in g.mig_devices}
