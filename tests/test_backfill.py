@@ -48,10 +48,40 @@ def test_a_later_waiter_takes_only_lent_gpus_it_has_seen_free_and_any_the_head_n
     assert later.usable(None, UUIDS) == frozenset()  # a head that lends nothing: strict FIFO
 
 
+def test_a_declared_limit_that_ends_by_the_heads_expected_start_may_use_a_kept_gpu() -> None:
+    """Slurm's rule: alice's GPUs 0 and 1 end at t=3600 (declared), so the 8-GPU head expects to start then; GPU 2
+    freed up (kept). A later waiter whose --time ends by 3600 may take it; one that would end later, or one without
+    a limit, may not; nor any, once a GPU freed that the head has not seen yet (it may start sooner)."""
+    head = Head(8, frozenset(UUIDS))
+    head.look(UUIDS[3:], 0.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0, UUIDS[2]: 500.0})
+    lends = head.look(UUIDS[2:], 1000.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0})
+    assert lends.shadow == 3600.0 and UUIDS[2] in lends.kept
+    later = Candidate()
+    later.look(UUIDS[2:3])
+    assert UUIDS[2] in later.usable(lends, UUIDS, ends_by=3600.0, free=UUIDS[2:])
+    assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3601.0, free=UUIDS[2:])
+    # a limit that ends after the expected start takes no GPU the head may use, not even one it lends
+    lent = Lends(frozenset(UUIDS[:4]), frozenset(UUIDS[3:4]), need=4, free=frozenset(UUIDS[3:4]), shadow=3600.0)
+    other = Candidate()
+    other.look(UUIDS[3:])
+    assert other.usable(lent, UUIDS, ends_by=3601.0, free=UUIDS[3:]) == frozenset(UUIDS[4:])
+    assert UUIDS[3] in other.usable(lent, UUIDS, free=UUIDS[3:])  # no limit declared: what it lends, as before
+    assert UUIDS[2] not in later.usable(lends, UUIDS, free=UUIDS[2:])  # no limit declared: kept
+    assert UUIDS[2] not in later.usable(lends, UUIDS, ends_by=3000.0, free=UUIDS[1:])  # GPU 1 freed since its look
+    # an end nobody declared (work that is not gpulaunch's, or a launch without --time): no expected start
+    assert head.look(UUIDS[2:], 1000.0, {UUIDS[0]: 3600.0}).shadow is None
+    # a declared end already past counts as now: nothing ends by it
+    assert head.look(UUIDS[2:], 4000.0, {UUIDS[0]: 3600.0, UUIDS[1]: 3600.0}).shadow == 4000.0
+
+
 def test_a_lends_file_of_another_owner_or_a_torn_one_lends_nothing(tmp_path: Path) -> None:
     publish(str(tmp_path), "ticket-1", Lends(frozenset(UUIDS), frozenset(UUIDS[:2]), need=8), {UUIDS[0]: "GPU 0"})
     got = read_lends(str(tmp_path), "ticket-1", os.getuid())
-    assert got is not None and got[0].lends == frozenset(UUIDS[:2])
+    assert got is not None and got[0].lends == frozenset(UUIDS[:2]) and got[0].shadow is None
+    publish(str(tmp_path), "ticket-4", Lends(frozenset(UUIDS), frozenset(), need=8, free=frozenset(UUIDS[2:3]),
+                                             shadow=3600.0), {})
+    got = read_lends(str(tmp_path), "ticket-4", os.getuid())
+    assert got is not None and got[0].shadow == 3600.0 and got[0].free == frozenset(UUIDS[2:3])
     assert read_lends(str(tmp_path), "ticket-1", os.getuid() + 1) is None  # not the ticket's owner's word
     (tmp_path / "lends-ticket-2").write_text('{"relevant": ["GPU-0"], "len')
     assert read_lends(str(tmp_path), "ticket-2", os.getuid()) is None
@@ -78,6 +108,16 @@ def test_a_stream_of_small_jobs_cannot_starve_the_head(small: list[tuple[float, 
     backfilled = [j.length for j in jobs if j.backfilled]
     freed = max(head_arrives, alice_frees if busy else 0.0)
     assert head.start is not None and head.start <= freed + max(backfilled, default=0.0) + 1e-6
+    # with declared limits (alice's work declared to end when it does; each job's limit 1.5 times its length): the
+    # head starts once its GPUs freed and the backfilled jobs ended, never later, and at most one backfilled job's
+    # declared limit after its GPUs freed (one that ends before its limit may leave a job started by Slurm's rule
+    # in its way, as under Slurm)
+    timed = [backfill_day.Job(j.name, j.user, j.need, j.arrival, j.length, j.length * 1.5) for j in jobs]
+    declared = backfill_day.simulate(timed, UUIDS, busy_until, declared=busy_until)
+    assert declared["overlaps"] == 0 and not declared["unstarted"]
+    lent = [j for j in timed if j.backfilled]
+    assert timed[0].start is not None and timed[0].start <= max([freed, *(j.end for j in lent)]) + 1e-6
+    assert timed[0].start <= freed + max((j.limit for j in lent), default=0.0) + 1e-6  # type: ignore[type-var]
     # strict FIFO: nobody starts ahead of the head
     fifo = [backfill_day.Job(j.name, j.user, j.need, j.arrival, j.length) for j in jobs]
     backfill_day.simulate(fifo, UUIDS, busy_until, backfill=False)
@@ -86,7 +126,8 @@ def test_a_stream_of_small_jobs_cannot_starve_the_head(small: list[tuple[float, 
 
 def test_the_benchmark_day_reports_both_modes_with_no_overlap() -> None:
     doc = backfill_day.measure(seed=1, count=20)
-    assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == 0
+    assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == doc["limits"]["overlaps"] == 0
+    assert doc["limits"]["occupancy"] >= doc["backfill"]["occupancy"]
     assert doc["fifo"]["backfilled"] == 0 and doc["backfill"]["head_delay_s"] <= doc["backfill"]["longest_backfilled_s"]
 
 
@@ -132,6 +173,9 @@ def test_a_small_waiter_starts_at_once_beside_a_big_one_which_starts_as_soon_as_
     rows = {line.split()[0]: line for line in table.splitlines() if line[:1].isdigit()}
     assert all("backfilled" in rows[g] for g in on_b | on_c) and "backfilled" not in rows["0"], listed
     assert f"pid {b.pid}" in rows[next(iter(on_b))]
+    held = {h["gpu"]: h for h in json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["holders"]}
+    assert {g: h["backfilled"] for g, h in held.items()} == {**{f"GPU {g}": True for g in on_b | on_c}, "GPU 0": False}
+    assert held[f"GPU {next(iter(on_b))}"]["pid"] == b.pid
     (tmp_path / "alice-go").touch()
     assert alice.wait(timeout=60) == 0
     # GPU 0 freed up: kept for the big job, and it could start but for B and C: nothing new starts
@@ -180,6 +224,12 @@ def _alice_and_a_waiting_big_job(tmp_path: Path, request: pytest.FixtureRequest,
     return snap, environ, big
 
 
+def _holders(snap: Path, environ: dict[str, str]) -> dict[str, bool]:
+    """GPU label -> backfilled, for every GPU ``ls --json`` says someone holds."""
+    doc = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)
+    return {h["gpu"]: h["backfilled"] for h in doc["holders"]}
+
+
 @pytest.mark.parametrize("who", ["later", "head"])
 def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pytest.FixtureRequest, who: str) -> None:
     """--no-backfill on the later waiter (it never jumps) or on the head (it lends nothing): B waits."""
@@ -198,16 +248,24 @@ def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pyte
         assert backfilled.returncode == 0 and "backfilled" in backfilled.stderr, backfilled.stderr
 
 
-def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path,
-                                                                          request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("per_gpu", ["1", "2"])
+def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path, request: pytest.FixtureRequest,
+                                                                          per_gpu: str) -> None:
     snap, environ, big = _alice_and_a_waiting_big_job(tmp_path, request, 3)
     jobs = tmp_path / "jobs.txt"
     # As many jobs as the head lends GPUs (1 and 2): a lent GPU that frees up between two of the sweep's jobs is
     # kept for the head from then on (the issue's rule), so a third job could wait for alice, i.e. for ever.
-    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}\n" for i in range(2)))
-    sweep = run(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1", "--log-dir", str(tmp_path / "logs")],
-                env=environ, timeout=120)
-    assert sweep.returncode == 0, sweep.stderr
+    # Each job runs until the test has seen who holds what (`ls --json`: the sweep's reservations say backfilled).
+    jobs.write_text("".join(f"echo $CUDA_VISIBLE_DEVICES > {tmp_path}/job{i}; while [ ! -e {tmp_path}/seen ]; do "
+                            "sleep 0.02; done\n" for i in range(2)))
+    sweep = start(["--snapshot", str(snap), "each", str(jobs), "--gpus-per-job", "1", "--jobs-per-gpu", per_gpu,
+                   "--log-dir", str(tmp_path / "logs")], env=environ)
+    request.addfinalizer(lambda: (sweep.kill(), sweep.wait()))
+    wait_for(lambda: all((tmp_path / f"job{i}").exists() for i in range(2)), what="both jobs to start")
+    held = _holders(snap, environ)
+    assert held.pop("GPU 0") is False and held and all(held.values()), held  # alice's is not; the sweep's are
+    (tmp_path / "seen").touch()
+    assert sweep.wait(timeout=120) == 0, sweep.stderr.read()  # type: ignore[union-attr]
     on = {(tmp_path / f"job{i}").read_text().strip() for i in range(2)}
     assert on <= {"1", "2"}  # on the lent GPUs only, never alice's
     assert big.poll() is None  # the big job still waits for alice's GPU
@@ -278,6 +336,80 @@ def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request
     assert box.gl("wait", job).returncode == 0  # it ran at once, beside the waiting big job, on GPU 1
     assert box.jobs()[job]["gpus"] == "1" and big.poll() is None
     assert "  backfill   started ahead of 1 earlier waiter" in box.gl("jobs", job).stdout
+    row = next(line for line in box.gl("jobs").stdout.splitlines() if line.split()[:1] == [job])
+    assert " 1 (backfilled) " in row, row
+    assert json.loads(box.gl("jobs", "--json").stdout)["jobs"][-1]["backfilled"] is True
     ahead = box.submit("--no-backfill", "--auto", "1", "--wait", "1s", "--", "true")
     assert box.gl("wait", ahead).returncode == 5  # --no-backfill: it waited its turn, and timed out
     assert "  backfill   " not in box.gl("jobs", ahead).stdout
+    assert [j["backfilled"] for j in json.loads(box.gl("jobs", "--json").stdout)["jobs"]] == [True, False]
+
+
+def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp_path: Path,
+                                                                            request: pytest.FixtureRequest) -> None:
+    """alice holds GPU 0 and bob GPU 1; a job for all 3 waits (it lends GPU 2, free when it began to wait); bob's job
+    ends: GPU 1 is kept for the head, and a plain launch (no --wait) is refused on it, naming the waiter."""
+    snap, environ, big = _alice_and_a_waiting_big_job(tmp_path, request, 3)
+    bob = start(["--snapshot", str(snap), "--gpus", "1", "--", "python3", "-c", HOLD, str(tmp_path / "bob-go")],
+                env=environ)
+    request.addfinalizer(lambda: (bob.kill(), bob.wait()))
+    Lines(bob.stdout).wait("CVD=1")
+    (tmp_path / "bob-go").touch()
+    assert bob.wait(timeout=60) == 0
+    wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
+             == ["GPU 1"], what="the head to keep GPU 1, which freed up")
+    named = run(["--snapshot", str(snap), "--gpus", "1", "--", "true"], env=environ)
+    assert named.returncode == 6, named.stderr
+    assert f"GPU 1 is kept for the head of the queue" in named.stderr and f"(pid {big.pid})" in named.stderr
+    assert "queue behind it with --wait" in named.stderr and named.stderr.count("\n") == 1
+    two = run(["--snapshot", str(snap), "--auto", "2", "--", "true"], env=environ)
+    assert two.returncode == 4 and f"(pid {big.pid}) is first in the queue and keeps them" in two.stderr, two.stderr
+    lent = run(["--snapshot", str(snap), "-q", "--auto", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+               env=environ)
+    assert lent.returncode == 0 and lent.stdout.strip() == "2", lent.stderr  # the GPU it lends: taken at once
+    assert big.poll() is None
+    (tmp_path / "go").touch()
+    assert big.wait(timeout=60) == 0  # the head got GPU 1 back: it starts once alice's ends
+
+
+def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_on_a_kept_gpu(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Slurm's rule, with real processes: alice holds GPU 0 with --time 1h, bob GPU 1; a job for both waits. Bob's
+    ends: GPU 1 is kept for the head, which expects to start when alice's hour is up. A waiter with --time 10m
+    starts on it; one without a limit, or with --time 2h (it would still run then), waits."""
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    environ = env(tmp_path / "locks")
+    procs: list[subprocess.Popen[str]] = []
+    request.addfinalizer(lambda: [(p.kill(), p.wait()) for p in procs])
+
+    def launch(*args: str) -> subprocess.Popen[str]:
+        procs.append(start(["--snapshot", str(snap), *args], env=environ))
+        return procs[-1]
+
+    alice = launch("--gpus", "0", "--time", "1h", "--", "python3", "-c", HOLD, str(tmp_path / "alice-go"))
+    Lines(alice.stdout).wait("CVD=0")
+    bob = launch("--gpus", "1", "--", "python3", "-c", HOLD, str(tmp_path / "bob-go"))
+    Lines(bob.stdout).wait("CVD=1")
+    big = launch("--auto", "2", "--wait", "--", "true")
+    wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
+             what="the big job to wait")
+    (tmp_path / "bob-go").touch()
+    assert bob.wait(timeout=60) == 0
+    wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
+             == ["GPU 1"], what="the head to keep GPU 1")
+    head = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]
+    assert 3500 < head["expected_start"] - time.time() <= 3600  # alice's declared hour
+    import re
+
+    assert re.search(r"; expected to start in 5\dm\d+s \(declared limits\)", run(["--snapshot", str(snap), "ls"],
+                                                                                  env=environ).stdout)
+    for limit in ([], ["--time", "2h"]):
+        late = run(["--snapshot", str(snap), *limit, "--auto", "1", "--wait", "2s", "--", "true"], env=environ)
+        assert late.returncode == 5 and "1 waiter ahead" in late.stderr, (limit, late.stderr)
+    early = run(["--snapshot", str(snap), "--time", "10m", "--auto", "1", "--wait", "30s", "--",
+                 "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], env=environ)
+    assert early.returncode == 0 and early.stdout.strip() == "1", early.stderr
+    assert "backfilled: started ahead of 1 earlier waiter" in early.stderr
+    assert big.poll() is None
+    (tmp_path / "alice-go").touch()
+    assert alice.wait(timeout=60) == 0 and big.wait(timeout=60) == 0

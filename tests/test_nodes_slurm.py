@@ -294,3 +294,21 @@ def test_a_step_slurm_gave_no_gpus_is_refused_with_the_gres_hint(cluster: slurm_
     assert "this Slurm step was given no GPUs" in text and "--gres=gpu:G" in text, text
     assert "refused=4" in text, text
     assert not _records(tmp_path, "vllm")  # no engine ran on any node
+
+
+def test_follow_prints_the_reason_a_node_failed(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
+    """Issue 36: when a node failed, `--follow` printed only its exit code; the reason was only in that node's log.
+    Node n2's machine cannot be read (its snapshot is damaged for this job): its launch fails with one error line
+    (exit 7), srun ends the step, and the follower prints that line, naming the node."""
+    snap = cluster.root / "snap-n2.json"
+    kept = snap.read_text()
+    snap.write_text("{this is not JSON")
+    try:
+        proc, job, logs = _submit(cluster, tmp_path, ["vllm", "serve", "M"])
+    finally:
+        snap.write_text(kept)
+    assert proc.returncode == 7, proc.stderr + _node_logs(logs, job)
+    assert f"job {job} failed: exit 7 (node n2 first)" in proc.stderr, proc.stderr
+    reason = [line for line in proc.stderr.splitlines() if line.startswith(f"gpulaunch: job {job} node 1: ")]
+    assert len(reason) == 1 and str(snap) in reason[0], proc.stderr + _node_logs(logs, job)
+    assert (f"gpulaunch: error: {reason[0].split(': ', 2)[2]}") in (logs / f"job-{job}.node-1.log").read_text()

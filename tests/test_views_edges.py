@@ -72,7 +72,7 @@ def test_the_queue_in_json_says_seconds_waited_and_the_epoch_it_began() -> None:
                                waiter(2, -3, ["not", "a", "note"], uid=54321, pid=9)], now=NOW)
     assert doc[0] == {"position": 1, "user": pwd.getpwuid(0).pw_name, "uid": 0, "pid": 100,
                       "since": round(NOW - 90.25, 3), "waited_s": 90.2, "request": "--auto 1", "command": "c",
-                      "kept": None, "lends": None}
+                      "kept": None, "lends": None, "expected_start": None}
     assert (doc[1]["waited_s"], doc[1]["request"], doc[1]["command"], doc[1]["position"]) == (0.0, None, None, 2)
     assert doc[1]["user"] in ("54321", _name(54321))
 

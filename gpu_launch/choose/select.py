@@ -100,6 +100,9 @@ UNRESERVABLE = "unavailable for reservation"
 #: How a GPU is described whose lock file someone holds a *shared* lock on: no reservation, but no job
 #: can lock it until that process lets go (reservations/holders.py).
 BLOCKED = "blocked by a shared lock"
+#: How a free GPU kept for the head of the ``--wait`` queue is described (reservations/backfill.py): no
+#: one else starts on it, but it is not "reserved by" anyone yet.
+KEPT = "kept for the head of the queue"
 
 
 def grouped(pairs: Iterable[tuple[str, str]], joiner: str = ": ") -> str:
@@ -132,7 +135,7 @@ def _labels(labels: list[str]) -> str:
 def held_reason(who: str) -> str:
     """``reserved by alice (pid 4242, …)``; the lock file's problem for an unreservable GPU; or who
     blocks it with a shared lock."""
-    return who if who.startswith((UNRESERVABLE, BLOCKED)) else f"reserved by {who}"
+    return who if who.startswith((UNRESERVABLE, BLOCKED, KEPT)) else f"reserved by {who}"
 
 
 def could_ever_be_chosen(gpu: Gpu, exclude: frozenset[str] = frozenset(), min_total: Size | None = None) -> bool:

@@ -47,13 +47,21 @@ def parse_time(text: str, option: str = "--time") -> str:
     and then wraps silently (its limit is minutes in 32 bits, the top two values meaning "unlimited"
     and "not set": ``--time=3000000-00:00:00`` became ``17383-19:44:00`` on Slurm 22.05).
     """
+    return limit(text, option)
+
+
+def limit(text: str, option: str = "--time") -> Limit:
+    """:func:`parse_time`'s text (what sbatch gets) with the limit in seconds, unrounded (``.seconds``: what a
+    local job is held to: submit's supervisor and a local ``each`` end a job there, 2s included)."""
     compact = text.strip()
     slurm_form = _SLURM_TIME.match(compact)
     if slurm_form:
-        minutes = _slurm_minutes(slurm_form)
-        if minutes is None or minutes > MAX_MINUTES:
+        seconds = _slurm_seconds(slurm_form)
+        if seconds is None or -(-seconds // 60) > MAX_MINUTES:
             _too_long(text, option)
-        return compact
+        if not seconds:
+            raise UsageError(f"{option}: {text!r} is no limit (Slurm reads 0 as none)", hint=f"leave {option} out for none")
+        return Limit(compact, float(seconds))
     if compact.isdigit():
         raise UsageError(f"{option}: {text!r} is ambiguous (Slurm reads minutes, gpulaunch seconds)",
                          hint=f"write {compact}m, or {option} 1:30:00")
@@ -63,15 +71,28 @@ def parse_time(text: str, option: str = "--time") -> str:
         if "out of range" in exc.message:
             _too_long(text, option)
         raise
+    if not seconds:
+        raise UsageError(f"{option}: {text!r} is no limit", hint=f"leave {option} out for none, or give one: {option} 2h")
     minutes = max(1, -(-int(seconds) // 60))
     days, minutes = divmod(minutes, 24 * 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+    return Limit(f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00", seconds)
 
 
-def _slurm_minutes(form: re.Match[str]) -> int | None:
-    """Minutes in a ``D-H[:M[:S]]`` or ``[H:]M:S`` limit, seconds rounded up as Slurm does; None when a
-    field is too long to be a time (int() of 5000 digits would raise)."""
+class Limit(str):
+    """A ``--time`` value: Slurm's text (``str`` itself, for sbatch, whole minutes) and ``seconds``."""
+
+    seconds: float
+
+    def __new__(cls, text: str, seconds: float) -> Limit:
+        made = super().__new__(cls, text)
+        made.seconds = seconds
+        return made
+
+
+def _slurm_seconds(form: re.Match[str]) -> int | None:
+    """Seconds in a ``D-H[:M[:S]]`` or ``[H:]M:S`` limit (forms of Slurm's ``time_str2secs``,
+    src/common/parse_time.c); None when a field is too long to be a time (int() of 5000 digits would raise)."""
     fields = form.groupdict()
     if any(f is not None and len(f) > 12 for f in fields.values()):
         return None
@@ -85,7 +106,7 @@ def _slurm_minutes(form: re.Match[str]) -> int | None:
         days, hours, minutes, seconds = 0, number("a"), number("b"), number("c")
     else:  # M:S
         days, hours, minutes, seconds = 0, 0, number("a"), number("b")
-    return (days * 24 + hours) * 60 + minutes + -(-seconds // 60)
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _too_long(text: str, option: str) -> None:

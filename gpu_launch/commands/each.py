@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from gpu_launch.reservations import acquire, waiting
 from gpu_launch.sweeps.jobfile import Job, JobState, default_log_dir, open_log, parse_jobs, read_jobs
+from gpu_launch.sweeps.limits import Limits
 from gpu_launch.sweeps.sweep import Scheduler, Scope
 from gpu_launch.errors import GpuLaunchError, Interrupted, JobsFailed, NotEnoughGpus, UsageError
 from gpu_launch.hardware.model import Machine
@@ -49,7 +50,7 @@ __all__ = ["Job", "JobState", "parse_jobs", "read_jobs", "run", "schedule", "def
 
 
 #: options that only mean something to Slurm, and those only to the scheduler on this machine
-SLURM_ONLY = ("partition", "time", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
+SLURM_ONLY = ("partition", "sbatch_arg", "follow", "cancel_on_interrupt", "wait")
 LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu", "min_total_memory",
               "account_as_free", "min_count", "max_count")
 
@@ -267,6 +268,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler.queue = not locking.nested
     scheduler.feed = feed
     scheduler.backfill = not inv.get("no_backfill")
+    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None))
     with view:
         scheduler.run()
     view.summary(scheduler)

@@ -41,8 +41,11 @@ def run(inv: Invocation) -> int:
     for problem in problems:
         print(f"gpulaunch: warning: {problem}", file=sys.stderr)
     found = status.statuses(jobs, records) if jobs is not None else []
+    # its launch's own line, from the head of its log: only for jobs that started
+    lent = frozenset(s.job.id for s in found if jobs is not None and s.job.started is not None
+                     and status.backfilled(jobs, s.job.id) is not None)
     if inv.get("json"):
-        doc = jobs_table.as_json(found, job_dir_path(os.environ), logs)
+        doc = jobs_table.as_json(found, job_dir_path(os.environ), logs, lent)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     elif inv.positionals:
         sys.stdout.write(jobs_table.detail(found[0], logs[0], backfilled=status.backfilled(jobs, found[0].job.id)))
@@ -53,7 +56,7 @@ def run(inv: Invocation) -> int:
         from gpu_launch.views.ls_table import fit_width
         from gpu_launch.views.render import use_color
 
-        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout), colour=use_color(sys.stdout)))
+        sys.stdout.write(jobs_table.table(found, fit_width(sys.stdout), colour=use_color(sys.stdout), backfilled=lent))
     return 0
 
 

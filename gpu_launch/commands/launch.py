@@ -139,7 +139,7 @@ def _refuse_node_options(inv: Invocation) -> None:
     """The options of a several-node run, given without ``--nodes``; its placeholders likewise."""
     from gpu_launch.run import placeholders
 
-    for dest in ("gpus_per_node" if not isinstance(inv.get("fit"), str) else "", "node_rank", "head", "slurm", "partition", "time", "sbatch_arg", "follow",
+    for dest in ("gpus_per_node" if not isinstance(inv.get("fit"), str) else "", "node_rank", "head", "slurm", "partition", "sbatch_arg", "follow",
                  "cancel_on_interrupt"):
         if dest in inv.flags:
             name = "--" + dest.replace("_", "-")

@@ -62,6 +62,7 @@ def run(inv: Invocation) -> int:
 
             doc = snapshot.to_dict(machine)
             doc["gpu_count"] = total
+            doc["holders"] = _holders_json(inv, machine)
             doc["queue"] = queue_table.as_json(_waiters(inv))
             if demo:
                 doc["example"] = DEMO
@@ -236,6 +237,28 @@ def _waiters(inv: Invocation) -> list:
     except OSError as exc:
         print(f"gpulaunch: warning: the queue is not shown: {exc.strerror}", file=sys.stderr)
     return []
+
+
+def _holders_json(inv: Invocation, machine: Machine) -> list[dict[str, object]]:
+    """``ls --json``'s ``holders``: who holds which GPU, as its lock file says (display only; a lock dir
+    that cannot be read: none, with the warning ``ls`` prints)."""
+    from gpu_launch.hardware.model import Device
+    from gpu_launch.reservations import holders
+
+    devices = [Device(g, m) for g in machine.gpus for m in (None, *g.mig_devices)]
+    try:
+        held, unusable = holders.scan(_lock_dir(inv), [d.uuid for d in devices])
+    except GpuLaunchError:
+        return []
+    out: list[dict[str, object]] = []
+    for d in devices:
+        if d.uuid in unusable:
+            out.append({"gpu": d.label, "uuid": d.uuid, "unavailable": unusable[d.uuid].describe()})
+        elif d.uuid in held:
+            h = held[d.uuid]
+            out.append({"gpu": d.label, "uuid": d.uuid, "user": h.user, "pid": h.pid, "started": h.started,
+                        "command": h.command, "host": h.host, "shared_lock": h.shared, "backfilled": h.backfilled})
+    return out
 
 
 def _reserved(inv: Invocation, machine: Machine) -> dict[str, Held]:

@@ -41,7 +41,7 @@ def run(inv: Invocation) -> int:
     from gpu_launch.reservations import lockdir
 
     lock_dir = lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
-    job, log = start.submit(words, inv.argv, lock_dir, os.environ)
+    job, log = start.submit(words, inv.argv, lock_dir, os.environ, getattr(inv.get("time"), "seconds", None))
     try:
         if inv.get("json"):
             from gpu_launch.jobs.status import Status

@@ -23,8 +23,9 @@ from gpu_launch.base.records import replace
 __all__ = ["submit"]
 
 
-def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: Mapping[str, str]) -> tuple[Job, str]:
-    """Record a new job and start its supervisor; the job and its log's path."""
+def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: Mapping[str, str],
+           limit: float | None = None) -> tuple[Job, str]:
+    """Record a new job and start its supervisor; the job and its log's path. ``limit``: its --time (seconds)."""
     try:
         cwd = os.getcwd()
     except OSError as exc:
@@ -35,7 +36,7 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
     try:
         job_id, log = jobs.new_id()
         job = Job(job_id, "waiting", tuple(argv), tuple(options), cwd, host(), boot_id(), lock_dir,
-                  round(time.time(), 3))
+                  round(time.time(), 3), limit=limit)
         try:
             # The log's lock first, then the record: a record no one looks after never exists, even for a
             # moment (`jobs --clear` would take it for lost and remove it under the new job).

@@ -22,7 +22,9 @@ __all__ = ["BOOT_ID", "Status", "boot_id", "host", "status_of", "statuses", "may
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 #: What the table shows for each recorded state that is over.
-_SHOWN = {"done": "done", "failed": "failed to start", "cancelled": "cancelled"}
+_SHOWN = {"done": "done", "failed": "failed to start", "cancelled": "cancelled", "timeout": "timeout"}
+#: ``wait``/``log -f`` of a job ended at its --time limit: timeout(1)'s code (coreutils, src/timeout.c: EXIT_TIMEDOUT)
+TIMEOUT_CODE = 124
 
 
 def boot_id() -> str:
@@ -96,6 +98,8 @@ def exit_status(s: Status) -> int | None:
     if not s.over:
         return None
     job = s.job
+    if s.state == "timeout":
+        return TIMEOUT_CODE
     if s.state in ("lost", "lost at reboot") or (job.exit_code is None and not job.signal and s.state != "cancelled"):
         return LOST_CODE
     by_signal = _signal_code(job.signal)

@@ -38,7 +38,7 @@ __all__ = ["Job", "JobDir", "job_dir_path", "FINAL", "ACTIVE", "MAX_ID", "check_
 #: States a record can hold. The supervisor writes each; ``lost`` and ``lost at reboot`` are never
 #: written, they are what :mod:`gpu_launch.jobs.status` concludes from a record that is not over.
 ACTIVE = ("waiting", "running")
-FINAL = ("done", "failed", "cancelled")
+FINAL = ("done", "failed", "cancelled", "timeout")
 _ID = re.compile(r"^[1-9][0-9]{0,8}$")
 MAX_ID = 999_999_999  # the largest id (nine digits): ids are checked against _ID wherever they are read
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -86,13 +86,14 @@ class Job:
     exit_code: int | None = None  # the command's exit status (failed: gpulaunch's own)
     signal: str | None = None  # "SIGTERM" when a signal ended it
     note: str | None = None  # why it failed to start, was cancelled, ...
+    limit: float | None = None  # its --time, seconds: the supervisor ends it there (state timeout)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "state": self.state, "argv": list(self.argv), "options": list(self.options),
                 "cwd": self.cwd, "host": self.host, "boot_id": self.boot_id, "lock_dir": self.lock_dir,
                 "submitted": self.submitted, "started": self.started, "ended": self.ended, "pid": self.pid,
                 "supervisor": self.supervisor, "gpus": self.gpus, "exit_code": self.exit_code,
-                "signal": self.signal, "note": self.note}
+                "signal": self.signal, "note": self.note, "limit": self.limit}
 
     @staticmethod
     def from_json(doc: Any) -> Job:
@@ -122,7 +123,7 @@ class Job:
                    float(get("submitted", (int, float))), _float(get("started", (int, float), True)),
                    _float(get("ended", (int, float), True)), get("pid", (int,), True),
                    get("supervisor", (int,), True), get("gpus", (str,), True), get("exit_code", (int,), True),
-                   get("signal", (str,), True), get("note", (str,), True))
+                   get("signal", (str,), True), get("note", (str,), True), _float(get("limit", (int, float), True)))
 
 
 def _float(value: int | float | None) -> float | None:

@@ -22,7 +22,9 @@ Cancelling (``gpulaunch cancel``): a file ``.ID.cancel`` says so (and the grace)
 us; we send SIGTERM to the job's process group, and SIGKILL once the grace is over. Both sides look
 for the other's word after leaving their own, so a cancel that comes while we start is not missed.
 A SIGTERM to the supervisor itself (a shutdown, a ``kill``) is passed on to the job the same way,
-without calling it cancelled. The child is waited for without being reaped (``WNOWAIT``) until its
+without calling it cancelled. A job with a limit (``--time``, ``limit`` in its record) is ended the same way
+once its command has run that long, as Slurm ends a job at its time limit (SIGTERM, then SIGKILL after the
+grace): its outcome is ``timeout``. The child is waited for without being reaped (``WNOWAIT``) until its
 end is noted, so no signal of ours can reach a process that took its pid.
 """
 
@@ -83,12 +85,14 @@ class _Supervisor:
         self.pid = 0  # the launch (and then the command)
         self.exited = False  # the child has ended (not yet reaped): no signal may go to its pid any more
         self.cancelled = False
+        self.limit_due = False  # the next SIGALRM is the job's --time limit (else: the grace is over)
+        self.timed_out = False  # ended at its --time limit
         self.outcome: int | None = None  # .ID.outcome, set aside for a full disk (recordfile.reserve)
 
     def run(self) -> int:
         signal.signal(signal.SIGUSR1, lambda *_: self.cancel())
         signal.signal(signal.SIGTERM, lambda *_: self._signal(signal.SIGTERM))
-        signal.signal(signal.SIGALRM, lambda *_: self._signal(signal.SIGKILL))
+        signal.signal(signal.SIGALRM, lambda *_: self._alarm())
         if recordfile.cancel_grace(self.dir_fd, self.id) is not None:  # cancelled before it could start
             self._record_end(state="cancelled", ended=time.time(), note="cancelled before it started: it never ran")
             return 0
@@ -99,7 +103,7 @@ class _Supervisor:
         self._record(pid=self.pid, supervisor=os.getpid())
         if recordfile.cancel_grace(self.dir_fd, self.id) is not None:
             self.cancel()
-        ran = exec_outcome(read_end, lambda gpus: self._record(state="running", started=time.time(), gpus=gpus))
+        ran = exec_outcome(read_end, self._running)
         os.close(read_end)
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
         self.exited = True
@@ -128,11 +132,29 @@ class _Supervisor:
                 os._exit(127)
         return pid
 
+    def _running(self, gpus: str) -> None:
+        """The command was exec'd: recorded, and its --time limit set (counted from now, as Slurm counts)."""
+        self._record(state="running", started=time.time(), gpus=gpus)
+        limit = self.job.get("limit")
+        if isinstance(limit, (int, float)) and limit > 0 and not self.cancelled:
+            self.limit_due = True
+            signal.setitimer(signal.ITIMER_REAL, float(limit))
+
+    def _alarm(self) -> None:
+        """The --time limit reached: SIGTERM now, SIGKILL after the grace; else the grace is over: SIGKILL."""
+        if not self.limit_due:
+            self._signal(signal.SIGKILL)
+            return
+        self.limit_due, self.timed_out = False, True
+        self._signal(signal.SIGTERM)
+        if not self.exited:
+            signal.setitimer(signal.ITIMER_REAL, DEFAULT_GRACE)
+
     def cancel(self) -> None:
         """SIGTERM to the job now, SIGKILL after the grace the cancel asked for."""
         if self.cancelled or self.pid == 0:
             return
-        self.cancelled = True
+        self.cancelled, self.limit_due = True, False
         grace = recordfile.cancel_grace(self.dir_fd, self.id)
         self._signal(signal.SIGTERM)
         if not self.exited:
@@ -190,7 +212,15 @@ class _Supervisor:
         code = os.waitstatus_to_exitcode(status)
         exit_code, sig = (code, None) if code >= 0 else (None, signal.Signals(-code).name)
         ended = time.time()
-        if ran:
+        if ran and self.timed_out and not self.cancelled:
+            limit = float(self.job["limit"])
+            shown = f"{limit:g}s" if limit < 120 else f"{limit / 60:g} min"
+            how = f"then {sig} after the {DEFAULT_GRACE:g}s grace" if sig == "SIGKILL" else \
+                f"it ended on {sig}" if sig else f"it exited {exit_code}"
+            self._record_end(state="timeout", ended=ended, exit_code=exit_code, signal=sig,
+                             note=f"ended at its --time limit ({shown}): SIGTERM, {how}")
+            _say(f"gpulaunch: job {self.id}: {self.job['note']}")
+        elif ran:
             state = "cancelled" if self.cancelled else "done"
             note = f"cancelled while running; ended by {sig}" if self.cancelled and sig else \
                 "cancelled while running" if self.cancelled else None

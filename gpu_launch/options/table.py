@@ -201,8 +201,10 @@ OPTIONS: tuple[Option, ...] = (
            "of N nodes, one gpulaunch node task a node", commands=frozenset({RUN, "each"}), group="Slurm"),
     Option(("--partition",), "partition", "--slurm: the Slurm partition (sbatch --partition)", "P",
            commands=SUBMITTING, group="Slurm"),
-    Option(("--time",), "time", "--slurm: each job's time limit: 30m, 2h, 1d, or Slurm's own 1-12:00:00",
-           "T", slurm_time, SUBMITTING, "Slurm"),
+    Option(("--time",), "time", "the job's time limit (30m, 2h, 1d, or Slurm's 1-12:00:00), as Slurm's: "
+           "backfill starts it ahead of a waiting job only if it ends in time; submit and each end it there "
+           "(SIGTERM, then SIGKILL; outcome timeout, exit 124); --slurm: sbatch --time",
+           "T", slurm_time, SUBMITTING | {"submit"}, "Sharing"),
     Option(("--max-running",), "max_running", "each: at most K jobs at once (--slurm: --array=1-M%K)",
            "K", positive, EACH, "Jobs"),
     Option(("--sbatch-arg",), "sbatch_arg", "--slurm: pass ARG on to sbatch (repeat it: --sbatch-arg=--account=lab "

@@ -274,7 +274,8 @@ def choose(inv: Invocation, locking: Locking | None = None, wait: float | None =
         return choose_within_parent(request, machine, constraints, parent)
 
     got = waiting.acquire(request, read, locking, wait=wait, fallback=fallback, quiet=bool(inv.get("quiet")),
-                          environ=parent, chooser=chooser, command=inv.argv, backfill=not inv.get("no_backfill"))
+                          environ=parent, chooser=chooser, command=inv.argv, backfill=not inv.get("no_backfill"),
+                          limit=getattr(inv.get("time"), "seconds", None))
     machine = got.machine
     vis = visibility.resolve(machine, parent) if machine is not None else None
     # The parent narrowed the view, or NVML's numbers are not CUDA's: UUIDs name the GPU in every view (visibility.py).

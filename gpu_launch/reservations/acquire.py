@@ -239,13 +239,14 @@ def _unmet(request: Request, machine: Machine, devices: tuple[Device, ...]) -> l
 
 
 def attempt(request: Request, machine: Machine, locking: Locking | None, chooser: Chooser = plain_chooser,
-            own: Mapping[str, str] | None = None) -> Acquired:
+            own: Mapping[str, str] | None = None, kept: Mapping[str, str] | None = None) -> Acquired:
     """Select and (with ``locking.take``) lock, as one step. Raises NotEnoughGpus/ReservationConflict.
 
     ``locking`` None ignores reservations altogether. ``own``: GPUs the caller's own jobs hold (uuid ->
     how to say so; a sweep's, outside any job): reserved as they are, without looking at their locks
     again (each look at a held lock yields the CPU once). Ignored where ``locking.nested`` (inside a
-    job, who holds a GPU machine-wide decides what may be used).
+    job, who holds a GPU machine-wide decides what may be used). ``kept``: GPUs the head of the queue
+    keeps (uuid -> how to say so), skipped like reserved ones while nobody holds them.
     """
     reserved: dict[str, str] = {}
     if locking is None:
@@ -281,6 +282,7 @@ def attempt(request: Request, machine: Machine, locking: Locking | None, chooser
                     if u not in depth and u not in reserved and u not in unusable)
     # A GPU whose lock file cannot be used is skipped like a reserved one; the others work as usual.
     reserved.update((u, bad.describe()) for u, bad in unusable.items())
+    reserved.update((u, why) for u, why in (kept or {}).items() if u not in found and u not in reserved)
     for _ in range(len(uuids) + 2):
         try:
             selection = _choose(request, machine, reserved, chooser, unusable, allotted)

@@ -11,7 +11,15 @@ start at once on GPUs the head *lends*, and only on those. What the head lends (
 * nothing at all once the head *could* start but for GPUs lent to backfilled jobs (the GPUs free for
   it plus those lent and still taken are enough): from then on it waits at most until the
   backfilled jobs end, and no new job starts on a GPU it may use;
-* every GPU it may never use (``--gpus`` names others; ``--exclude``), always.
+* every GPU it may never use (``--gpus`` names others; ``--exclude``), always;
+* with declared limits (``--time``), as Slurm's backfill does (``src/plugins/sched/backfill/backfill.c``,
+  ``_attempt_backfill``: a lower job starts early only if it ends by the top job's reserved start, which
+  comes from the running jobs' time limits): the head works out when it can expect to start (its
+  *shadow*: the moment enough of its GPUs are expected free, each held GPU at its holder's declared
+  end; a GPU busy with work that declared none never) and a later waiter whose own limit ends by
+  then may take any GPU free for the head at its last look, kept ones included (it is off them again
+  before the head could start: submit and each end a job at its limit); one whose declared limit ends
+  later takes no GPU the head may use, lent ones neither (it would delay the head: Slurm does not start it).
 
 The head writes what it lends to a file of its own beside its ticket (``lends-<ticket>``: a JSON line,
 replaced atomically), which a later waiter believes only when its owner is the ticket's owner (the
@@ -27,14 +35,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpu_launch.base.records import dataclass, field
+from gpu_launch.choose import select as _select
 
 __all__ = ["Head", "Candidate", "Lends", "lends_path", "publish", "read_lends", "KEPT"]
 
 #: How a GPU kept for the head of the queue is described to a later waiter (acquire.attempt's ``own``).
-KEPT = "kept for the head of the queue"
+KEPT = _select.KEPT
 _PREFIX = "lends-"
 _MAX = 8192  # bytes of a lends file that are read
 
@@ -49,6 +58,9 @@ class Lends:
     frozen: bool = False
     need: int = 1
     free: frozenset[str] = frozenset()  # the relevant GPUs free for the head at its last look
+    #: when the head expects to start (seconds since the epoch) from the holders' declared limits; None: not
+    #: known (a GPU it needs is busy with work that declared no limit)
+    shadow: float | None = None
 
     @property
     def kept(self) -> frozenset[str]:
@@ -66,8 +78,9 @@ class Head:
     lendable: set[str] = field(default_factory=set)  # of those, the ones free at every look since
     frozen: bool = False
 
-    def look(self, free: Iterable[str]) -> Lends:
-        """``free``: the relevant GPUs free for the head now (eligible, nobody's reservation)."""
+    def look(self, free: Iterable[str], now: float = 0.0, ends: Mapping[str, float] | None = None) -> Lends:
+        """``free``: the relevant GPUs free for the head now (eligible, nobody's reservation); ``ends``: for
+        GPUs held by a job that declared a limit, when it ends (``now`` and ``ends``: seconds, one clock)."""
         free = frozenset(free) & self.relevant
         if self.first is None:
             self.first = free
@@ -77,7 +90,18 @@ class Head:
         if len(free) + len(lent_out) >= self.need:
             self.frozen = True  # it could start but for lent GPUs: lend nothing more, ever
         return Lends(self.relevant, frozenset() if self.frozen else frozenset(self.lendable), self.frozen, self.need,
-                     free)
+                     free, shadow(self.need, free, self.relevant, now, ends or {}))
+
+
+def shadow(need: int, free: frozenset[str], relevant: frozenset[str], now: float,
+           ends: Mapping[str, float]) -> float | None:
+    """When ``need`` of the ``relevant`` GPUs are expected free: the ``need - len(free)``-th soonest
+    declared end among the held ones (an end already past counts as now); None when too few declared one."""
+    if len(free) >= need:
+        return now
+    soon = sorted(max(now, ends[u]) for u in relevant - free if u in ends)
+    missing = need - len(free)
+    return soon[missing - 1] if len(soon) >= missing else None
 
 
 @dataclass
@@ -90,12 +114,27 @@ class Candidate:
         free = set(free)
         self.seen_free = free if self.seen_free is None else self.seen_free & free
 
-    def usable(self, lends: Lends | None, every: Iterable[str]) -> frozenset[str]:
-        """Of ``every`` GPU, the ones this waiter may take: none when the head lends nothing."""
+    def usable(self, lends: Lends | None, every: Iterable[str], ends_by: float | None = None,
+               free: Iterable[str] | None = None) -> frozenset[str]:
+        """Of ``every`` GPU, the ones this waiter may take: none when the head lends nothing. ``ends_by``:
+        when this waiter's declared limit would end it, were it to start now: by the head's shadow, the GPUs
+        free for the head at its last look are usable too, unless one of its GPUs freed since (``free``:
+        the GPUs free now; the head may then start sooner: wait for its next look); after it, only the GPUs
+        the head never uses."""
         if lends is None:
             return frozenset()
         seen = self.seen_free or set()
-        return frozenset(u for u in every if u not in lends.relevant or (u in lends.lends and u in seen))
+        early: frozenset[str] = frozenset()
+        late = ends_by is not None and lends.shadow is not None and ends_by > lends.shadow
+        if late:  # it declared a limit that would still run when the head expects to start: as Slurm, not ahead of it
+            return frozenset(u for u in every if u not in lends.relevant)
+        if ends_by is not None and lends.shadow is not None:
+            fresh = (frozenset(free) if free is not None else frozenset(seen)) & lends.relevant
+            if fresh <= lends.free | lends.lends:
+                early = lends.free
+        # A kept GPU it takes by the shadow need not have been free at each of its own looks: the head saw it
+        # free, and nothing freed since that the head has not seen.
+        return frozenset(u for u in every if u not in lends.relevant or (u in lends.lends and u in seen) or u in early)
 
 
 def lends_path(queue_dir: str, ticket_name: str) -> str:
@@ -108,7 +147,7 @@ def publish(queue_dir: str, ticket_name: str, lends: Lends, shown: dict[str, str
     ``shown``: uuid -> label (``GPU 3``), for ``ls``. Best effort: a head that cannot write lends nothing.
     """
     doc = {"relevant": sorted(lends.relevant), "lends": sorted(lends.lends), "frozen": lends.frozen,
-           "need": lends.need,
+           "need": lends.need, "free": sorted(lends.free), "shadow": lends.shadow,
            "kept": [shown.get(u, u) for u in sorted(lends.free - lends.lends, key=lambda u: shown.get(u, u))]}
     path = lends_path(queue_dir, ticket_name)
     temp = os.path.join(queue_dir, f".{_PREFIX}{ticket_name}-{os.urandom(4).hex()}")
@@ -148,8 +187,10 @@ def read_lends(queue_dir: str, ticket_name: str, owner: int) -> tuple[Lends, lis
         if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
             return None
         doc = json.loads(os.read(fd, _MAX).split(b"\n", 1)[0])
+        when = doc.get("shadow")
+        when = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) and when < 1e11 else None
         lends = Lends(frozenset(map(str, doc["relevant"])), frozenset(map(str, doc["lends"])), bool(doc["frozen"]),
-                      int(doc["need"]))
+                      int(doc["need"]), frozenset(map(str, doc.get("free", []))), when)
         return lends, [str(k) for k in doc.get("kept", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -57,6 +57,8 @@ class Holder:
     shared: bool = False
     #: it started ahead of earlier waiters, on GPUs the head of the queue lent (backfill.py): display only
     backfilled: bool = False
+    #: when its declared limit (--time) ends, seconds since the epoch: what the head of the queue expects (backfill.py)
+    ends: float | None = None
 
     def describe(self, now: float | None = None, age: bool = True) -> str:
         """``alice (pid 4242, 1h02m: python train.py)``, or a neutral phrase when unknown; for a shared
@@ -110,17 +112,24 @@ def _read_holder(fd: int) -> Holder:
     # Someone else's text: a number of 4000 digits is no time (float() overflows) and no pid.
     started = started if started is not None and 0 <= started <= 1e11 else None  # type: ignore[operator]
     pid = pid if pid is not None and 0 < pid < 2**32 else None  # type: ignore[operator]
+    ends = pick("ends", (int, float))  # type: ignore[arg-type]
+    ends = float(ends) if ends is not None and 0 <= ends <= 1e11 else None  # type: ignore[operator,arg-type]
     return Holder(pid, pick("user", str), float(started) if started is not None else None,  # type: ignore[arg-type]
-                  pick("command", str), pick("host", str), backfilled=doc.get("backfilled") is True)  # type: ignore[arg-type]
+                  pick("command", str), pick("host", str), backfilled=doc.get("backfilled") is True,  # type: ignore[arg-type]
+                  ends=ends)
 
 
-def write_holder(fd: int, pid: int, argv: Sequence[str], backfilled: bool = False) -> None:
+def write_holder(fd: int, pid: int, argv: Sequence[str], backfilled: bool = False, limit: float | None = None) -> None:
+    """``limit``: the job's declared --time, in seconds from now (the holder line says when it ends)."""
     import shlex
 
-    doc = {"pid": pid, "user": current_user(), "uid": os.getuid(), "started": round(time.time(), 3),
+    now = time.time()
+    doc = {"pid": pid, "user": current_user(), "uid": os.getuid(), "started": round(now, 3),
            "command": shlex.join(argv), "host": os.uname().nodename}
     if backfilled:  # `ls` says so (display only: anyone can write this text)
         doc["backfilled"] = True
+    if limit is not None:  # what a waiting head expects of it (a job that overstays only delays the head)
+        doc["ends"] = round(now + limit, 3)
     data = (json.dumps(doc) + "\n").encode("utf-8")
     try:
         # Written first, then cut to its length: ext4 flushes a file truncated to zero when it is closed

@@ -64,6 +64,7 @@ class Reservation:
         #: uuid -> nesting depth of the lock held (0: machine-wide; absent: 0)
         self.depths = {u: d for u, d in (depths or {}).items() if u in self.fds and d}
         self.backfilled = False  # got ahead of earlier waiters (backfill.py): the holder record says so
+        self.limit: float | None = None  # the job's declared --time (seconds): the holder record says when it ends
 
     @property
     def keys(self) -> tuple[tuple[str, int], ...]:
@@ -77,7 +78,7 @@ class Reservation:
     def record(self, pid: int, argv: Sequence[str]) -> None:
         """Write who holds these locks into their files (after locking: truncate, then write)."""
         for fd in self.fds.values():
-            write_holder(fd, pid, argv, self.backfilled)
+            write_holder(fd, pid, argv, self.backfilled, self.limit)
 
     def make_inheritable(self) -> tuple[int, ...]:
         """Let the descriptors survive exec, so the command holds the locks; returns them."""

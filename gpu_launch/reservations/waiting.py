@@ -23,6 +23,7 @@ from gpu_launch.reservations import holders, lockdir
 from gpu_launch.reservations.acquire import (UNMET, Acquired, Chooser, Locking, Request, attempt, device_uuids, hopeless,
                                       inside_allotment, plain_chooser)
 from gpu_launch.base.units import fmt_duration
+from gpu_launch.base.text import printable
 
 # Annotations only: importing typing costs ~3 ms of every launch (README, "Performance").
 TYPE_CHECKING = False
@@ -103,8 +104,9 @@ class _Sleeper:
 def acquire(request: Request, read: Callable[[], Machine], locking: Locking | None, *,
             wait: float | None = None, fallback: str | None = None, stream: IO[str] | None = None,
             quiet: bool = False, environ: Mapping[str, str] = os.environ, chooser: Chooser = plain_chooser,
-            command: Sequence[str] = (), backfill: bool = True) -> Acquired:
+            command: Sequence[str] = (), backfill: bool = True, limit: float | None = None) -> Acquired:
     """Select and lock, waiting up to ``wait`` seconds (``math.inf``: for ever), falling back if asked.
+    ``limit``: the job's declared ``--time`` in seconds (backfill by Slurm's rule; the holder line says it).
 
     ``command``: what will run on the GPUs, noted in the waiter's ticket for `ls`. ``backfill``: start
     ahead of earlier waiters on GPUs the head of the queue lends, and lend as the head (False:
@@ -113,8 +115,17 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     """
     try:
         if wait is None:
-            return attempt(request, read(), locking, chooser)
-        got = _wait(request, read, locking, wait, stream, quiet, environ, chooser, command, backfill)
+            machine = read()
+            kept, head = _kept_for_head(request, locking, machine)
+            try:
+                return _declared(attempt(request, machine, locking, chooser, kept=kept), limit)
+            except UNMET as exc:
+                if head and gpu_select.KEPT in exc.message:
+                    raise type(exc)(exc.message, hint=f"{head} is first in the queue and keeps them: queue behind it "
+                                                      "with --wait, or ask for fewer") from None
+                raise
+        got = _declared(_wait(request, read, locking, wait, stream, quiet, environ, chooser, command, backfill, limit),
+                        limit)
         if got.backfilled and not quiet:
             import sys
 
@@ -134,6 +145,42 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
         return Acquired(selection, None, {}, exc.message)
 
 
+def _kept_for_head(request: Request, locking: Locking | None, machine: Machine) -> tuple[dict[str, str], str]:
+    """The GPUs the head of the queue keeps that this request could use (uuid -> how to say so), and
+    who waits there, for a launch that does not wait: it may not start on them either (nobody else
+    starts on a kept GPU; backfill.py). Empty when nobody waits, or the head wrote no lends
+    (``--no-backfill``, an older gpulaunch)."""
+    if locking is None:
+        return {}, ""
+    try:  # a listing: all a launch pays when nobody waits (waitqueue is imported only when a ticket is there)
+        if not any(name.startswith("ticket-") for name in os.listdir(lockdir.queue_dir(locking.lock_dir))):
+            return {}, ""
+    except OSError:
+        return {}, ""
+    from gpu_launch.reservations import waitqueue
+
+    queue = waitqueue.waiters(locking.lock_dir)
+    if not queue or queue[0].relevant is None or queue[0].lends is None:
+        return {}, ""
+    from gpu_launch.views.queue_table import as_json
+
+    first, shown = queue[0], as_json(queue[:1])[0]
+    kept = set(first.relevant or ()) - set(first.lends or ())
+    seen = request.seen(machine)  # said only of GPUs it could use but for that (not of busy ones)
+    elig = gpu_select.eligibility(seen, request.constraints(seen, {}))
+    could = {g.uuid for g in elig.eligible} | {m.uuid for g in machine.gpus for m in g.mig_devices}
+    why = f"{gpu_select.KEPT} ({printable(shown['user'])}, pid {first.pid})"
+    wants = f" for {printable(shown['request'][:120])}" if shown["request"] else ""
+    who = f"{printable(shown['user'])}'s job waiting{wants} (pid {first.pid})"
+    return {u: why for u in device_uuids(machine) if u in kept and u in could}, who
+
+
+def _declared(got: Acquired, limit: float | None) -> Acquired:
+    if got.reservation is not None:
+        got.reservation.limit = limit
+    return got
+
+
 def _ticket_note(request: Request, machine: Machine, command: Sequence[str]) -> str:
     """What a waiter's ticket says it waits for (``ls`` shows it): the request, and the command."""
     import json
@@ -146,14 +193,15 @@ def _ticket_note(request: Request, machine: Machine, command: Sequence[str]) -> 
     return json.dumps(doc, ensure_ascii=False)
 
 
-def _free_for(request: Request, machine: Machine, locking: Locking) -> tuple[set[str], dict[str, str]]:
-    """The GPUs free for ``request`` now (eligible, nobody's reservation), and who holds the others."""
+def _free_for(request: Request, machine: Machine, locking: Locking) -> tuple[set[str], dict[str, float]]:
+    """The GPUs free for ``request`` now (eligible, nobody's reservation), and when the held ones' declared
+    limits end (those that declared one)."""
     found, unusable = holders.scan(locking.lock_dir, device_uuids(machine))
     reserved = {**{u: h.describe(age=False) for u, h in found.items()},
                 **{u: bad.describe() for u, bad in unusable.items()}}
     seen = request.seen(machine)
     elig = gpu_select.eligibility(seen, request.constraints(seen, reserved))
-    return {g.uuid for g in elig.eligible}, reserved
+    return {g.uuid for g in elig.eligible}, {u: h.ends for u, h in found.items() if h.ends is not None}
 
 
 def _relevant(request: Request, machine: Machine) -> frozenset[str]:
@@ -180,7 +228,8 @@ class Backfiller:
     """A waiter's part in backfill: as head, what it lends (published beside its ticket); behind the
     head, an attempt on what the head lends (:mod:`gpu_launch.reservations.backfill`)."""
 
-    def __init__(self, request: Request, locking: Locking, ticket: Any, chooser: Chooser) -> None:
+    def __init__(self, request: Request, locking: Locking, ticket: Any, chooser: Chooser,
+                 limit: float | None = None) -> None:
         from gpu_launch.reservations import backfill
 
         self.mod = backfill
@@ -188,13 +237,14 @@ class Backfiller:
         self.head: Any = None
         self.candidate = backfill.Candidate()
         self.kept: list[str] = []
+        self.limit = limit  # its declared --time, seconds
 
     def lend(self, machine: Machine) -> None:
         """As head, after an attempt that failed: say what it lends now."""
-        free, _ = _free_for(self.request, machine, self.locking)
+        free, ends = _free_for(self.request, machine, self.locking)
         if self.head is None:
             self.head = self.mod.Head(_need(self.request, machine), _relevant(self.request, machine))
-        lends = self.head.look(free)
+        lends = self.head.look(free, time.time(), ends)
         self.mod.publish(self.ticket.dir, self.ticket.name, lends, {g.uuid: g.label for g in machine.gpus})
 
     def try_ahead(self, machine: Machine, ahead: int, mine: Mapping[str, str] | None = None) -> Acquired | None:
@@ -203,12 +253,13 @@ class Backfiller:
         head = self.ticket.head()
         free, _ = _free_for(self.request, machine, self.locking)
         self.candidate.look(free)
+        ends_by = time.time() + self.limit if self.limit is not None else None
         got = self.mod.read_lends(self.ticket.dir, head[0], head[1]) if head is not None else None
         if got is None:
             self.kept = []
             return None
         lends, self.kept = got
-        usable = self.candidate.usable(lends, device_uuids(machine))
+        usable = self.candidate.usable(lends, device_uuids(machine), ends_by, free)
         if not usable & free:
             return None
         own = {**{u: self.mod.KEPT for u in device_uuids(machine) if u not in usable}, **(mine or {})}
@@ -218,7 +269,7 @@ class Backfiller:
             return None
         acquired.backfilled = ahead
         if acquired.reservation is not None:
-            acquired.reservation.backfilled = True
+            acquired.reservation.backfilled, acquired.reservation.limit = True, self.limit
         return acquired
 
 
@@ -242,7 +293,7 @@ def _wake_either(ticket: Any, watch: holders.LockWatch) -> Callable[[float], boo
 
 def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None, wait: float,
           stream: IO[str] | None, quiet: bool, environ: Mapping[str, str], chooser: Chooser,
-          command: Sequence[str] = (), backfill: bool = True) -> Acquired:
+          command: Sequence[str] = (), backfill: bool = True, limit: float | None = None) -> Acquired:
     from gpu_launch.views.status_line import StatusLine
     from gpu_launch.reservations.waitqueue import Ticket
 
@@ -264,7 +315,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         try:
             if ticket is not None:
                 ticket.join()
-            filling = Backfiller(request, locking, ticket, chooser) \
+            filling = Backfiller(request, locking, ticket, chooser, limit) \
                 if backfill and ticket is not None and locking is not None else None
             last: GpuLaunchError | None = None
             slept = False

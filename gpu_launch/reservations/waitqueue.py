@@ -298,6 +298,8 @@ class Waiter:
     note: str  # the JSON line the waiter wrote ("" for a ticket of an older gpulaunch)
     kept: tuple[str, ...] | None = None  # the head of line's: GPUs kept for it (None: it lends nothing, or not head)
     lends: tuple[str, ...] | None = None  # the head of line's: GPUs it lends to later waiters (uuids)
+    relevant: tuple[str, ...] | None = None  # the head of line's: GPUs it may use (uuids); kept: these less lends
+    shadow: float | None = None  # the head of line's: when it expects to start, from declared limits (backfill.py)
 
 
 def waiters(lock_dir: str) -> list[Waiter]:
@@ -334,5 +336,6 @@ def waiters(lock_dir: str) -> list[Waiter]:
         if head is not None:
             import dataclasses
 
-            out[0] = dataclasses.replace(out[0], kept=tuple(head[1]), lends=tuple(sorted(head[0].lends)))
+            out[0] = dataclasses.replace(out[0], kept=tuple(head[1]), lends=tuple(sorted(head[0].lends)),
+                                         relevant=tuple(sorted(head[0].relevant)), shadow=head[0].shadow)
     return out

@@ -142,9 +142,13 @@ class JobState:
 
     @property
     def outcome(self) -> str:
-        """``exit 0``, ``exit 3``, ``killed by SIGKILL``, or the note for a job that never ran."""
+        """``exit 0``, ``exit 3``, ``killed by SIGKILL``, ``timeout (SIGTERM)`` (ended at its --time: sweeps/limits.py),
+        or the note for a job that never ran."""
         if self.returncode is None:
             return self.note
+        if self.note.startswith("timeout:"):
+            code = self.returncode
+            return f"timeout ({signal.Signals(-code).name if -code in signal.valid_signals() else f'exit {code}'})"
         if self.returncode < 0:
             try:
                 return f"killed by {signal.Signals(-self.returncode).name}"

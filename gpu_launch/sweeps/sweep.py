@@ -37,7 +37,9 @@ from gpu_launch.errors import GpuLaunchError, NotEnoughGpus, ReservationConflict
 from gpu_launch.hardware.model import Device, Machine
 from gpu_launch.base.records import dataclass, replace
 from gpu_launch.reservations import acquire, waiting
-from gpu_launch.reservations.holders import current_user, write_holder
+from gpu_launch.reservations.holders import current_user
+from gpu_launch.sweeps.shared import Shared
+from gpu_launch.sweeps.limits import Limits
 from gpu_launch.sweeps.jobfile import Job, JobState, open_log
 
 TYPE_CHECKING = False
@@ -133,54 +135,6 @@ def _keep(machine: Machine, uuids: frozenset[str]) -> Machine:
     return Visibility(tuple(Device(g) for g in machine.gpus if g.uuid in uuids)).restrict(machine)
 
 
-class Shared:
-    """The GPUs a ``--jobs-per-gpu K`` sweep holds itself: each GPU's lock descriptor, kept open here while
-    any of its jobs runs on it (each job got the same descriptor), and those jobs, at most K."""
-
-    def __init__(self, per_gpu: int) -> None:
-        self.per_gpu = per_gpu
-        self.fds: dict[str, int] = {}  # uuid -> the locked descriptor
-        self.jobs: dict[str, list[JobState]] = {}  # uuid -> its jobs, in start order
-
-    def keep(self, reservation: Any) -> None:
-        """Take over the descriptors of a fresh reservation (no job on them yet)."""
-        for uuid in list(reservation.fds):
-            self.fds[uuid] = reservation.fds.pop(uuid)
-            self.jobs[uuid] = []
-
-    def open_places(self) -> dict[str, int]:
-        """uuid -> jobs on it, for the GPUs that can take one more."""
-        return {u: len(jobs) for u, jobs in self.jobs.items() if len(jobs) < self.per_gpu}
-
-    def join(self, state: JobState) -> None:
-        for uuid in state.uuids:
-            self.jobs[uuid].append(state)
-            write_holder(self.fds[uuid], state.proc.pid, state.holder)  # the newest job is the one `ls` names
-
-    def leave(self, state: JobState) -> None:
-        """A job ended: a GPU none of its jobs uses any more is given back."""
-        for uuid in state.uuids:
-            jobs = self.jobs.get(uuid)
-            if jobs is None:
-                continue
-            if state in jobs:
-                jobs.remove(state)
-            if jobs:
-                write_holder(self.fds[uuid], jobs[-1].proc.pid, jobs[-1].holder)
-        self.drop_idle()
-
-    def drop_idle(self) -> None:
-        for uuid in [u for u, jobs in self.jobs.items() if not jobs]:
-            os.close(self.fds.pop(uuid))
-            del self.jobs[uuid]
-
-    def release_all(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
-        self.jobs.clear()
-
-
 class Scheduler:
     """Starts queued jobs as GPUs free up; see the module docstring."""
 
@@ -204,8 +158,8 @@ class Scheduler:
         self.interval = waiting.poll_interval(environ)
         self._just_read = machine  # the machine as the caller just read it: the first round's, not read twice
         self.ticket: Any = None
-        #: backfill (reservations/backfill.py) while the sweep waits behind others; False: strict FIFO
-        self.backfill = True
+        self.backfill = True  # while the sweep waits behind others (reservations/backfill.py); False: strict FIFO
+        self.limits = Limits(None)  # each --time: a job that has run that long is ended (sweeps/limits.py)
         self.filling: waiting.Backfiller | None = None
         #: inside a job's allotment: no ticket in the machine's queue (acquire.inside_allotment says why)
         self.queue = True
@@ -257,6 +211,7 @@ class Scheduler:
                         next_try = 0.0
                         continue
                     timeout = next_try - time.monotonic() if self.pending and not self.stopping else 3600.0
+                    timeout = min(timeout, self.limits.enforce(self.running))
                     if getattr(self.view, "_live", None) is not None:
                         timeout = min(timeout, _REFRESH_EVERY)
                     signals.wait(timeout, self.feed.fd if self.feed is not None and not self.stopping else None)
@@ -272,7 +227,8 @@ class Scheduler:
 
         self.ticket = Ticket(self.locking.lock_dir)
         self.ticket.join()
-        self.filling = waiting.Backfiller(self.request, self.locking, self.ticket, self.chooser) if self.backfill else None
+        self.filling = waiting.Backfiller(self.request, self.locking, self.ticket, self.chooser,
+                                          self.limits.seconds) if self.backfill else None
 
     def _own(self) -> dict[str, str]:
         """The GPUs this sweep's jobs hold, as reserved (acquire.attempt's ``own``: not looked at again)."""
@@ -309,6 +265,7 @@ class Scheduler:
                 self.shared.leave(state)
             state.returncode = state.proc.returncode
             state.status = "done" if state.returncode == 0 else "failed"
+            state.note = self.limits.note(state) or state.note
             self.view.finished(self, state)
         return bool(finished)
 
@@ -346,8 +303,7 @@ class Scheduler:
                     self._start(self.pending.popleft(), got.selection.devices, got.machine, got.reservation,
                                 got.selection.warnings)
                     elig = got.selection.eligibility
-                    # What was eligible a moment ago, less this job's: not enough for the next. Say so now
-                    # rather than read the locks again to find it out; a job ending wakes the loop.
+                    # What was eligible, less this job's, not enough for the next: said without reading the locks again.
                     fresh = elig is None or len(elig.eligible) >= 2 * len(got.selection.devices)
                     continue
             if fresh and behind and self.filling is not None and machine is not None:
@@ -410,10 +366,12 @@ class Scheduler:
         finally:
             if fresh is not None:
                 if state.proc is not None:  # the job holds the locks too; name it, then let go of our copies
+                    fresh.limit = self.limits.seconds
                     fresh.record(state.proc.pid, state.holder)
                 fresh.release()
             elif self.shared is not None:
                 if state.proc is not None:
+                    self.shared.limit = self.limits.seconds
                     self.shared.join(state)
                 self.shared.drop_idle()
         if state.proc is not None:

@@ -91,6 +91,15 @@ def _use_color(stream: IO[str]) -> bool:
     return use_color(stream)
 
 
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _counts_text(scheduler: Any) -> str:
     """``9 done, 0 running, 0 queued, 3 failed (2 exit 3, 1 killed by SIGTERM)``: how the failures failed,
     apart; ``, 2 not started`` when an interrupted sweep left some."""
@@ -122,7 +131,7 @@ def summary_doc(scheduler: Any, log_dir: str) -> dict[str, Any]:
     jobs = []
     for s in scheduler.states:
         seconds = s.seconds
-        signal_name = s.outcome[len("killed by "):] if s.returncode is not None and s.returncode < 0 else None
+        signal_name = _signal_name(-s.returncode) if s.returncode is not None and s.returncode < 0 else None
         jobs.append({
             "job": s.job.number, "line": s.job.line, "status": s.status,
             "exit_code": s.returncode if s.returncode is not None and s.returncode >= 0 else None,

@@ -27,9 +27,10 @@ __all__ = ["table", "detail", "as_json", "HEADER", "SCHEMA_VERSION"]
 SCHEMA_VERSION = 1
 HEADER = ("ID", "STATE", "EXIT", "GPUS", "SUBMITTED", "TIME", "COMMAND")
 #: the outcomes in the order the count line names them ("12 jobs: 10 done, 2 failed")
-STATES = ("waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost", "lost at reboot")
+STATES = ("waiting", "running", "done", "failed", "killed", "timeout", "failed to start", "cancelled", "lost",
+          "lost at reboot")
 #: SGR colours of the outcomes on a terminal (none for waiting and running): green, red, yellow, magenta
-_COLOURS = {"done": "32", "failed": "31", "killed": "31", "failed to start": "31", "cancelled": "33",
+_COLOURS = {"done": "32", "failed": "31", "killed": "31", "timeout": "31", "failed to start": "31", "cancelled": "33",
             "lost": "35", "lost at reboot": "35"}
 
 
@@ -53,9 +54,10 @@ def _exit(s: Status) -> str:
     return str(job.exit_code) if job.exit_code is not None else "–"
 
 
-def _gpus(s: Status) -> str:
+def _gpus(s: Status, backfilled: bool = False) -> str:
     gpus = s.job.gpus
-    return "–" if gpus is None else gpus or "cpu"
+    text = "–" if gpus is None else gpus or "cpu"
+    return f"{text} (backfilled)" if backfilled and gpus else text  # lent by the head of the queue
 
 
 def _when(t: float, now: float) -> str:
@@ -78,11 +80,13 @@ def command_text(argv: Sequence[str]) -> str:
     return printable(shlex.join(argv))
 
 
-def table(statuses: Sequence[Status], width: int | None, now: float | None = None, colour: bool = False) -> str:
+def table(statuses: Sequence[Status], width: int | None, now: float | None = None, colour: bool = False,
+          backfilled: frozenset[str] = frozenset()) -> str:
     """The jobs, oldest first, then a line counting them by outcome; ``colour``: the states coloured
-    (the caller decides: a terminal, no NO_COLOR, never --json)."""
+    (the caller decides: a terminal, no NO_COLOR, never --json); ``backfilled``: the ids of the jobs that
+    started ahead of earlier waiters, on GPUs the head of the queue lent (their GPUS say so)."""
     now = time.time() if now is None else now
-    rows = [(s.job.id, _state(s), _exit(s), _gpus(s), _when(s.job.submitted, now), _time(s, now),
+    rows = [(s.job.id, _state(s), _exit(s), _gpus(s, s.job.id in backfilled), _when(s.job.submitted, now), _time(s, now),
              command_text(s.job.argv)) for s in statuses]
     widths = [max(len(HEADER[i]), *(len(r[i]) for r in rows)) for i in range(6)]
     lines = []
@@ -123,6 +127,8 @@ def detail(s: Status, log: str, now: float | None = None, backfilled: str | None
         rows.append(("ended", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.ended)) + ran))
     elif s.state in ("waiting", "running"):
         rows.append(("for", _time(s, now)))
+    if job.limit is not None:  # its --time: the supervisor ends it there (timeout)
+        rows.append(("limit", fmt_duration(job.limit)))
     rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
              ("log", printable(log))]
     if backfilled:  # it started ahead of earlier waiters, on GPUs the head of the queue lent
@@ -132,11 +138,13 @@ def detail(s: Status, log: str, now: float | None = None, backfilled: str | None
     return f"job {job.id}: {head}\n" + "".join(f"  {k:<10} {v}\n" for k, v in rows)
 
 
-def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str]) -> dict[str, Any]:
-    """``jobs --json`` (schema ``JOBS`` in views/schemas.py)."""
+def as_json(statuses: Sequence[Status], job_dir: str, logs: Sequence[str],
+            backfilled: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``jobs --json`` (schema ``JOBS`` in views/schemas.py); ``backfilled`` as for :func:`table`."""
     return {"schema": SCHEMA_VERSION, "job_dir": job_dir, "jobs": [{
         "id": s.job.id, "state": s.state, "outcome": s.outcome, "position": s.position, "exit_code": s.job.exit_code,
         "signal": s.job.signal, "note": s.note, "gpus": s.job.gpus, "submitted": s.job.submitted,
         "started": s.job.started, "ended": s.job.ended, "pid": s.job.pid, "host": s.job.host, "cwd": s.job.cwd,
         "argv": list(s.job.argv), "options": list(s.job.options), "log": log,
+        "backfilled": s.job.id in backfilled, "limit_s": s.job.limit,
     } for s, log in zip(statuses, logs)]}

@@ -99,6 +99,15 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
     "gpu_count": {"type": "integer", "minimum": 0},  # `ls --json` only: the machine's GPUs in all (`ls --gpus` lists some of them)
     # `ls --json`/`topo --json` with no NVIDIA driver (and no --snapshot) only: the bundled example machine shown instead
     "example": _STR,
+    # `ls --json` only (a snapshot file read back ignores it): who holds which GPU, as its lock file says
+    # (display only: the lock, not its text, is what counts); "unavailable" for a lock file that cannot be used
+    "holders": {"type": "array", "items": _obj({
+        "gpu": _STR, "uuid": _STR, "user": _NSTR, "pid": _NINT, "started": {"type": ["number", "null"]},
+        "command": _NSTR, "host": _NSTR,
+        "shared_lock": {"type": "boolean"},  # not a reservation: a shared flock that blocks every job's
+        "backfilled": {"type": "boolean"},  # it started ahead of earlier waiters, on GPUs the head of the queue lent
+        "unavailable": _STR,
+    }, required=["gpu", "uuid"])},
     # `ls --json` only (a snapshot file read back ignores it): the --wait queue, head of line first
     "queue": {"type": "array", "items": _obj({
         "position": {"type": "integer", "minimum": 1},
@@ -113,6 +122,8 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
         # null for the others, and for a head that lends nothing (--no-backfill, an older gpulaunch)
         "kept": {"type": ["array", "null"], "items": _STR},
         "lends": {"type": ["array", "null"], "items": _STR},
+        # the head of line's: when it expects to start (seconds since the epoch), from the holders' declared --time
+        "expected_start": {"type": ["number", "null"]},
     }, required=["position", "user", "uid", "pid", "since", "waited_s", "request", "command"])},
 }, required=["hostname", "driver_version", "cuda_driver_version", "gpus"])
 
@@ -293,10 +304,11 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
     "job_dir": _STR,
     "jobs": {"type": "array", "items": _obj({
         "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
-        "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "lost", "lost at reboot"]},
+        "state": {"enum": ["waiting", "running", "done", "failed to start", "cancelled", "timeout", "lost",
+                           "lost at reboot"]},
         # what a script wants: a done job that exited non-zero "failed", one a signal ended "killed"
-        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "failed to start", "cancelled", "lost",
-                             "lost at reboot"]},
+        "outcome": {"enum": ["waiting", "running", "done", "failed", "killed", "timeout", "failed to start", "cancelled",
+                             "lost", "lost at reboot"]},
         "position": {"type": ["integer", "null"], "minimum": 1},  # in the --wait queue, while it waits there
         "exit_code": _NINT,  # the command's exit status; failed to start: gpulaunch's own
         "signal": _NSTR,  # "SIGTERM" when a signal ended it
@@ -308,6 +320,9 @@ JOBS = _doc("gpulaunch jobs (jobs --json)", 1, {
         "argv": {"type": "array", "items": _STR},  # the command
         "options": {"type": "array", "items": _STR},  # the launch's options, as given
         "log": _STR,
+        # it started ahead of earlier waiters, on GPUs the head of the --wait queue lent (backfill)
+        "backfilled": {"type": "boolean"},
+        "limit_s": {"type": ["number", "null"]},  # its --time, seconds (null: none); it ends there: outcome timeout
     })},
 })
 

@@ -1,0 +1,84 @@
+"""--time LIMIT (issue 36, left open): Slurm's forms and gpulaunch's durations, bad values in one line (exit 2);
+a submitted job is ended at its limit (SIGTERM, then SIGKILL after the grace): outcome timeout, and `wait` exits
+124 as timeout(1) does; the limit is declared in the job's lock file for the queue's backfill."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from sharing_helpers import run
+from test_jobs import Box
+
+
+@pytest.mark.parametrize("value, why", [("30", "ambiguous"), ("0:00", "is no limit"), ("2x", "is not a duration"),
+                                        ("400d", "out of range"), ("1-", "is not a duration")])
+def test_a_bad_limit_is_one_line_and_exit_2(value: str, why: str) -> None:
+    done = run(["--snapshot", "dgx-h100", "--auto", "1", "--time", value, "--", "true"])
+    assert done.returncode == 2 and why in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("gpulaunch: error: --time: ")
+
+
+def test_a_submitted_job_is_ended_at_its_limit_and_waits_exit_124(tmp_path: Path,
+                                                                   request: pytest.FixtureRequest) -> None:
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    job = box.submit("--auto", "1", "--time", "2s", "--", "sleep", "60")
+    began = time.monotonic()
+    waited = box.gl("wait", job, timeout=60)
+    assert waited.returncode == 124, waited.stderr
+    assert time.monotonic() - began < 30  # ended at its limit, not after its 60 s
+    record = box.jobs()[job]
+    assert record["state"] == record["outcome"] == "timeout" and record["signal"] == "SIGTERM"
+    assert record["limit_s"] == 2.0
+    assert "ended at its --time limit (2s): SIGTERM, it ended on SIGTERM" in record["note"]
+    assert "  limit      2s\n" in box.gl("jobs", job).stdout
+    listed = box.gl("jobs").stdout
+    assert f"{job}  timeout" in listed and "1 job: 1 timeout" in listed, listed
+    # a job that ends before its limit is done, with its own exit code
+    quick = box.submit("--auto", "1", "--time", "1m", "--", "sh", "-c", "exit 3")
+    assert box.gl("wait", quick).returncode == 3 and box.jobs()[quick]["outcome"] == "failed"
+
+
+def test_a_job_that_ignores_sigterm_at_its_limit_gets_sigkill_after_the_grace(tmp_path: Path,
+                                                                               request: pytest.FixtureRequest) -> None:
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    job = box.submit("--auto", "1", "--time", "1s", "--", "sh", "-c", "trap '' TERM; sleep 60")
+    assert box.gl("wait", job, timeout=90).returncode == 124
+    record = box.jobs()[job]
+    assert record["outcome"] == "timeout" and record["signal"] == "SIGKILL", record
+    assert "SIGTERM, then SIGKILL after the 10s grace" in record["note"]
+
+
+def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    before = time.time()
+    done = box.gl("--gpus", "1", "--time", "1:30:00", "--", "sh", "-c", f"cat {box.locks}/*.lock")
+    assert done.returncode == 0, done.stderr
+    line = json.loads(done.stdout.splitlines()[0])
+    assert before + 5400 - 5 <= line["ends"] <= time.time() + 5400
+
+
+def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text(f"sleep 60\nsh -c 'cat {box.locks}/*.lock'\n")
+    began = time.monotonic()
+    done = box.gl("each", str(jobs), "--time", "1s", "--json", "-q", "--log-dir", str(tmp_path / "logs"), timeout=60)
+    assert time.monotonic() - began < 30  # not the 60 s of its sleep
+    assert done.returncode == 9, done.stderr
+    doc = json.loads(done.stdout)
+    slow, quick = doc["jobs"]
+    assert slow["status"] == "failed" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at its "
+                                                                                                    "--time limit (1s)")
+    assert quick["status"] == "done" and doc["counts"]["failed"] == 1
+    held = [json.loads(line) for line in (tmp_path / "logs" / "job-2.log").read_text().splitlines() if '"ends"' in line]
+    assert held and all(h["ends"] - h["started"] == pytest.approx(1.0, abs=0.01) for h in held)  # declared for backfill
+    shown = box.gl("each", str(jobs), "--time", "1s", "--log-dir", str(tmp_path / "logs2"), timeout=60)
+    assert "1 failed (1 timeout (SIGTERM))" in shown.stdout, shown.stdout
