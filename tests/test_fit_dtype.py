@@ -106,8 +106,10 @@ def gemma2_9b_float32(root: Path, dtype: str = "F32") -> tuple[Path, int]:
         for norm in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                      "post_feedforward_layernorm"):
             t[p + norm + ".weight"] = (dtype, (hidden,))
-        t.update({p + "self_attn.q_proj.weight": (dtype, (q, hidden)), p + "self_attn.k_proj.weight": (dtype, (k, hidden)),
-                  p + "self_attn.v_proj.weight": (dtype, (k, hidden)), p + "self_attn.o_proj.weight": (dtype, (hidden, q)),
+        t.update({p + "self_attn.q_proj.weight": (dtype, (q, hidden)),
+                  p + "self_attn.k_proj.weight": (dtype, (k, hidden)),
+                  p + "self_attn.v_proj.weight": (dtype, (k, hidden)),
+                  p + "self_attn.o_proj.weight": (dtype, (hidden, q)),
                   p + "mlp.gate_proj.weight": (dtype, (ffn, hidden)), p + "mlp.up_proj.weight": (dtype, (ffn, hidden)),
                   p + "mlp.down_proj.weight": (dtype, (hidden, ffn))})
     t["model.norm.weight"] = (dtype, (hidden,))
