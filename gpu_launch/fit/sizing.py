@@ -167,6 +167,8 @@ def _offload(said: Any) -> Any:
             continue
         elif value.startswith("{"):
             continue
+        elif meaning == "n_cpu_ffn":
+            patterns += offload.ffn_patterns(int(value))
         else:
             patterns += offload.moe_patterns(int(value))
         written.append(how)
