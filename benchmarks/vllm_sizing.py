@@ -19,6 +19,11 @@ hybrid models' attention block is computed by the formula of ``Platform._align_h
 attention page of one token from vLLM's own ``FullAttentionSpec``. Twice: the KV cache in the model's
 dtype, and ``--kv-cache-dtype fp8`` (vLLM's ``STR_DTYPE_TO_TORCH_DTYPE["fp8"]`` and
 ``get_kv_quant_mode("fp8")`` in every attention spec; Mamba states keep the model's dtype).
+
+``--dtype`` (issue 35): the float32 configs (Gemma-2-9B, mamba-2.8b-hf) under ``--dtype auto`` and
+``float32`` and ``--kv-cache-dtype fp8``, the model dtype resolved by vLLM's own ``_resolve_auto_dtype``,
+KV and weights beside gpulaunch's plan, and ``--cpu-offload-gb 20`` (this mode also needs numpy,
+safetensors and pytest in that Python: it writes the test's header-only model).
 """
 
 from __future__ import annotations
@@ -148,7 +153,56 @@ def cases(tp: int, kv: str = "auto") -> dict[str, tuple[dict, int, list, str]]:
     return out
 
 
+def dtype_rows(root: Path) -> None:
+    """Issue 35: float32 configs (Gemma-2-9B, mamba-2.8b-hf) under vLLM's own dtype resolution
+    (``_resolve_auto_dtype`` for --dtype auto, on a platform whose dtypes are CUDA's from sm80 on:
+    Platform.supported_dtypes; ``_STR_DTYPE_TO_TORCH_DTYPE`` for --dtype float32), the KV specs and
+    Mamba state dtypes (``MambaStateDtypeCalculator``) in that dtype, and the weights at its element
+    size (vLLM builds its parameters in it; the Mamba mixer's A in float32), beside gpulaunch's plan."""
+    from vllm.config import model as vllm_model
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+    from vllm.platforms.interface import Platform
+
+    import test_fit_dtype as T
+
+    vllm_model.current_platform = SimpleNamespace(supported_dtypes=Platform.supported_dtypes.fget(None))
+    gemma, params = T.gemma2_9b_float32(root / "gemma-2-9b")
+    print(f"{'float32 configs':34} {'KV: gpulaunch ÷ vLLM':>20} {'weights: gpulaunch ÷ vLLM':>26}")
+    for dtype, cache in (("auto", "auto"), ("float32", "auto"), ("auto", "fp8"), ("float32", "fp8")):
+        torch_dtype = vllm_model._resolve_auto_dtype("gemma2", torch.float32, is_pooling_model=False) \
+            if dtype == "auto" else vllm_model._STR_DTYPE_TO_TORCH_DTYPE[dtype]
+        spec = {"dtype": torch_dtype} if cache == "auto" else KV["fp8"][0]
+        specs = [(SlidingWindowSpec(block_size=16, num_kv_heads=8, head_size=256, sliding_window=4096, **spec)
+                  if i % 2 == 0 else FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=256, **spec))
+                 for i in range(42)]
+        theirs = vllm_need(specs, 8192)
+        command = ["--max-num-batched-tokens", "8192", "--dtype", dtype]
+        command += ["--kv-cache-dtype", "fp8"] if cache == "fp8" else []
+        ours = T.planned_kv(gemma, *command).total
+        weights, _ = T.planned_weights(gemma, *command[2:4])
+        held = params * torch.empty((), dtype=torch_dtype).element_size()
+        print(f"gemma-2-9b --dtype {dtype:8} kv {cache:5} {ours / theirs:20.4f} {weights / held:26.4f}  (vLLM: KV {theirs}, weights {held})")
+    for dtype in ("auto", "float32"):
+        torch_dtype = vllm_model._resolve_auto_dtype("mamba", torch.float32, is_pooling_model=False) \
+            if dtype == "auto" else torch.float32
+        dtypes = MambaStateDtypeCalculator.mamba1_state_dtype(torch_dtype, "auto", "auto")
+        shapes = Calc.mamba1_state_shape(1, 5120, 16, 4)
+        theirs = vllm_need([MambaSpec(block_size=2048, shapes=shapes, dtypes=dtypes)] * 64, 2048)
+        ours = T.planned_kv(T.model_dir(root / f"mamba-{dtype}", C.MAMBA_2_8B_HF), "--max-model-len", "2048",
+                            "--dtype", dtype).total
+        print(f"mamba-2.8b-hf --dtype {dtype:8} kv auto {ours / theirs:16.4f}  (vLLM: {theirs})")
+    off, _ = T.planned_weights(gemma, "--dtype", "float32", "--cpu-offload-gb", "20")
+    print(f"gemma-2-9b --dtype float32 --cpu-offload-gb 20: weights on the GPU {off}, held {4 * params}: "
+          f"{(4 * params - off) / (1 << 30):.2f} GiB lower (vLLM's UVAOffloader moves parameters until >= 20 GiB)")
+
+
 def main() -> None:
+    if "--dtype" in sys.argv:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dtype_rows(Path(tmp))
+        return
     for cache in KV:
         rows: dict[str, dict[int, float]] = {}
         for tp in (1, 2, 4, 8):

@@ -261,6 +261,29 @@ def minimax_01() -> Gguf:
                   residual_scale=1.0, attention__layer_norm_rms_epsilon=1e-5, full_attention_interval=8)
 
 
+def deepseek_v4_flash() -> Gguf:
+    # a DeepSeek-V4-Flash layout (deepseek-ai/DeepSeek-V4-Flash's config as NeMo's DeepseekV4Config states
+    # it: 43 layers of 4096, 64 heads, one KV head of 512, window 128, indexer 64 heads of 128, top-k 512;
+    # the keys convert_hf_to_gguf.py's DeepseekV4Model writes) with compress_ratios laid out as llama.cpp's
+    # own test model lays them (tests/test-llama-archs.cpp: 0, 0, then 4 and 128 in turn). No hash-routed
+    # layers (V4-Flash has 3; the cache does not depend on them): given only metadata, llama.cpp creates their
+    # ffn_gate_tid2eid table as F32 and its graph asserts an I32 one (ggml_get_rows)
+    ratios = [0, 0] + [4 if i % 2 == 0 else 128 for i in range(41)]
+    return _model("deepseek4", 129280, 1048576, block_count=43, embedding_length=4096, feed_forward_length=2048,
+                  embedding_length_out=16384, attention__head_count=64, attention__head_count_kv=1,
+                  attention__key_length=512, attention__value_length=512, rope__dimension_count=64,
+                  attention__q_lora_rank=1024, attention__sliding_window=128, expert_count=256,
+                  expert_used_count=6, expert_feed_forward_length=2048, expert_shared_count=1,
+                  expert_weights_scale=1.5, expert_weights_norm=True, expert_gating_func=4,
+                  swiglu_clamp_exp=[10.0] * 43, swiglu_clamp_shexp=[10.0] * 43,
+                  attention__indexer__head_count=64, attention__indexer__key_length=128,
+                  attention__indexer__top_k=512, attention__output_group_count=8,
+                  attention__output_lora_rank=1024, attention__compress_ratios=ratios,
+                  attention__compress_rope_freq_base=160000.0, hyper_connection__count=4,
+                  hyper_connection__sinkhorn_iterations=20, hyper_connection__epsilon=1e-6, hash_layer_count=0,
+                  attention__layer_norm_rms_epsilon=1e-6)
+
+
 FAMILIES: dict[str, Callable[[], Gguf]] = {
     "llama-3.1-8b": llama31_8b, "gemma-3-4b": gemma3_4b, "gpt-oss-20b": gpt_oss_20b,
     "deepseek-v2-lite": deepseek_v2_lite, "falcon-h1-0.5b": falcon_h1_0_5b, "falcon-h1-7b": falcon_h1_7b,
@@ -270,7 +293,7 @@ FAMILIES: dict[str, Callable[[], Gguf]] = {
     "embeddinggemma": embeddinggemma, "bert-base": bert_base, "olmo-3-7b": olmo3_7b, "exaone-4-32b": exaone4_32b,
     "command-r7b": command_r7b, "jamba-mini": jamba_mini, "qwen3-next": qwen3_next, "mamba-2.8b": mamba_2_8b,
     "phi-2": phi2, "cohere2moe": cohere2moe, "exaone-moe": exaone_moe, "plamo3-2b": plamo3_2b,
-    "minimax-01": minimax_01,
+    "minimax-01": minimax_01, "deepseek-v4-flash": deepseek_v4_flash,
 }
 
 

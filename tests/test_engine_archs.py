@@ -44,7 +44,7 @@ def how_sized(arch: str) -> str | None:
     tables = [("no KV cache", gguf_facts.NO_KV), ("recurrent state", gguf_facts.RECURRENT),
               ("hybrid", gguf_facts.KV0_HYBRIDS | set(gguf_facts.INTERVAL_HYBRIDS) | gguf_facts.KV_AND_FFN_HYBRIDS
                | gguf_facts.PARALLEL_HYBRIDS),
-              ("MLA + DSA indexer", A.DSA_ARCHS), ("interleaved sliding window", set(gguf_facts.SWA_RULES)),
+              ("MLA + DSA indexer", A.DSA_ARCHS), ("DeepSeek-V4's own cache", A.DSV4_ARCHS), ("interleaved sliding window", set(gguf_facts.SWA_RULES)),
               ("plain attention", A.PLAIN_ATTENTION), ("an upper bound", set(A.UPPER_BOUND)),
               ("refused", set(A.REFUSED))]
     return next((what for what, names in tables if arch in names), None)
@@ -63,7 +63,7 @@ def test_every_table_spells_architectures_as_llama_cpp_does() -> None:
     """A rule under another spelling never applies (granite-swa for granite_swa: 2.17x at 16384)."""
     used = (set(gguf_facts.SWA_RULES) | gguf_facts.NO_KV | gguf_facts.RECURRENT | gguf_facts.KV0_HYBRIDS
             | set(gguf_facts.INTERVAL_HYBRIDS) | gguf_facts.KV_AND_FFN_HYBRIDS | gguf_facts.PARALLEL_HYBRIDS
-            | set(gguf_facts.STATE_KINDS) | A.PLAIN_ATTENTION | A.DSA_ARCHS | set(A.UPPER_BOUND) | set(A.REFUSED))
+            | set(gguf_facts.STATE_KINDS) | A.PLAIN_ATTENTION | A.DSA_ARCHS | A.DSV4_ARCHS | set(A.UPPER_BOUND) | set(A.REFUSED))
     assert sorted(used - set(A.LLAMA_CPP_ARCHS)) == []
     assert {"granite_swa", "spark2_5"} <= set(gguf_facts.SWA_RULES)
 

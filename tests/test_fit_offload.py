@@ -166,6 +166,21 @@ def test_a_dense_model_gets_zero(tmp_path: Path) -> None:
     assert got.n_cpu_moe == 0 and got.whole
 
 
+def test_n_cpu_ffn_keeps_the_first_dense_ffns_on_the_host(tmp_path: Path) -> None:
+    """--n-cpu-ffn N (common/arg.cpp: llm_add_n_cpu_ffn_overrides with LLM_FFN_DENSE_REGEX, \\.ffn_(up|down|gate)\\.
+    after blk\\.i): the dense FFN weights of blocks 0..N-1 on the host, nothing else."""
+    from tests.model_fixtures import llama_tensors
+
+    a = "llama"
+    tensors = llama_tensors(8, 1024, 8, 8, 4096, 1000)
+    model = Gguf(a, {f"{a}.block_count": 8, f"{a}.embedding_length": 1024, f"{a}.attention.head_count": 8,
+                     f"{a}.context_length": 4096, "tokenizer.ggml.model": "none", f"{a}.vocab_size": 1000}, tensors)
+    write_gguf(tmp_path / "d.gguf", model)
+    got = placed(tmp_path / "d.gguf", "-ngl", "999", "--n-cpu-ffn", "3", ctx=4096)
+    want = sum(t.nbytes for t in tensors if re.match(r"blk\.[012]\.ffn_(up|down|gate)\.", t.name))
+    assert got.host_bytes == want > 0 and got.whole  # was 0: the flag was not read
+
+
 def test_vllm_cpu_offload_gb_lowers_each_gpus_weights(tmp_path: Path) -> None:
     import json
 
@@ -246,10 +261,11 @@ def matcher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("patterns", [
+    [("exps", "CPU")],  # -ot exps=CPU, as users write it
     [(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU")],
     [(rf"blk\.{i}\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU") for i in range(10)],
     [(r"blk\.1\.attn_q", "CUDA0"), (r"blk\.1\.", "CPU"), (r"blk\.(2|3|4)\.ffn_up_exps", "CPU"), (r"^output\.", "CPU"),
-     (r"ffn_(gate|down)_exps", "CPU")]], ids=["cpu-moe", "n-cpu-moe-10", "mixed"])
+     (r"ffn_(gate|down)_exps", "CPU")]], ids=["ot-exps", "cpu-moe", "n-cpu-moe-10", "mixed"])
 def test_host_tensors_are_those_cxx_regex_search_picks(files: dict, matcher: Path, patterns: list) -> None:
     """The patterns matched as llama.cpp matches them: C++'s std::regex_search on each tensor name."""
     import subprocess

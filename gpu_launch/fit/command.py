@@ -95,7 +95,7 @@ def read_command(argv: Sequence[str], engine: Engine, environ: Mapping[str, str]
                         swa_full=True if said.text("swa_full") == "1" else None,
                         dtype=said.text("dtype"),
                         offload=tuple(sorted((st.index, m, st.text, st.written) for m in ("override_tensor", "cpu_moe",
-                                                                                          "n_cpu_moe")
+                                                                                          "n_cpu_moe", "n_cpu_ffn")
                                              if (st := said.get(m)) is not None)),
                         kv_offload=None if said.text("kv_offload") is None else said.text("kv_offload") == "1",
                         cpu_offload_gb=float(v) if (v := said.number("cpu_offload_gb")) is not None else None)

@@ -24,12 +24,15 @@ own byte counts (``llama_get_memory_breakdown``) by benchmarks/llama_cpp_sizing.
 * ``llama_kv_cache_dsa`` (src/llama-kv-cache-dsa.cpp; DeepSeek-V3.2, GLM-5): beside the MLA latent
   a second cache with one K-only "head" of ``indexer_head_size`` values, in the K type, the same
   cells, on the layers its filter keeps (create_memory's ``filter_lid``).
+* ``llama_kv_cache_dsv4`` (src/llama-kv-cache-dsv4.cpp; DeepSeek-V4): its own K-only caches and
+  compressor states, in :mod:`gpu_launch.fit.kv_dsv4`.
 * ``llama_init_from_model`` (src/llama-context.cpp): the settings it refuses.
 """
 
 from __future__ import annotations
 
 from gpu_launch.errors import UsageError
+from gpu_launch.fit import kv_dsv4
 from gpu_launch.fit.kv_units import FP8_DS_MLA_ROW, KV_TYPES, LLAMA_CTX_PAD, KvSize, Run, round_ctx, row_bytes
 from gpu_launch.modelfile.facts import Hyper
 
@@ -95,8 +98,9 @@ def check_settings(h: Hyper, k_type: str, v_type: str, flash_attn: str) -> None:
     """What ``llama_init_from_model`` refuses, said before anything is reserved (UsageError, exit 2)."""
     if h.no_kv:
         return
-    if h.kv_lora_rank and k_type != v_type:
-        raise UsageError(f"llama.cpp refuses different K ({k_type}) and V ({v_type}) cache types for an MLA model",
+    if (h.kv_lora_rank or h.compress_ratios) and k_type != v_type:  # is_mla() || LLM_ARCH_DEEPSEEK4
+        what = "a DeepSeek-V4" if h.compress_ratios else "an MLA"
+        raise UsageError(f"llama.cpp refuses different K ({k_type}) and V ({v_type}) cache types for {what} model",
                          hint=f"give both the same type: -ctk {k_type} -ctv {k_type}")
     if _quantized(v_type) and flash_attn == "off":
         raise UsageError(f"llama.cpp's quantized V cache ({v_type}) requires flash attention, and the command turns it off",
@@ -125,6 +129,8 @@ def cache(h: Hyper, ctx: int, seqs: int, k_type: str, run: Run) -> KvSize:
     if h.no_kv:
         return KvSize((0,) * h.n_layers, 0, 0, 0, ("no KV cache: an encoder / embedding model (llama.cpp "
                                                     "creates no memory for it)",), k_type)
+    if h.compress_ratios:
+        return kv_dsv4.cache(h, ctx, seqs, k_type, run, flash_on=_fa_on(h, flash, k_type, v_type))
     n_ctx = round_ctx(ctx, LLAMA_CTX_PAD)
     streams = 1 if run.unified or seqs == 1 else seqs
     n_ctx_seq = n_ctx if streams == 1 else round_ctx(max(1, n_ctx // seqs), LLAMA_CTX_PAD)

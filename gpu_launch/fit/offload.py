@@ -31,9 +31,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the plan's records (fit/plan.py imports this module)
     from typing import Any as Placement, Any as Room, Any as Sizing
 
-__all__ = ["Offload", "EXPS", "parse_overrides", "moe_patterns", "HostSplit", "host_split", "fewest_moe"]
+__all__ = ["Offload", "EXPS", "DENSE_FFN", "parse_overrides", "moe_patterns", "ffn_patterns", "HostSplit", "host_split", "fewest_moe"]
 
 EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"  # LLM_FFN_EXPS_REGEX (common/common.h)
+DENSE_FFN = r"\.ffn_(up|down|gate)\."  # LLM_FFN_DENSE_REGEX (common/common.h): --n-cpu-ffn's
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 GiB = 1 << 30
 
@@ -75,6 +76,12 @@ def parse_overrides(text: str, written: str) -> tuple[tuple[str, str], ...]:
 def moe_patterns(n: int) -> tuple[tuple[str, str], ...]:
     """``--n-cpu-moe n``'s patterns (llm_ffn_block_regex: ``blk\\.%d`` + LLM_FFN_EXPS_REGEX)."""
     return tuple((rf"blk\.{i}{EXPS}", "CPU") for i in range(n))
+
+
+def ffn_patterns(n: int) -> tuple[tuple[str, str], ...]:
+    """``--n-cpu-ffn n``'s patterns (llm_add_n_cpu_ffn_overrides with LLM_FFN_DENSE_REGEX): a dense model's
+    FFN weights of the first n blocks on the host."""
+    return tuple((rf"blk\.{i}{DENSE_FFN}", "CPU") for i in range(n))
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ def sizing(model: ModelFacts, engine: Engine, settings: Settings) -> Sizing:
         return Sizing(model, engine, settings, kv_rules.KvSize((), 0, 0, 0, (), "none"))
     kv = kv_rules.kv_cache(model.hyper, settings.ctx, settings.seqs, settings.kv_type, engine=engine.kv_rule,
                            run=run_of(engine, settings))
-    if settings.binding:
-        kv = replace(kv, rules=kv.rules + (f"{settings.binding} keeps llama.cpp's C API defaults: the full-size "
-                                           "sliding-window cache (swa_full = true) and flash attention off",))
-    return Sizing(model, engine, settings, kv)
+    said = tuple(filter(None, (settings.binding and f"{settings.binding} keeps llama.cpp's C API defaults: the "
+                               "full-size sliding-window cache (swa_full = true) and flash attention off",
+                               settings.weights_note)))
+    return Sizing(model, engine, settings, replace(kv, rules=kv.rules + said) if said else kv)
 
 
 @dataclass(frozen=True)

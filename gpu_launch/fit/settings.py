@@ -70,6 +70,7 @@ class Settings:
     layers_default: bool = False  # gpu_layers_cap is the binding's own default (llama-cpp-python: 0), not written
     offload: Offload = Offload()  # what the command keeps on the host (-ot, --cpu-moe, --n-cpu-moe, -nkvo, --cpu-offload-gb)
     dtype: str = ""  # the model dtype the engine runs: vLLM/SGLang --dtype ("auto" their rule; "": the file's)
+    weights_note: str = ""  # how the weights were converted to that dtype (fit/weights_dtype.py), shown with the rules
     gpu_arch: str = ""  # vLLM: "hopper", "blackwell", "ampere" (its hybrid-Mamba kernels differ); "": unknown
     training: Any = None  # a training launch (fit/training/steps.py TrainingRun): sized by its step, no KV cache
 

@@ -141,6 +141,12 @@ def sizing_of(ref: str, argv: Sequence[str], options: Mapping[str, Any],
                              ctx_from=ctx_from,
                              self_fit=self_fit, gpus_per_node=options.get("gpus_per_node"),
                              **_parallel(said, engine, model, bool(argv), env))
+    if dtype:  # the weights in the engine's dtype too, not only the cache (a float32 file: half the bytes)
+        from gpu_launch.base.records import replace
+        from gpu_launch.fit import weights_dtype
+
+        model, note = weights_dtype.as_run(model, dtype)
+        settings = replace(settings, weights_note=note)
     return plan.sizing(model, engine, settings)
 
 
@@ -161,6 +167,8 @@ def _offload(said: Any) -> Any:
             continue
         elif value.startswith("{"):
             continue
+        elif meaning == "n_cpu_ffn":
+            patterns += offload.ffn_patterns(int(value))
         else:
             patterns += offload.moe_patterns(int(value))
         written.append(how)

@@ -58,6 +58,7 @@ class Hyper:
     dtype_bytes: int = 2  # the activations' element size (vLLM's "auto" KV and state types: bf16/f16)
     indexer_key_length: int | None = None  # DSA (DeepSeek-V3.2, GLM-5): the indexer's K values a token
     indexer: tuple[bool, ...] = ()  # layer with a DSA indexer cache (empty: none)
+    compress_ratios: tuple[int, ...] = ()  # DeepSeek-V4 (llama_kv_cache_dsv4): each block's ratio, 0/4/128, NextN too
 
     def key_len(self, il: int) -> int:
         """Layer ``il``'s key head size (the sliding layers' own where the file states one)."""

@@ -10,7 +10,7 @@ import re
 from gpu_launch.errors import ModelFileError
 from gpu_launch.modelfile.facts import Hyper, ModelFacts, Weights, layer_number
 from gpu_launch.modelfile.gguf import FILE_TYPES, GgufHeader, GgufTensor, check_split, read_header, split_parts
-from gpu_launch.modelfile.llama_archs import DSA_ARCHS, refusal
+from gpu_launch.modelfile.llama_archs import DSA_ARCHS, DSV4_ARCHS, refusal
 from gpu_launch.base.records import dataclass
 from gpu_launch.base.text import printable
 from gpu_launch.base.units import shown
@@ -152,6 +152,11 @@ def _sliding(arch: str, kv: dict[str, Any], n_all: int, n: int, label: str
     stated = _int(kv, p + "attention.sliding_window", label, most=1 << 30)
     if arch in ("lfm2", "lfm2moe"):  # every attention layer slides when a window is stated (src/models/lfm2.cpp)
         return ((), None, False) if not stated else ((True,) * n_all, stated, False)
+    if arch in DSV4_ARCHS:  # every block slides, NextN too, whatever the file's pattern (src/models/deepseek4.cpp)
+        if not stated:
+            raise ModelFileError(f"{label}: no {p}attention.sliding_window above 0: llama.cpp's DeepSeek-V4 "
+                                 "loader requires one", hint="convert the model again with convert_hf_to_gguf.py")
+        return (True,) * n_all, stated, False
     rule = _swa_rule(arch, n)
     if rule is None or stated == 0 or (rule.when_stated and not stated):
         return (), None, False
@@ -230,6 +235,21 @@ def _indexer(arch: str, kv: dict[str, Any], n: int, label: str) -> tuple[int | N
     return (size, layers) if any(layers) else (None, ())
 
 
+def _compress_ratios(kv: dict[str, Any], p: str, n_all: int, label: str) -> tuple[int, ...]:
+    """DeepSeek-V4's ``attention.compress_ratios``, one a block (src/models/deepseek4.cpp refuses a
+    shorter array and any ratio but 0, 4 and 128: so does this)."""
+    key = p + "attention.compress_ratios"
+    value = kv.get(key)
+    if not isinstance(value, tuple) or len(value) < n_all:
+        raise ModelFileError(f"{label}: {key} is missing or shorter than block_count ({n_all}): llama.cpp refuses it",
+                             hint="convert the model again with llama.cpp's convert_hf_to_gguf.py")
+    ratios = tuple(_count(v, key, label) for v in value[:n_all])
+    if any(r not in (0, 4, 128) for r in ratios):
+        raise ModelFileError(f"{label}: {key} has a ratio other than 0, 4 and 128: llama.cpp refuses it",
+                             hint="convert the model again with llama.cpp's convert_hf_to_gguf.py")
+    return ratios
+
+
 def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     kv = h.kv
     p = f"{arch}."
@@ -282,6 +302,9 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
     vocab = (_int(kv, p + "vocab_size", label) or h.array_lengths.get("tokenizer.ggml.tokens")
              or (embd[1] if embd else None))
     indexer_size, indexer = _indexer(arch, kv, n, label)
+    ratios = _compress_ratios(kv, p, n_all, label) if arch in DSV4_ARCHS else ()
+    if ratios:  # the lightning indexer's cache rides on the CSA layers (fit/kv_dsv4.py), not DSA's
+        indexer_size = _int(kv, p + "attention.indexer.key_length", label, most=MAX_HEAD) or 0
     return Hyper(
         indexer_key_length=indexer_size, indexer=indexer,
         n_layers=n, n_heads=max(heads, default=0), kv_heads=kv_heads, key_length=key_length,
@@ -292,7 +315,7 @@ def _hyper(h: GgufHeader, arch: str, label: str) -> Hyper:
         key_length_swa=_int(kv, p + "attention.key_length_swa", label, most=MAX_HEAD, least=1) if sliding else None,
         value_length_swa=_int(kv, p + "attention.value_length_swa", label, most=MAX_HEAD, least=1) if sliding else None,
         kv_layers=kv_layers, chunked=chunked and bool(sliding), no_kv=arch in NO_KV, attention=attention,
-        state_kind=STATE_KINDS.get(arch, ""),
+        state_kind=STATE_KINDS.get(arch, ""), compress_ratios=ratios,
     )
 
 

@@ -13,7 +13,7 @@ How each is sized follows ``llama_model::create_memory`` (src/llama-model.cpp of
 
 from __future__ import annotations
 
-__all__ = ["LLAMA_CPP_COMMIT", "LLAMA_CPP_ARCHS", "PLAIN_ATTENTION", "DSA_ARCHS", "UPPER_BOUND", "REFUSED", "refusal"]
+__all__ = ["LLAMA_CPP_COMMIT", "LLAMA_CPP_ARCHS", "PLAIN_ATTENTION", "DSA_ARCHS", "DSV4_ARCHS", "UPPER_BOUND", "REFUSED", "refusal"]
 
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
@@ -57,13 +57,14 @@ PLAIN_ATTENTION = frozenset((
 #: layer with an indexer (deepseek32: every trunk layer; glm-dsa, hy_v4, dots3note: ``attention.indexer.types``).
 DSA_ARCHS = frozenset(("deepseek32", "glm-dsa", "hy_v4", "dots3note"))
 
-#: Sized by a bound above llama.cpp's own cache, not by its rule: DeepSeek-V4's ``llama_kv_cache_dsv4``
-#: (src/llama-kv-cache-dsv4.cpp) keeps K only, raw over the sliding window, compressed at 1/4 (CSA, with
-#: a lightning-indexer cache) and 1/128 (HCA) of the context, and small compressor states; gpulaunch
-#: charges the full context to every layer, which issue 35 measured at 1.3-18x llama.cpp's figure.
-UPPER_BOUND: dict[str, str] = {
-    "deepseek4": "the full context on every layer: above llama_kv_cache_dsv4's window, 1/4 and 1/128 caches",
-}
+#: ``llama_kv_cache_dsv4`` (src/llama-kv-cache-dsv4.cpp; DeepSeek-V4): K only, a raw cache over the
+#: sliding window, compressed caches at 1/4 (CSA, with a lightning-indexer cache) and 1/128 (HCA) of the
+#: context by ``attention.compress_ratios``, and small f32 compressor states (fit/kv_dsv4.py).
+DSV4_ARCHS = frozenset(("deepseek4",))
+
+#: Sized by a bound above llama.cpp's own cache, not by its rule (none today: DeepSeek-V4, which
+#: gpulaunch sized by the full context on every layer, 1.3-18x llama.cpp's figure, has its rule now).
+UPPER_BOUND: dict[str, str] = {}
 
 #: Architectures llama.cpp loads whose memory gpulaunch does not model: a plan would be a guess, so the
 #: model is refused with the reason (exit 7) rather than sized.

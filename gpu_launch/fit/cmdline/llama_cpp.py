@@ -48,6 +48,7 @@ TABLE = Table("llama.cpp", (
     Flag("override_tensor", ("-ot", "--override-tensor"), env="LLAMA_ARG_OVERRIDE_TENSOR", append=","),
     Flag("cpu_moe", ("-cmoe", "--cpu-moe"), "switch"),
     Flag("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "int", "LLAMA_ARG_N_CPU_MOE", 0, INT32),
+    Flag("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "int", "LLAMA_ARG_N_CPU_FFN", 0, INT32),  # dense FFNs, likewise
     Flag("kv_offload", ("-nkvo", "--no-kv-offload"), "switch", sets="0"),
     Flag("kv_offload", ("-kvo", "--kv-offload"), "switch", sets="1"),
     Flag("fit", ("-fit", "--fit"), env="LLAMA_ARG_FIT"),
