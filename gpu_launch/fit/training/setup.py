@@ -54,6 +54,9 @@ class TrainingSetup:
     # Added by the memory half (fit/training/memory*.py): the tokens a chunked/fused loss takes at a time
     # (None: memory_activations.LOSS_CHUNK_TOKENS, the order of Liger's and TRL chunked_nll's chunks).
     loss_chunk_tokens: int | None = None
+    # The launch asks for mixed precision (Trainer --bf16/--fp16, accelerate's mixed_precision): under FSDP,
+    # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
+    mixed_precision: bool = False
 
 
 @dataclass(frozen=True)
