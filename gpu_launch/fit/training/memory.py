@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.fit.training import memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
+from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
                                                    param_counts, state_bytes, step_temporary_bytes)
 from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
@@ -100,26 +102,45 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if setup.sharding in _SHARDS_GRADS:
         grads = -(-grads // divisor)
     gathered = 0
-    if setup.sharding in _SHARDS_WEIGHTS:
-        # one FSDP unit / ZeRO-3 layer gathered whole at a time, the next one prefetched
-        file_bytes = max(1, model.weights.total) / max(1, counts.total)
-        gathered = 2 * int(max(model.weights.layers, default=0) / file_bytes) * e
+    file_bytes = max(1, model.weights.total) / max(1, counts.total)
+    layer = int(max(model.weights.layers, default=0) / file_bytes)
+    h = model.hyper.hidden_size or 0
+    vocab_h = (model.hyper.vocab_size or 0) * h
+    fsdp = None
+    if setup.sharding in FSDP:
+        fsdp = memory_sharding.fsdp(
+            sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
+            weights=weights,
+            trainable=counts.trainable, total=counts.total, layer=layer, head=vocab_h + h,
+            embed=0 if model.weights.tied_embeddings else vocab_h,
+            states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b),
+            temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
+            offload=setup.offload_optimizer or setup.offload_params)
+        weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
+    elif setup.sharding in _SHARDS_WEIGHTS:
+        # ZeRO-3: one layer gathered whole at a time, the next one prefetched (memory_sharding.py: DeepSpeed's
+        # buckets are not modelled apart)
+        gathered = 2 * layer * e
         weights = -(-weights // divisor) + gathered
-    host = 0
-    if setup.offload_optimizer:
+    host = fsdp.host if fsdp else 0
+    if setup.offload_optimizer and not fsdp:
         host += states
         states, temp = 0, 0
-    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS:
+    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS and not fsdp:
         host += weights - gathered
         weights = gathered
+    # the weights at each moment: FSDP holds some units gathered beside the shards
+    at_backward = weights + (fsdp.gathered_backward if fsdp else 0)
+    at_late = weights + (fsdp.gathered_late if fsdp else 0)
     act = saved(model, config, setup, block, counts.linear)
     acts = act.total(setup, model.hyper.n_layers)
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
-    h = model.hyper.hidden_size or 0
-    head = (model.hyper.vocab_size or 0) * h * te if setup.method == "full" else 0
+    head = vocab_h * te if setup.method == "full" else 0
     head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
-    backward = {"weights": weights, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
+    if fsdp and setup.method == "full":
+        head = fsdp.head_grad  # the tail unit's gradient is whole until its reduce-scatter
+    backward = {"weights": at_backward, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
                 "other": 0}
     if setup.loss != "plain":
         # a chunked loss runs its backward a chunk at a time: the head's gradient and the gradient of the
@@ -146,9 +167,9 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
     mlp_grads = info_e(setup) * inter * tokens
     late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
-    late_grads = grads - (head if not model.weights.tied_embeddings else 0)
-    if weights + states + late_grads + late > sum(backward.values()):
-        backward = {"weights": weights, "gradients": late_grads, "optimizer": states,
+    late_grads = grads - (head if not model.weights.tied_embeddings and not fsdp else 0)
+    if at_late + states + late_grads + late > sum(backward.values()):
+        backward = {"weights": at_late, "gradients": late_grads, "optimizer": states,
                     "activations": act.one_layer(setup), "loss": 0,
                     "other": 2 * info_e(setup) * h * tokens + mlp_grads}
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,

@@ -1,0 +1,80 @@
+"""What one rank of an FSDP2 step holds (``fully_shard`` as accelerate applies it: Trainer ``--fsdp``, whose
+default is FSDP2 in transformers 5, and accelerate configs with ``fsdp_version: 2``). Arithmetic only.
+
+From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (accelerate/utils/fsdp_utils.py
+``fsdp2_prepare_model``), checked against ``FSDPMemTracker`` on 2 fake ranks (tests/test_training_sharded.py):
+
+* every parameter is stored as its rank's dim-0 shard (_fsdp_param.py ``_init_sharded_param``); under mixed
+  precision accelerate first upcasts the trainable parameters to fp32 ("FSDP upcast of low precision
+  parameters"), so the shards, their gradients (``foreach_reduce`` casts the reduce-scatter output back to the
+  parameter's dtype, _fsdp_collectives.py) and the optimizer's states are fp32: 4 + 4 + 8 bytes a parameter
+  over N for AdamW, where a bf16 model without FSDP holds 2 + 2 + 4;
+* a unit is all-gathered in ``MixedPrecisionPolicy.param_dtype`` (accelerate's ``set_mixed_precision``: bf16
+  for --bf16) while it runs: accelerate wraps each decoder layer, the input embedding, and the final norm
+  with the head as one unit that is *not* resharded after forward (it is needed again at once), so at the
+  start of backward the head is held whole beside the shards; SHARD_GRAD_OP (``reshard_after_forward=False``)
+  keeps every unit gathered from its forward to its backward;
+* late in backward, one unit is gathered with its unsharded gradient and the reduce-scatter's input (both in
+  the param dtype, _fsdp_param_group.py ``post_backward``), the next unit prefetched;
+* ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
+  RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
+
+ZeRO-3 is sized here like FULL_SHARD, with DeepSpeed's own 16-bit partitions and fp32 master copy
+(memory.py): DeepSpeed's buckets (``reduce_bucket_size``, ``stage3_prefetch_bucket_size``) and its
+parameter persistence threshold replace the per-unit gathers; DeepSpeed cannot run on a CPU-only machine, so
+that rule is not checked against DeepSpeed's own count.
+"""
+
+from __future__ import annotations
+
+from gpu_launch.base.records import dataclass
+
+__all__ = ["FSDP", "Shards", "fsdp"]
+
+#: The sharding kinds FSDP2 runs (hybrid: FULL_SHARD within a node, replicated across nodes)
+FSDP = ("fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
+
+
+@dataclass(frozen=True)
+class Shards:
+    """One rank's bytes: resident ``weights`` (shards), ``grads``, ``states``, the step's ``temp``; what is
+    gathered whole at the start of backward and late in it; what offload keeps in ``host`` RAM."""
+
+    weights: int
+    grads: int
+    states: int
+    temp: int
+    gathered_backward: int
+    gathered_late: int
+    head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
+    host: int
+
+
+def _over(n: int, d: int) -> int:
+    return -(-n // max(1, d))
+
+
+def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
+         states_of, temp_of, total: int, layer: int, head: int, embed: int, offload: bool) -> Shards:
+    """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
+    one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
+    parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer,
+    of the tail unit (final norm + head, the embedding too when tied) and of the untied input embedding (0)."""
+    master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
+    gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
+    resident = _over(weights - trainable * te + trainable * master, divisor)
+    grads = _over(trainable * master, divisor)
+    states, temp = _over(states_of(master), divisor), _over(temp_of(master), divisor)
+    if sharding == "fsdp_grad_op":
+        at_backward = total * gathered_e  # nothing resharded after forward
+    else:
+        at_backward = head * gathered_e
+    unit = max(layer, embed)
+    # the unit in backward: its parameters, its unsharded gradient and the reduce-scatter's input; the next
+    # unit prefetched (FSDPParamGroup: backward prefetch of one)
+    late = 3 * unit * gathered_e + layer * gathered_e
+    host = 0
+    if offload:
+        host = resident + grads + states + temp
+        resident = grads = states = temp = 0
+    return Shards(resident, grads, states, temp, at_backward, late, head * gathered_e, host)
