@@ -28,6 +28,13 @@ from training_oracle import CHUNK, Case, FAMILIES, Measured, _chunked_loss, _Nul
 
 WORLD = 2
 
+#: Wider than the loss-bound tiny configs, a short sequence: the weights and their gathered units, not the
+#: logits, decide the peak (the case of a real 8B at 2 ranks); untied, so the embedding is a unit of its own.
+FAMILIES.setdefault("llama_wide", {"model_type": "llama", "hidden_size": 256, "intermediate_size": 704,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "vocab_size": 2048, "max_position_embeddings": 1024,
+                                   "tie_word_embeddings": False})
+
 
 @dataclass(frozen=True)
 class ShardCase:

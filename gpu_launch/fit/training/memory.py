@@ -167,11 +167,15 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
     mlp_grads = info_e(setup) * inter * tokens
     late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
-    late_grads = grads - (head if not model.weights.tied_embeddings and not fsdp else 0)
+    late_grads = fsdp.late_grads if fsdp else grads - (head if not model.weights.tied_embeddings else 0)
     if at_late + states + late_grads + late > sum(backward.values()):
         backward = {"weights": at_late, "gradients": late_grads, "optimizer": states,
                     "activations": act.one_layer(setup), "loss": 0,
                     "other": 2 * info_e(setup) * h * tokens + mlp_grads}
+    if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
+        # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
+        backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
+                    "activations": 0, "loss": 0, "other": 0}
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},

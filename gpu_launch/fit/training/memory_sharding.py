@@ -14,8 +14,11 @@ From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (ac
   with the head as one unit that is *not* resharded after forward (it is needed again at once), so at the
   start of backward the head is held whole beside the shards; SHARD_GRAD_OP (``reshard_after_forward=False``)
   keeps every unit gathered from its forward to its backward;
-* late in backward, one unit is gathered with its unsharded gradient and the reduce-scatter's input (both in
-  the param dtype, _fsdp_param_group.py ``post_backward``), the next unit prefetched;
+* late in backward (the first decoder layer's backward: its recompute and gradients), that unit is gathered,
+  the next (the embedding) prefetched and the previous unit's reduce-scatter input still held (one in
+  flight: ``reduce_scatter_max_input_buffers = 1``, _fsdp_param_group.py), all in the param dtype; the
+  gradients' shards of every unit but these two exist; the untied embedding's own backward holds it
+  gathered with its dense gradient beside the layer's reduce-scatter input;
 * ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
   RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
 
@@ -46,6 +49,9 @@ class Shards:
     temp: int
     gathered_backward: int
     gathered_late: int
+    late_grads: int  # the gradients' shards at that moment
+    gathered_embed: int  # the untied embedding's backward: gathered, its gradient, the reduce-scatter input
+    embed_grads: int
     head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
     host: int
 
@@ -69,12 +75,13 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         at_backward = total * gathered_e  # nothing resharded after forward
     else:
         at_backward = head * gathered_e
-    unit = max(layer, embed)
-    # the unit in backward: its parameters, its unsharded gradient and the reduce-scatter's input; the next
-    # unit prefetched (FSDPParamGroup: backward prefetch of one)
-    late = 3 * unit * gathered_e + layer * gathered_e
+    late = (2 * layer + max(layer, embed)) * gathered_e
+    late_grads = grads - _over((layer + embed) * master, divisor)
+    at_embed = (2 * embed + layer) * gathered_e if embed else 0
+    embed_grads = grads - _over(embed * master, divisor)
     host = 0
     if offload:
         host = resident + grads + states + temp
-        resident = grads = states = temp = 0
-    return Shards(resident, grads, states, temp, at_backward, late, head * gathered_e, host)
+        resident = grads = states = temp = late_grads = embed_grads = 0
+    return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
+                  max(0, embed_grads), head * gathered_e, host)
