@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.base.records import replace
+
 from gpu_launch.fit.training import memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_sharding import FSDP
@@ -111,7 +113,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         fsdp = memory_sharding.fsdp(
             sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
             weights=weights,
-            trainable=counts.trainable, total=counts.total, layer=layer, head=vocab_h + h,
+            trainable=counts.trainable, total=counts.total, layer=layer, layers=model.hyper.n_layers,
+            head=vocab_h + h,
             embed=0 if model.weights.tied_embeddings else vocab_h,
             states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b),
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
@@ -132,6 +135,9 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     # the weights at each moment: FSDP holds some units gathered beside the shards
     at_backward = weights + (fsdp.gathered_backward if fsdp else 0)
     at_late = weights + (fsdp.gathered_late if fsdp else 0)
+    if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
+        # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
+        setup = replace(setup, precision=setup.precision[4:])
     act = saved(model, config, setup, block, counts.linear)
     acts = act.total(setup, model.hyper.n_layers)
     loss = loss_bytes(model, config, setup)

@@ -14,11 +14,11 @@ From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (ac
   with the head as one unit that is *not* resharded after forward (it is needed again at once), so at the
   start of backward the head is held whole beside the shards; SHARD_GRAD_OP (``reshard_after_forward=False``)
   keeps every unit gathered from its forward to its backward;
-* late in backward (the first decoder layer's backward: its recompute and gradients), that unit is gathered,
-  the next (the embedding) prefetched and the previous unit's reduce-scatter input still held (one in
-  flight: ``reduce_scatter_max_input_buffers = 1``, _fsdp_param_group.py), all in the param dtype; the
-  gradients' shards of every unit but these two exist; the untied embedding's own backward holds it
-  gathered with its dense gradient beside the layer's reduce-scatter input;
+* late in backward (a decoder layer's backward: its recompute and gradients), that unit is gathered with
+  its unsharded gradient, the unit before it prefetched and the previous unit's reduce-scatter input still
+  held (one in flight: ``reduce_scatter_max_input_buffers = 1``, _fsdp_param_group.py), all in the param
+  dtype: four units beside the shards; the untied embedding's own backward holds it gathered with its dense
+  gradient beside the layer's reduce-scatter input;
 * ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
   RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
 
@@ -61,11 +61,12 @@ def _over(n: int, d: int) -> int:
 
 
 def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
-         states_of, temp_of, total: int, layer: int, head: int, embed: int, offload: bool) -> Shards:
+         states_of, temp_of, total: int, layer: int, layers: int, head: int, embed: int,
+         offload: bool) -> Shards:
     """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
     one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
-    parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer,
-    of the tail unit (final norm + head, the embedding too when tied) and of the untied input embedding (0)."""
+    parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer
+    (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input embedding (0)."""
     master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
     gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
     resident = _over(weights - trainable * te + trainable * master, divisor)
@@ -75,13 +76,22 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         at_backward = total * gathered_e  # nothing resharded after forward
     else:
         at_backward = head * gathered_e
-    late = (2 * layer + max(layer, embed)) * gathered_e
-    late_grads = grads - _over((layer + embed) * master, divisor)
+    # a layer's backward: it gathered and its unsharded gradient arriving, the unit before it prefetched (the
+    # first layer prefetches the embedding, tied or not), the reduce-scatter input of the unit after it (a
+    # layer's with three layers and more; the tail's at the last layer). The gradients' shards: all but this
+    # layer's and the tail's or embedding's. Under offload (measured) the gradient and the reduce-scatter
+    # input are not both there at the peak; the reduce-scatter's output waits for its copy to the host.
+    late = 2 * layer + max(layer if layers >= 3 else 0, head) + (0 if offload else layer)
+    late_grads = grads - _over((layer + head) * master, divisor)
+    late *= gathered_e
     at_embed = (2 * embed + layer) * gathered_e if embed else 0
     embed_grads = grads - _over(embed * master, divisor)
     host = 0
     if offload:
         host = resident + grads + states + temp
         resident = grads = states = temp = late_grads = embed_grads = 0
+        # the reduce-scatter's output, in the parameters' dtype, waits on the GPU for its copy to the host
+        late += _over(layer * master, divisor)
+        at_embed += _over(embed * master, divisor)
     return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
                   max(0, embed_grads), head * gathered_e, host)
