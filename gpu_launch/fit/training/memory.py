@@ -26,7 +26,7 @@ from gpu_launch.fit.training import memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
-                                                   param_counts, state_bytes, step_temporary_bytes)
+                                                   param_counts, shapes, state_bytes, step_temporary_bytes)
 from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -48,6 +48,8 @@ DDP_BUCKET_BYTES = 50 * MiB
 #: The caching allocator's rounding and fragmentation, as a share of the peak.
 FRAGMENTATION = 0.05
 
+#: The optimizers whose states depend on each tensor's shape (memory_params.shapes)
+_PER_TENSOR = ("adamw_8bit", "paged_adamw_8bit", "adafactor")
 _SHARDS_STATES = {"zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
@@ -91,7 +93,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if setup.method != "full":
         weights += counts.trainable * te
     grads = counts.trainable * te
-    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te)
+    kinds = shapes(model, config, setup) if setup.optimizer in _PER_TENSOR else ()
+    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te, kinds)
     temp = step_temporary_bytes(setup.optimizer, counts, te)
     if _deepspeed(setup) and te == 2:
         # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
@@ -116,7 +119,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             trainable=counts.trainable, total=counts.total, layer=layer, layers=model.hyper.n_layers,
             head=vocab_h + h,
             embed=0 if model.weights.tied_embeddings else vocab_h,
-            states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b),
+            states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b, kinds),
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
             offload=setup.offload_optimizer or setup.offload_params)
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp

@@ -13,7 +13,7 @@ METHODS = ("full", "lora", "qlora")
 SHARDING = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
 #: The optimizers, by the Hugging Face Trainer's ``--optim`` names (TRL, axolotl and LLaMA-Factory use them too).
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_torch_foreach", "adamw_8bit", "paged_adamw_8bit",
-              "paged_adamw_32bit", "adafactor", "sgd")
+              "paged_adamw_32bit", "adafactor", "sgd", "sgd_momentum")
 #: The loss as computed: "plain" (full fp32 logits), or a chunked/fused one that never holds them whole.
 LOSSES = ("plain", "chunked", "liger", "cce")
 #: The weights' dtype as loaded and the step's compute: "fp32", "bf16", "fp16" (pure), "amp_bf16" and
