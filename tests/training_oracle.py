@@ -413,6 +413,10 @@ def matrix() -> list[Case]:
     out.append(Case("llama", method="lora", lora_targets=("all-linear",), gradient_checkpointing=True))
     out.append(Case("llama", optimizer="adamw_torch_fused"))
     out.append(Case("llama", optimizer="sgd"))
+    for opt in ("sgd_momentum", "adafactor", "adamw_8bit"):
+        out.append(Case("llama", optimizer=opt))
+        out.append(Case("qwen3", optimizer=opt, gradient_checkpointing=True))
+    out.append(Case("llama", precision="fp32", optimizer="adafactor"))
     out.append(Case("llama", micro_batch=2))
     return out
 

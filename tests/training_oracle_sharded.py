@@ -189,4 +189,34 @@ def compare_sharded(sc: ShardCase, folder: Any) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ShardCase", "measure_sharded", "sharded_setup", "compare_sharded", "WORLD"]
+def sharded_matrix() -> list[ShardCase]:
+    """The cases benchmarks/training_sizing.py --sharded checks: FULL_SHARD and SHARD_GRAD_OP × mixed precision
+    or not × checkpointing off/on over the families, autocast weights, the wide model at 2 and 8 ranks, the
+    other optimizers, CPU offload. (Chunked losses are left out: the oracle's chunked loss calls the head's
+    weight outside its FSDP unit, which FSDP refuses.)"""
+    out = []
+    for strategy in ("full", "grad_op"):
+        for mixed in (True, False):
+            for gc in (False, True):
+                out.append(ShardCase(Case("llama", gradient_checkpointing=gc), strategy=strategy, mixed=mixed))
+    for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "qwen2_moe"):
+        out.append(ShardCase(Case(fam)))
+        out.append(ShardCase(Case(fam, gradient_checkpointing=True)))
+    out.append(ShardCase(Case("llama", precision="amp_bf16")))
+    out.append(ShardCase(Case("llama", seq_len=256)))
+    for world in (2, 8):
+        for gc in (False, True):
+            out.append(ShardCase(Case("llama_wide", gradient_checkpointing=gc, seq_len=32), world=world))
+        out.append(ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=world))
+        out.append(ShardCase(Case("llama_wide", seq_len=64, gradient_checkpointing=True,
+                                  optimizer="adamw_torch_fused"), world=world))
+    out.append(ShardCase(Case("qwen3", gradient_checkpointing=True, optimizer="sgd"), world=8))
+    out.append(ShardCase(Case("llama", optimizer="sgd_momentum")))
+    out.append(ShardCase(Case("llama", optimizer="adamw_torch_fused")))
+    for gc in (False, True):
+        out.append(ShardCase(Case("llama", gradient_checkpointing=gc), offload=True))
+        out.append(ShardCase(Case("llama_wide", gradient_checkpointing=gc, seq_len=32), offload=True))
+    return out
+
+
+__all__ = ["ShardCase", "measure_sharded", "sharded_setup", "compare_sharded", "sharded_matrix", "WORLD"]

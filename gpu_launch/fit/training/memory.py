@@ -175,12 +175,17 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     # plus the MLP's backward: the gradient of its product, e·I a token
     inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
     mlp_grads = info_e(setup) * inter * tokens
-    late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
+    late_other = 2 * info_e(setup) * h * tokens + mlp_grads
+    if fsdp and setup.gradient_checkpointing:
+        # measured under FSDP, where this moment is the peak (a layer's backward, tests/test_training_sharded.py):
+        # the layer's checkpointed input, the rotary tables every layer is handed, eager attention's s² backward
+        late_other += info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0)) \
+            + act.squared_backward * tokens * setup.seq_len
+    late = act.one_layer(setup) + late_other
     late_grads = fsdp.late_grads if fsdp else grads - (head if not model.weights.tied_embeddings else 0)
     if at_late + states + late_grads + late > sum(backward.values()):
         backward = {"weights": at_late, "gradients": late_grads, "optimizer": states,
-                    "activations": act.one_layer(setup), "loss": 0,
-                    "other": 2 * info_e(setup) * h * tokens + mlp_grads}
+                    "activations": act.one_layer(setup), "loss": 0, "other": late_other}
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
