@@ -193,7 +193,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
-            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te}}
+            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
+                     "master": fsdp.master if fsdp else te}}
 
 
 def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
@@ -209,9 +210,14 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
     terms = {k: at[k] for k in ("weights", "gradients", "optimizer", "activations", "loss")}
     dominant = max(terms, key=lambda k: terms[k])
+    fsdp = setup.sharding in FSDP
+    over = f" over {info['divisor']} ranks" if fsdp else ""
+    master = info["master"]
     rules = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
-             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else ""),
-             f"gradients: {info['trainable']:,} trainable parameters x {info['te']} bytes",
+             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else "")
+             + (f"; FSDP shards{over}, the trained ones in fp32 (mixed precision), units gathered in 16 bits"
+                if fsdp and master != info["te"] else f"; FSDP shards{over} and the units it gathers" if fsdp else ""),
+             f"gradients: {info['trainable']:,} trainable parameters x {master} bytes{over}",
              f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
                                                        if setup.sharding in _SHARDS_STATES else ""),
              f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "

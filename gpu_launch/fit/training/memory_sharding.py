@@ -54,6 +54,7 @@ class Shards:
     embed_grads: int
     head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
     host: int
+    master: int  # bytes of a trained parameter's shard (4 under mixed precision)
 
 
 def _over(n: int, d: int) -> int:
@@ -94,4 +95,4 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         late += _over(layer * master, divisor)
         at_embed += _over(embed * master, divisor)
     return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
-                  max(0, embed_grads), head * gathered_e, host)
+                  max(0, embed_grads), head * gathered_e, host, master)
