@@ -121,7 +121,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             embed=0 if model.weights.tied_embeddings else vocab_h,
             states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b, kinds),
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
-            offload=setup.offload_optimizer or setup.offload_params)
+            offload=setup.offload_optimizer or setup.offload_params,
+            trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers))
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
     elif setup.sharding in _SHARDS_WEIGHTS:
         # ZeRO-3: one layer gathered whole at a time, the next one prefetched (memory_sharding.py: DeepSpeed's

@@ -14,7 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Linear", "ParamCounts", "Shape", "shapes", "linears", "param_counts", "lora_targets", "element_bytes", "state_bytes",
+__all__ = ["Linear", "ParamCounts", "Shape", "shapes", "linears", "param_counts", "lora_targets", "element_bytes",
+           "state_bytes",
            "step_temporary_bytes"]
 
 #: Bits per element of the dtypes safetensors names (modelfile/safetensors.py DTYPE_BITS, repeated for the

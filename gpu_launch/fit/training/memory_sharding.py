@@ -63,11 +63,12 @@ def _over(n: int, d: int) -> int:
 
 def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
          states_of, temp_of, total: int, layer: int, layers: int, head: int, embed: int,
-         offload: bool) -> Shards:
+         offload: bool, trained_layer: int | None = None) -> Shards:
     """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
     one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
     parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer
-    (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input embedding (0)."""
+    (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input
+    embedding (0); ``trained_layer``: a layer's trained elements when not all are (LoRA's adapters)."""
     master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
     gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
     resident = _over(weights - trainable * te + trainable * master, divisor)
@@ -82,7 +83,8 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
     # layer's with three layers and more; the tail's at the last layer). The gradients' shards: all but this
     # layer's and the tail's or embedding's. Under offload (measured) the gradient and the reduce-scatter
     # input are not both there at the peak; the reduce-scatter's output waits for its copy to the host.
-    late = 2 * layer + max(layer if layers >= 3 else 0, head) + (0 if offload else layer)
+    grad_unit = layer if trained_layer is None else trained_layer  # LoRA: the adapters' gradients only
+    late = layer + max(layer if layers >= 3 else 0, head) + grad_unit + (0 if offload else grad_unit)
     late_grads = grads - _over((layer + head) * master, divisor)
     late *= gathered_e
     at_embed = (2 * embed + layer) * gathered_e if embed else 0
