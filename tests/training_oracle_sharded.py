@@ -211,6 +211,8 @@ def sharded_matrix() -> list[ShardCase]:
         out.append(ShardCase(Case("llama_wide", seq_len=64, gradient_checkpointing=True,
                                   optimizer="adamw_torch_fused"), world=world))
     out.append(ShardCase(Case("qwen3", gradient_checkpointing=True, optimizer="sgd"), world=8))
+    for gc in (False, True):  # peft's adapters gathered in bf16 (param_dtype): no fp32 casts of their inputs
+        out.append(ShardCase(Case("llama", method="lora", gradient_checkpointing=gc)))
     out.append(ShardCase(Case("llama", optimizer="sgd_momentum")))
     out.append(ShardCase(Case("llama", optimizer="adamw_torch_fused")))
     for gc in (False, True):
