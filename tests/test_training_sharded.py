@@ -27,7 +27,7 @@ SHARDED = [
     ShardCase(Case("llama", gradient_checkpointing=True)), ShardCase(Case("qwen3")),
     ShardCase(Case("llama"), mixed=False), ShardCase(Case("llama", precision="amp_bf16")),
     ShardCase(Case("llama_wide", gradient_checkpointing=True, seq_len=32)),
-    ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8),
+    ShardCase(Case("llama_wide", seq_len=16, optimizer="sgd"), world=8),
     ShardCase(Case("llama"), offload=True),
 ]
 
