@@ -7,7 +7,10 @@ the real transformers/peft code on CPU, runs two real steps under PyTorch's MemT
 prints gpulaunch ÷ PyTorch for the peak and for each term of each phase (the start of backward; the
 optimizer step). Needs torch, transformers and peft (pip install -e '.[test]' after torch==2.13.0).
 
-    python benchmarks/training_sizing.py [--family llama] [--json out.json]
+    python benchmarks/training_sizing.py [--family llama] [--sharded] [--json out.json]
+
+``--sharded``: rank 0 of FSDP2 steps over 2 and 8 fake ranks instead (tests/training_oracle_sharded.py;
+accelerate's own wrapping, torch's FSDPMemTracker), with offload's host bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,28 +38,42 @@ def _ratio(pair: tuple[int, int]) -> str:
     return f"{ours / theirs:6.3f}"
 
 
+def _cases(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
+    """(name, case, compare) for every case asked: the one-process matrix, or --sharded's FSDP ranks."""
+    if args.sharded:
+        from training_oracle_sharded import compare_sharded, sharded_matrix
+
+        return [(sc.name, sc.case, lambda folder, sc=sc: compare_sharded(sc, folder)) for sc in sharded_matrix()
+                if not args.family or sc.case.family in args.family]
+    return [(case.name + ("" if case.optimizer == "adamw_torch" else "-" + case.optimizer), case,
+             lambda folder, case=case: compare(case, folder))
+            for case in matrix() if not args.family or case.family in args.family]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", action="append", help="only these families")
+    ap.add_argument("--sharded", action="store_true",
+                    help="FSDP2 ranks over fake process groups (tests/training_oracle_sharded.py) instead")
     ap.add_argument("--json", help="write every case's numbers here")
     args = ap.parse_args()
-    cases = [c for c in matrix() if not args.family or c.family in args.family]
     rows = []
     head = " ".join(f"{'bw.' + t[:3]:>6s}" for t in TERMS) + " " + " ".join(f"{'st.' + t[:3]:>6s}" for t in TERMS)
-    print(f"{'case':46s} {'peak':>6s} {'at (ours/torch)':17s} {head}")
+    print(f"{'case':58s} {'peak':>6s} {'at (ours/torch)':17s} {head}")
     worst_over = worst_under = 1.0
-    for case in cases:
+    for name, case, compare_one in _cases(args):
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
-            r = compare(case, write_model(case, Path(tmp)))
+            r = compare_one(write_model(case, Path(tmp)))
         ratio = r["peak"][0] / r["peak"][1]
         worst_over, worst_under = max(worst_over, ratio), min(worst_under, ratio)
         at = f"{r['peak_at'][0][:4]}/{r['peak_at'][1][:4]}"
         cols = " ".join(_ratio(r["backward"][t]) for t in TERMS) + " " + " ".join(
             _ratio(r["optimizer step"][t]) for t in TERMS)
         flag = "" if 0.99 <= ratio <= 1.03 else "  OFF"
-        print(f"{case.name:46s} {ratio:6.3f} {at:17s} {cols}{flag}  ({time.perf_counter() - t0:.1f}s)", flush=True)
-        rows.append({"case": case.name, "peak": r["peak"], "peak_at": r["peak_at"],
+        host = f" host {_ratio(r['host'])}" if r.get("host", (0, 0))[1] else ""
+        print(f"{name:58s} {ratio:6.3f} {at:17s} {cols}{host}{flag}  ({time.perf_counter() - t0:.1f}s)", flush=True)
+        rows.append({"case": name, "peak": r["peak"], "peak_at": r["peak_at"], "host": r.get("host"),
                      "backward": r["backward"], "optimizer step": r["optimizer step"]})
     print(f"{len(rows)} cases; peak ratio from {worst_under:.3f} to {worst_over:.3f} "
           f"(target: 0.99 to 1.03)")

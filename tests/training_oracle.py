@@ -150,8 +150,25 @@ def _optimizer(case: Case, model: Any) -> Any:
     params = [p for p in model.parameters() if p.requires_grad]
     if case.optimizer == "sgd":
         return t.optim.SGD(params, lr=1e-3)
+    if case.optimizer == "sgd_momentum":  # Trainer --optim sgd --optim_args momentum=0.9 (trainer_optimizer.py _get_sgd)
+        return t.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
     if case.optimizer == "adamw_torch_fused":
         return t.optim.AdamW(params, lr=1e-3, fused=True)
+    if case.optimizer == "adafactor":  # Trainer's: trainer_optimizer.py _get_adafactor
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False)
+    if case.optimizer == "adamw_8bit":
+        # Trainer's adamw_bnb_8bit: bitsandbytes AdamW(optim_bits=8), the embeddings' states kept in 32 bits
+        # (trainer.py create_optimizer: GlobalOptimManager.register_module_override)
+        import bitsandbytes
+
+        opt = bitsandbytes.optim.AdamW(params, lr=1e-3, optim_bits=8)
+        manager = bitsandbytes.optim.GlobalOptimManager.get_instance()
+        for module in model.modules():
+            if isinstance(module, t.nn.Embedding):
+                manager.register_module_override(module, "weight", {"optim_bits": 32})
+        return opt
     return t.optim.AdamW(params, lr=1e-3, foreach=True)
 
 
@@ -396,6 +413,10 @@ def matrix() -> list[Case]:
     out.append(Case("llama", method="lora", lora_targets=("all-linear",), gradient_checkpointing=True))
     out.append(Case("llama", optimizer="adamw_torch_fused"))
     out.append(Case("llama", optimizer="sgd"))
+    for opt in ("sgd_momentum", "adafactor", "adamw_8bit"):
+        out.append(Case("llama", optimizer=opt))
+        out.append(Case("qwen3", optimizer=opt, gradient_checkpointing=True))
+    out.append(Case("llama", precision="fp32", optimizer="adafactor"))
     out.append(Case("llama", micro_batch=2))
     return out
 

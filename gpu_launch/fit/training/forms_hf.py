@@ -131,6 +131,9 @@ def hf_keys(raw: Mapping[str, tuple[Any, str]], launch: Launch, base: str = "") 
     if "optim" in raw:
         value, written = raw["optim"]
         found = optimizer_of(value)
+        if found == "sgd" and _momentum(raw.get("optim_args", (None, ""))[0]):
+            # Trainer's SGD takes momentum from --optim_args (transformers/trainer_optimizer.py _get_sgd)
+            found, written = "sgd_momentum", f"{written} {raw['optim_args'][1]}"
         if found is not None:
             put("optimizer", found, written)
     if "attn_implementation" in raw and raw["attn_implementation"][0] not in (None, True):
@@ -173,6 +176,19 @@ def _peft(raw: Mapping[str, tuple[Any, str]], put: Any, trl: bool) -> None:
     for name in ("use_bnb_nested_quant", "bnb_4bit_use_double_quant"):
         if name in raw:
             put("quant_double", as_bool(*raw[name]), raw[name][1])
+
+
+def _momentum(optim_args: Any) -> bool:
+    """``--optim_args "momentum=0.9,nesterov=True"`` names a non-zero momentum (trainer_optimizer.py
+    _parse_optim_args: comma-separated key=value, spaces dropped)."""
+    for pair in str(optim_args or "").replace(" ", "").split(","):
+        key, _, value = pair.partition("=")
+        if key == "momentum":
+            try:
+                return float(value) != 0
+            except ValueError:
+                return False
+    return False
 
 
 def _sharding(raw: Mapping[str, tuple[Any, str]], put: Any, sources: list[str], base: str) -> None:

@@ -20,9 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.base.records import replace
+
+from gpu_launch.fit.training import memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
+from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
-                                                   param_counts, state_bytes, step_temporary_bytes)
+                                                   param_counts, shapes, state_bytes, step_temporary_bytes)
 from gpu_launch.fit.training.setup import TrainingPeak, TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -44,6 +48,8 @@ DDP_BUCKET_BYTES = 50 * MiB
 #: The caching allocator's rounding and fragmentation, as a share of the peak.
 FRAGMENTATION = 0.05
 
+#: The optimizers whose states depend on each tensor's shape (memory_params.shapes)
+_PER_TENSOR = ("adamw_8bit", "paged_adamw_8bit", "adafactor")
 _SHARDS_STATES = {"zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
@@ -87,7 +93,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if setup.method != "full":
         weights += counts.trainable * te
     grads = counts.trainable * te
-    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te)
+    kinds = shapes(model, config, setup) if setup.optimizer in _PER_TENSOR else ()
+    states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te, kinds)
     temp = step_temporary_bytes(setup.optimizer, counts, te)
     if _deepspeed(setup) and te == 2:
         # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
@@ -100,26 +107,50 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if setup.sharding in _SHARDS_GRADS:
         grads = -(-grads // divisor)
     gathered = 0
-    if setup.sharding in _SHARDS_WEIGHTS:
-        # one FSDP unit / ZeRO-3 layer gathered whole at a time, the next one prefetched
-        file_bytes = max(1, model.weights.total) / max(1, counts.total)
-        gathered = 2 * int(max(model.weights.layers, default=0) / file_bytes) * e
+    file_bytes = max(1, model.weights.total) / max(1, counts.total)
+    layer = int(max(model.weights.layers, default=0) / file_bytes)
+    h = model.hyper.hidden_size or 0
+    vocab_h = (model.hyper.vocab_size or 0) * h
+    fsdp = None
+    if setup.sharding in FSDP:
+        fsdp = memory_sharding.fsdp(
+            sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
+            weights=weights,
+            trainable=counts.trainable, total=counts.total, layer=layer, layers=model.hyper.n_layers,
+            head=vocab_h + h,
+            embed=0 if model.weights.tied_embeddings else vocab_h,
+            states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b, kinds),
+            temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
+            offload=setup.offload_optimizer or setup.offload_params,
+            trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers))
+        weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
+    elif setup.sharding in _SHARDS_WEIGHTS:
+        # ZeRO-3: one layer gathered whole at a time, the next one prefetched (memory_sharding.py: DeepSpeed's
+        # buckets are not modelled apart)
+        gathered = 2 * layer * e
         weights = -(-weights // divisor) + gathered
-    host = 0
-    if setup.offload_optimizer:
+    host = fsdp.host if fsdp else 0
+    if setup.offload_optimizer and not fsdp:
         host += states
         states, temp = 0, 0
-    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS:
+    if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS and not fsdp:
         host += weights - gathered
         weights = gathered
+    # the weights at each moment: FSDP holds some units gathered beside the shards
+    at_backward = weights + (fsdp.gathered_backward if fsdp else 0)
+    at_late = weights + (fsdp.gathered_late if fsdp else 0)
+    if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
+        # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
+        setup = replace(setup, precision=setup.precision[4:])
     act = saved(model, config, setup, block, counts.linear)
     acts = act.total(setup, model.hyper.n_layers)
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
-    h = model.hyper.hidden_size or 0
-    head = (model.hyper.vocab_size or 0) * h * te if setup.method == "full" else 0
+    head = vocab_h * te if setup.method == "full" else 0
     head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
-    backward = {"weights": weights, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
+    if fsdp and setup.method == "full":
+        head = fsdp.head_grad  # the tail unit's gradient is whole until its reduce-scatter
+    backward = {"weights": at_backward, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
                 "other": 0}
     if setup.loss != "plain":
         # a chunked loss runs its backward a chunk at a time: the head's gradient and the gradient of the
@@ -145,16 +176,26 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     # plus the MLP's backward: the gradient of its product, e·I a token
     inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
     mlp_grads = info_e(setup) * inter * tokens
-    late = act.one_layer(setup) + 2 * info_e(setup) * h * tokens + mlp_grads
-    late_grads = grads - (head if not model.weights.tied_embeddings else 0)
-    if weights + states + late_grads + late > sum(backward.values()):
-        backward = {"weights": weights, "gradients": late_grads, "optimizer": states,
-                    "activations": act.one_layer(setup), "loss": 0,
-                    "other": 2 * info_e(setup) * h * tokens + mlp_grads}
+    late_other = 2 * info_e(setup) * h * tokens + mlp_grads
+    if fsdp and setup.gradient_checkpointing:
+        # measured under FSDP, where this moment is the peak (a layer's backward, tests/test_training_sharded.py):
+        # the layer's checkpointed input, the rotary tables every layer is handed, eager attention's s² backward
+        late_other += info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0)) \
+            + act.squared_backward * tokens * setup.seq_len
+    late = act.one_layer(setup) + late_other
+    late_grads = fsdp.late_grads if fsdp else grads - (head if not model.weights.tied_embeddings else 0)
+    if at_late + states + late_grads + late > sum(backward.values()):
+        backward = {"weights": at_late, "gradients": late_grads, "optimizer": states,
+                    "activations": act.one_layer(setup), "loss": 0, "other": late_other}
+    if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
+        # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
+        backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
+                    "activations": 0, "loss": 0, "other": 0}
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
-            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te}}
+            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
+                     "master": fsdp.master if fsdp else te}}
 
 
 def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSetup, world: int) -> TrainingPeak:
@@ -170,9 +211,14 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
     terms = {k: at[k] for k in ("weights", "gradients", "optimizer", "activations", "loss")}
     dominant = max(terms, key=lambda k: terms[k])
+    fsdp = setup.sharding in FSDP
+    over = f" over {info['divisor']} ranks" if fsdp else ""
+    master = info["master"]
     rules = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
-             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else ""),
-             f"gradients: {info['trainable']:,} trainable parameters x {info['te']} bytes",
+             + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else "")
+             + (f"; FSDP shards{over}, the trained ones in fp32 (mixed precision), units gathered in 16 bits"
+                if fsdp and master != info["te"] else f"; FSDP shards{over} and the units it gathers" if fsdp else ""),
+             f"gradients: {info['trainable']:,} trainable parameters x {master} bytes{over}",
              f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
                                                        if setup.sharding in _SHARDS_STATES else ""),
              f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "

@@ -14,7 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Linear", "ParamCounts", "linears", "param_counts", "lora_targets", "element_bytes", "state_bytes",
+__all__ = ["Linear", "ParamCounts", "Shape", "shapes", "linears", "param_counts", "lora_targets", "element_bytes",
+           "state_bytes",
            "step_temporary_bytes"]
 
 #: Bits per element of the dtypes safetensors names (modelfile/safetensors.py DTYPE_BITS, repeated for the
@@ -132,23 +133,73 @@ def param_counts(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSe
     return ParamCounts(total, linear, largest, layers * per_block, layers * len(targets) * (3 if setup.dora else 2))
 
 
+def shapes(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup) -> tuple[Shape, ...]:
+    """The trainable 2-D tensors of the model, by kind (per-tensor optimizers' states: bitsandbytes' 8-bit
+    minimum size, Adafactor's factored moments); whatever the trainable count holds beyond them is 1-D (norms,
+    biases, DoRA's magnitudes). The input embedding is an ``nn.Embedding``: Trainer keeps its 8-bit states in
+    32 bits (trainer.py create_optimizer: ``register_module_override(module, "weight", {"optim_bits": 32})``)."""
+    block = linears(facts, config)
+    layers = facts.hyper.n_layers
+    h, vocab = facts.hyper.hidden_size or 0, facts.hyper.vocab_size or 0
+    if setup.method == "full":
+        out = [Shape(x.fan_out * x.count, x.fan_in, layers) for x in block]
+        out.append(Shape(vocab, h, 1, embedding=True))
+        if not facts.weights.tied_embeddings:
+            out.append(Shape(vocab, h, 1))
+        return tuple(out)
+    r = setup.lora_r or 8
+    out = []
+    for x in lora_targets(setup, block):
+        out += [Shape(r, x.fan_in, layers), Shape(x.fan_out, r, layers)]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """``count`` trainable tensors of ``rows`` × ``cols`` (an expert's 3-D weight as its rows stacked)."""
+
+    rows: int
+    cols: int
+    count: int = 1
+    embedding: bool = False
+
+
 def element_bytes(precision: str) -> int:
     """Bytes of a weight as the step holds it: autocast keeps fp32 weights (torch.autocast casts per op)."""
     return 2 if precision in ("bf16", "fp16") else 4
 
 
-def state_bytes(optimizer: str, trainable: int, tensors: int, dtype_bytes: int) -> int:
+def state_bytes(optimizer: str, trainable: int, tensors: int, dtype_bytes: int, kinds: tuple[Shape, ...] = ()) -> int:
     """The optimizer's states. torch AdamW: exp_avg and exp_avg_sq in the parameter's dtype (torch/optim/adamw.py
-    _init_group: zeros_like(p)); its ``step`` lives on the host unless fused/capturable. bitsandbytes 8-bit:
-    1 byte a state element plus an fp32 absmax a block. Adafactor (transformers/optimization.py, Trainer's
-    beta1=None): factored row and column second moments only, about nothing beside the weights. SGD without
-    momentum (Trainer's "sgd"): no state."""
+    _init_group: zeros_like(p)); its ``step`` lives on the host unless fused/capturable. SGD with momentum:
+    one momentum_buffer a parameter (torch/optim/sgd.py: clone of the gradient); without (Trainer's "sgd"):
+    none. The per-tensor ones by ``kinds`` (see :func:`shapes`; without them, every tensor taken as large):
+    bitsandbytes 8-bit (bitsandbytes/optim/optimizer.py Optimizer8bit init_state): uint8 state1/state2 and an
+    fp32 absmax a block of 256, the shared 256-entry fp32 qmaps, but fp32 states for a tensor under
+    min_8bit_size (4096) and for the Trainer's embeddings; Adafactor (transformers/optimization.py Adafactor,
+    Trainer's beta1=None): fp32 (the gradient upcast first) row and column second moments of a 2-D tensor,
+    a whole fp32 second moment of a 1-D one."""
     if optimizer in ("adamw_8bit", "paged_adamw_8bit"):
-        return 2 * (trainable + 4 * -(-trainable // OPT8_BLOCK))
+        if not kinds:
+            return 2 * (trainable + 4 * -(-trainable // OPT8_BLOCK))
+        small = eight = blocks = 0
+        for k in kinds:
+            n = k.rows * k.cols
+            if k.embedding or n < OPT8_MIN_SIZE:
+                small += n * k.count
+            else:
+                eight += n * k.count
+                blocks += -(-n // OPT8_BLOCK) * k.count
+        rest = max(0, trainable - small - eight)  # 1-D: norms, biases
+        return 2 * eight + 2 * 4 * blocks + 8 * (small + rest) + 2 * OPT8_BLOCK * 4
     if optimizer == "adafactor":
-        return 0
+        two_d = sum(k.rows * k.cols * k.count for k in kinds)
+        factored = sum((k.rows + k.cols) * k.count for k in kinds)
+        return 4 * (factored + max(0, trainable - two_d))
     if optimizer == "sgd":
         return 0
+    if optimizer == "sgd_momentum":
+        return trainable * dtype_bytes
     return 2 * trainable * dtype_bytes
 
 
@@ -158,8 +209,12 @@ def step_temporary_bytes(optimizer: str, counts: ParamCounts, dtype_bytes: int) 
     trainable parameter at once; the for-loop and fused kernels one parameter's worth or nothing."""
     if optimizer in ("adamw_torch", "adamw_torch_foreach"):
         return counts.trainable * dtype_bytes
-    if optimizer in ("adamw_torch_fused", "sgd"):
-        return 0  # the fused kernel works in place; SGD without momentum adds -lr·grad in place
+    if optimizer in ("adamw_torch_fused", "sgd", "sgd_momentum"):
+        # the fused kernel works in place; SGD adds -lr·grad (or the momentum buffer, updated in place) in place
+        # (torch/optim/sgd.py _multi_tensor_sgd: _foreach_mul_, _foreach_add_)
+        return 0
     if optimizer == "adafactor":
-        return 3 * counts.largest * 4
+        # a parameter at a time (Adafactor.step): the gradient and the parameter upcast to fp32 when 16-bit
+        # (``grad.float()``, ``p.float()``), ``grad**2 + eps`` and the factored estimate that replaces it
+        return (4 if dtype_bytes == 2 else 2) * counts.largest * 4
     return counts.largest * dtype_bytes

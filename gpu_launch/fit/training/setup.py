@@ -13,7 +13,7 @@ METHODS = ("full", "lora", "qlora")
 SHARDING = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
 #: The optimizers, by the Hugging Face Trainer's ``--optim`` names (TRL, axolotl and LLaMA-Factory use them too).
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_torch_foreach", "adamw_8bit", "paged_adamw_8bit",
-              "paged_adamw_32bit", "adafactor", "sgd")
+              "paged_adamw_32bit", "adafactor", "sgd", "sgd_momentum")
 #: The loss as computed: "plain" (full fp32 logits), or a chunked/fused one that never holds them whole.
 LOSSES = ("plain", "chunked", "liger", "cce")
 #: The weights' dtype as loaded and the step's compute: "fp32", "bf16", "fp16" (pure), "amp_bf16" and
@@ -54,6 +54,9 @@ class TrainingSetup:
     # Added by the memory half (fit/training/memory*.py): the tokens a chunked/fused loss takes at a time
     # (None: memory_activations.LOSS_CHUNK_TOKENS, the order of Liger's and TRL chunked_nll's chunks).
     loss_chunk_tokens: int | None = None
+    # The launch asks for mixed precision (Trainer --bf16/--fp16, accelerate's mixed_precision): under FSDP,
+    # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
+    mixed_precision: bool = False
 
 
 @dataclass(frozen=True)

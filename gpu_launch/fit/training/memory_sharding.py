@@ -1,0 +1,100 @@
+"""What one rank of an FSDP2 step holds (``fully_shard`` as accelerate applies it: Trainer ``--fsdp``, whose
+default is FSDP2 in transformers 5, and accelerate configs with ``fsdp_version: 2``). Arithmetic only.
+
+From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (accelerate/utils/fsdp_utils.py
+``fsdp2_prepare_model``), checked against ``FSDPMemTracker`` on 2 fake ranks (tests/test_training_sharded.py):
+
+* every parameter is stored as its rank's dim-0 shard (_fsdp_param.py ``_init_sharded_param``); under mixed
+  precision accelerate first upcasts the trainable parameters to fp32 ("FSDP upcast of low precision
+  parameters"), so the shards, their gradients (``foreach_reduce`` casts the reduce-scatter output back to the
+  parameter's dtype, _fsdp_collectives.py) and the optimizer's states are fp32: 4 + 4 + 8 bytes a parameter
+  over N for AdamW, where a bf16 model without FSDP holds 2 + 2 + 4;
+* a unit is all-gathered in ``MixedPrecisionPolicy.param_dtype`` (accelerate's ``set_mixed_precision``: bf16
+  for --bf16) while it runs: accelerate wraps each decoder layer, the input embedding, and the final norm
+  with the head as one unit that is *not* resharded after forward (it is needed again at once), so at the
+  start of backward the head is held whole beside the shards; SHARD_GRAD_OP (``reshard_after_forward=False``)
+  keeps every unit gathered from its forward to its backward;
+* late in backward (a decoder layer's backward: its recompute and gradients), that unit is gathered with
+  its unsharded gradient, the unit before it prefetched and the previous unit's reduce-scatter input still
+  held (one in flight: ``reduce_scatter_max_input_buffers = 1``, _fsdp_param_group.py), all in the param
+  dtype: four units beside the shards; the untied embedding's own backward holds it gathered with its dense
+  gradient beside the layer's reduce-scatter input;
+* ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
+  RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
+
+ZeRO-3 is sized here like FULL_SHARD, with DeepSpeed's own 16-bit partitions and fp32 master copy
+(memory.py): DeepSpeed's buckets (``reduce_bucket_size``, ``stage3_prefetch_bucket_size``) and its
+parameter persistence threshold replace the per-unit gathers; DeepSpeed cannot run on a CPU-only machine, so
+that rule is not checked against DeepSpeed's own count.
+"""
+
+from __future__ import annotations
+
+from gpu_launch.base.records import dataclass
+
+__all__ = ["FSDP", "Shards", "fsdp"]
+
+#: The sharding kinds FSDP2 runs (hybrid: FULL_SHARD within a node, replicated across nodes)
+FSDP = ("fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
+
+
+@dataclass(frozen=True)
+class Shards:
+    """One rank's bytes: resident ``weights`` (shards), ``grads``, ``states``, the step's ``temp``; what is
+    gathered whole at the start of backward and late in it; what offload keeps in ``host`` RAM."""
+
+    weights: int
+    grads: int
+    states: int
+    temp: int
+    gathered_backward: int
+    gathered_late: int
+    late_grads: int  # the gradients' shards at that moment
+    gathered_embed: int  # the untied embedding's backward: gathered, its gradient, the reduce-scatter input
+    embed_grads: int
+    head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
+    host: int
+    master: int  # bytes of a trained parameter's shard (4 under mixed precision)
+
+
+def _over(n: int, d: int) -> int:
+    return -(-n // max(1, d))
+
+
+def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
+         states_of, temp_of, total: int, layer: int, layers: int, head: int, embed: int,
+         offload: bool, trained_layer: int | None = None) -> Shards:
+    """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
+    one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
+    parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer
+    (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input
+    embedding (0); ``trained_layer``: a layer's trained elements when not all are (LoRA's adapters)."""
+    master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
+    gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
+    resident = _over(weights - trainable * te + trainable * master, divisor)
+    grads = _over(trainable * master, divisor)
+    states, temp = _over(states_of(master), divisor), _over(temp_of(master), divisor)
+    if sharding == "fsdp_grad_op":
+        at_backward = total * gathered_e  # nothing resharded after forward
+    else:
+        at_backward = head * gathered_e
+    # a layer's backward: it gathered and its unsharded gradient arriving, the unit before it prefetched (the
+    # first layer prefetches the embedding, tied or not), the reduce-scatter input of the unit after it (a
+    # layer's with three layers and more; the tail's at the last layer). The gradients' shards: all but this
+    # layer's and the tail's or embedding's. Under offload (measured) the gradient and the reduce-scatter
+    # input are not both there at the peak; the reduce-scatter's output waits for its copy to the host.
+    grad_unit = layer if trained_layer is None else trained_layer  # LoRA: the adapters' gradients only
+    late = layer + max(layer if layers >= 3 else 0, head) + grad_unit + (0 if offload else grad_unit)
+    late_grads = grads - _over((layer + head) * master, divisor)
+    late *= gathered_e
+    at_embed = (2 * embed + layer) * gathered_e if embed else 0
+    embed_grads = grads - _over(embed * master, divisor)
+    host = 0
+    if offload:
+        host = resident + grads + states + temp
+        resident = grads = states = temp = late_grads = embed_grads = 0
+        # the reduce-scatter's output, in the parameters' dtype, waits on the GPU for its copy to the host
+        late += _over(layer * master, divisor)
+        at_embed += _over(embed * master, divisor)
+    return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
+                  max(0, embed_grads), head * gathered_e, host, master)
