@@ -83,7 +83,7 @@ class Saved:
     casts)."""
 
     def __init__(self, layer: int, first_layer: int, outside: int, fixed: int, checkpointed_layer: int,
-                 squared: int = 0, heads: int = 0, layers: int = 1) -> None:
+                 squared: int = 0, heads: int = 0, layers: int = 1, rope: int = 0) -> None:
         self.layer = layer  # bytes a token, one layer
         self.first_layer = first_layer  # the first layer's, which may differ (its input needs no gradient)
         self.outside = outside  # bytes a token outside the layers
@@ -91,6 +91,7 @@ class Saved:
         self.checkpointed_layer = checkpointed_layer  # bytes a token a layer under gradient checkpointing
         self.squared = squared  # bytes a (token × position) a layer: eager attention's scores
         self.layers = layers
+        self.rope = rope  # of ``outside``: what every layer reads (RoPE's tables, the ids), kept to the end
         # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
         self.squared_backward = 2 * heads if squared else 0
 
@@ -164,10 +165,11 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
     if full and amp:
         outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
-    outside += 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
+    rope = 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
+    outside += rope
     fixed = 2 * (total_linear + (hy.vocab_size or 0) * h) if amp and full else 0
     checkpointed = e * h if not amp else 4 * h
-    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers)
+    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope)
 
 
 def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool) -> int:

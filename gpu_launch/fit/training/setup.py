@@ -64,7 +64,10 @@ class TrainingPeak:
     ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
 
     peak_bytes: int
-    peak_at: str  # "backward" (the start of backward: activations and loss alive) or "optimizer step"
+    # "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
+    # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
+    # there, one layer's activations) or "optimizer step"
+    peak_at: str
     weights_bytes: int
     gradients_bytes: int
     optimizer_bytes: int
