@@ -26,7 +26,8 @@ from typing import Any
 
 torch = None  # imported by the functions (pytest.importorskip in the tests)
 
-#: Tiny configs per family: 2 layers, hidden 64, a vocabulary that keeps the loss comparable to the blocks.
+#: Tiny configs per family: 2 layers, hidden 64, a vocabulary that keeps the loss comparable to the blocks
+#: (Gemma-3: a sliding-window layer and a global one, the window shorter than the sequence, tied embeddings).
 FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
@@ -47,6 +48,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
                "max_position_embeddings": 1024, "sliding_window": 4096, "tie_word_embeddings": True,
                "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "gemma3": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+               "max_position_embeddings": 1024, "sliding_window": 64, "tie_word_embeddings": True,
+               "layer_types": ["sliding_attention", "full_attention"]},
     "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "num_experts": 4,
                   "num_experts_per_tok": 2, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96,
@@ -387,7 +392,7 @@ def matrix() -> list[Case]:
                 for seq in (128, 256):
                     out.append(Case("llama", precision=prec, method=meth, gradient_checkpointing=gc, loss=loss,
                                     seq_len=seq))
-    for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "qwen2_moe"):
+    for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "gemma3", "qwen2_moe"):
         targets = ("qkv_proj",) if fam == "phi3" else ("q_proj", "v_proj")  # phi3 fuses q, k and v
         for meth in ("full", "lora"):
             for gc in (False, True):

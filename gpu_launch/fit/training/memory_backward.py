@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.fit.training.memory_activations import FOUR_NORMS, Saved
 from gpu_launch.fit.training.setup import TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-    from gpu_launch.fit.training.memory_activations import Saved
 
 __all__ = ["backward_peak", "NORM_BACKWARD_FP32"]
 
@@ -76,12 +75,25 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
+    four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
+    if four_norms:
+        # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,
+        # with the gradient arriving (modeling_gemma2.py Gemma2DecoderLayer.forward)
+        moments.append(_moment(weights, head, states, kept, 0,
+                               e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens))
     best = max(moments, key=lambda m: sum(m.values()))
     # --- the end of backward: the gradients nearly all there (the input embedding's, untied, comes last), one
     # layer's activations (recomputed under checkpointing) and the gradients flowing through its MLP
     late_grads = grads - (head if not model.weights.tied_embeddings else 0)
-    late = _moment(weights, late_grads, states, act.one_layer(setup), 0,
-                   2 * e * h * tokens + e * inter * tokens)
+    late = _moment(weights, late_grads, states, act.one_layer(setup), 0, 2 * e * h * tokens + e * inter * tokens)
+    if four_norms:
+        # or the first layer's closing norm, its fp32 backward the layer's first (that layer's gradients to come)
+        layer_share = max(model.weights.layers, default=0) / max(1, model.weights.total)
+        # with what every layer reads (RoPE's tables, the ids, an sdpa layer's sliding-window mask)
+        first = _moment(weights, late_grads - int(grads * layer_share), states,
+                        act.one_layer(setup) + act.rope * tokens, 0,
+                        e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
+        late = max(late, first, key=lambda m: sum(m.values()))
     if sum(late.values()) > sum(best.values()):
         return "end of backward", late
     return "backward", best
