@@ -79,3 +79,8 @@ class TrainingPeak:
     dominant: str = ""  # the largest term's name
     rules: tuple[str, ...] = ()  # one line a term: how it was worked out and where the rule comes from
     labels: dict[str, str] = field(default_factory=dict)  # term -> "exact" / "rule" / "allowance"
+
+    @property
+    def moment(self) -> str:
+        """The peak's moment as plans and errors say it: "the start of backward", "the end of backward"..."""
+        return "the start of backward" if self.peak_at == "backward" else f"the {self.peak_at}"
