@@ -60,9 +60,12 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, head, states, acts, loss, hidden_grad))
         if head and tokens > chunk:
             # the head is used once a chunk, so autograd sums its gradients before accumulating them
-            # (torch/csrc/autograd/input_buffer.cpp InputBuffer::add: the sum out of place): the sum so far,
-            # this chunk's and the new sum, with the chunk's gradient of its hidden states
-            moments.append(_moment(weights, head, states, acts, 0, 2 * head + hidden_grad + e * chunk * h))
+            # (torch/csrc/autograd/input_buffer.cpp accumulate: in place only into a dense gradient it alone
+            # holds). Its own linear's gradient comes through a transpose: the sum so far, this chunk's and the
+            # new sum, out of place. Under autocast it comes through the weight's cast, in 16 bits and then
+            # cast to fp32, summed in place. With the chunk's gradient of its hidden states
+            extra = 2 * head if not setup.precision.startswith("amp") else head + head // 2
+            moments.append(_moment(weights, head, states, acts, 0, extra + hidden_grad + e * chunk * h))
     # --- the final norm's backward: the loss's tensors are gone; the head's gradient is there
     moments.append(_moment(weights, head, states, acts, 0, NORM_BACKWARD_FP32 * 4 * h * tokens))
     # --- the last layer's backward (the final norm's saved tensors are gone): in its MLP the gradient arriving
