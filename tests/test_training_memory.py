@@ -65,6 +65,7 @@ def test_peak_is_pytorchs_count_within_3_percent_never_1_percent_under(case, tmp
     for phase in ("backward", "optimizer step"):
         got, want = r[phase]["weights"]
         # (QLoRA: within 0.2 %, the quant state's small tensors, its nf4 code table among them)
-        assert abs(got - want) <= (0.002 * want if case.method == "qlora" else 64), (phase, got, want)
+        # (the buffers no file holds: RoPE's inv_freq, two for Gemma-3, one a kind of layer, and its embed_scale)
+        assert abs(got - want) <= (0.002 * want if case.method == "qlora" else 128), (phase, got, want)
     got, want = r["optimizer step"]["optimizer"]
     assert abs(got - want) <= 4 * 64 or abs(got - want) <= 0.002 * want, (got, want)
