@@ -125,7 +125,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
-            "info": {"backward_at": backward_at, "total": counts.total, "trainable": counts.trainable,
+            "info": {"late": int(backward_at == "end of backward"), "total": counts.total, "trainable": counts.trainable,
                      "divisor": divisor, "e": e, "te": te}}
 
 
@@ -138,7 +138,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     at = ph[peak_at]
     total = sums[peak_at]
     if peak_at == "backward":  # the loss's moment, the last layer's, or the end of backward (memory_backward)
-        peak_at = info["backward_at"]
+        peak_at = "end of backward" if info["late"] else "backward"
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
