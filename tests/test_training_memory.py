@@ -30,6 +30,17 @@ QUICK = [
     Case("gemma2"), Case("gemma2", gradient_checkpointing=True),
     Case("qwen2_moe"),
     Case("llama", method="qlora"), Case("qwen3", method="qlora", gradient_checkpointing=True),
+    # each was more than 1 % under PyTorch's count before the backward's moments (memory_backward.py): the
+    # head's gradient summed chunk by chunk (0.981), a chunked loss's input and the final norm's fp32 backward
+    # with a frozen base (0.954), the last layer's MLP backward under checkpointing (0.840), autocast's head
+    # cast kept under checkpointing (0.984), eager attention's masks and Gemma-2's closing norm (0.963), MoE
+    # experts in fp32 under autocast (0.977); Gemma-3 (tied, a sliding-window layer): 0.964 when added
+    Case("llama", precision="fp32", loss="chunked"), Case("llama", method="lora", loss="chunked", seq_len=256),
+    Case("llama", method="lora", loss="chunked", gradient_checkpointing=True),
+    Case("llama", gradient_checkpointing=True, loss="chunked", seq_len=256),
+    Case("llama", precision="amp_bf16", gradient_checkpointing=True, seq_len=256),
+    Case("gemma2", method="lora", gradient_checkpointing=True), Case("qwen2_moe", precision="amp_bf16"),
+    Case("gemma3"), Case("gemma3", gradient_checkpointing=True),
 ]
 
 #: Cases where gpulaunch is off by more than the target, and why (measured; see the final report's table).
@@ -54,6 +65,7 @@ def test_peak_is_pytorchs_count_within_3_percent_never_1_percent_under(case, tmp
     for phase in ("backward", "optimizer step"):
         got, want = r[phase]["weights"]
         # (QLoRA: within 0.2 %, the quant state's small tensors, its nf4 code table among them)
-        assert abs(got - want) <= (0.002 * want if case.method == "qlora" else 64), (phase, got, want)
+        # (the buffers no file holds: RoPE's inv_freq, two for Gemma-3, one a kind of layer, and its embed_scale)
+        assert abs(got - want) <= (0.002 * want if case.method == "qlora" else 128), (phase, got, want)
     got, want = r["optimizer step"]["optimizer"]
     assert abs(got - want) <= 4 * 64 or abs(got - want) <= 0.002 * want, (got, want)

@@ -29,4 +29,5 @@ def test_8b_widths_peak_as_pytorch_counts_it(gc, seq, tmp_path):
     ours = peak(read_model(str(folder)), json.loads((folder / "config.json").read_text()), setup_of(case), 1)
     m = measure_meta(raw, case)
     assert 0.99 * m.peak <= ours.peak_bytes <= 1.03 * m.peak, (ours.peak_bytes / m.peak, m.phases)
-    assert ours.peak_at == m.peak_at
+    # (PyTorch's backward phase is the whole of it: gpulaunch's "end of backward" is a moment of it)
+    assert {"end of backward": "backward"}.get(ours.peak_at, ours.peak_at) == m.peak_at

@@ -160,3 +160,31 @@ def test_a_chunked_loss_holds_one_chunk_of_logits():
     plain = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4), 1)["backward"]["loss"]
     chunked = phases(llama8b(), CONFIG, replace(BASE, micro_batch=4, loss="chunked"), 1)["backward"]["loss"]
     assert chunked * 10 < plain
+
+
+#: The head's gradient (bf16): the only gradient alive at the start of backward, and only when it trains
+HEAD_GRAD = 2 * V * H
+
+
+@pytest.mark.parametrize("setup, at, gradients", [
+    # the plain loss's moment: the gradients of the step before are gone, none of this one's made yet
+    (replace(BASE, micro_batch=4), "backward", 0),
+    # a chunked loss accumulates the head's gradient chunk by chunk while every activation is alive
+    (replace(BASE, loss="chunked"), "optimizer step", None),
+    (replace(BASE, loss="chunked", micro_batch=4), "backward", HEAD_GRAD),
+    # checkpointing and a chunked loss with fused AdamW: the peak is late in backward, most gradients there
+    (replace(BASE, micro_batch=4, loss="chunked", gradient_checkpointing=True, optimizer="adamw_torch_fused"),
+     "end of backward", "all but the embedding's")])
+def test_the_peaks_terms_add_up_at_its_moment_and_the_moment_says_which_gradients_exist(setup, at, gradients):
+    p = peak(llama8b(), CONFIG, setup, 1)
+    assert p.peak_at == at, p
+    assert p.weights_bytes + p.gradients_bytes + p.optimizer_bytes + p.activations_bytes + p.loss_bytes \
+        + p.other_bytes == p.peak_bytes
+    step = phases(llama8b(), CONFIG, setup, 1)["optimizer step"]
+    if gradients == "all but the embedding's":
+        assert p.gradients_bytes == step["gradients"] - HEAD_GRAD and p.loss_bytes == 0
+        assert p.moment == "the end of backward"
+    elif gradients is not None:
+        assert p.gradients_bytes == gradients and p.moment == "the start of backward"
+    else:
+        assert p.gradients_bytes == step["gradients"] and p.moment == "the optimizer step"

@@ -228,3 +228,21 @@ def test_a_several_node_launch_gets_the_training_split(big: Path, monkeypatch: p
     small = node_split(inv, "model", ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft",
                                       "--lora_r", "8", "--gradient_checkpointing", "--per_device_train_batch_size", "1"])
     assert (small.nodes, small.gpus_per_node) == (1, 1)
+
+
+def test_plan_names_the_peaks_moment_and_its_terms_add_up_in_text_and_json(work: Path) -> None:
+    # checkpointing, a chunked loss and fused AdamW at micro-batch 4: the peak is late in backward, with most
+    # gradients there; at the start of backward (a plain loss: TRL's LoRA run) there are none yet
+    late = ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--per_device_train_batch_size", "4",
+            "--bf16", "--gradient_checkpointing", "--loss_type", "chunked_nll", "--optim", "adamw_torch_fused"]
+    start = ["trl", "sft", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft"]
+    for argv, at, moment in ((late, "end of backward", "the end of backward"),
+                             (start, "backward", "the start of backward")):
+        t = plan_json(work, "--", *argv)["per_gpu"][0]["training"]
+        assert t["peak_at"] == at
+        assert sum(t[k] for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                                  "loss_bytes", "other_bytes")) == t["peak_bytes"]
+        assert (t["gradients_bytes"] > 0) == (at == "end of backward") and (t["loss_bytes"] > 0) == (at == "backward")
+        proc = gpulaunch(work, "plan", "--", *argv)
+        assert proc.returncode == 0, proc.stderr
+        assert f"a GPU at the step's peak ({moment};" in proc.stdout

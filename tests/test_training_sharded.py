@@ -37,7 +37,8 @@ def test_fsdp_rank_peak_is_pytorchs_count(sc, tmp_path):
     r = compare_sharded(sc, write_model(sc.case, tmp_path))
     ours, torch_count = r["peak"]
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
-    assert r["peak_at"][0] == r["peak_at"][1], r
+    # (PyTorch's backward phase is the whole of it: gpulaunch's "end of backward" is a moment of it)
+    assert {"end of backward": "backward"}.get(r["peak_at"][0], r["peak_at"][0]) == r["peak_at"][1], r
     # between steps a rank holds its shards, their gradients and the optimizer's states: exact (PyTorch adds
     # the buffers, the rotary tables, and AdamW's host-side step scalars, 4 bytes each)
     got, want = r["optimizer step"]["weights"]

@@ -14,6 +14,10 @@ with ``foreach=True``, what CUDA picks by default (torch/optim/optimizer.py _def
 for-loop is only CPU's default). The loss is transformers' own ForCausalLMLoss (labels = input_ids);
 "chunked" is transformers' loss on slices of the sequence (what TRL's chunked_nll and Liger do: the head and
 the loss a chunk at a time, the chunk's logits freed before the next), written here in a few lines.
+TRL's own (1.16: SFTTrainer's every loss through its fused LM head, trl/trainer/utils.py add_fused_lm_head and
+trl/kernels/chunked_logprob.py ChunkedLogProbFunction; it installs from PyPI without another torch) was not
+taken: off CUDA it folds each vocabulary tile with torch ops in place of its Triton kernels, so the
+temporaries a CPU run counts are not the ones a GPU allocates; Liger's kernels are Triton only.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 
 torch = None  # imported by the functions (pytest.importorskip in the tests)
 
-#: Tiny configs per family: 2 layers, hidden 64, a vocabulary that keeps the loss comparable to the blocks.
+#: Tiny configs per family: 2 layers, hidden 64, a vocabulary that keeps the loss comparable to the blocks
+#: (Gemma-3: a sliding-window layer and a global one, the window shorter than the sequence, tied embeddings).
 FAMILIES: dict[str, dict[str, Any]] = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
@@ -47,6 +52,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
                "max_position_embeddings": 1024, "sliding_window": 4096, "tie_word_embeddings": True,
                "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0},
+    "gemma3": {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+               "max_position_embeddings": 1024, "sliding_window": 64, "tie_word_embeddings": True,
+               "layer_types": ["sliding_attention", "full_attention"]},
     "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "num_experts": 4,
                   "num_experts_per_tok": 2, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96,
@@ -279,11 +288,15 @@ def measure(case: Case) -> Measured:
     opt = _optimizer(case, model)
     g = t.Generator().manual_seed(1)
     ids = t.randint(0, FAMILIES[case.family]["vocab_size"], (case.micro_batch, case.seq_len), generator=g)
+    # the first step outside the tracker: it creates the optimizer's states (track_external counts them). Run
+    # under the tracker, the first step of a checkpointed model with a frozen base left two of its tensors
+    # (4·h bytes a token in bf16) alive into the second, held by the tracker's own hooks: 2,082,504 bytes at
+    # the loss's moment with the first step outside, 2,148,040 with it inside (Llama LoRA, checkpointing,
+    # 256 tokens); no training run has them
+    _step(case, model, opt, ids)
     tracker = _tracker()
     tracker.track_external(model, opt, *_quant_states(model))
     with tracker:
-        _step(case, model, opt, ids)
-        tracker.reset_mod_stats()
         # the second step, each phase's own peak (MemTracker keeps one running peak: restarted per phase)
         tracker._peak_mem, tracker._peak_mem_snap = {}, {}
         ctx = t.autocast("cpu", dtype=t.bfloat16) if case.precision == "amp_bf16" else _Null()
@@ -378,7 +391,9 @@ def compare(case: Case, folder: Path) -> dict[str, Any]:
     got = gpulaunch_peak(case, folder)
     mine = ours(case, folder)
     m = measure(case)
-    out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (got.peak_at, m.peak_at)}
+    # PyTorch's backward phase is the whole of it: gpulaunch's "end of backward" is a moment of that phase
+    at = "backward" if got.peak_at == "end of backward" else got.peak_at
+    out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (at, m.peak_at)}
     for name in ("backward", "optimizer step"):
         out[name] = {k: (mine[name][k], m.phases[name][k]) for k in mine[name]}
     return out
@@ -398,7 +413,7 @@ def matrix() -> list[Case]:
                 for seq in (128, 256):
                     out.append(Case("llama", precision=prec, method=meth, gradient_checkpointing=gc, loss=loss,
                                     seq_len=seq))
-    for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "qwen2_moe"):
+    for fam in ("qwen3", "qwen2", "mistral", "phi3", "gemma2", "gemma3", "qwen2_moe"):
         targets = ("qkv_proj",) if fam == "phi3" else ("q_proj", "v_proj")  # phi3 fuses q, k and v
         for meth in ("full", "lora"):
             for gc in (False, True):

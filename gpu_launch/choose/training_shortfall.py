@@ -55,7 +55,7 @@ def training_shortfall(machine: Machine, s: fit_plan.Sizing, tried: list[Tried],
     n = last.n
     how = f"{setup.method}" + (f" r{setup.lora_r}" if setup.lora_r else "") + f", {steps.SHOWN[steps.sharding_at(setup, n)]}" \
         + (", gradient checkpointing" if setup.gradient_checkpointing else "")
-    at = "the start of backward" if peak.peak_at == "backward" else f"the {peak.peak_at}"
+    at = peak.moment
     msg = (f"{name}: one training step needs {_gib(peak.peak_bytes + peak.allowance_bytes)} a GPU on {n} GPU"
            f"{'s' if n != 1 else ''} at micro-batch {setup.micro_batch} × {setup.seq_len} tokens ({how}; peak "
            f"{_gib(peak.peak_bytes)} at {at}, {peak.dominant} the largest, + allowance "

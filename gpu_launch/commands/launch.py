@@ -210,7 +210,7 @@ def _tell_plan(plan: object) -> None:
         peak = p.per_gpu[0].training
         print(f"gpulaunch: {s.model.name or s.model.source}: training on {len(p.per_gpu)} GPU(s); "
               f"{(peak.peak_bytes + peak.allowance_bytes) / gib:.1f} GiB a GPU at the step's peak ("
-              f"{'the start of backward' if peak.peak_at == 'backward' else 'the ' + peak.peak_at}, "
+              f"{peak.moment}, "
               f"{peak.dominant} the largest) [rule + allowance]; "
               + " ".join(f"{{{k}}}={v}" for k, v in plan.shown_placeholders().items()), file=sys.stderr)
         return

@@ -45,7 +45,8 @@ def as_run(model: ModelFacts, dtype: str) -> tuple[ModelFacts, str]:
             return model, ""
         num, den = target, min(sizes)
     else:
-        num, den = target, floats.pop()
+        only = floats.pop()
+        num, den = target, only if only else target  # (None was ruled out above; mypy cannot see it)
     if num == den:
         return model, ""
 

@@ -233,7 +233,7 @@ _LABEL = {"enum": ["exact", "rule", "allowance"]}
 #: the allowance an allowance (compute buffers cannot be read from a file).
 #: A training launch's step on one GPU (docs/json.md): peak_bytes is what PyTorch's allocator holds at the peak.
 _TRAINING_GPU = _obj({
-    "peak_bytes": _BYTES, "peak_at": {"enum": ["backward", "optimizer step"]}, "weights_bytes": _BYTES,
+    "peak_bytes": _BYTES, "peak_at": {"enum": ["backward", "end of backward", "optimizer step"]}, "weights_bytes": _BYTES,
     "gradients_bytes": _BYTES, "optimizer_bytes": _BYTES, "activations_bytes": _BYTES, "loss_bytes": _BYTES,
     "other_bytes": _BYTES, "allowance_bytes": _BYTES, "host_bytes": _BYTES, "dominant": _STR,
     "labels": {"type": "object", "additionalProperties": {"enum": ["exact", "rule", "allowance"]}},

@@ -73,8 +73,7 @@ def as_text(p: Plan, why: str = "") -> str:
         shares = shares[:p.gpus_per_node or len(shares)]
     peak = shares[0].training if shares else None
     if peak is not None:
-        at = "the start of backward" if peak.peak_at == "backward" else f"the {peak.peak_at}"
-        lines.append(f"a GPU at the step's peak ({at}; {peak.dominant} the largest term):")
+        lines.append(f"a GPU at the step's peak ({peak.moment}; {peak.dominant} the largest term):")
         for term in TERMS:
             lines.append(f"  {term:<12} {_gib(getattr(peak, term + '_bytes')):>11} [{peak.labels.get(term, 'rule')}]")
         if peak.other_bytes:

@@ -3,10 +3,12 @@ the weights as loaded, gradients, optimizer states, the optimizer step's tempora
 autograd saves, the loss, divided over the data-parallel ranks as the sharding divides them; plus an
 allowance for what no tensor count sees (CUDA context, workspaces, NCCL, allocator rounding).
 
-A step has two candidate peaks (run twice, so the optimizer's states exist):
+A step's peak is in its backward or its optimizer step (run twice, so the optimizer's states exist):
 
-* the start of backward: weights + states + every saved activation + the loss's fp32 tensors (the
-  gradients of the step before are gone: Trainer's ``zero_grad`` sets them to None);
+* the backward (memory_backward.py): at its start weights + states + every saved activation + the loss's
+  fp32 tensors or the last layer's backward (the gradients of the step before are gone: Trainer's
+  ``zero_grad`` sets them to None; the LM head's own may be there), or at its end most gradients and one
+  layer's activations;
 * the optimizer step: weights + gradients + states + the step's temporaries (foreach AdamW's sqrt).
 
 Checked against PyTorch's own accounting of real steps of the real Hugging Face code
@@ -24,6 +26,7 @@ from gpu_launch.base.records import replace
 
 from gpu_launch.fit.training import memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
+from gpu_launch.fit.training.memory_backward import backward_peak
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.memory_params import (QUANT4_BLOCK, QUANT4_NESTED_BLOCK, element_bytes, linears,
                                                    param_counts, shapes, state_bytes, step_temporary_bytes)
@@ -143,58 +146,32 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
         setup = replace(setup, precision=setup.precision[4:])
     act = saved(model, config, setup, block, counts.linear)
-    acts = act.total(setup, model.hyper.n_layers)
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
     head = vocab_h * te if setup.method == "full" else 0
     head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
+    late_extra = 0
     if fsdp and setup.method == "full":
         head = fsdp.head_grad  # the tail unit's gradient is whole until its reduce-scatter
-    backward = {"weights": at_backward, "gradients": 0, "optimizer": states, "activations": acts, "loss": loss,
-                "other": 0}
-    if setup.loss != "plain":
-        # a chunked loss runs its backward a chunk at a time: the head's gradient and the gradient of the
-        # hidden states it accumulates are alive at every chunk's peak
-        backward["gradients"] = head
-        backward["other"] = info_e(setup) * h * tokens
-    if setup.gradient_checkpointing and setup.method != "full":
-        # observed (PyTorch 2.13, non-reentrant checkpointing, frozen base): 4·h bytes a token more alive at
-        # the loss's moment than the saved tensors account for; kept so as never to count under
-        backward["other"] += 4 * h * tokens
-    if setup.gradient_checkpointing:
-        # backward recomputes the last layer while the head's gradient exists: can pass the loss's moment
-        # ... with the gradient arriving at the layer and the residual branch's (e·h a token each), and
-        # eager attention's softmax backward (the s² gradients of the probabilities and the scores)
-        recompute = act.one_layer(setup) + head + 2 * info_e(setup) * h * tokens \
-            + act.squared_backward * tokens * setup.seq_len
-        here = backward["loss"] + backward["gradients"] + backward["other"]
-        if recompute > here:
-            backward["other"] += recompute - here
-    # late in backward: the gradients nearly all there, one layer's activations (recomputed under
-    # checkpointing) and the gradients flowing through it
-    # (the input embedding's, untied, comes last)
-    # plus the MLP's backward: the gradient of its product, e·I a token
-    inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
-    mlp_grads = info_e(setup) * inter * tokens
-    late_other = 2 * info_e(setup) * h * tokens + mlp_grads
     if fsdp and setup.gradient_checkpointing:
-        # measured under FSDP, where this moment is the peak (a layer's backward, tests/test_training_sharded.py):
-        # the layer's checkpointed input, the rotary tables every layer is handed, eager attention's s² backward
-        late_other += info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0)) \
+        # measured under FSDP, where the end of backward is the peak (a layer's backward,
+        # tests/test_training_sharded.py): the layer's checkpointed input, the rotary tables every layer is
+        # handed, eager attention's s² backward
+        late_extra = info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0)) \
             + act.squared_backward * tokens * setup.seq_len
-    late = act.one_layer(setup) + late_other
-    late_grads = fsdp.late_grads if fsdp else grads - (head if not model.weights.tied_embeddings else 0)
-    if at_late + states + late_grads + late > sum(backward.values()):
-        backward = {"weights": at_late, "gradients": late_grads, "optimizer": states,
-                    "activations": act.one_layer(setup), "loss": 0, "other": late_other}
+    backward_at, backward = backward_peak(
+        model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
+        e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else None, late_extra=late_extra)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
+        backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
-            "info": {"total": counts.total, "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
+            "info": {"late": int(backward_at == "end of backward"), "total": counts.total,
+                     "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
                      "master": fsdp.master if fsdp else te}}
 
 
@@ -206,6 +183,8 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     peak_at = max(sums, key=lambda k: sums[k])
     at = ph[peak_at]
     total = sums[peak_at]
+    if peak_at == "backward":  # the loss's moment, the last layer's, or the end of backward (memory_backward)
+        peak_at = "end of backward" if info["late"] else "backward"
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES

@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Saved", "saved", "loss_bytes", "LOSS_CHUNK_TOKENS"]
+__all__ = ["Saved", "saved", "loss_bytes", "LOSS_CHUNK_TOKENS", "FOUR_NORMS"]
 
 #: Tokens a chunked/fused loss takes at a time where the setup does not say (Liger's fused linear cross
 #: entropy and TRL's chunked_nll work on a few thousand rows at a time; cut-cross-entropy on blocks).
@@ -44,7 +44,9 @@ LOSS_CHUNK_TOKENS = 1024
 #: Families whose RMSNorm computes in fp32 and scales by (1 + weight) (modeling_gemma2.py Gemma2RMSNorm).
 _GEMMA = {"gemma", "gemma2", "gemma3", "gemma3_text"}
 #: Gemma-2 and -3: four norms a layer (pre/post attention, pre/post feed-forward).
-_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+#: Families whose layers alternate sliding-window and global attention, each kind with its own mask.
+_SLIDING_AND_GLOBAL = {"gemma2", "gemma3", "gemma3_text"}
 #: Families with a norm on q and k a head (modeling_qwen3.py Qwen3Attention.q_norm/k_norm; Gemma-3).
 _QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2", "olmoe"}
 
@@ -83,7 +85,8 @@ class Saved:
     casts)."""
 
     def __init__(self, layer: int, first_layer: int, outside: int, fixed: int, checkpointed_layer: int,
-                 squared: int = 0, heads: int = 0, layers: int = 1) -> None:
+                 squared: int = 0, heads: int = 0, layers: int = 1, rope: int = 0, fixed_outside: int = 0,
+                 masks: int = 0) -> None:
         self.layer = layer  # bytes a token, one layer
         self.first_layer = first_layer  # the first layer's, which may differ (its input needs no gradient)
         self.outside = outside  # bytes a token outside the layers
@@ -91,6 +94,9 @@ class Saved:
         self.checkpointed_layer = checkpointed_layer  # bytes a token a layer under gradient checkpointing
         self.squared = squared  # bytes a (token × position) a layer: eager attention's scores
         self.layers = layers
+        self.rope = rope  # of ``outside``: what every layer reads (RoPE's tables, the ids), kept to the end
+        self.fixed_outside = fixed_outside  # of ``fixed``: the LM head's (outside every checkpointed layer)
+        self.masks = masks  # bytes a sequence × position²: eager attention's 4-D masks, kept under checkpointing
         # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
         self.squared_backward = 2 * heads if squared else 0
 
@@ -98,13 +104,15 @@ class Saved:
         tokens = setup.micro_batch * setup.seq_len
         sq = self.squared * tokens * setup.seq_len
         if setup.gradient_checkpointing:
-            return self.checkpointed_layer * tokens * layers + self.outside * tokens
+            return self.checkpointed_layer * tokens * layers + self.outside * tokens + self.fixed_outside \
+                + self.masks * setup.micro_batch * setup.seq_len ** 2
         return (self.first_layer + self.layer * (layers - 1)) * tokens + sq * layers + self.outside * tokens \
             + self.fixed
 
     def one_layer(self, setup: TrainingSetup) -> int:
         tokens = setup.micro_batch * setup.seq_len
-        return self.layer * tokens + self.squared * tokens * setup.seq_len + self.fixed // max(1, self.layers)
+        return self.layer * tokens + self.squared * tokens * setup.seq_len \
+            + (self.fixed - self.fixed_outside) // max(1, self.layers)
 
 
 def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, block: tuple[Linear, ...],
@@ -133,7 +141,7 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         norms += norm_core + (e * h if _output_saved(consumers, setup, targets, e, amp) else 0)
         if full and amp:
             norms += sum(2 * x.fan_in for x in consumers)
-    if model_type in _FOUR_NORMS:  # the post-attention and post-feed-forward norms feed the residual add
+    if model_type in FOUR_NORMS:  # the post-attention and post-feed-forward norms feed the residual add
         norms += 2 * norm_core
     # --- attention
     q, kvd = heads * d, kv * d
@@ -148,15 +156,21 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         squared = (4 + e) * heads + (e * heads if config.get("attn_logit_softcapping") else 0)
     else:
         attn += 4 * heads
+    sliding_mask = _sliding_layers(config, model_type, setup, hy.n_layers) if not eager else 0.0
+    if sliding_mask and kv < heads:
+        # sdpa with a mask (a sliding-window layer): transformers' sdpa_attention_forward repeats k and v to
+        # every head (repeat_kv: use_gqa_in_sdpa is False with a mask), and the kernel saves the copies
+        attn += int(2 * e * q * sliding_mask)
     if model_type in _QK_NORM:
-        attn += (4 * (q + kvd) + 4 * (heads + kv)) + (e * (q + kvd) if full else 0)
+        # the fp32 upcast and rsqrt; the normalised value kept by a trained weight (fp32 in Gemma's norm)
+        attn += (4 * (q + kvd) + 4 * (heads + kv)) + ((4 if gemma else e) * (q + kvd) if full else 0)
     # --- the MLP
     inter = next((x.fan_out for x in block if x.name in ("gate_proj", "w1")), 0)
     if "gate_up_proj" in by:
         inter = by["gate_up_proj"].fan_out // 2
     mlp = 3 * e * inter + (e * inter if full else 0)
     if hy.expert_count:
-        mlp = _moe(config, hy.expert_count, h, e, full)
+        mlp = _moe(config, hy.expert_count, h, e, full, amp)
     layer = norms + attn + mlp + lora
     first = layer
     if not full and not setup.gradient_checkpointing:
@@ -164,13 +178,46 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
     if full and amp:
         outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
-    outside += 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
-    fixed = 2 * (total_linear + (hy.vocab_size or 0) * h) if amp and full else 0
+    if setup.loss != "plain":
+        # a chunked loss keeps its input, the final hidden states of every token, to the end of its backward
+        # (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.forward: save_for_backward(hidden, ...); a
+        # checkpointed chunk saves its input to recompute): in fp32 under autocast (the final norm's output),
+        # where a trained head would have saved it (or autocast's 16-bit cast of it)
+        loss_in = (4 if amp or e == 4 else e) * h
+        outside += (loss_in if not full else loss_in - 2 * h if amp else 0)
+    rope = 2 * (4 if amp or e == 4 else e) * d + 16  # RoPE's cos and sin, the ids and the labels
+    if sliding_mask:
+        # the sliding-window mask (masking_utils.py create_sliding_window_causal_mask: (batch, 1, s, s) in the
+        # compute dtype), saved by sdpa in every sliding layer, and the full layers' boolean one beside it:
+        # (e + 1)·s bytes a token, once
+        rope += (e + 1) * setup.seq_len
+    outside += rope
+    # autocast's 16-bit casts of the trained weights, kept for the backward (the head's too, outside the layers:
+    # under checkpointing the layers' are made again in their recompute, the head's stays)
+    head_cast = 2 * (hy.vocab_size or 0) * h if amp and full else 0
+    routed_weights = hy.n_layers * (hy.expert_count or 0) * 3 * h * int(config.get("moe_intermediate_size") or 0)
+    fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
     checkpointed = e * h if not amp else 4 * h
-    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers)
+    # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
+    # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
+    # every checkpointed layer, so the checkpoint keeps them (torch/utils/checkpoint.py saves the inputs)
+    masks = e * (2 if config.get("sliding_window") and model_type in _SLIDING_AND_GLOBAL else 1) if eager else 0
+    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
 
 
-def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool) -> int:
+def _sliding_layers(config: Mapping[str, Any], model_type: str, setup: TrainingSetup, layers: int) -> float:
+    """The share of layers that attend through a sliding-window mask (0 when the window covers the sequence:
+    then the causal kernel needs no mask), for the families that alternate (config's layer_types)."""
+    window = int(config.get("sliding_window") or 0)
+    if model_type not in _SLIDING_AND_GLOBAL or not window or setup.seq_len <= window:
+        return 0.0
+    types = config.get("layer_types") or []
+    if not types:
+        return 0.5
+    return sum(1 for t in types if t == "sliding_attention") / max(1, len(types))
+
+
+def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool, amp: bool = False) -> int:
     """A routed MoE block's saved tensors a token (transformers v5's grouped experts, modeling_qwen2_moe.py /
     integrations/moe.py: the router's fp32 softmax, the top-k indices and the sort that groups tokens by
     expert, the gathered inputs (saved by the experts' grouped matmul when the experts train), the fused
@@ -180,7 +227,10 @@ def _moe(config: Mapping[str, Any], experts: int, h: int, e: int, full: bool) ->
     k = int(config.get("num_experts_per_tok") or 2)
     inter = int(config.get("moe_intermediate_size") or config.get("intermediate_size") or 4 * h)
     shared = int(config.get("shared_expert_intermediate_size") or 0)
-    routed = 4 * experts + 32 * k + e * k + e * k * h + 3 * e * k * inter + (e * k * (h + inter) if full else 0)
+    # under autocast the experts' grouped matmul (torch._grouped_mm, not on autocast's lists of ops cast to
+    # 16 bits) runs on the fp32 inputs and weights: the routed tensors stay fp32, no weight is cast
+    x = 4 if amp else e
+    routed = 4 * experts + 32 * k + e * k + x * k * h + 3 * x * k * inter + (x * k * (h + inter) if full else 0)
     if shared:
         routed += 3 * e * shared + (e * shared if full else 0) + e * h + e
     return routed

@@ -67,7 +67,10 @@ class TrainingPeak:
     ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
 
     peak_bytes: int
-    peak_at: str  # "backward" (the start of backward: activations and loss alive) or "optimizer step"
+    # "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
+    # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
+    # there, one layer's activations) or "optimizer step"
+    peak_at: str
     weights_bytes: int
     gradients_bytes: int
     optimizer_bytes: int
@@ -79,3 +82,8 @@ class TrainingPeak:
     dominant: str = ""  # the largest term's name
     rules: tuple[str, ...] = ()  # one line a term: how it was worked out and where the rule comes from
     labels: dict[str, str] = field(default_factory=dict)  # term -> "exact" / "rule" / "allowance"
+
+    @property
+    def moment(self) -> str:
+        """The peak's moment as plans and errors say it: "the start of backward", "the end of backward"..."""
+        return "the start of backward" if self.peak_at == "backward" else f"the {self.peak_at}"

@@ -1,0 +1,108 @@
+"""The moments of a step's backward that can hold its peak, each with what is alive then, as autograd frees
+and allocates it (torch/csrc/autograd: a node's saved tensors die when it has run; the gradient it gets dies
+once it has made its outputs). Arithmetic only: no torch. The largest moment is the backward's peak.
+
+* the loss (``"backward"``, the start of backward): every saved activation and the loss's fp32 tensors; a
+  chunked loss holds one chunk's at a time, and where the head trains its gradient is accumulated chunk by
+  chunk;
+* the final norm's backward (still ``"backward"``): every activation but the loss's, the head's gradient and
+  the norm's fp32 temporaries;
+* the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
+  gradients flowing through it;
+* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpu_launch.fit.training.memory_activations import FOUR_NORMS, Saved
+from gpu_launch.fit.training.setup import TrainingSetup
+from gpu_launch.modelfile.facts import ModelFacts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["backward_peak", "NORM_BACKWARD_FP32"]
+
+#: An RMSNorm's backward, in fp32 tensors of the hidden size a token at its fullest (LlamaRMSNorm.forward:
+#: ``x.float()``, ``x.pow(2).mean(-1)``, ``x * rsqrt``; torch's derivatives.yaml: pow_backward makes
+#: ``grad * 2 * x.pow(1)``, three tensors, while mean_backward's ``grad.expand(...) / h`` and mul's gradient
+#: to x (``grad * rsqrt``) are alive): five. Gemma's norm (modeling_gemma2.py Gemma2RMSNorm) is the same
+#: chain. Seen tensor by tensor in PyTorch's count (the final norm's backward, bf16 Llama LoRA).
+NORM_BACKWARD_FP32 = 5
+
+
+def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: int) -> dict[str, int]:
+    return {"weights": weights, "gradients": grads, "optimizer": states, "activations": acts, "loss": loss,
+            "other": other}
+
+
+def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, act: Saved, *,
+                  weights: int, states: int, grads: int, head: int, loss: int, e: int,
+                  late_weights: int | None = None, late_grads: int | None = None,
+                  late_extra: int = 0) -> tuple[str, dict[str, int]]:
+    """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
+    frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
+    element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
+    backward (``late_weights``, ``late_grads``) and more alive there (``late_extra``)."""
+    tokens = setup.micro_batch * setup.seq_len
+    h = model.hyper.hidden_size or 0
+    acts = act.total(setup, model.hyper.n_layers)
+    inter = int(config.get("intermediate_size") or 4 * h) if not model.hyper.expert_count else 0
+    moments = []
+    # --- the loss
+    if setup.loss == "plain":
+        moments.append(_moment(weights, 0, states, acts, loss, 0))
+    else:
+        # the gradient of the hidden states, summed chunk by chunk into one tensor of all tokens (the chunks
+        # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
+        hidden_grad = e * h * tokens
+        chunk = min(tokens, setup.loss_chunk_tokens or tokens)
+        moments.append(_moment(weights, head, states, acts, loss, hidden_grad))
+        if head and tokens > chunk:
+            # the head is used once a chunk, so autograd sums its gradients before accumulating them
+            # (torch/csrc/autograd/input_buffer.cpp accumulate: in place only into a dense gradient it alone
+            # holds). Its own linear's gradient comes through a transpose: the sum so far, this chunk's and the
+            # new sum, out of place. Under autocast it comes through the weight's cast, in 16 bits and then
+            # cast to fp32, summed in place. With the chunk's gradient of its hidden states
+            extra = 2 * head if not setup.precision.startswith("amp") else head + head // 2
+            moments.append(_moment(weights, head, states, acts, 0, extra + hidden_grad + e * chunk * h))
+    # --- the final norm's backward: the loss's tensors are gone; the head's gradient is there
+    moments.append(_moment(weights, head, states, acts, 0, NORM_BACKWARD_FP32 * 4 * h * tokens))
+    # --- the last layer's backward (the final norm's saved tensors are gone): in its MLP the gradient arriving
+    # at the layer (e·h a token: the residual branch passes the same tensor on), the gradient of down_proj's
+    # input and the product's two (SiLU(gate)·up: MulBackward0 makes both while its input's gradient lives:
+    # 3·e·I a token); in its attention the two branches' gradients and eager attention's s² ones
+    kept = acts - (act.outside - act.rope) * tokens
+    if setup.gradient_checkpointing:
+        kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
+    moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
+    moments.append(_moment(weights, head, states, kept, 0,
+                           2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
+    four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
+    if four_norms:
+        # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,
+        # with the gradient arriving (modeling_gemma2.py Gemma2DecoderLayer.forward)
+        moments.append(_moment(weights, head, states, kept, 0,
+                               e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens))
+    best = max(moments, key=lambda m: sum(m.values()))
+    # --- the end of backward: the gradients nearly all there (the input embedding's, untied, comes last), one
+    # layer's activations (recomputed under checkpointing) and the gradients flowing through its MLP
+    if late_grads is None:
+        late_grads = grads - (head if not model.weights.tied_embeddings else 0)
+    at_late = weights if late_weights is None else late_weights
+    late = _moment(at_late, late_grads, states, act.one_layer(setup), 0,
+                   2 * e * h * tokens + e * inter * tokens + late_extra)
+    if four_norms:
+        # or the first layer's closing norm, its fp32 backward the layer's first (that layer's gradients to come)
+        layer_share = max(model.weights.layers, default=0) / max(1, model.weights.total)
+        # with what every layer reads (RoPE's tables, the ids, an sdpa layer's sliding-window mask)
+        first = _moment(at_late, late_grads - int(grads * layer_share), states,
+                        act.one_layer(setup) + act.rope * tokens, 0,
+                        e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
+        late = max(late, first, key=lambda m: sum(m.values()))
+    if sum(late.values()) > sum(best.values()):
+        return "end of backward", late
+    return "backward", best
