@@ -96,6 +96,18 @@ MODULE_TESTS: dict[str, list[str]] = {
     "options/values.py": _tests("options_edges bad_input cli help"),
     "options/manpage.py": _tests("manpage"),
     "base/units.py": _tests("units bounds cli"),
+    # the rooms of seed 38 never sampled, or sampled against tests that never reach them (the fast direct tests first)
+    "jobs/supervisor.py": _tests("job_outcomes job_supervisor jobs jobs_edges"),
+    "jobs/start.py": _tests("job_store_edges jobs job_outcomes"),
+    "jobs/proof.py": _tests("commands_edges jobs_edges job_store_edges"),
+    **{f"hardware/{m}.py": _tests("nvml_backend nvml_faults nvml_reads mig snapshot")
+       for m in ("nvml", "nvml_answers", "nvml_calls", "nvml_topology", "read")},
+    "hardware/files.py": _tests("options_edges snapshot config nvml_faults"),
+    "cluster/rundir.py": _tests("run_dirs cluster_edges nodes_submission nodes"),
+    "base/text.py": _tests("bounds modelfile_limits units cli"),
+    "base/streams.py": _tests("hostile each_output cli"),
+    "base/interrupt.py": _tests("ctrl_c_start_up hostile cli"),
+    "reservations/backfill.py": _tests("backfill lock_edges reservations"),
     "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # the property tests (hypothesis, ~25 s) only for the search itself
