@@ -142,6 +142,9 @@ def test_a_launch_that_failed_is_recorded_with_its_last_error_line(jobs: JobDir,
     log.write_text("o" * 40_000 + "\n" + f"gpulaunch: error: {long}\n")
     s._finish(False, _status(5))
     assert record(jobs)["note"] == long[:500]
+    log.write_text("gpulaunch: error: --gpus 9: there is no GPU 9\n")  # the launch's only line: the log's first byte
+    s._finish(False, _status(2))
+    assert record(jobs)["note"] == "--gpus 9: there is no GPU 9"
     log.write_text("nothing said\n")
     s._finish(False, _status(1))
     assert record(jobs)["note"] == "the launch ended before the command started"
