@@ -158,3 +158,30 @@ def test_a_job_cancelled_while_it_waited_never_ran_and_its_log_says_so(jobs: Job
     doc = record(jobs)
     assert (doc["state"], doc["exit_code"], doc["note"]) == ("cancelled", None, "cancelled while waiting: it never ran")
     assert capfd.readouterr().err == "gpulaunch: job 1: cancelled while waiting: it never ran\n"
+
+
+def test_a_full_disk_at_the_end_keeps_the_outcome_says_so_and_writes_the_record_once_it_can(
+        jobs: JobDir, sent: list, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """The final record cannot be written (ENOSPC) twice: the log says so once, the outcome is kept where the
+    store reads it, and the record is written at the third try (then the kept outcome is dropped)."""
+    import errno
+    import time
+
+    s = new(jobs)
+    s.pid, s.exited = LAUNCH, True
+    s.outcome = recordfile.reserve(jobs.fd, "1")
+    real, tries = recordfile.write, []
+
+    def write(dir_fd: int, job_id: str, doc: dict) -> None:  # type: ignore[type-arg]
+        tries.append(doc["state"])
+        if len(tries) <= 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(dir_fd, job_id, doc)
+
+    monkeypatch.setattr(recordfile, "write", write)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    s._finish(True, _status(4))
+    assert capfd.readouterr().err == ("gpulaunch: job 1: its record cannot be written (the disk is full?); "
+                                      "its outcome is kept, trying again until it can be\n")
+    assert tries == ["done"] * 3 and (record(jobs)["state"], record(jobs)["exit_code"]) == ("done", 4)
+    assert not (Path(jobs.path) / ".1.outcome").exists()
