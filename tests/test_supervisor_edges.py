@@ -112,6 +112,7 @@ def _status(code: int = 0, sig: int = 0) -> int:
     (True, False, _status(0), ("done", 0, None)),
     (True, False, _status(3), ("done", 3, None)),
     (True, False, _status(sig=signal.SIGKILL), ("done", None, "SIGKILL")),
+    (True, False, _status(sig=signal.SIGHUP), ("done", None, "SIGHUP")),  # signal 1: not "exit -1"
     (True, True, _status(sig=signal.SIGTERM), ("cancelled", None, "SIGTERM")),
     (True, True, _status(0), ("cancelled", 0, None)),
     (False, False, _status(5), ("failed", 5, None)),
@@ -185,3 +186,19 @@ def test_a_full_disk_at_the_end_keeps_the_outcome_says_so_and_writes_the_record_
                                       "its outcome is kept, trying again until it can be\n")
     assert tries == ["done"] * 3 and (record(jobs)["state"], record(jobs)["exit_code"]) == ("done", 4)
     assert not (Path(jobs.path) / ".1.outcome").exists()
+
+
+def test_an_interrupted_supervisor_says_one_line_in_the_log_and_exits_130(tmp_path: Path) -> None:
+    """`kill -INT` of a supervisor (it has no terminal: nothing else sends it one): no traceback in the log."""
+    import subprocess
+    import sys
+
+    script = ("import runpy, sys\n"
+              "from gpu_launch.jobs import recordfile\n"
+              "def interrupted(*_a):\n    raise KeyboardInterrupt\n"
+              "recordfile.load = interrupted\n"
+              f"sys.argv = [{supervisor.__file__!r}, '1', '0', '0']\n"
+              f"runpy.run_path({supervisor.__file__!r}, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, close_fds=True)
+    assert (done.returncode, done.stderr) == (130, "gpulaunch: interrupted\n")
