@@ -582,3 +582,86 @@ def test_a_node_task_refuses_a_slurm_step_of_another_shape(tmp_path: Path) -> No
         nodes._from_slurm(2, step, None, str(tmp_path))
     with pytest.raises(UsageError, match="runs 6 tasks on 3 nodes: --nodes needs one a node"):
         nodes._from_slurm(3, {**step, "SLURM_STEP_NUM_TASKS": "6"}, None, str(tmp_path))
+
+
+# --- following an array: a task cancelled once it ran, Ctrl-C and SIGTERM, the waits (on a fake clock) -----------------
+
+def test_a_task_cancelled_after_it_was_shown_running_failed_it_did_not_never_start(tmp_path: Path) -> None:
+    """Shown running (Slurm said RUNNING past the grace, its record not yet written), then scancelled: it ran."""
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "RUNNING", start=time.time() - 60), {})
+    f._update(state, TaskStatus(1, "CANCELLED", exit_code=0, signal=15), {})
+    assert (state.status, state.returncode, state.note) == ("failed", None, "cancelled")
+    assert state.started is not None and f.view.events == [("started", 1), ("finished", 1)]
+
+
+class Clock:
+    """time.monotonic and time.sleep on a clock that moves only when slept on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(following.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(following.time, "sleep", self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class AskingView(View):
+    def __init__(self, answer: bool) -> None:
+        super().__init__()
+        self.answer, self.asked, self.said = answer, [], []  # type: list[str]
+
+    def ask(self, question: str) -> bool:
+        self.asked.append(question)
+        return self.answer
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+
+
+def _signalled_follower(tmp_path: Path, sig: int | None, view: View) -> Follower:
+    """A follower of an array that never ends; its first poll gets ``sig`` (Ctrl-C, a kill)."""
+    f = follower(tmp_path)
+    f.view = view
+    polls: list[int] = []
+
+    def poll() -> None:
+        polls.append(1)
+        if sig is not None and len(polls) == 1:
+            os.kill(os.getpid(), sig)
+
+    f.poll = poll  # type: ignore[method-assign]
+    return f
+
+
+def test_ctrl_c_on_a_terminal_asks_whether_to_cancel_the_array_and_sigterm_detaches(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    Clock(monkeypatch)
+    monkeypatch.setattr(following, "cancel", lambda job_id, environ: pytest.fail("nothing may be cancelled"))
+    asked = AskingView(False)
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGINT, asked), None, False, True) == "detached"
+    assert asked.asked == ["cancel Slurm job array 42 (1 job not finished)? [y/N] "]
+    killed = AskingView(True)  # a kill (a shutdown, a batch system) is never a question, nor a cancel
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGTERM, killed), None, False, True) == "detached"
+    assert killed.asked == []
+
+
+def test_a_cancelled_array_is_waited_for_90_s_and_wait_timeout_is_its_seconds(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    clock = Clock(monkeypatch)
+    cancelled: list[str] = []
+    monkeypatch.setattr(following, "cancel", lambda job_id, environ: cancelled.append(job_id))
+    view = AskingView(True)
+    began = clock.now
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGINT, view), None, True, True) == "cancelled"
+    assert cancelled == ["42"] and view.asked == []  # --cancel-on-interrupt: no question
+    assert 90 <= clock.now - began <= 92  # Slurm is given 90 s to end the tasks, then the follower stops
+    began = clock.now
+    assert following.follow(_signalled_follower(tmp_path, None, view), 30.0, False, True) == "timeout"
+    assert 30 <= clock.now - began <= 32  # --wait 30
