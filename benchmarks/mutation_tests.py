@@ -98,7 +98,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "base/units.py": _tests("units bounds cli"),
     # the rooms of seed 38 never sampled, or sampled against tests that never reach them (the fast direct tests first)
     "jobs/supervisor.py": _tests("supervisor_edges job_outcomes job_supervisor jobs jobs_edges"),
-    "jobs/start.py": _tests("job_store_edges jobs job_outcomes"),
+    "jobs/start.py": _tests("jobs_edges job_store_edges jobs job_outcomes"),
     "jobs/proof.py": _tests("commands_edges jobs_edges job_store_edges"),
     **{f"hardware/{m}.py": _tests("nvml_backend nvml_faults nvml_reads mig snapshot")
        for m in ("nvml", "nvml_answers", "nvml_calls", "nvml_topology", "read")},

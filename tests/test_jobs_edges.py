@@ -369,3 +369,21 @@ def test_a_record_up_to_one_mib_is_read_and_a_larger_one_refused(jobs: JobDir) -
                 jobs.read(job_id)
             with pytest.raises(ValueError):
                 recordfile.load(jobs.fd, job_id)
+
+
+def test_submit_from_a_directory_that_was_removed_is_one_line_and_records_nothing(tmp_path: Path) -> None:
+    """The job runs in the submitter's directory: one that no longer exists cannot be it (no traceback)."""
+    from gpu_launch.jobs import start
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    here = os.getcwd()
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    try:
+        os.chdir(gone)
+        os.rmdir(gone)
+        with pytest.raises(JobError, match=r"^the current directory cannot be used for a job \(No such file"):
+            start.submit(["--gpus", "0"], ["true"], str(tmp_path / "locks"), environ)
+    finally:
+        os.chdir(here)
+    assert not (tmp_path / "state").exists()
