@@ -665,3 +665,80 @@ def test_a_cancelled_array_is_waited_for_90_s_and_wait_timeout_is_its_seconds(tm
     began = clock.now
     assert following.follow(_signalled_follower(tmp_path, None, view), 30.0, False, True) == "timeout"
     assert 30 <= clock.now - began <= 32  # --wait 30
+
+
+# --- a run's directories on a shared filesystem (cluster/rundir.py) ----------------------------------------------------
+
+def test_a_run_directory_its_group_can_write_is_refused_unless_a_team_asked_for_it(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    made = tmp_path / ".slurm"
+    made.mkdir()
+    made.chmod(0o770)
+    with pytest.raises(RendezvousFailed, match=r"others can write it \(mode 770\); set GPULAUNCH_TEAM_DIR=1"):
+        rundir.check_dir(str(made), is_team=False)
+    rundir.check_dir(str(made), is_team=True)  # the team's choice
+    made.chmod(0o707)
+    with pytest.raises(RendezvousFailed, match=r"others can write it \(mode 707\): another user"):
+        rundir.check_dir(str(made), is_team=True)  # every user: never
+    assert rundir.make_dirs(str(tmp_path / "logs"), (".nodes", "1.0"), {}) == str(tmp_path / "logs" / ".nodes" / "1.0")
+    assert stat_mode(tmp_path / "logs" / ".nodes") == stat_mode(tmp_path / "logs" / ".nodes" / "1.0") == 0o700
+
+
+def stat_mode(path: Path) -> int:
+    import stat
+
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_log_directory_of_another_user_is_refused_unless_it_is_the_teams(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    if os.getuid() != 0:
+        pytest.skip("a directory of another user's is made by root only")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 4321, 4321)
+    with pytest.raises(RendezvousFailed, match=r"belongs to (uid 4321|\w+): another user could forge"):
+        rundir.check_top(str(theirs), is_team=False)
+    rundir.check_top(str(theirs), is_team=True)
+    rundir.check_top("/", is_team=False)  # root's: as trusted as the system
+
+
+@pytest.mark.parametrize(("name", "members", "ok"), [("me", [], True), ("staff", [], False), ("me", ["bob"], False)])
+def test_a_group_writable_log_directory_is_yours_only_in_your_private_group(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                            members: list[str], ok: bool) -> None:
+    """Debian's umask 002 makes a directory 0775 for the user's private group (named as the user, nobody else
+    in it): that is the user's own; a group with another name or another member is other users."""
+    import grp
+    import pwd
+
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    logs.chmod(0o775)
+    user = pwd.getpwuid(os.getuid())
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: type(user)(("me", *user[1:])))
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: grp.struct_group((name, "x", gid, members)))
+    if ok:
+        rundir.check_top(str(logs), is_team=False)
+    else:
+        with pytest.raises(RendezvousFailed, match="its group can write it"):
+            rundir.check_top(str(logs), is_team=False)
+
+
+def test_a_rendezvous_file_one_byte_over_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    at = tmp_path / "head.json"
+    at.write_text('{"port": 1}'.ljust(rundir.MAX_FILE))
+    assert rundir.read_own(str(at)) == {"port": 1}
+    at.write_text('{"port": 1}'.ljust(rundir.MAX_FILE + 1))
+    with pytest.raises(RendezvousFailed, match=rf"is {rundir.MAX_FILE + 1} bytes, more than a rendezvous file's"):
+        rundir.read_own(str(at))
