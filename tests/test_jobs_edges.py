@@ -387,3 +387,44 @@ def test_submit_from_a_directory_that_was_removed_is_one_line_and_records_nothin
     finally:
         os.chdir(here)
     assert not (tmp_path / "state").exists()
+
+
+# --- which process cancel may signal (jobs/proof.py) ----------------------------------------------------------------------
+
+def test_a_lost_jobs_command_is_known_by_its_session_its_job_id_and_its_log(tmp_path: Path) -> None:
+    """`cancel` of a lost job ends its command only on the kernel's word: a process of its own session with
+    GPULAUNCH_JOB_ID set to the job's id and the job's log as its stdout or stderr (the supervisor started
+    it so); one whose stdout is closed is still known by its stderr (and no traceback)."""
+    from gpu_launch.jobs import proof
+
+    log = tmp_path / "7.log"
+    log.touch()
+    other = tmp_path / "8.log"
+    other.touch()
+    started = []
+
+    def command(script: str, job_id: str = "7", session: bool = True) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                 start_new_session=session, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                                                 "GPULAUNCH_JOB_ID": job_id})
+        started.append(p)
+        return p
+
+    try:
+        mine, closed = command("exec sleep 60"), command("exec 1>&-; exec sleep 60")
+        wrong_id, no_session = command("exec sleep 60", job_id="77"), command("exec sleep 60", session=False)
+        for p in started:  # each has exec'd its sleep (its environment and descriptors are the sleep's)
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert proof.runs_job(mine.pid, "7", log.stat()) and proof.runs_job(closed.pid, "7", log.stat())
+        assert not proof.runs_job(mine.pid, "7", other.stat())  # another job's log
+        assert not proof.runs_job(wrong_id.pid, "7", log.stat()) and not proof.runs_job(mine.pid, "8", log.stat())
+        assert not proof.runs_job(no_session.pid, "7", log.stat())  # not the session the supervisor made
+        assert not proof.runs_job(0, "7", log.stat()) and not proof.runs_job(-mine.pid, "7", log.stat())
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
