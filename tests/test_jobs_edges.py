@@ -428,3 +428,51 @@ def test_a_lost_jobs_command_is_known_by_its_session_its_job_id_and_its_log(tmp_
         for p in started:
             p.kill()
             p.wait()
+
+
+def test_jobs_shows_a_waiting_jobs_place_read_from_its_own_lock_dirs_queue(jobs: JobDir,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jobs`: "waiting #2" for a job whose launch is second in the queue of its lock dir (read once per
+    lock dir of a waiting job; the lock dirs of ended jobs are not read)."""
+    from types import SimpleNamespace
+
+    from gpu_launch.reservations import waitqueue
+
+    read: list[str] = []
+
+    def waiters(lock_dir: str) -> list[SimpleNamespace]:
+        read.append(lock_dir)
+        return [SimpleNamespace(pid=78, position=1), SimpleNamespace(pid=77, position=2)] if lock_dir == "/q" else []
+
+    monkeypatch.setattr(waitqueue, "waiters", waiters)
+    waiting = job(id="1", state="waiting", pid=77, lock_dir="/q", host=status.host(), boot_id=status.boot_id())
+    ended = job(id="2", state="done", exit_code=0, lock_dir="/ended")
+    jobs.write(waiting)
+    jobs.write(ended)
+    fd = hold_log(jobs, "1")
+    try:
+        shown = status.statuses(jobs, [waiting, ended])
+    finally:
+        os.close(fd)
+    assert [s.label for s in shown] == ["waiting #2", "done"] and read == ["/q"]
+
+
+def test_a_jobs_exit_status_is_128_plus_its_signal() -> None:
+    """`wait ID` / `log ID -f` end as a shell would: SIGTERM 143, SIGKILL 137 (a cancelled one too)."""
+    ended = [(status.Status(job(state="done", exit_code=None, signal="SIGTERM"), "done"), 143),
+             (status.Status(job(state="done", exit_code=None, signal="SIGKILL"), "done"), 137),
+             (status.Status(job(state="cancelled", exit_code=None, signal="SIGKILL"), "cancelled"), 137),
+             (status.Status(job(state="done", exit_code=None, signal="SIGNOTONE"), "done"), status.LOST_CODE)]
+    assert [status.exit_status(s) for s, _ in ended] == [code for _, code in ended]
+
+
+def test_a_lost_job_whose_pid_no_longer_exists_no_longer_runs_and_its_missing_log_is_none(jobs: JobDir) -> None:
+    """`jobs --clear` and `cancel` of a lost job whose command ended and was reaped (no /proc/PID), or whose
+    log was removed: nothing runs, nothing to prove (no traceback)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert not Path(f"/proc/{gone.pid}").exists()
+    assert not status.may_still_run(status.Status(job(pid=gone.pid, submitted=time.time() - 60), "lost"))
+    assert jobs.log_stat("41") is None
+    os.symlink("/etc/passwd", os.path.join(jobs.path, "42.log"))
+    assert jobs.log_stat("42") is None  # a symlink is not the job's log
