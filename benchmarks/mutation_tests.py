@@ -19,7 +19,7 @@ _FIT = _tests("engine_flag_edges sizing_edges fit_kv fit_kv_families fit_kv_vllm
 _MODELFILE = _tests("modelfile_edges modelfile_limits modelfile_gguf modelfile_safetensors modelfile_hostile "
                     "fit_kv_families fit_kv_vllm plan_cli")
 _CLUSTER = _tests("cluster_edges nodes_submission each_slurm nodes node_flags nodes_slurm nodes_netns")
-_JOBS = _tests("jobs_edges job_supervisor jobs")
+_JOBS = _tests("jobs_edges supervisor_edges job_supervisor jobs")
 _RUN = _tests("run_edges placeholders env_hygiene affinity frameworks each_shell check cli")
 _COMMANDS = _tests("commands_edges jobs_edges cli help jobs ls_layout config check env_cmd each")
 _VIEWS = _tests("views_edges ls_layout json queue_visible each_output plan_cli env_cmd machine_states")
@@ -67,7 +67,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "cluster/nodejob.py": _tests("cluster_edges nodes_submission nodes nodes_slurm"),
     "jobs/status.py": _tests("jobs_edges job_supervisor jobs"),
     "jobs/store.py": _tests("jobs_edges jobs"),
-    "jobs/recordfile.py": _tests("jobs_edges jobs"),
+    "jobs/recordfile.py": _tests("jobs_edges supervisor_edges jobs"),
     "run/placeholders.py": _tests("run_edges placeholders each_shell each"),
     "run/shellwords.py": _tests("run_edges placeholders each_shell"),
     "run/affinity.py": _tests("affinity run_edges"),
