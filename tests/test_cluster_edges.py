@@ -742,3 +742,75 @@ def test_a_rendezvous_file_one_byte_over_the_limit_is_refused_by_its_size(tmp_pa
     at.write_text('{"port": 1}'.ljust(rundir.MAX_FILE + 1))
     with pytest.raises(RendezvousFailed, match=rf"is {rundir.MAX_FILE + 1} bytes, more than a rendezvous file's"):
         rundir.read_own(str(at))
+
+
+# --- following a several-node job (--nodes N --slurm): Slurm's silences, Ctrl-C, --wait (on a fake clock) ---------------
+
+def _follow_node_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Any], limit: float | None = None,
+                     cancel_on_interrupt: bool = False) -> tuple[Any, Clock, list[str]]:
+    """nodejob._follow over scontrol's ``answers`` in turn (a dict, {} for "not known", None for no answer,
+    or a signal to receive first, then RUNNING); (its status or the error raised, the clock, the cancels)."""
+    import signal
+
+    from gpu_launch.cluster import nodejob, submitting
+    from gpu_launch.errors import GpuLaunchError
+
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(nodejob.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(nodejob.time, "sleep", clock.sleep)
+    cancels: list[str] = []
+    monkeypatch.setattr(submitting, "cancel", lambda job_id, environ: cancels.append(job_id))
+
+    def state_of(job_id: str, environ: Any) -> dict[str, str] | None:
+        answer = answers.pop(0) if answers else {"JobState": "RUNNING", "NodeList": "n[1-2]"}
+        if isinstance(answer, signal.Signals):
+            os.kill(os.getpid(), answer)
+            return {"JobState": "RUNNING", "NodeList": "n[1-2]"}
+        return answer
+
+    monkeypatch.setattr(nodejob, "state_of", state_of)
+    try:
+        return nodejob._follow(node_job(tmp_path), "7", {}, 1.0, limit, cancel_on_interrupt, False, True), clock, cancels
+    except GpuLaunchError as exc:
+        return exc, clock, cancels
+
+
+def test_a_node_job_slurm_forgets_fails_after_three_silences_in_a_row_not_one(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.errors import JobsFailed
+
+    running, done = {"JobState": "RUNNING", "NodeList": "n1"}, {"JobState": "COMPLETED", "ExitCode": "0:0"}
+    status, _, _ = _follow_node_job(tmp_path, monkeypatch, [{}, {}, running, None, {}, {}, done])
+    assert status == 0  # two silences, then it was known again: the count starts again
+    failed, _, _ = _follow_node_job(tmp_path, monkeypatch, [running, {}, {}, {}])
+    assert isinstance(failed, JobsFailed) and "Slurm job 7: Slurm no longer knows it" in failed.message
+
+
+def test_a_cancelled_node_job_is_waited_for_90_s_and_wait_says_pending_or_running(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from gpu_launch.errors import Interrupted, WaitTimeout
+
+    stopped, clock, cancels = _follow_node_job(tmp_path, monkeypatch, [signal.SIGINT], cancel_on_interrupt=True)
+    assert isinstance(stopped, Interrupted) and stopped.message == "interrupted: cancelled Slurm job 7"
+    assert cancels == ["7"] and 90 <= clock.now - 1000.0 <= 92  # Slurm is given 90 s to end it
+    pending = {"JobState": "PENDING", "Reason": "Resources"}
+    waited, clock, _ = _follow_node_job(tmp_path, monkeypatch, [pending] * 100, limit=30.0)
+    assert isinstance(waited, WaitTimeout) and "Slurm job 7 is still pending after 30s (it goes on" in waited.message
+    assert 30 <= clock.now - 1000.0 <= 32
+    waited, _, _ = _follow_node_job(tmp_path, monkeypatch, [], limit=30.0)
+    assert isinstance(waited, WaitTimeout) and "is still running after 30s" in waited.message
+
+
+def test_a_node_job_that_completed_says_no_nodes_error_and_one_that_failed_says_the_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_launch.cluster import nodejob
+
+    (tmp_path / "job-7.node-1.log").write_text("gpulaunch: error: NVML unavailable (hint: check the driver)\n")
+    (tmp_path / "job-7.node-0.log").write_text("gpulaunch: error: an error it got over (retried)\n")
+    assert nodejob._ended(node_job(tmp_path), "7", {"JobState": "COMPLETED", "ExitCode": "0:0"}, False, False) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"gpulaunch: job 7 completed: exit 0; logs in {tmp_path} (job-7.node-*.log, slurm-7.out)"]
+    assert nodejob._ended(node_job(tmp_path), "7", {"JobState": "FAILED", "ExitCode": "1:0"}, False, False) == 1
+    assert capsys.readouterr().err.splitlines()[1] == "gpulaunch: job 7 node 0: an error it got over (retried)"
