@@ -814,3 +814,72 @@ def test_a_node_job_that_completed_says_no_nodes_error_and_one_that_failed_says_
         f"gpulaunch: job 7 completed: exit 0; logs in {tmp_path} (job-7.node-*.log, slurm-7.out)"]
     assert nodejob._ended(node_job(tmp_path), "7", {"JobState": "FAILED", "ExitCode": "1:0"}, False, False) == 1
     assert capsys.readouterr().err.splitlines()[1] == "gpulaunch: job 7 node 0: an error it got over (retried)"
+
+
+# --- reaching the head (cluster/rendezvous.py): IPv4 first, a silent host retried to the deadline ---------------------
+
+def test_the_heads_name_resolves_to_its_ipv4_address_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from gpu_launch.cluster import rendezvous
+
+    answers = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fd00::5", 0, 0, 0)),
+               (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: list(answers))
+    assert rendezvous.resolve("head") == "10.0.0.5"
+
+
+class FakeSocket:
+    """socket.socket for rendezvous.probe: each connect raises the next of ``errors`` (None: connected)."""
+
+    errors: list[BaseException | None] = []
+    timeouts: list[float] = []
+
+    def __init__(self, *_args: object) -> None:
+        pass
+
+    def __enter__(self) -> FakeSocket:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
+
+    def settimeout(self, seconds: float) -> None:
+        FakeSocket.timeouts.append(seconds)
+
+    def connect(self, _where: object) -> None:
+        error = FakeSocket.errors.pop(0) if FakeSocket.errors else OSError(113, "No route to host")
+        if error is not None:
+            raise error
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, errors: list[BaseException | None], wait: float) -> tuple[object, int]:
+    """rendezvous.probe of a head ``wait`` s before the deadline on a fake clock: (what it raised or None, tries)."""
+    import socket
+
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.errors import RendezvousFailed
+
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(rendezvous.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(socket, "socket", FakeSocket)
+    FakeSocket.errors, FakeSocket.timeouts = list(errors), []
+    try:
+        rendezvous.probe("10.0.0.5", 29500, clock.now + wait)
+    except RendezvousFailed as exc:
+        return exc, len(FakeSocket.timeouts)
+    return None, len(FakeSocket.timeouts)
+
+
+def test_a_head_that_does_not_answer_yet_is_tried_again_until_the_deadline_each_try_at_most_5_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import socket
+
+    raised, tries = _probe(monkeypatch, [OSError(errno.EHOSTUNREACH, "No route to host"), socket.timeout(), None], 60)
+    assert raised is None and tries == 3 and FakeSocket.timeouts[0] == 5.0  # it came up: the run goes on
+    raised, tries = _probe(monkeypatch, [], 2.0)  # never reached: tried every 0.2 s for the 2 s left, then one line
+    assert tries >= 5 and FakeSocket.timeouts[0] == 2.0 and min(FakeSocket.timeouts) >= 0.2
+    assert "the head 10.0.0.5:29500 cannot be reached from" in str(raised) and "No route to host" in str(raised)
+    raised, tries = _probe(monkeypatch, [PermissionError(errno.EPERM, "Operation not permitted")], 60)
+    assert tries == 1 and "Operation not permitted" in str(raised)  # not a silence: said at once
