@@ -883,3 +883,51 @@ def test_a_head_that_does_not_answer_yet_is_tried_again_until_the_deadline_each_
     assert "the head 10.0.0.5:29500 cannot be reached from" in str(raised) and "No route to host" in str(raised)
     raised, tries = _probe(monkeypatch, [PermissionError(errno.EPERM, "Operation not permitted")], 60)
     assert tries == 1 and "Operation not permitted" in str(raised)  # not a silence: said at once
+
+
+# --- a node task's place in a Slurm step, a head's record, a node job's scontrol answer ----------------------------------
+
+def test_only_rank_0_of_a_slurm_step_is_the_head_and_knows_its_address(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.cluster import nodes, rendezvous
+
+    monkeypatch.setattr(rendezvous, "hostnames", lambda nodelist, environ: ("n1", "n2"))
+    monkeypatch.setattr(rendezvous, "node_addresses", lambda nodelist, environ: {"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    monkeypatch.setattr(rendezvous, "head_address", lambda names, addresses: addresses[names[0]])
+    step = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_NODELIST": "n[1-2]"}
+    head = nodes._from_slurm(2, {**step, "SLURM_NODEID": "0"}, None, str(tmp_path))
+    other = nodes._from_slurm(2, {**step, "SLURM_NODEID": "1"}, None, str(tmp_path))
+    assert (head.rank, head.head_addr, head.job) == (0, "10.0.0.1", "42.0")
+    assert (other.rank, other.head_addr) == (1, None)  # it reads the head's record from the run's directory
+    assert head.run_dir == other.run_dir == os.path.join(str(tmp_path), ".nodes", "42.0")
+
+
+def test_a_heads_record_whose_address_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    from gpu_launch.cluster import nodes
+    from gpu_launch.errors import RendezvousFailed
+
+    here = nodes.Place(2, 1, ("n1", "n2"), "42.0", str(tmp_path))
+    good = {"addr": "10.0.0.1", "port": 29500, "node": "n1", "job": "42.0", "host": "n1"}
+    assert nodes.head_record(good, "head.json", here) == ("10.0.0.1", 29500, "n1")
+    assert nodes.head_record({**good, "addr": "fd00::1"}, "head.json", here)[0] == "fd00::1"
+    for addr in ("10.0.0.1\0", "n1", "10.0.0.256", 7):
+        with pytest.raises(RendezvousFailed, match="is not an IP address"):
+            nodes.head_record({**good, "addr": addr}, "head.json", here)
+
+
+def test_a_node_jobs_state_is_unknown_to_slurm_only_when_scontrol_says_so(tmp_path: Path) -> None:
+    """`scontrol show job` failing: "Invalid job id" is Slurm forgetting the job ({}: three in a row fail
+    it); any other failure (slurmctld restarting) is no answer (None: ask again), never the job's end."""
+    from gpu_launch.cluster import nodejob
+
+    bin_dir = tmp_path / "bin"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fake_tool(bin_dir, "scontrol", "JobId=7 JobState=RUNNING NodeList=n[1-2]\n")
+    assert nodejob.state_of("7", environ) == {"JobId": "7", "JobState": "RUNNING", "NodeList": "n[1-2]"}
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Invalid job id specified\n", 1)
+    assert nodejob.state_of("7", environ) == {}
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Unable to contact slurm controller\n", 1)
+    assert nodejob.state_of("7", environ) is None
+    fake_tool(bin_dir, "scontrol", "", "scontrol: error: something else\n", 2)
+    assert nodejob.state_of("7", environ) is None
