@@ -931,3 +931,28 @@ def test_a_node_jobs_state_is_unknown_to_slurm_only_when_scontrol_says_so(tmp_pa
     assert nodejob.state_of("7", environ) is None
     fake_tool(bin_dir, "scontrol", "", "scontrol: error: something else\n", 2)
     assert nodejob.state_of("7", environ) is None
+
+
+def test_a_dry_run_shows_the_first_nodes_commands_and_the_last(tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodejob import NodeJob
+    from gpu_launch.cluster.nodeview import node_commands
+
+    lines = node_commands(NodeJob(6, 4, ("torchrun", "--nproc-per-node", "{n}", "train.py"), str(tmp_path)))
+    assert [line.split(":")[0] for line in lines[:-1]] == ["node 0 (head)", "node 1 (worker)", "node 2 (worker)",
+                                                           "node 3 (worker)", "node 5 (worker)"]
+    assert "--nnodes 6 " in lines[0] and "--rdzv-endpoint HEAD:PORT" in lines[0] and "--local-addr NODE5" in lines[4]
+    assert lines[-1] == "HEAD: the first node's address; PORT: a free port the head picks when the job starts"
+    assert node_commands(NodeJob(2, 4, ("python", "t.py", "--rank", "{node_rank}"), str(tmp_path)))[:2] == [
+        "node 0: python t.py --rank 0", "node 1: python t.py --rank 1"]
+
+
+def test_the_reason_a_node_failed_is_its_logs_last_error_line_the_lowest_node_first(tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodeview import last_error
+
+    (tmp_path / "job-7.node-10.log").write_text("gpulaunch: error: the tenth\n")
+    (tmp_path / "job-7.node-2.log").write_text("gpulaunch: error: first said\nout\ngpulaunch: error: last said\n")
+    (tmp_path / "job-7.node-1.log").write_text("no error here\n")
+    assert last_error(str(tmp_path), "7") == ("2", "last said")
+    (tmp_path / "job-7.node-2.log").unlink()
+    assert last_error(str(tmp_path), "7") == ("10", "the tenth")  # one error line: it (10 > 2 as numbers, not text)
+    assert last_error(str(tmp_path), "8") is None
