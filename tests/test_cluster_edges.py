@@ -956,3 +956,38 @@ def test_the_reason_a_node_failed_is_its_logs_last_error_line_the_lowest_node_fi
     (tmp_path / "job-7.node-2.log").unlink()
     assert last_error(str(tmp_path), "7") == ("10", "the tenth")  # one error line: it (10 > 2 as numbers, not text)
     assert last_error(str(tmp_path), "8") is None
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
+def test_the_array_task_passes_sbatch_signal_usr1_on_to_its_command(tmp_path: Path, name: str) -> None:
+    """`sbatch --signal=B:USR1@60` (or `scancel --batch --signal=USR1`) reaches only the batch step's process,
+    the task: it passes the signal on, so that a training script that checkpoints on SIGUSR1 gets it."""
+    import signal
+    import subprocess
+    import sys
+
+    from sharing_helpers import env, example, first_gpus, write_snapshot
+
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    sig = name.removeprefix("SIG")
+    (tmp_path / "jobs.txt").write_text(f"trap 'echo {sig} > {got}; exit 0' {sig}; touch {ready}; "
+                                       "while :; do sleep 0.05; done\n")
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    (tmp_path / "logs").mkdir()
+    box = env(tmp_path / "locks", GPULAUNCH_SNAPSHOT=str(snap), SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="42",
+              SLURMD_NODENAME="node7", SLURM_JOB_GPUS="0,1")
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "__slurm-task", str(tmp_path / "jobs.txt"),
+                             str(tmp_path / "logs"), "1"], env=box, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, name))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got.read_text() == f"{sig}\n"
+    assert task.read_record(str(tmp_path / "logs"), "42", 1)["returncode"] == 0
