@@ -486,7 +486,8 @@ def test_a_slurm_time_limit_is_taken_up_to_a_year_in_each_of_slurms_forms() -> N
 
     top_h, top_m = divmod(MAX_MINUTES, 60)
     days, rest = divmod(MAX_MINUTES, 1440)
-    taken = [f"{top_h}:{top_m}:00", f"{MAX_MINUTES - 30}:59", f"{days}-{rest // 60}:{rest % 60}:00", "0:0:1"]
+    taken = [f"{top_h}:{top_m}:00", f"{MAX_MINUTES - 30}:59", f"{days}-{rest // 60}:{rest % 60}:00", "0:0:1",
+             f"{days}-{rest // 60}", f"{days}-{rest // 60}:{rest % 60}"]  # D-H, D-H:M: what is left out is 0
     over = [f"{top_h}:{top_m}:01", f"{MAX_MINUTES}:01", f"{MAX_MINUTES + 1}:00", f"{days}-{rest // 60}:{rest % 60}:01",
             f"{days + 1}-0"]
     for text in taken:
@@ -991,3 +992,14 @@ def test_the_array_task_passes_sbatch_signal_usr1_on_to_its_command(tmp_path: Pa
             proc.wait()
     assert got.read_text() == f"{sig}\n"
     assert task.read_record(str(tmp_path / "logs"), "42", 1)["returncode"] == 0
+
+
+def test_scancel_that_worked_says_nothing_and_one_that_failed_says_why_in_one_line(tmp_path: Path) -> None:
+    from gpu_launch.cluster import submitting
+
+    bin_dir = tmp_path / "bin"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fake_tool(bin_dir, "scancel", "")
+    assert submitting.cancel("42", environ) is None
+    fake_tool(bin_dir, "scancel", "", "scancel: error: Kill job error on job id 42: Access/permission denied\n", 1)
+    assert submitting.cancel("42", environ) == "Kill job error on job id 42: Access/permission denied"
