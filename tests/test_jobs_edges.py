@@ -476,3 +476,17 @@ def test_a_lost_job_whose_pid_no_longer_exists_no_longer_runs_and_its_missing_lo
     assert jobs.log_stat("41") is None
     os.symlink("/etc/passwd", os.path.join(jobs.path, "42.log"))
     assert jobs.log_stat("42") is None  # a symlink is not the job's log
+
+
+def test_a_damaged_kept_outcome_is_not_believed_and_not_a_traceback(jobs: JobDir) -> None:
+    """`.ID.outcome` (a full disk's last word, read over a record that is not over) cut short or edited: the
+    record is shown as it is; a whole one is believed."""
+    jobs.write(job(id="1", state="running", pid=77))
+    outcome = Path(jobs.path) / ".1.outcome"
+    for damaged in ('{"state": "done", "exit', "[1, 2]", "\0" * 64):
+        outcome.write_text(damaged)
+        assert recordfile.load_outcome(jobs.fd, "1") is None
+        assert jobs.read("1").state == "running"
+    outcome.write_text('{"state": "done", "exit_code": 3, "ended": 1800000000.0}'.ljust(200))
+    assert recordfile.load_outcome(jobs.fd, "1") == {"state": "done", "exit_code": 3, "ended": 1.8e9}
+    assert (jobs.read("1").state, jobs.read("1").exit_code) == ("done", 3)
