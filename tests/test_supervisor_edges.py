@@ -202,3 +202,18 @@ def test_an_interrupted_supervisor_says_one_line_in_the_log_and_exits_130(tmp_pa
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL, close_fds=True)
     assert (done.returncode, done.stderr) == (130, "gpulaunch: interrupted\n")
+
+
+def test_a_status_line_that_arrives_in_pieces_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch's `E<gpus>` line may come in two reads of the pipe (`E2,` then `3`): the GPUs `jobs` shows
+    are the whole line's, and an `F` that follows in a later read still means the exec failed."""
+    def reads(*pieces: bytes) -> list[bytes]:
+        left = list(pieces)
+        monkeypatch.setattr(os, "read", lambda fd, n: left.pop(0) if left else b"")
+        return left
+
+    for pieces, want in (((b"E2,", b"3\n"), (True, ["2,3"])), ((b"E2,", b"3\n", b"F\n"), (False, ["2,3"])),
+                         ((b"E", b"\nF", b"\n"), (False, []))):  # the F came with the E: never shown running
+        reads(*pieces)
+        seen: list[str] = []
+        assert (supervisor.exec_outcome(99, seen.append), seen) == want, pieces
