@@ -24,7 +24,7 @@ _RUN = _tests("run_edges placeholders env_hygiene affinity frameworks each_shell
 _COMMANDS = _tests("commands_edges jobs_edges cli help jobs ls_layout config check env_cmd each")
 _VIEWS = _tests("views_edges ls_layout json queue_visible each_output plan_cli env_cmd machine_states")
 _IN_PROCESS = _tests("api_types api api_model notebook")
-_HARDWARE = _tests("views_edges options_edges snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
+_HARDWARE = _tests("hardware_edges views_edges options_edges snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
 _OPTIONS = _tests("options_edges help cli bad_input config manpage completions")
 _BASE = _tests("units records bounds cli")
 TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
@@ -89,7 +89,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "views/plan_view.py": _tests("plan_cli nodes_plan"),
     "views/watch.py": _tests("views_edges ls_layout"),
     "hardware/snapshot.py": _tests("options_edges snapshot machine_states mig nvml_backend"),
-    "hardware/model.py": _tests("views_edges snapshot machine_states"),
+    "hardware/model.py": _tests("hardware_edges views_edges snapshot machine_states"),
     "hardware/host.py": _tests("hardware_edges affinity nvml_backend cluster_edges nodes"),
     "options/config.py": _tests("options_edges config cli"),
     "options/args.py": _tests("options_edges help cli bad_input"),
@@ -100,9 +100,9 @@ MODULE_TESTS: dict[str, list[str]] = {
     "jobs/supervisor.py": _tests("supervisor_edges job_outcomes job_supervisor jobs jobs_edges"),
     "jobs/start.py": _tests("jobs_edges job_store_edges jobs job_outcomes"),
     "jobs/proof.py": _tests("commands_edges jobs_edges job_store_edges"),
-    **{f"hardware/{m}.py": _tests("nvml_backend nvml_faults nvml_reads mig snapshot")
+    **{f"hardware/{m}.py": _tests("hardware_edges nvml_backend nvml_faults nvml_reads mig snapshot")
        for m in ("nvml", "nvml_answers", "nvml_calls", "nvml_topology", "read")},
-    "hardware/files.py": _tests("options_edges snapshot config nvml_faults"),
+    "hardware/files.py": _tests("hardware_edges options_edges snapshot config nvml_faults"),
     "cluster/rundir.py": _tests("run_dirs cluster_edges nodes_submission nodes"),
     "base/text.py": _tests("bounds modelfile_limits units cli"),
     "base/streams.py": _tests("hostile each_output cli"),

@@ -57,3 +57,58 @@ def test_the_user_of_a_process_is_its_real_uid_from_proc(tmp_path: Path) -> None
 
     assert host.process_user(4242, str(proc)) == pwd.getpwuid(os.getuid()).pw_name
     assert host.process_user(4243, str(proc)) is None and host.process_user(4244, str(proc)) is None
+
+
+# --- small input files read whole or refused (hardware/files.py), the numbers NVML gives (model, nvml_answers) ---------
+
+def test_an_input_one_byte_over_its_limit_is_refused_never_cut_short(tmp_path: Path) -> None:
+    """A snapshot or config given on a pipe (`--snapshot <(...)`) of limit + 1 bytes is refused (its last
+    byte is never silently dropped); one of exactly the limit is read whole; the limit is said in KiB from
+    1024 bytes."""
+    from gpu_launch.errors import SnapshotError
+    from gpu_launch.hardware import files
+
+    def piped(size: int, limit: int) -> bytes:
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"x" * size)
+        os.close(write_end)
+        try:
+            return files.read_fd(read_end, "--snapshot /dev/fd/63", SnapshotError, limit)
+        finally:
+            os.close(read_end)
+
+    assert piped(1024, 1024) == b"x" * 1024 and piped(0, 1024) == b""
+    with pytest.raises(SnapshotError, match=r"^--snapshot /dev/fd/63: more than the limit of 1 KiB$"):
+        piped(1025, 1024)
+    with pytest.raises(SnapshotError, match=r"more than the limit of 1023 bytes$"):
+        piped(1024, 1023)
+    path = tmp_path / "snap.json"
+    path.write_bytes(b"x" * 1025)
+    with pytest.raises(SnapshotError, match=r"1 KiB is too large \(limit 1 KiB\)"):
+        files.read_bytes(str(path), "--snapshot snap.json", SnapshotError, 1024)
+
+
+def test_a_device_is_its_mig_instance_when_it_has_one_else_its_gpu() -> None:
+    from gpu_launch.hardware.model import Device, Gpu, MigDevice
+
+    gpu = Gpu(0, "GPU-aaaa", "NVIDIA A100", memory_total_mib=81920, memory_free_mib=80000)
+    mig = MigDevice("MIG-bbbb", "1g.10gb", memory_total_mib=9728, memory_free_mib=9000)
+    assert (Device(gpu).uuid, Device(gpu).memory_free_mib, Device(gpu).memory_total_mib) == ("GPU-aaaa", 80000, 81920)
+    assert (Device(gpu, mig).uuid, Device(gpu, mig).memory_free_mib) == ("MIG-bbbb", 9000)
+
+
+def test_used_memory_is_raised_to_what_free_memory_leaves_never_lowered() -> None:
+    """NVIDIA's mock NVML says used 0, free 0 of 40 GiB: the GPU is full, not idle."""
+    from gpu_launch.hardware.model import coherent_used
+
+    assert coherent_used(40960, 0, 0) == 40960
+    assert coherent_used(40960, None, 40000, 500) == 460  # no used figure: what the others leave
+    assert coherent_used(40960, 30000, 40000) == 30000  # more used than the rest: kept
+    assert coherent_used(None, 7, 0) == 7 and coherent_used(40960, 7, None) == 7
+
+
+def test_nvml_memory_figures_that_cannot_be_are_unknown() -> None:
+    from gpu_launch.hardware.nvml_answers import NOT_AVAILABLE, to_mib
+
+    assert to_mib(3 * 1024 * 1024) == 3 and to_mib(0) == 0
+    assert to_mib(-1) is None and to_mib(-(1 << 20)) is None and to_mib(NOT_AVAILABLE) is None and to_mib(True) is None
