@@ -27,7 +27,7 @@ _IN_PROCESS = _tests("api_types api api_model notebook")
 _HARDWARE = _tests("hardware_edges views_edges options_edges snapshot nvml_backend nvml_reads nvml_faults mig affinity machine_states")
 _OPTIONS = _tests("options_edges help cli bad_input config manpage completions")
 _BASE = _tests("units records bounds cli")
-TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("each_scheduling each"),
+TESTS = {"reservations": _RESERVATIONS, "placing": _RESERVATIONS, "sweeps": _tests("sweeps_edges each_scheduling each"),
          "choose": _CHOOSE, "fit": _FIT, "modelfile": _MODELFILE, "cluster": _CLUSTER, "jobs": _JOBS, "run": _RUN,
          "commands": _COMMANDS, "views": _VIEWS, "in_process": _IN_PROCESS, "hardware": _HARDWARE,
          "options": _OPTIONS, "base": _BASE}
@@ -46,7 +46,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "fit/model_plan.py": _tests("nodes_plan plan_cli"),
     "fit/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
-    "sweeps/jobfile.py": _tests("lock_edges bounds jobs each_output"),
+    "sweeps/jobfile.py": _tests("sweeps_edges lock_edges bounds jobs each_output"),
     "reservations/waitqueue.py": _tests("queue queue_visible wait"),
     "reservations/waiting.py": _tests("wait queue"),
     "fit/nodes.py": _tests("nodes_plan nodes"),
