@@ -51,6 +51,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "reservations/waiting.py": _tests("wait queue"),
     "fit/nodes.py": _tests("nodes_plan nodes"),
     "fit/stages.py": _tests("nodes_plan nodes"),
+    "sweeps/feed.py": _tests("sweeps_edges each_stream each"),
     "sweeps/sweep.py": _tests("each_scheduling each each_shell each_queue each_output each_shaping"),
     "choose/accounting.py": _tests("nvisel_options machine_states nvml_backend ls_layout ls_holders snapshot"),
     "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),

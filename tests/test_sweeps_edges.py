@@ -23,3 +23,33 @@ def test_a_shell_lines_program_is_checked_and_execd_when_it_is_the_whole_line(li
     job = parse_line(line, 1, 1, "jobs.txt", shell=True)
     assert job is not None and (job.program(), job.execs) == (program, execs)
     assert job.command(1)[2].startswith("exec ") == execs
+
+
+def test_a_streamed_line_too_long_is_one_failed_job_and_its_rest_is_no_job_of_its_own() -> None:
+    """`each -`: a line over 1 MiB is that job's failure, named by its line; what follows it on the same line
+    (still arriving when it was dropped) is dropped with it, never run as a command, and the next line is
+    the next job, with its own line number (found by the mutation run of seed 38: the rest ran as job 3)."""
+    import os
+    import threading
+
+    from gpu_launch.sweeps.feed import MAX_LINE, Feed
+
+    read_end, write_end = os.pipe()
+    data = b"echo one\n" + b"x" * (MAX_LINE + 200_000) + b"\n" + b"echo three\n"
+
+    def write() -> None:
+        for at in range(0, len(data), 65536):
+            os.write(write_end, data[at:at + 65536])
+        os.close(write_end)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    feed, taken = Feed(read_end, "-", True), []
+    try:
+        while feed.open:
+            taken += feed.take(lambda job: None, block=True)
+    finally:
+        writer.join()
+        os.close(read_end)
+    assert [(job.number, job.line, job.source, why) for job, why in taken] == [
+        (1, 1, "echo one", ""), (2, 2, "?", "-, line 2: longer than 1024 KiB"), (3, 3, "echo three", "")]
