@@ -43,7 +43,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "reservations/nesting.py": _tests("nesting_edges nesting locks_at_every_depth lock_edges reservation_pins "
                                       "lock_ownership bad_lock_files"),
     "reservations/reservations.py": _LOCKS + _tests("reservations nesting"),
-    "placing/pick.py": _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
+    "placing/pick.py": _tests("hardware_edges") + _LOCKS + _tests("mig cli api nvml_reads plan_cli choose_by_model reservations wait"),
     "fit/model_plan.py": _tests("nodes_plan plan_cli"),
     "fit/sizing.py": _tests("sizing_edges plan_cli choose_by_model"),
     "sweeps/jobfile.py": _tests("sweeps_edges lock_edges bounds jobs each_output"),

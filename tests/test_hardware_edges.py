@@ -112,3 +112,21 @@ def test_nvml_memory_figures_that_cannot_be_are_unknown() -> None:
 
     assert to_mib(3 * 1024 * 1024) == 3 and to_mib(0) == 0
     assert to_mib(-1) is None and to_mib(-(1 << 20)) is None and to_mib(NOT_AVAILABLE) is None and to_mib(True) is None
+
+
+def test_gpus_named_by_index_are_the_ones_whose_state_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--gpus 0-3,6` reads the state of GPUs 0, 1, 2, 3 and 6 only (the fast path); a UUID (prefix) or
+    a parent's CUDA_VISIBLE_DEVICES needs every GPU's (None)."""
+    from types import SimpleNamespace
+
+    from gpu_launch.choose import spec
+    from gpu_launch.placing.pick import named_indices
+
+    def asked(text: str) -> SimpleNamespace:
+        return SimpleNamespace(gpus=spec.parse(text))
+
+    assert named_indices(asked("0-3,6"), {}) == frozenset({0, 1, 2, 3, 6})
+    assert named_indices(asked("5"), {}) == frozenset({5})
+    assert named_indices(asked("GPU-4f2a"), {}) is None and named_indices(asked("0,GPU-4f2a"), {}) is None
+    assert named_indices(asked("0"), {"CUDA_VISIBLE_DEVICES": "1"}) is None
+    assert named_indices(SimpleNamespace(gpus=None), {}) is None
