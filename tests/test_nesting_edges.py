@@ -204,3 +204,18 @@ def test_a_lock_file_another_process_creates_at_the_same_moment_is_opened_not_an
     fd = lockdir.open_shared(path)
     assert fd is not None and len(calls) == 3
     os.close(fd)
+
+
+def test_a_planted_symlink_one_level_deeper_makes_that_gpu_unusable_not_an_error(tmp_path: Path) -> None:
+    """Inside a job holding A and B, a symlink planted at A's next depth (`GPU-aaaa.in1.lock`) is never
+    followed: A is unusable within the allotment (said so), B is still shared out."""
+    d = str(tmp_path)
+    fds = [hold(nested_path(d, A, 0)), hold(nested_path(d, B, 0))]
+    os.symlink(str(tmp_path / "elsewhere"), nested_path(d, A, 1))
+    try:
+        found = nesting.resolve(d, [A, B])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert found.allotted == {A, B} and found.depth == {B: 1} and set(found.unusable) == {A} and not found.taken
+    assert not (tmp_path / "elsewhere").exists()
