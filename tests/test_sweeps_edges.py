@@ -53,3 +53,20 @@ def test_a_streamed_line_too_long_is_one_failed_job_and_its_rest_is_no_job_of_it
         os.close(read_end)
     assert [(job.number, job.line, job.source, why) for job, why in taken] == [
         (1, 1, "echo one", ""), (2, 2, "?", "-, line 2: longer than 1024 KiB"), (3, 3, "echo three", "")]
+
+
+def test_a_streamed_line_that_is_not_utf8_is_named_by_its_byte_in_the_whole_input() -> None:
+    import os
+
+    from gpu_launch.sweeps.feed import Feed
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"echo one\n\xef\xbb\xbfecho \xff\n")
+    os.close(write_end)
+    feed, taken = Feed(read_end, "-", True), []
+    try:
+        while feed.open:
+            taken += feed.take(lambda job: None, block=True)
+    finally:
+        os.close(read_end)
+    assert [why for _, why in taken] == ["", "-: not UTF-8 text (byte 18 is 0xff)"]  # 9 + 1 + the mark's 3 + 5
