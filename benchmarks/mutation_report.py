@@ -28,14 +28,17 @@ def _cell(text: str) -> str:
 
 
 def load_equivalents() -> list[Equivalent]:
-    """The table rows of mutation_survivors.md: | module | `line` | `mutated line` | reason |."""
+    """The table rows of mutation_survivors.md: | module | `line` | `mutated line` | reason | (the first table,
+    and those under a later session's heading after "Not equivalent, and left alive")."""
     rows = []
     if not SURVIVORS_FILE.exists():
         return rows
+    alive = False
     for text in SURVIVORS_FILE.read_text().splitlines():
-        if text.startswith("## Not equivalent"):
-            break  # what follows is alive: counted as survivors
-        cells = re.split(r"(?<!\\)\|", text.strip())[1:-1] if text.startswith("|") else []
+        if text.startswith("## "):  # what follows "Not equivalent" is alive (counted as survivors), up to a
+            alive = text.startswith("## Not equivalent")  # later session's own table of equivalents
+            continue
+        cells = re.split(r"(?<!\\)\|", text.strip())[1:-1] if text.startswith("|") and not alive else []
         if len(cells) == 4 and cells[0].strip().endswith(".py") and cells[1].strip().startswith("`"):
             rows.append(Equivalent(cells[0].strip(), _cell(cells[1]), _cell(cells[2]), cells[3].strip()))
     return rows

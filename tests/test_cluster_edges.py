@@ -486,7 +486,8 @@ def test_a_slurm_time_limit_is_taken_up_to_a_year_in_each_of_slurms_forms() -> N
 
     top_h, top_m = divmod(MAX_MINUTES, 60)
     days, rest = divmod(MAX_MINUTES, 1440)
-    taken = [f"{top_h}:{top_m}:00", f"{MAX_MINUTES - 30}:59", f"{days}-{rest // 60}:{rest % 60}:00", "0:0:1"]
+    taken = [f"{top_h}:{top_m}:00", f"{MAX_MINUTES - 30}:59", f"{days}-{rest // 60}:{rest % 60}:00", "0:0:1",
+             f"{days}-{rest // 60}", f"{days}-{rest // 60}:{rest % 60}"]  # D-H, D-H:M: what is left out is 0
     over = [f"{top_h}:{top_m}:01", f"{MAX_MINUTES}:01", f"{MAX_MINUTES + 1}:00", f"{days}-{rest // 60}:{rest % 60}:01",
             f"{days + 1}-0"]
     for text in taken:
@@ -582,3 +583,426 @@ def test_a_node_task_refuses_a_slurm_step_of_another_shape(tmp_path: Path) -> No
         nodes._from_slurm(2, step, None, str(tmp_path))
     with pytest.raises(UsageError, match="runs 6 tasks on 3 nodes: --nodes needs one a node"):
         nodes._from_slurm(3, {**step, "SLURM_STEP_NUM_TASKS": "6"}, None, str(tmp_path))
+
+
+# --- following an array: a task cancelled once it ran, Ctrl-C and SIGTERM, the waits (on a fake clock) -----------------
+
+def test_a_task_cancelled_after_it_was_shown_running_failed_it_did_not_never_start(tmp_path: Path) -> None:
+    """Shown running (Slurm said RUNNING past the grace, its record not yet written), then scancelled: it ran."""
+    f = follower(tmp_path)
+    state = f.states[0]
+    f._update(state, TaskStatus(1, "RUNNING", start=time.time() - 60), {})
+    f._update(state, TaskStatus(1, "CANCELLED", exit_code=0, signal=15), {})
+    assert (state.status, state.returncode, state.note) == ("failed", None, "cancelled")
+    assert state.started is not None and f.view.events == [("started", 1), ("finished", 1)]
+
+
+class Clock:
+    """time.monotonic and time.sleep on a clock that moves only when slept on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        monkeypatch.setattr(following.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(following.time, "sleep", self.sleep)
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class AskingView(View):
+    def __init__(self, answer: bool) -> None:
+        super().__init__()
+        self.answer, self.asked, self.said = answer, [], []  # type: list[str]
+
+    def ask(self, question: str) -> bool:
+        self.asked.append(question)
+        return self.answer
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+
+
+def _signalled_follower(tmp_path: Path, sig: int | None, view: View) -> Follower:
+    """A follower of an array that never ends; its first poll gets ``sig`` (Ctrl-C, a kill)."""
+    f = follower(tmp_path)
+    f.view = view
+    polls: list[int] = []
+
+    def poll() -> None:
+        polls.append(1)
+        if sig is not None and len(polls) == 1:
+            os.kill(os.getpid(), sig)
+
+    f.poll = poll  # type: ignore[method-assign]
+    return f
+
+
+def test_ctrl_c_on_a_terminal_asks_whether_to_cancel_the_array_and_sigterm_detaches(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    Clock(monkeypatch)
+    monkeypatch.setattr(following, "cancel", lambda job_id, environ: pytest.fail("nothing may be cancelled"))
+    asked = AskingView(False)
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGINT, asked), None, False, True) == "detached"
+    assert asked.asked == ["cancel Slurm job array 42 (1 job not finished)? [y/N] "]
+    killed = AskingView(True)  # a kill (a shutdown, a batch system) is never a question, nor a cancel
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGTERM, killed), None, False, True) == "detached"
+    assert killed.asked == []
+
+
+def test_a_cancelled_array_is_waited_for_90_s_and_wait_timeout_is_its_seconds(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    clock = Clock(monkeypatch)
+    cancelled: list[str] = []
+    monkeypatch.setattr(following, "cancel", lambda job_id, environ: cancelled.append(job_id))
+    view = AskingView(True)
+    began = clock.now
+    assert following.follow(_signalled_follower(tmp_path, signal.SIGINT, view), None, True, True) == "cancelled"
+    assert cancelled == ["42"] and view.asked == []  # --cancel-on-interrupt: no question
+    assert 90 <= clock.now - began <= 92  # Slurm is given 90 s to end the tasks, then the follower stops
+    began = clock.now
+    assert following.follow(_signalled_follower(tmp_path, None, view), 30.0, False, True) == "timeout"
+    assert 30 <= clock.now - began <= 32  # --wait 30
+
+
+# --- a run's directories on a shared filesystem (cluster/rundir.py) ----------------------------------------------------
+
+def test_a_run_directory_its_group_can_write_is_refused_unless_a_team_asked_for_it(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    made = tmp_path / ".slurm"
+    made.mkdir()
+    made.chmod(0o770)
+    with pytest.raises(RendezvousFailed, match=r"others can write it \(mode 770\); set GPULAUNCH_TEAM_DIR=1"):
+        rundir.check_dir(str(made), is_team=False)
+    rundir.check_dir(str(made), is_team=True)  # the team's choice
+    made.chmod(0o707)
+    with pytest.raises(RendezvousFailed, match=r"others can write it \(mode 707\): another user"):
+        rundir.check_dir(str(made), is_team=True)  # every user: never
+    assert rundir.make_dirs(str(tmp_path / "logs"), (".nodes", "1.0"), {}) == str(tmp_path / "logs" / ".nodes" / "1.0")
+    assert stat_mode(tmp_path / "logs" / ".nodes") == stat_mode(tmp_path / "logs" / ".nodes" / "1.0") == 0o700
+
+
+def stat_mode(path: Path) -> int:
+    import stat
+
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_a_log_directory_of_another_user_is_refused_unless_it_is_the_teams(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    if os.getuid() != 0:
+        pytest.skip("a directory of another user's is made by root only")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 4321, 4321)
+    with pytest.raises(RendezvousFailed, match=r"belongs to (uid 4321|\w+): another user could forge"):
+        rundir.check_top(str(theirs), is_team=False)
+    rundir.check_top(str(theirs), is_team=True)
+    rundir.check_top("/", is_team=False)  # root's: as trusted as the system
+
+
+@pytest.mark.parametrize(("name", "members", "ok"), [("me", [], True), ("staff", [], False), ("me", ["bob"], False)])
+def test_a_group_writable_log_directory_is_yours_only_in_your_private_group(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                            members: list[str], ok: bool) -> None:
+    """Debian's umask 002 makes a directory 0775 for the user's private group (named as the user, nobody else
+    in it): that is the user's own; a group with another name or another member is other users."""
+    import grp
+    import pwd
+
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    logs.chmod(0o775)
+    try:
+        user = pwd.getpwuid(os.getuid())
+    except KeyError:
+        pytest.skip("this user has no passwd entry (a container's): no private group to name")
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: type(user)(("me", *user[1:])))
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: grp.struct_group((name, "x", gid, members)))
+    if ok:
+        rundir.check_top(str(logs), is_team=False)
+    else:
+        with pytest.raises(RendezvousFailed, match="its group can write it"):
+            rundir.check_top(str(logs), is_team=False)
+
+
+def test_a_rendezvous_file_one_byte_over_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    from gpu_launch.cluster import rundir
+    from gpu_launch.errors import RendezvousFailed
+
+    at = tmp_path / "head.json"
+    at.write_text('{"port": 1}'.ljust(rundir.MAX_FILE))
+    assert rundir.read_own(str(at)) == {"port": 1}
+    at.write_text('{"port": 1}'.ljust(rundir.MAX_FILE + 1))
+    with pytest.raises(RendezvousFailed, match=rf"is {rundir.MAX_FILE + 1} bytes, more than a rendezvous file's"):
+        rundir.read_own(str(at))
+
+
+# --- following a several-node job (--nodes N --slurm): Slurm's silences, Ctrl-C, --wait (on a fake clock) ---------------
+
+def _follow_node_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Any], limit: float | None = None,
+                     cancel_on_interrupt: bool = False) -> tuple[Any, Clock, list[str]]:
+    """nodejob._follow over scontrol's ``answers`` in turn (a dict, {} for "not known", None for no answer,
+    or a signal to receive first, then RUNNING); (its status or the error raised, the clock, the cancels)."""
+    import signal
+
+    from gpu_launch.cluster import nodejob, submitting
+    from gpu_launch.errors import GpuLaunchError
+
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(nodejob.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(nodejob.time, "sleep", clock.sleep)
+    cancels: list[str] = []
+    monkeypatch.setattr(submitting, "cancel", lambda job_id, environ: cancels.append(job_id))
+
+    def state_of(job_id: str, environ: Any) -> dict[str, str] | None:
+        answer = answers.pop(0) if answers else {"JobState": "RUNNING", "NodeList": "n[1-2]"}
+        if isinstance(answer, signal.Signals):
+            os.kill(os.getpid(), answer)
+            return {"JobState": "RUNNING", "NodeList": "n[1-2]"}
+        return answer
+
+    monkeypatch.setattr(nodejob, "state_of", state_of)
+    try:
+        return nodejob._follow(node_job(tmp_path), "7", {}, 1.0, limit, cancel_on_interrupt, False, True), clock, cancels
+    except GpuLaunchError as exc:
+        return exc, clock, cancels
+
+
+def test_a_node_job_slurm_forgets_fails_after_three_silences_in_a_row_not_one(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.errors import JobsFailed
+
+    running, done = {"JobState": "RUNNING", "NodeList": "n1"}, {"JobState": "COMPLETED", "ExitCode": "0:0"}
+    status, _, _ = _follow_node_job(tmp_path, monkeypatch, [{}, {}, running, None, {}, {}, done])
+    assert status == 0  # two silences, then it was known again: the count starts again
+    failed, _, _ = _follow_node_job(tmp_path, monkeypatch, [running, {}, {}, {}])
+    assert isinstance(failed, JobsFailed) and "Slurm job 7: Slurm no longer knows it" in failed.message
+
+
+def test_a_cancelled_node_job_is_waited_for_90_s_and_wait_says_pending_or_running(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from gpu_launch.errors import Interrupted, WaitTimeout
+
+    stopped, clock, cancels = _follow_node_job(tmp_path, monkeypatch, [signal.SIGINT], cancel_on_interrupt=True)
+    assert isinstance(stopped, Interrupted) and stopped.message == "interrupted: cancelled Slurm job 7"
+    assert cancels == ["7"] and 90 <= clock.now - 1000.0 <= 92  # Slurm is given 90 s to end it
+    pending = {"JobState": "PENDING", "Reason": "Resources"}
+    waited, clock, _ = _follow_node_job(tmp_path, monkeypatch, [pending] * 100, limit=30.0)
+    assert isinstance(waited, WaitTimeout) and "Slurm job 7 is still pending after 30s (it goes on" in waited.message
+    assert 30 <= clock.now - 1000.0 <= 32
+    waited, _, _ = _follow_node_job(tmp_path, monkeypatch, [], limit=30.0)
+    assert isinstance(waited, WaitTimeout) and "is still running after 30s" in waited.message
+
+
+def test_a_node_job_that_completed_says_no_nodes_error_and_one_that_failed_says_the_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_launch.cluster import nodejob
+
+    (tmp_path / "job-7.node-1.log").write_text("gpulaunch: error: NVML unavailable (hint: check the driver)\n")
+    (tmp_path / "job-7.node-0.log").write_text("gpulaunch: error: an error it got over (retried)\n")
+    assert nodejob._ended(node_job(tmp_path), "7", {"JobState": "COMPLETED", "ExitCode": "0:0"}, False, False) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"gpulaunch: job 7 completed: exit 0; logs in {tmp_path} (job-7.node-*.log, slurm-7.out)"]
+    assert nodejob._ended(node_job(tmp_path), "7", {"JobState": "FAILED", "ExitCode": "1:0"}, False, False) == 1
+    assert capsys.readouterr().err.splitlines()[1] == "gpulaunch: job 7 node 0: an error it got over (retried)"
+
+
+# --- reaching the head (cluster/rendezvous.py): IPv4 first, a silent host retried to the deadline ---------------------
+
+def test_the_heads_name_resolves_to_its_ipv4_address_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from gpu_launch.cluster import rendezvous
+
+    answers = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("fd00::5", 0, 0, 0)),
+               (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 0))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: list(answers))
+    assert rendezvous.resolve("head") == "10.0.0.5"
+
+
+class FakeSocket:
+    """socket.socket for rendezvous.probe: each connect raises the next of ``errors`` (None: connected)."""
+
+    errors: list[BaseException | None] = []
+    timeouts: list[float] = []
+
+    def __init__(self, *_args: object) -> None:
+        pass
+
+    def __enter__(self) -> FakeSocket:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        pass
+
+    def settimeout(self, seconds: float) -> None:
+        FakeSocket.timeouts.append(seconds)
+
+    def connect(self, _where: object) -> None:
+        error = FakeSocket.errors.pop(0) if FakeSocket.errors else OSError(113, "No route to host")
+        if error is not None:
+            raise error
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, errors: list[BaseException | None], wait: float) -> tuple[object, int]:
+    """rendezvous.probe of a head ``wait`` s before the deadline on a fake clock: (what it raised or None, tries)."""
+    import socket
+
+    from gpu_launch.cluster import rendezvous
+    from gpu_launch.errors import RendezvousFailed
+
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(rendezvous.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(socket, "socket", FakeSocket)
+    FakeSocket.errors, FakeSocket.timeouts = list(errors), []
+    try:
+        rendezvous.probe("10.0.0.5", 29500, clock.now + wait)
+    except RendezvousFailed as exc:
+        return exc, len(FakeSocket.timeouts)
+    return None, len(FakeSocket.timeouts)
+
+
+def test_a_head_that_does_not_answer_yet_is_tried_again_until_the_deadline_each_try_at_most_5_s(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import socket
+
+    raised, tries = _probe(monkeypatch, [OSError(errno.EHOSTUNREACH, "No route to host"), socket.timeout(), None], 60)
+    assert raised is None and tries == 3 and FakeSocket.timeouts[0] == 5.0  # it came up: the run goes on
+    raised, tries = _probe(monkeypatch, [], 2.0)  # never reached: tried every 0.2 s for the 2 s left, then one line
+    assert tries >= 5 and FakeSocket.timeouts[0] == 2.0 and min(FakeSocket.timeouts) >= 0.2
+    assert "the head 10.0.0.5:29500 cannot be reached from" in str(raised) and "No route to host" in str(raised)
+    raised, tries = _probe(monkeypatch, [PermissionError(errno.EPERM, "Operation not permitted")], 60)
+    assert tries == 1 and "Operation not permitted" in str(raised)  # not a silence: said at once
+
+
+# --- a node task's place in a Slurm step, a head's record, a node job's scontrol answer ----------------------------------
+
+def test_only_rank_0_of_a_slurm_step_is_the_head_and_knows_its_address(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.cluster import nodes, rendezvous
+
+    monkeypatch.setattr(rendezvous, "hostnames", lambda nodelist, environ: ("n1", "n2"))
+    monkeypatch.setattr(rendezvous, "node_addresses", lambda nodelist, environ: {"n1": "10.0.0.1", "n2": "10.0.0.2"})
+    monkeypatch.setattr(rendezvous, "head_address", lambda names, addresses: addresses[names[0]])
+    step = {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_NODELIST": "n[1-2]"}
+    head = nodes._from_slurm(2, {**step, "SLURM_NODEID": "0"}, None, str(tmp_path))
+    other = nodes._from_slurm(2, {**step, "SLURM_NODEID": "1"}, None, str(tmp_path))
+    assert (head.rank, head.head_addr, head.job) == (0, "10.0.0.1", "42.0")
+    assert (other.rank, other.head_addr) == (1, None)  # it reads the head's record from the run's directory
+    assert head.run_dir == other.run_dir == os.path.join(str(tmp_path), ".nodes", "42.0")
+
+
+def test_a_heads_record_whose_address_is_not_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    from gpu_launch.cluster import nodes
+    from gpu_launch.errors import RendezvousFailed
+
+    here = nodes.Place(2, 1, ("n1", "n2"), "42.0", str(tmp_path))
+    good = {"addr": "10.0.0.1", "port": 29500, "node": "n1", "job": "42.0", "host": "n1"}
+    assert nodes.head_record(good, "head.json", here) == ("10.0.0.1", 29500, "n1")
+    assert nodes.head_record({**good, "addr": "fd00::1"}, "head.json", here)[0] == "fd00::1"
+    for addr in ("10.0.0.1\0", "n1", "10.0.0.256", 7):
+        with pytest.raises(RendezvousFailed, match="is not an IP address"):
+            nodes.head_record({**good, "addr": addr}, "head.json", here)
+
+
+def test_a_node_jobs_state_is_unknown_to_slurm_only_when_scontrol_says_so(tmp_path: Path) -> None:
+    """`scontrol show job` failing: "Invalid job id" is Slurm forgetting the job ({}: three in a row fail
+    it); any other failure (slurmctld restarting) is no answer (None: ask again), never the job's end."""
+    from gpu_launch.cluster import nodejob
+
+    bin_dir = tmp_path / "bin"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fake_tool(bin_dir, "scontrol", "JobId=7 JobState=RUNNING NodeList=n[1-2]\n")
+    assert nodejob.state_of("7", environ) == {"JobId": "7", "JobState": "RUNNING", "NodeList": "n[1-2]"}
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Invalid job id specified\n", 1)
+    assert nodejob.state_of("7", environ) == {}
+    fake_tool(bin_dir, "scontrol", "", "slurm_load_jobs error: Unable to contact slurm controller\n", 1)
+    assert nodejob.state_of("7", environ) is None
+    fake_tool(bin_dir, "scontrol", "", "scontrol: error: something else\n", 2)
+    assert nodejob.state_of("7", environ) is None
+
+
+def test_a_dry_run_shows_the_first_nodes_commands_and_the_last(tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodejob import NodeJob
+    from gpu_launch.cluster.nodeview import node_commands
+
+    lines = node_commands(NodeJob(6, 4, ("torchrun", "--nproc-per-node", "{n}", "train.py"), str(tmp_path)))
+    assert [line.split(":")[0] for line in lines[:-1]] == ["node 0 (head)", "node 1 (worker)", "node 2 (worker)",
+                                                           "node 3 (worker)", "node 5 (worker)"]
+    assert "--nnodes 6 " in lines[0] and "--rdzv-endpoint HEAD:PORT" in lines[0] and "--local-addr NODE5" in lines[4]
+    assert lines[-1] == "HEAD: the first node's address; PORT: a free port the head picks when the job starts"
+    assert node_commands(NodeJob(2, 4, ("python", "t.py", "--rank", "{node_rank}"), str(tmp_path)))[:2] == [
+        "node 0: python t.py --rank 0", "node 1: python t.py --rank 1"]
+
+
+def test_the_reason_a_node_failed_is_its_logs_last_error_line_the_lowest_node_first(tmp_path: Path) -> None:
+    from gpu_launch.cluster.nodeview import last_error
+
+    (tmp_path / "job-7.node-10.log").write_text("gpulaunch: error: the tenth\n")
+    (tmp_path / "job-7.node-2.log").write_text("gpulaunch: error: first said\nout\ngpulaunch: error: last said\n")
+    (tmp_path / "job-7.node-1.log").write_text("no error here\n")
+    assert last_error(str(tmp_path), "7") == ("2", "last said")
+    (tmp_path / "job-7.node-2.log").unlink()
+    assert last_error(str(tmp_path), "7") == ("10", "the tenth")  # one error line: it (10 > 2 as numbers, not text)
+    assert last_error(str(tmp_path), "8") is None
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2"])
+def test_the_array_task_passes_sbatch_signal_usr1_on_to_its_command(tmp_path: Path, name: str) -> None:
+    """`sbatch --signal=B:USR1@60` (or `scancel --batch --signal=USR1`) reaches only the batch step's process,
+    the task: it passes the signal on, so that a training script that checkpoints on SIGUSR1 gets it."""
+    import signal
+    import subprocess
+    import sys
+
+    from sharing_helpers import env, example, first_gpus, write_snapshot
+
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    sig = name.removeprefix("SIG")
+    (tmp_path / "jobs.txt").write_text(f"trap 'echo {sig} > {got}; exit 0' {sig}; touch {ready}; "
+                                       "while :; do sleep 0.05; done\n")
+    snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
+    (tmp_path / "logs").mkdir()
+    box = env(tmp_path / "locks", GPULAUNCH_SNAPSHOT=str(snap), SLURM_ARRAY_TASK_ID="1", SLURM_ARRAY_JOB_ID="42",
+              SLURMD_NODENAME="node7", SLURM_JOB_GPUS="0,1")
+    proc = subprocess.Popen([sys.executable, "-m", "gpu_launch", "__slurm-task", str(tmp_path / "jobs.txt"),
+                             str(tmp_path / "logs"), "1"], env=box, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, name))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert got.read_text() == f"{sig}\n"
+    assert task.read_record(str(tmp_path / "logs"), "42", 1)["returncode"] == 0
+
+
+def test_scancel_that_worked_says_nothing_and_one_that_failed_says_why_in_one_line(tmp_path: Path) -> None:
+    from gpu_launch.cluster import submitting
+
+    bin_dir = tmp_path / "bin"
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fake_tool(bin_dir, "scancel", "")
+    assert submitting.cancel("42", environ) is None
+    fake_tool(bin_dir, "scancel", "", "scancel: error: Kill job error on job id 42: Access/permission denied\n", 1)
+    assert submitting.cancel("42", environ) == "Kill job error on job id 42: Access/permission denied"

@@ -369,3 +369,124 @@ def test_a_record_up_to_one_mib_is_read_and_a_larger_one_refused(jobs: JobDir) -
                 jobs.read(job_id)
             with pytest.raises(ValueError):
                 recordfile.load(jobs.fd, job_id)
+
+
+def test_submit_from_a_directory_that_was_removed_is_one_line_and_records_nothing(tmp_path: Path) -> None:
+    """The job runs in the submitter's directory: one that no longer exists cannot be it (no traceback)."""
+    from gpu_launch.jobs import start
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    here = os.getcwd()
+    environ = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    try:
+        os.chdir(gone)
+        os.rmdir(gone)
+        with pytest.raises(JobError, match=r"^the current directory cannot be used for a job \(No such file"):
+            start.submit(["--gpus", "0"], ["true"], str(tmp_path / "locks"), environ)
+    finally:
+        os.chdir(here)
+    assert not (tmp_path / "state").exists()
+
+
+# --- which process cancel may signal (jobs/proof.py) ----------------------------------------------------------------------
+
+def test_a_lost_jobs_command_is_known_by_its_session_its_job_id_and_its_log(tmp_path: Path) -> None:
+    """`cancel` of a lost job ends its command only on the kernel's word: a process of its own session with
+    GPULAUNCH_JOB_ID set to the job's id and the job's log as its stdout or stderr (the supervisor started
+    it so); one whose stdout is closed is still known by its stderr (and no traceback)."""
+    from gpu_launch.jobs import proof
+
+    log = tmp_path / "7.log"
+    log.touch()
+    other = tmp_path / "8.log"
+    other.touch()
+    started = []
+
+    def command(script: str, job_id: str = "7", session: bool = True) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                 start_new_session=session, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                                                 "GPULAUNCH_JOB_ID": job_id})
+        started.append(p)
+        return p
+
+    try:
+        mine, closed = command("exec sleep 60"), command("exec 1>&-; exec sleep 60")
+        wrong_id, no_session = command("exec sleep 60", job_id="77"), command("exec sleep 60", session=False)
+        for p in started:  # each has exec'd its sleep (its environment and descriptors are the sleep's)
+            deadline = time.monotonic() + 30
+            while Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert proof.runs_job(mine.pid, "7", log.stat()) and proof.runs_job(closed.pid, "7", log.stat())
+        assert not proof.runs_job(mine.pid, "7", other.stat())  # another job's log
+        assert not proof.runs_job(wrong_id.pid, "7", log.stat()) and not proof.runs_job(mine.pid, "8", log.stat())
+        assert not proof.runs_job(no_session.pid, "7", log.stat())  # not the session the supervisor made
+        assert not proof.runs_job(0, "7", log.stat()) and not proof.runs_job(-mine.pid, "7", log.stat())
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+
+
+def test_jobs_shows_a_waiting_jobs_place_read_from_its_own_lock_dirs_queue(jobs: JobDir,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jobs`: "waiting #2" for a job whose launch is second in the queue of its lock dir (read once per
+    lock dir of a waiting job; the lock dirs of ended jobs are not read)."""
+    from types import SimpleNamespace
+
+    from gpu_launch.reservations import waitqueue
+
+    read: list[str] = []
+
+    def waiters(lock_dir: str) -> list[SimpleNamespace]:
+        read.append(lock_dir)
+        return [SimpleNamespace(pid=78, position=1), SimpleNamespace(pid=77, position=2)] if lock_dir == "/q" else []
+
+    monkeypatch.setattr(waitqueue, "waiters", waiters)
+    waiting = job(id="1", state="waiting", pid=77, lock_dir="/q", host=status.host(), boot_id=status.boot_id())
+    ended = job(id="2", state="done", exit_code=0, lock_dir="/ended")
+    jobs.write(waiting)
+    jobs.write(ended)
+    fd = hold_log(jobs, "1")
+    try:
+        shown = status.statuses(jobs, [waiting, ended])
+    finally:
+        os.close(fd)
+    assert [s.label for s in shown] == ["waiting #2", "done"] and read == ["/q"]
+
+
+def test_a_jobs_exit_status_is_128_plus_its_signal() -> None:
+    """`wait ID` / `log ID -f` end as a shell would: SIGTERM 143, SIGKILL 137 (a cancelled one too)."""
+    ended = [(status.Status(job(state="done", exit_code=None, signal="SIGTERM"), "done"), 143),
+             (status.Status(job(state="done", exit_code=None, signal="SIGKILL"), "done"), 137),
+             (status.Status(job(state="cancelled", exit_code=None, signal="SIGKILL"), "cancelled"), 137),
+             (status.Status(job(state="done", exit_code=None, signal="SIGNOTONE"), "done"), status.LOST_CODE)]
+    assert [status.exit_status(s) for s, _ in ended] == [code for _, code in ended]
+
+
+def test_a_lost_job_whose_pid_no_longer_exists_no_longer_runs_and_its_missing_log_is_none(jobs: JobDir) -> None:
+    """`jobs --clear` and `cancel` of a lost job whose command ended and was reaped (no /proc/PID), or whose
+    log was removed: nothing runs, nothing to prove (no traceback)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert not Path(f"/proc/{gone.pid}").exists()
+    assert not status.may_still_run(status.Status(job(pid=gone.pid, submitted=time.time() - 60), "lost"))
+    assert jobs.log_stat("41") is None
+    os.symlink("/etc/passwd", os.path.join(jobs.path, "42.log"))
+    assert jobs.log_stat("42") is None  # a symlink is not the job's log
+
+
+def test_a_damaged_kept_outcome_is_not_believed_and_not_a_traceback(jobs: JobDir) -> None:
+    """`.ID.outcome` (a full disk's last word, read over a record that is not over) cut short or edited: the
+    record is shown as it is; a whole one is believed."""
+    jobs.write(job(id="1", state="running", pid=77))
+    outcome = Path(jobs.path) / ".1.outcome"
+    for damaged in ('{"state": "done", "exit', "[1, 2]", "\0" * 64):
+        outcome.write_text(damaged)
+        assert recordfile.load_outcome(jobs.fd, "1") is None
+        assert jobs.read("1").state == "running"
+    outcome.write_text('{"state": "done", "exit_code": 3, "ended": 1800000000.0}'.ljust(200))
+    assert recordfile.load_outcome(jobs.fd, "1") == {"state": "done", "exit_code": 3, "ended": 1.8e9}
+    assert (jobs.read("1").state, jobs.read("1").exit_code) == ("done", 3)

@@ -204,3 +204,36 @@ def test_a_lock_file_another_process_creates_at_the_same_moment_is_opened_not_an
     fd = lockdir.open_shared(path)
     assert fd is not None and len(calls) == 3
     os.close(fd)
+
+
+def test_a_planted_symlink_one_level_deeper_makes_that_gpu_unusable_not_an_error(tmp_path: Path) -> None:
+    """Inside a job holding A and B, a symlink planted at A's next depth (`GPU-aaaa.in1.lock`) is never
+    followed: A is unusable within the allotment (said so), B is still shared out."""
+    d = str(tmp_path)
+    fds = [hold(nested_path(d, A, 0)), hold(nested_path(d, B, 0))]
+    os.symlink(str(tmp_path / "elsewhere"), nested_path(d, A, 1))
+    try:
+        found = nesting.resolve(d, [A, B])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert found.allotted == {A, B} and found.depth == {B: 1} and set(found.unusable) == {A} and not found.taken
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_another_users_lock_dir_is_used_when_sticky_and_world_writable_and_refused_otherwise(tmp_path: Path) -> None:
+    """A lock dir colleagues share (another user's, mode 1777 like /tmp) is used; one of theirs that only they
+    can write (or that is world-writable without the sticky bit) is refused with the way out."""
+    from gpu_launch.errors import LockDirError
+
+    if os.getuid() != 0:
+        pytest.skip("a directory of another user's is made by root only")
+    shared = tmp_path / "locks"
+    shared.mkdir()
+    os.chown(shared, 4321, 4321)
+    shared.chmod(0o1777)
+    assert lockdir.prepare_dir(str(shared), create=False) is True
+    for mode in (0o755, 0o777, 0o1755):
+        shared.chmod(mode)
+        with pytest.raises(LockDirError, match=rf"is not sticky and world-writable \(mode {mode:04o}\)"):
+            lockdir.prepare_dir(str(shared), create=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_launch.errors import UsageError
-from gpu_launch.base.units import Size, fmt_mib, parse_duration, parse_size
+from gpu_launch.base.units import Size, fmt_duration, fmt_mib, parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text, mib", [
@@ -20,6 +20,7 @@ def test_sizes(text, mib):
 def test_percent_is_a_share_of_each_gpu():
     size = parse_size("80%")
     assert size == Size(percent=80.0) and size.of(1000) == 800 and size.of(None) is None
+    assert parse_size("12.5%").of(81559) == 10194.875  # --min-free 12.5% of an H100: not rounded down to whole MiB
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -46,3 +47,11 @@ def test_bad_durations(text):
 
 def test_fmt_mib():
     assert fmt_mib(None) == "–" and fmt_mib(512) == "512 MiB" and fmt_mib(81559) == "79.6 GiB"
+
+
+@pytest.mark.parametrize("seconds, shown", [(0, "0s"), (59.4, "59s"), (59.6, "1m00s"), (61, "1m01s"),
+                                            (3599, "59m59s"), (3600, "1h00m"), (3661, "1h01m"), (90061, "25h01m")])
+def test_durations_are_shown_in_seconds_minutes_or_hours(seconds, shown):
+    """How long a job waited or ran, a wait that timed out (`still pending after 30s`): seconds under a
+    minute, minutes and seconds under an hour, then hours and minutes."""
+    assert fmt_duration(seconds) == shown

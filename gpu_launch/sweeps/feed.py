@@ -44,6 +44,7 @@ class Feed:
         self._number = 0
         self._read = 0  # bytes read in all
         self._first = True  # (a UTF-8 byte order mark starts only the first line)
+        self._skipping = False  # the rest of a line too long to take is still arriving: dropped up to its newline
         self._consumed = 0  # bytes of the lines taken so far, newlines included
         self._starts: dict[int, int] = {}  # line number -> where it starts in the input (for "byte N", as a file's)
         self.check: Callable[[Job], None] | None = None  # how each later line is checked (each.check_job)
@@ -87,19 +88,29 @@ class Feed:
             if strict and self._read > MAX_JOB_BYTES:
                 raise UsageError(f"{self.source}: more than the limit of {MAX_JOB_BYTES // 1024 // 1024} MiB",
                                  hint="is this the right input? it should be a small text file")
+            if self._skipping:
+                self._skip_rest()
             for lineno, raw in self._lines(final=not self.open):
                 job, why = self._job(lineno, raw, check, strict)
                 if job is not None:
                     jobs.append((job, why))
             if len(self._buffer) > MAX_LINE:
                 self._lineno += 1
-                self._buffer = b""
+                self._consumed += len(self._buffer)
+                self._buffer, self._skipping = b"", True  # its rest is no line of its own
                 why = f"{self.source}, line {self._lineno}: longer than {MAX_LINE // 1024} KiB"
                 if strict:
                     raise UsageError(why, hint="one command a line")
                 self._number += 1
                 jobs.append((Job(self._number, self._lineno, ("?",), "?"), why))
         return jobs
+
+    def _skip_rest(self) -> None:
+        """Drop what is left of the line too long to take, up to and with its newline (or all that came)."""
+        end = self._buffer.find(b"\n")
+        dropped = len(self._buffer) if end < 0 else end + 1
+        self._consumed += dropped
+        self._buffer, self._skipping = self._buffer[dropped:], end < 0
 
     def _job(self, lineno: int, raw: bytes, check: Callable[[Job], None], strict: bool) -> tuple[Job | None, str]:
         start = self._starts.pop(lineno, 0)
