@@ -28,13 +28,17 @@ def _cell(text: str) -> str:
 
 
 def load_equivalents() -> list[Equivalent]:
-    """The table rows of mutation_survivors.md: | module | `line` | `mutated line` | reason |."""
+    """The table rows of mutation_survivors.md: | module | `line` | `mutated line` | reason | (but those of its
+    "Not equivalent, and left alive" section; a later session's section after it counts again)."""
     rows = []
     if not SURVIVORS_FILE.exists():
         return rows
+    alive = False
     for text in SURVIVORS_FILE.read_text().splitlines():
-        if text.startswith("## Not equivalent"):
-            break  # what follows is alive: counted as survivors
+        if text.startswith("## "):  # "Not equivalent, and left alive" up to the next heading: counted as survivors
+            alive = text.startswith("## Not equivalent")
+        if alive:
+            continue
         cells = re.split(r"(?<!\\)\|", text.strip())[1:-1] if text.startswith("|") else []
         if len(cells) == 4 and cells[0].strip().endswith(".py") and cells[1].strip().startswith("`"):
             rows.append(Equivalent(cells[0].strip(), _cell(cells[1]), _cell(cells[2]), cells[3].strip()))

@@ -185,3 +185,54 @@ def test_cancel_of_an_ended_job_does_nothing_and_of_another_hosts_is_refused(job
     with pytest.raises(UsageError, match="job 2 runs on other-node") as err:
         gl(cancel_cmd, "cancel", "2")
     assert err.value.hint == "cancel it there" and not Path(jobs.path, ".2.cancel").exists()
+
+
+def test_cancel_of_a_lost_job_whose_command_is_gone_has_nothing_to_cancel(jobs: JobDir,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    record(jobs, "1", "running", pid=gone.pid)  # its supervisor was killed, and so was its command
+    assert gl(cancel_cmd, "cancel", "1") == 0
+    assert capsys.readouterr().err == "gpulaunch: job 1 is not waiting or running (lost): nothing to cancel\n"
+    assert jobs.read("1").state == "running"  # the record is left as it was: `jobs --clear` removes it
+
+
+class _Clock:
+    """cancel's clock: each sleep is a hundredth of a second of real time and one second of the clock's."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(0.01)
+        self.now += 1.0
+
+    def time(self) -> float:
+        return time.time()
+
+
+def test_cancel_of_a_lost_job_returns_once_its_command_ends_not_after_the_grace(jobs: JobDir, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The command of a lost job is proved the job's (its own session, the job's log as its output, its
+    GPULAUNCH_JOB_ID), ended by SIGTERM, and cancel says so as soon as it has ended: `--grace 1000` is the
+    most it waits, not how long."""
+    record(jobs, "1", "running", pid=None)
+    with open(os.path.join(jobs.path, "1.log"), "ab") as log:
+        command = subprocess.Popen(["sleep", "600"], stdout=log, stderr=log, start_new_session=True,
+                                   env={**os.environ, "GPULAUNCH_JOB_ID": "1"})
+    try:
+        record(jobs, "1", "running", pid=command.pid)
+        clock = _Clock()
+        monkeypatch.setattr(cancel_cmd, "time", clock)
+        assert gl(cancel_cmd, "cancel", "--grace", "1000", "1") == 0
+        assert clock.now < 1000  # it did not wait out the grace once the command had ended
+        assert command.wait(timeout=60) == -15  # SIGTERM ended it, no SIGKILL was needed
+    finally:
+        command.kill()
+        command.wait()
+    assert capsys.readouterr().err == f"gpulaunch: job 1: cancelled (it was lost; its command, pid {command.pid}, was ended)\n"
+    assert jobs.read("1").state == "cancelled"
