@@ -84,7 +84,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "commands/plan.py": _tests("plan_cli"),
     # the modules of commands/, views/, in_process/ never sampled before (seed 38): their own tests first, so that
     # --quick runs what exercises them, not the package's first two files
-    "commands/wait.py": _tests("commands_edges wait jobs"),
+    "commands/wait.py": _tests("commands_edges job_outcomes jobs"),
     "commands/env.py": _tests("env_cmd commands_edges"),
     "commands/check.py": _tests("check commands_edges"),
     "commands/config.py": _tests("config options_edges"),

@@ -18,6 +18,7 @@ import pytest
 from gpu_launch.commands import cancel as cancel_cmd
 from gpu_launch.commands import jobs as jobs_cmd
 from gpu_launch.commands import log as log_cmd
+from gpu_launch.commands import wait as wait_cmd
 from gpu_launch.errors import UsageError
 from gpu_launch.jobs import recordfile, status
 from gpu_launch.jobs.store import Job, JobDir
@@ -236,3 +237,62 @@ def test_cancel_of_a_lost_job_returns_once_its_command_ends_not_after_the_grace(
         command.wait()
     assert capsys.readouterr().err == f"gpulaunch: job 1: cancelled (it was lost; its command, pid {command.pid}, was ended)\n"
     assert jobs.read("1").state == "cancelled"
+
+
+def test_wait_exits_with_the_first_failing_jobs_code_in_the_order_named_and_says_each_end(
+        jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "1", "done", exit_code=0)
+    record(jobs, "2", "done", exit_code=3)
+    record(jobs, "3", "done", exit_code=None, signal="SIGTERM")
+    record(jobs, "4", "failed", exit_code=5, note="no GPU freed up within --wait 10s")
+    record(jobs, "5", "running", pid=None)  # its supervisor was killed: lost, no one knows how it ended
+    assert gl(wait_cmd, "wait", "1", "3", "2") == 143  # SIGTERM ended 3: 128 + 15, before 2's exit 3
+    assert gl(wait_cmd, "wait", "1", "2", "3") == 3
+    assert gl(wait_cmd, "wait", "1", "1") == 0
+    assert gl(wait_cmd, "wait", "4", "5") == 5
+    assert gl(wait_cmd, "wait", "5") == status.LOST_CODE
+    assert capsys.readouterr().err.splitlines() == [
+        "gpulaunch: job 1: done", "gpulaunch: job 3: killed (SIGTERM)", "gpulaunch: job 2: failed (exit 3)",
+        "gpulaunch: job 1: done", "gpulaunch: job 2: failed (exit 3)", "gpulaunch: job 3: killed (SIGTERM)",
+        "gpulaunch: job 1: done",
+        "gpulaunch: job 4: failed to start (no GPU freed up within --wait 10s)",
+        "gpulaunch: job 5: lost (its supervisor ended while the job was running, without recording how it ended)",
+        "gpulaunch: job 5: lost (its supervisor ended while the job was running, without recording how it ended)"]
+    assert gl(wait_cmd, "wait", "-q", "2") == 3 and capsys.readouterr().err == ""
+    if status.boot_id():  # the kernel says which boot this is: a record of an earlier one is lost at reboot
+        record(jobs, "6", "running", boot_id="an-earlier-boot")
+        assert gl(wait_cmd, "wait", "6") == status.LOST_CODE
+        assert capsys.readouterr().err == "gpulaunch: job 6: lost at reboot (the machine restarted while it was running)\n"
+
+
+def test_wait_returns_when_a_running_job_ends_with_its_code(jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "1", "done", exit_code=0)
+    record(jobs, "2", "running")
+    fd = supervise(jobs, "2")
+
+    def the_end() -> None:
+        time.sleep(0.3)
+        j = jobs.read("2")
+        jobs.write(Job(**{**{k: getattr(j, k) for k in j.__dataclass_fields__}, "state": "done", "exit_code": 7}))
+        os.close(fd)
+
+    t = threading.Thread(target=the_end)
+    t.start()
+    try:
+        assert gl(wait_cmd, "wait", "2", "1") == 7
+    finally:
+        t.join()
+    assert capsys.readouterr().err.splitlines() == ["gpulaunch: job 1: done", "gpulaunch: job 2: failed (exit 7)"]
+
+
+def test_wait_refuses_another_hosts_running_job_and_what_is_no_job(jobs: JobDir) -> None:
+    record(jobs, "1", "running", host="other-node")
+    with pytest.raises(UsageError, match="job 1 runs on other-node") as err:
+        gl(wait_cmd, "wait", "1")
+    assert err.value.hint == "wait for it there"
+    record(jobs, "2", "done", exit_code=4, host="other-node")  # over: its record says how it ended
+    assert gl(wait_cmd, "wait", "-q", "2") == 4
+    with pytest.raises(UsageError, match="there is no job 3"):
+        gl(wait_cmd, "wait", "3")
+    with pytest.raises(UsageError, match="takes the ids"):
+        gl(wait_cmd, "wait")
