@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpu_launch.commands import cancel as cancel_cmd
+from gpu_launch.commands import config as config_cmd
 from gpu_launch.commands import jobs as jobs_cmd
 from gpu_launch.commands import log as log_cmd
 from gpu_launch.commands import wait as wait_cmd
@@ -296,3 +297,23 @@ def test_wait_refuses_another_hosts_running_job_and_what_is_no_job(jobs: JobDir)
         gl(wait_cmd, "wait", "3")
     with pytest.raises(UsageError, match="takes the ids"):
         gl(wait_cmd, "wait")
+
+
+def test_config_names_the_lock_dir_an_example_snapshot_uses_and_a_hardened_one_that_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_launch.reservations import lockdir
+
+    monkeypatch.delenv("GPULAUNCH_LOCK_DIR")  # none set: the default in force is what `config` explains
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    hardened = os.environ["GPULAUNCH_HARDENED_LOCK_DIR"]
+    assert gl(config_cmd, "config", "--json", "--snapshot", "workstation-4x") == 0
+    doc = json.loads(capsys.readouterr().out)["lock_dir"]
+    assert doc["path"] == str(tmp_path / "gpulaunch-example-locks")  # the user's own: the demo GPUs are not real
+    assert doc["source"] == ("default for the bundled example workstation-4x (yours alone: its GPUs are not real)")
+    assert gl(config_cmd, "config", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["lock_dir"] == {
+        "path": lockdir.DEFAULT_LOCK_DIR, "hardened": False, "source": f"default (no hardened directory at {hardened})"}
+    monkeypatch.setattr(lockdir, "is_hardened", lambda path: path == hardened)  # as `locks init` (root) makes it
+    assert gl(config_cmd, "config", "--json", "--snapshot", "workstation-4x") == 0
+    assert json.loads(capsys.readouterr().out)["lock_dir"] == {
+        "path": hardened, "hardened": True, "source": "default (the hardened directory exists)"}
