@@ -142,3 +142,21 @@ def test_a_machine_tells_the_link_between_two_gpus_and_none_without_a_matrix() -
     a, b = machine.gpus[0], machine.gpus[1]
     assert machine.link(a, b) == machine.links[0][1] == "NV18"
     assert replace(machine, links=None).link(a, b) is None
+
+
+def test_in_a_notebook_the_waiting_line_is_redrawn_in_place_and_blanked_at_the_end() -> None:
+    import io
+
+    from gpu_launch.views.status_line import StatusLine
+
+    class OutStream(io.StringIO):  # ipykernel's stream: no terminal, but it redraws a line on \r
+        pass
+
+    OutStream.__module__ = "ipykernel.iostream"
+    out = OutStream()
+    with StatusLine(out) as line:
+        line.update(5, "need 2 GPUs; eligible now: GPU 3")
+        line.update(65, "need 2 GPUs")
+    first = "gpulaunch: waiting 5s: need 2 GPUs; eligible now: GPU 3"
+    assert out.getvalue() == ("\r" + first + "\r" + "gpulaunch: waiting 1m05s: need 2 GPUs".ljust(len(first))
+                              + "\r" + " " * len(first) + "\r")
