@@ -347,6 +347,17 @@ def test_what_sbatch_is_given(tmp_path: Path) -> None:
     assert (logs / "jobs.txt").read_text() == "sh -c 'echo $HOME; exit 1'\nsh -c true\n"
 
 
+def test_one_job_of_one_gpu_is_said_in_the_singular(tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    path = _bin(tmp_path, sbatch="cat >/dev/null; echo 78")
+    logs = tmp_path / "logs"
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--log-dir", str(logs)), env=_env(None, tmp_path, PATH=path),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == (f"gpulaunch each: submitted 1 job from {jobs} as Slurm job array 78 "
+                                           f"(tasks 1-1, 1 GPU each); logs in {logs}")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--partition", "gpu"], "--partition is for `each --slurm` (hint: add --slurm"),
     (["--follow"], "--follow is for `each --slurm`"),
