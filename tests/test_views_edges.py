@@ -160,3 +160,26 @@ def test_in_a_notebook_the_waiting_line_is_redrawn_in_place_and_blanked_at_the_e
     first = "gpulaunch: waiting 5s: need 2 GPUs; eligible now: GPU 3"
     assert out.getvalue() == ("\r" + first + "\r" + "gpulaunch: waiting 1m05s: need 2 GPUs".ljust(len(first))
                               + "\r" + " " * len(first) + "\r")
+
+
+def test_each_says_how_long_a_job_took_when_it_ends_and_nothing_when_that_is_unknown() -> None:
+    import io
+    from types import SimpleNamespace
+
+    from gpu_launch.views.each_view import View
+
+    def job(n: int, status: str, seconds: float | None, outcome: str = "") -> SimpleNamespace:
+        return SimpleNamespace(job=SimpleNamespace(number=n), status=status, seconds=seconds, outcome=outcome,
+                               log=f"L/job-{n}.log")
+
+    err = io.StringIO()
+    with View(err, io.StringIO(), quiet=False, total=4, log_dir="L") as view:
+        view.finished(None, job(1, "done", 65.0))
+        view.finished(None, job(2, "failed", 2.04, "exit 3"))
+        view.finished(None, job(3, "failed", None, "killed (SIGKILL)"))  # a time no one measured is not made up
+        view.finished(None, job(4, "not started", None, "--wait 10s ran out"))
+    assert err.getvalue().splitlines() == [
+        "gpulaunch each: 4 jobs, logs in L", "gpulaunch each: job 1/4 done after 1m05s",
+        "gpulaunch each: job 2/4 failed: exit 3 after 2.0s (log L/job-2.log)",
+        "gpulaunch each: job 3/4 failed: killed (SIGKILL) (log L/job-3.log)",
+        "gpulaunch each: job 4/4 not started: --wait 10s ran out"]
