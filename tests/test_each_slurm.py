@@ -358,6 +358,27 @@ def test_one_job_of_one_gpu_is_said_in_the_singular(tmp_path: Path) -> None:
                                            f"(tasks 1-1, 1 GPU each); logs in {logs}")
 
 
+def test_following_an_array_whose_tasks_all_ended_well_exits_0_with_the_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`each --slurm --follow` to the end: every task COMPLETED (as scontrol says, here answered in
+    process) is exit 0 and the summary, not an interruption or a failure."""
+    from gpu_launch import cli
+    from gpu_launch.cluster import following
+
+    jobs = _sweep(tmp_path, ["sh -c true", "sh -c true"])
+    for name, value in _env(None, tmp_path, PATH=_bin(tmp_path, sbatch="cat >/dev/null; echo 79",
+                                                         scontrol="exit 0", sacct="exit 0")).items():
+        monkeypatch.setenv(name, value)
+    now = time.time()
+    monkeypatch.setattr(following, "query", lambda job_id, environ, missing=(): {
+        n: following.TaskStatus(n, "COMPLETED", exit_code=0, node="n1", start=now - 5, end=now - 1) for n in (1, 2)})
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["each", str(jobs), "--slurm", "--follow", "--log-dir", str(tmp_path / "logs")])
+    out, err = capsys.readouterr()
+    assert exit_.value.code in (0, None), err
+    assert out.splitlines()[0] == "2 done, 0 running, 0 queued, 0 failed"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--partition", "gpu"], "--partition is for `each --slurm` (hint: add --slurm"),
     (["--follow"], "--follow is for `each --slurm`"),
