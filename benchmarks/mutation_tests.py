@@ -101,7 +101,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "views/jobs_table.py": _tests("jobs_edges views_edges jobs"),
     "views/queue_table.py": _tests("views_edges queue_visible"),
     "views/ls_table.py": _tests("views_edges ls_layout ls_holders json"),
-    "views/each_view.py": _tests("each_output each"),
+    "views/each_view.py": _tests("views_edges each_output each"),
     "views/plan_view.py": _tests("plan_cli nodes_plan"),
     "views/watch.py": _tests("views_edges ls_layout"),
     "hardware/snapshot.py": _tests("options_edges snapshot machine_states mig nvml_backend"),

@@ -183,3 +183,78 @@ def test_each_says_how_long_a_job_took_when_it_ends_and_nothing_when_that_is_unk
         "gpulaunch each: job 2/4 failed: exit 3 after 2.0s (log L/job-2.log)",
         "gpulaunch each: job 3/4 failed: killed (SIGKILL) (log L/job-3.log)",
         "gpulaunch each: job 4/4 not started: --wait 10s ran out"]
+
+
+def _state(n: int, status: str, gpus: str = "0", seconds: float | None = 2.0, outcome: str = "exit 0") -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(job=SimpleNamespace(number=n, line=n, argv=("python", f"t{n}.py")), status=status,
+                           returncode=0, outcome=outcome, note="", node="", gpus=gpus, seconds=seconds,
+                           log=f"/logs/job-{n}.log", argv=None, text=f"python t{n}.py --lr 0.{n}")
+
+
+class _Terminal:
+    """A stream that says it is a terminal (rich draws on it), its text kept."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def lines(self) -> list[str]:
+        import re
+
+        return [line.rstrip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.buffer.getvalue()).splitlines()]
+
+
+def test_each_cuts_its_summary_rows_to_the_width_with_two_spaces_between_columns() -> None:
+    from gpu_launch.views.each_view import fit_rows
+
+    rows = [["JOB", "STATUS", "COMMAND"], ["1", "done", "python train.py --lr 0.1 --epochs 30"],
+            ["12", "failed", "python train.py --lr 0.01"]]
+    assert fit_rows(rows, 30) == ["JOB  STATUS  COMMAND", "1    done    python train.py …",
+                                  "12   failed  python train.py …"]
+    assert all(len(line) <= 30 for line in fit_rows(rows, 30))
+
+
+def test_each_json_names_only_gpu_indices_of_at_most_nine_digits() -> None:
+    from types import SimpleNamespace
+
+    from gpu_launch.views.each_view import summary_doc
+
+    states = [_state(1, "done", "0,3"), _state(2, "done", "GPU-ab12,5"), _state(3, "done", "123456789,1234567890"),
+              _state(4, "done", "\uff11")]  # a fullwidth 1 is a digit to Python, no GPU index
+    doc = summary_doc(SimpleNamespace(states=states), "/logs")
+    assert [j["gpus"] for j in doc["jobs"]] == [[0, 3], [5], [123456789], []]
+
+
+def test_each_on_a_terminal_shows_the_header_once_then_each_job_and_the_live_time(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from gpu_launch.views.each_view import View
+
+    for name in ("NO_COLOR", "JPY_PARENT_PID", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "100")
+    out = _Terminal()
+    done = [_state(1, "done"), _state(2, "done", "1", 65.0)]
+    View(_Terminal(), out, quiet=False, total=2, log_dir="/logs").summary(SimpleNamespace(states=done))
+    assert out.lines() == ["2 done, 0 running, 0 queued, 0 failed; logs in /logs/",
+                           "Job  Status  Result  GPUs  Time   Log        Command",
+                           "1    done    exit 0  0     2.0s   job-1.log  python t1.py --lr 0.1",
+                           "2    done    exit 0  1     1m05s  job-2.log  python t2.py --lr 0.2"]
+    err = _Terminal()
+    running = _state(3, "running", "2", None)  # just started: no time measured yet
+    with View(err, out, quiet=False, total=3, log_dir="/logs") as view:
+        view.refresh(SimpleNamespace(states=[*done, running], running=[running]), force=True)
+    assert "job 3  GPU 2  0.0s  python t3.py --lr 0.3" in err.lines()
