@@ -317,3 +317,34 @@ def test_config_names_the_lock_dir_an_example_snapshot_uses_and_a_hardened_one_t
     assert gl(config_cmd, "config", "--json", "--snapshot", "workstation-4x") == 0
     assert json.loads(capsys.readouterr().out)["lock_dir"] == {
         "path": hardened, "hardened": True, "source": "default (the hardened directory exists)"}
+
+
+def test_jobs_clear_says_how_many_went_and_what_their_logs_freed(jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "2", "done", exit_code=0)
+    Path(jobs.path, "2.log").write_bytes(b"x" * (3 << 20))
+    assert gl(jobs_cmd, "jobs", "--clear") == 0
+    assert capsys.readouterr().err == "gpulaunch: removed 1 ended job and its log (3 MiB)\n"
+    record(jobs, "3", "done", exit_code=0)
+    record(jobs, "4", "failed", exit_code=2)
+    assert gl(jobs_cmd, "jobs", "--clear", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(j["id"], j["log"]) for j in doc["jobs"]] == [("3", os.path.join(jobs.path, "3.log")),
+                                                          ("4", os.path.join(jobs.path, "4.log"))]
+    assert jobs.ids() == []
+
+
+def test_jobs_clear_of_named_running_jobs_names_the_first_and_a_damaged_record_is_warned_of(
+        jobs: JobDir, capsys: pytest.CaptureFixture[str]) -> None:
+    record(jobs, "2", "running")
+    record(jobs, "3", "running")
+    fds = [supervise(jobs, "2"), supervise(jobs, "3")]
+    try:
+        with pytest.raises(UsageError, match="^job 2 is running: only jobs that have ended are cleared"):
+            gl(jobs_cmd, "jobs", "--clear", "2", "3")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    Path(jobs.path, "7.json").write_text("{")
+    assert gl(jobs_cmd, "jobs") == 0
+    err = capsys.readouterr().err
+    assert err.startswith("gpulaunch: warning: job 7: its record is damaged"), err

@@ -224,17 +224,25 @@ def test_each_cuts_its_summary_rows_to_the_width_with_two_spaces_between_columns
     assert fit_rows(rows, 30) == ["JOB  STATUS  COMMAND", "1    done    python train.py …",
                                   "12   failed  python train.py …"]
     assert all(len(line) <= 30 for line in fit_rows(rows, 30))
+    # the command is left out rather than cut below 12 characters: LOG goes first to make room for it
+    rows = [["JOB", "STATUS", "LOG", "COMMAND"], ["1", "done", "/logs/job-1.log", "python train.py --lr 0.1 --epochs 30"]]
+    assert fit_rows(rows, 40) == ["JOB  STATUS  COMMAND", "1    done    python train.py --lr 0.1 -…"]
 
 
 def test_each_json_names_only_gpu_indices_of_at_most_nine_digits() -> None:
+    import io
     from types import SimpleNamespace
 
-    from gpu_launch.views.each_view import summary_doc
+    from gpu_launch.views.each_view import View, summary_doc
 
     states = [_state(1, "done", "0,3"), _state(2, "done", "GPU-ab12,5"), _state(3, "done", "123456789,1234567890"),
               _state(4, "done", "\uff11")]  # a fullwidth 1 is a digit to Python, no GPU index
-    doc = summary_doc(SimpleNamespace(states=states), "/logs")
-    assert [j["gpus"] for j in doc["jobs"]] == [[0, 3], [5], [123456789], []]
+    doc = summary_doc(SimpleNamespace(states=[*states, _state(5, "queued", "", None)]), "/logs")
+    assert [j["gpus"] for j in doc["jobs"]] == [[0, 3], [5], [123456789], [], []]
+    assert doc["counts"] == {"done": 4, "running": 0, "queued": 1, "failed": 0, "not_started": 0}
+    out = io.StringIO()
+    View(io.StringIO(), out, quiet=False, total=5, log_dir="/logs", json=True).summary(SimpleNamespace(states=states))
+    assert out.getvalue().startswith('{\n  "schema": ') and json.loads(out.getvalue())["log_dir"] == "/logs"
 
 
 def test_each_on_a_terminal_shows_the_header_once_then_each_job_and_the_live_time(monkeypatch) -> None:
