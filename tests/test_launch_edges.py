@@ -1,0 +1,62 @@
+"""The slips in a plain launch a user would suffer (issue 37, seed 38's survivors of commands/launch.py):
+a typo of a subcommand told as one, the several-node options and placeholders refused without --nodes
+with the option named, --no-lock and --dry-run reserving nothing, and --bind's line said unless -q."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sharing_helpers import run
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "gpu_launch" / "hardware" / "examples"
+
+
+def _error(result: object) -> str:
+    lines = result.stderr.splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1 and lines[0].startswith("gpulaunch: error: "), lines
+    return lines[0].removeprefix("gpulaunch: error: ")
+
+
+def test_a_typo_of_a_subcommand_is_told_as_one_and_a_missing_program_is_not(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    typo = run(["--snapshot", "workstation-4x", "lss"], locks)
+    assert typo.returncode == 127
+    assert _error(typo) == "lss: command not found (hint: did you mean the subcommand `gpulaunch ls`?)"
+    missing = run(["--snapshot", "workstation-4x", "--", "no-such-program-xyz"], locks)
+    assert missing.returncode == 127
+    assert _error(missing) == ("no-such-program-xyz: command not found "
+                               "(hint: check the spelling, or activate the environment that has it)")
+
+
+def test_several_node_options_and_placeholders_without_nodes_are_refused_by_name(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    rank = run(["--snapshot", "workstation-4x", "--node-rank", "1", "--", "true"], locks)
+    assert rank.returncode == 2
+    assert _error(rank) == ("--node-rank is for a run over several nodes: it needs --nodes N "
+                            "(hint: add --nodes N (and --slurm to submit it))")
+    named = run(["--snapshot", "workstation-4x", "--", "echo", "{node_rank}"], locks)
+    assert named.returncode == 2
+    assert _error(named) == ("{node_rank} is filled in only with --nodes "
+                             "(hint: run it with --nodes N; write {{node_rank}} for a literal {node_rank})")
+
+
+def test_no_lock_and_dry_run_reserve_nothing(tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    ran = run(["--snapshot", "workstation-4x", "--no-lock", "--auto", "1", "-q", "--", "sh", "-c",
+               f"ls -A {locks} 2>/dev/null | wc -l"], locks)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["0"]  # no lock held while the command ran
+    dry = run(["--snapshot", "workstation-4x", "--dry-run", "--auto", "1", "-q", "--", "true"], locks)
+    assert dry.returncode == 0, dry.stderr
+    assert not locks.exists()
+
+
+def test_bind_says_where_it_bound_unless_quiet(tmp_path: Path) -> None:
+    snap = tmp_path / "machine.json"  # a snapshot file (not a bundled example): --bind auto binds
+    shutil.copy(EXAMPLES / "workstation-4x.json", snap)
+    said = run(["--snapshot", str(snap), "--gpus", "0", "--", "true"], tmp_path / "locks")
+    assert said.returncode == 0, said.stderr
+    assert any(line.startswith("gpulaunch: ") and " CPUs " in line for line in said.stderr.splitlines()), said.stderr
+    quiet = run(["--snapshot", str(snap), "--gpus", "0", "-q", "--", "true"], tmp_path / "locks")
+    assert quiet.returncode == 0 and quiet.stderr == ""
