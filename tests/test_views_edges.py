@@ -266,3 +266,30 @@ def test_each_on_a_terminal_shows_the_header_once_then_each_job_and_the_live_tim
     with View(err, out, quiet=False, total=3, log_dir="/logs") as view:
         view.refresh(SimpleNamespace(states=[*done, running], running=[running]), force=True)
     assert "job 3  GPU 2  0.0s  python t3.py --lr 0.3" in err.lines()
+
+
+def test_a_narrow_ls_keeps_who_holds_a_gpu_as_long_as_its_heading_fits() -> None:
+    from gpu_launch.hardware import snapshot
+    from gpu_launch.views import render
+
+    machine = snapshot.resolve("workstation-4x")
+    held = {machine.gpus[0].uuid: "alice train.py"}
+    lines = render.ls_plain(machine, held, width=28).splitlines()  # GPU, FREE, UTIL take 19 + 2 + "HELD BY"
+    assert lines[1:3] == ["GPU      FREE  UTIL  HELD BY", "0    48.0 GiB    0%  alice …"]
+    assert all(len(line) <= 28 for line in lines)
+    assert render.ls_plain(machine, held, width=27).splitlines()[1] == "GPU      FREE  UTIL"
+
+
+def test_a_jobs_detail_says_the_exit_code_or_the_signal_of_a_cancelled_one() -> None:
+    from gpu_launch.jobs.status import Status
+    from gpu_launch.jobs.store import Job
+    from gpu_launch.views import jobs_table
+
+    def job(**fields: object) -> Job:
+        return Job("4", "cancelled", ("python", "t.py"), (), "/tmp", "h", "", "/locks", 1.0e9, started=1.0e9 + 1,
+                   ended=1.0e9 + 2, **fields)  # type: ignore[arg-type]
+
+    by_signal = jobs_table.detail(Status(job(signal="SIGTERM"), "cancelled"), "/logs/4.log", now=1.0e9 + 3)
+    by_code = jobs_table.detail(Status(job(exit_code=143), "cancelled"), "/logs/4.log", now=1.0e9 + 3)
+    assert by_signal.splitlines()[0] == "job 4: cancelled, killed by SIGTERM"
+    assert by_code.splitlines()[0] == "job 4: cancelled, exit 143"
