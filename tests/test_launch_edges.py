@@ -60,3 +60,24 @@ def test_bind_says_where_it_bound_unless_quiet(tmp_path: Path) -> None:
     assert any(line.startswith("gpulaunch: ") and " CPUs " in line for line in said.stderr.splitlines()), said.stderr
     quiet = run(["--snapshot", str(snap), "--gpus", "0", "-q", "--", "true"], tmp_path / "locks")
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_fitted_launch_says_the_plan_in_one_line_with_the_reserve_given(tmp_path: Path) -> None:
+    """`--fit model`: one line of what the model needs (tp, and pp only where there is more than one
+    stage), the allowance a GPU as --reserve sets it, and the values handed to the command."""
+    import pytest
+
+    pytest.importorskip("gguf")
+    from tests.model_fixtures import llama_pair
+
+    model = str(llama_pair(tmp_path)["70b"])
+    locks = tmp_path / "locks"
+    command = ["--", "vllm", "serve", model, "--max-model-len", "32768", "-tp", "{tp}"]
+    one = run(["--snapshot", "dgx-h100", "--fit", "model", "--dry-run", *command], locks)
+    assert one.returncode == 0, one.stderr
+    assert one.stderr.splitlines()[0] == (
+        "gpulaunch: Llama 3.1 70B (header only): tp 1; weights 40.5 GiB [exact], KV 10.0 GiB at 32768 tokens [rule], "
+        "6.0 GiB a GPU [allowance]; {ctx}=32768 {tp}=1 {gpu_mem_util}=0.90")
+    reserved = run(["--snapshot", "dgx-h100", "--fit", "model", "--reserve", "3GiB", "--dry-run", *command], locks)
+    assert reserved.returncode == 0, reserved.stderr
+    assert ", 3.0 GiB a GPU [allowance]; " in reserved.stderr.splitlines()[0]
