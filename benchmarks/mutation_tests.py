@@ -79,7 +79,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "commands/submit.py": _tests("cluster_edges nodes_submission each_slurm nodes"),
     "commands/ls.py": _tests("views_edges ls_layout ls_holders json queue_visible"),
     "commands/each.py": _tests("each each_output each_shell each_queue each_slurm nvml_reads each_stream"),
-    "commands/locks.py": _tests("hardened_locks"),
+    "commands/locks.py": _tests("commands_edges hardened_locks"),
     "commands/completions.py": _tests("completions"),
     "commands/plan.py": _tests("plan_cli"),
     # the modules of commands/, views/, in_process/ never sampled before (seed 38): their own tests first, so that

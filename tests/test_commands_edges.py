@@ -348,3 +348,21 @@ def test_jobs_clear_of_named_running_jobs_names_the_first_and_a_damaged_record_i
     assert gl(jobs_cmd, "jobs") == 0
     err = capsys.readouterr().err
     assert err.startswith("gpulaunch: warning: job 7: its record is damaged"), err
+
+
+def test_locks_init_takes_one_directory_and_says_when_it_is_not_the_default(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_launch.commands import locks as locks_cmd
+
+    with pytest.raises(UsageError, match=r"^locks init takes one directory, got 2 arguments$"):
+        gl(locks_cmd, "locks", "init", "a", "b")
+    if os.geteuid() != 0:
+        pytest.skip("locks init makes a root-owned directory: root only")
+    monkeypatch.setenv("GPULAUNCH_HARDENED_LOCK_DIR", str(tmp_path / "default"))
+    assert gl(locks_cmd, "--snapshot", "workstation-4x", "locks", "init", str(tmp_path / "default")) == 0
+    assert "not the default" not in capsys.readouterr().out
+    assert gl(locks_cmd, "--snapshot", "workstation-4x", "locks", "init", str(tmp_path / "other")) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"gpulaunch: not the default {tmp_path / 'default'}: point users at it with "
+        f"GPULAUNCH_LOCK_DIR={tmp_path / 'other'} or lock-dir in the config file")

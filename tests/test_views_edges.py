@@ -293,3 +293,18 @@ def test_a_jobs_detail_says_the_exit_code_or_the_signal_of_a_cancelled_one() -> 
     by_code = jobs_table.detail(Status(job(exit_code=143), "cancelled"), "/logs/4.log", now=1.0e9 + 3)
     assert by_signal.splitlines()[0] == "job 4: cancelled, killed by SIGTERM"
     assert by_code.splitlines()[0] == "job 4: cancelled, exit 143"
+
+
+def test_ls_cuts_the_processes_cell_to_its_room_then_the_users_then_a_single_ellipsis(monkeypatch) -> None:
+    from gpu_launch.views.ls_table import Last, command_word, fit_line, fit_width
+
+    cell = Last(processes=("alice train.py 10GiB", "bob x.py 2GiB"), users=("alice", "bob"))
+    assert [cell.cut(room) for room in (35, 34, 10, 9)] == [
+        "alice train.py 10GiB, bob x.py 2GiB", "alice train.py 10GiB +1", "alice, bob", "alice +1"]
+    assert [fit_line("alice", w) for w in (5, 3, 1, 0)] == ["alice", "al…", "…", ""]
+    assert command_word("python train.py --name 'it") == "train.py"  # an unbalanced quote: the words as they are
+    assert command_word("/opt/tools/ --x") == "/opt/tools/"
+    monkeypatch.setenv("COLUMNS", "0")  # not a width: a pipe then gets the full layout
+    assert fit_width(object()) is None
+    monkeypatch.setenv("COLUMNS", "100")
+    assert fit_width(object()) == 100
