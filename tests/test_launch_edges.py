@@ -81,3 +81,25 @@ def test_a_fitted_launch_says_the_plan_in_one_line_with_the_reserve_given(tmp_pa
     reserved = run(["--snapshot", "dgx-h100", "--fit", "model", "--reserve", "3GiB", "--dry-run", *command], locks)
     assert reserved.returncode == 0, reserved.stderr
     assert ", 3.0 GiB a GPU [allowance]; " in reserved.stderr.splitlines()[0]
+
+
+def test_explain_says_why_these_gpus_and_with_fit_the_plan_first_as_text_or_json(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    pytest.importorskip("gguf")
+    from tests.model_fixtures import llama_pair
+
+    model = str(llama_pair(tmp_path)["70b"])
+    locks = tmp_path / "locks"
+    plain = run(["--snapshot", "dgx-h100", "--auto", "2", "--explain", "--", "true"], locks)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.startswith("chosen: GPU 2, GPU 3 (auto)\n")
+    text = run(["--snapshot", "dgx-h100", "--fit", model, "--explain", "--", "true"], locks)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("model: Llama 3.1 70B (header only) (gguf, llama, 80 layers, Q4_K_M)\n")
+    assert "\nchosen: GPU " in text.stdout  # then why these GPUs
+    doc = run(["--snapshot", "dgx-h100", "--fit", model, "--explain", "--json", "--", "true"], locks)
+    assert doc.returncode == 0, doc.stderr
+    assert json.loads(doc.stdout)["schema"] == 1 and "model" in json.loads(doc.stdout)
