@@ -349,3 +349,10 @@ def test_a_model_request_reads_the_links_from_nvml(models: dict[str, str], tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     read = [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch: read nvml in ")]
     assert read and "topology " in read[0]
+
+
+def test_llama_cpp_keeps_the_token_embedding_on_the_host_and_the_plan_says_so(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "plan", models["70b"], "--engine", "llama.cpp")
+    assert proc.returncode == 0, proc.stderr
+    cpu = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("CPU ")]
+    assert cpu == ["  CPU       4 MiB       0 MiB  (the token embedding stays on the host)"]
