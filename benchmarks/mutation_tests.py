@@ -88,7 +88,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "commands/env.py": _tests("env_cmd commands_edges"),
     "commands/check.py": _tests("check commands_edges"),
     "commands/config.py": _tests("config options_edges"),
-    "commands/launch.py": _tests("launch_edges cli run_edges env_hygiene plan_cli plan_engine_flags nodes"),
+    "commands/launch.py": _tests("launch_edges cli run_edges env_hygiene training_plan plan_cli plan_engine_flags nodes"),
     **{f"commands/completion/{m}.py": _tests("completions") for m in ("bash", "fish", "zsh", "helper", "words")},
     "views/render.py": _tests("views_edges cli ls_layout"),
     "views/schemas.py": _tests("json views_edges"),

@@ -228,3 +228,18 @@ def test_a_several_node_launch_gets_the_training_split(big: Path, monkeypatch: p
     small = node_split(inv, "model", ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft",
                                       "--lora_r", "8", "--gradient_checkpointing", "--per_device_train_batch_size", "1"])
     assert (small.nodes, small.gpus_per_node) == (1, 1)
+
+
+def test_a_fitted_training_launch_says_its_peak_a_gpu_in_one_line(work: Path) -> None:
+    """The one line a `--fit model` training launch says on stderr: the step's peak plus the allowance, a
+    GPU, where it peaks, its largest term (the tensor-parallel engines' line has no such terms)."""
+    argv = ["torchrun", "--nproc-per-node", "{nproc}", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
+            "--per_device_train_batch_size", "{micro_batch}", "--bf16", "--gradient_checkpointing",
+            "--deepspeed", '{"zero_optimization": {"stage": 3}}']
+    proc = gpulaunch(work, "--fit", "model", "--dry-run", "--json", "--", *argv)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stderr.splitlines()[0]
+    plan = json.loads(gpulaunch(work, "plan", "--json", "--", *argv).stdout)["per_gpu"][0]["training"]
+    peak = (plan["peak_bytes"] + plan["allowance_bytes"]) / (1 << 30)
+    assert line.startswith("gpulaunch: ") and f" GPU(s); {peak:.1f} GiB a GPU at the step's peak (" in line, line
+    assert "the largest) [rule + allowance]; " in line and "{micro_batch}=" in line
