@@ -123,3 +123,12 @@ def test_a_sweep_of_two_gpu_jobs_reads_the_links_and_pairs_the_nvlinked_gpus(gpu
     result = gpulaunch(nvml, "each", str(jobs), "-q", "--log-dir", str(tmp_path / "one"))
     assert result.code == 0, result.err
     assert not _asked(nvml, LINKS)
+
+
+def test_ls_of_some_gpus_reads_and_shows_their_state(gpulaunch: Run) -> None:
+    nvml = fake.dgx_h100()
+    result = gpulaunch(nvml, "ls", "--gpus", "2,5-6", "--json")
+    assert result.code == 0, result.err
+    assert _asked(nvml, ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo")) == {2, 5, 6}
+    shown = {g["index"]: g for g in json.loads(result.out)["gpus"]}
+    assert sorted(shown) == [2, 5, 6] and all(g["memory_free_mib"] is not None for g in shown.values())

@@ -308,3 +308,19 @@ def test_ls_cuts_the_processes_cell_to_its_room_then_the_users_then_a_single_ell
     assert fit_width(object()) is None
     monkeypatch.setenv("COLUMNS", "100")
     assert fit_width(object()) == 100
+
+
+def test_ls_wide_on_a_narrow_terminal_says_each_holders_whole_line_once(monkeypatch) -> None:
+    from gpu_launch.commands.ls import _holders_in_full
+    from gpu_launch.hardware import snapshot
+    from gpu_launch.views.ls_table import Held
+
+    machine = snapshot.resolve("dgx-h100")
+    alice = Held("alice (pid 4242, for 1h02m: python train.py --lr 3e…)", "alice train.py",
+                 "alice (pid 4242, for 1h02m: python train.py --lr 3e-4 --epochs 30)")
+    bob = Held("bob (pid 77, for 5m)", "bob ?")  # no command known: the RESERVED BY text is the whole of it
+    reserved = {machine.gpus[2].uuid: alice, machine.gpus[3].uuid: alice, machine.gpus[5].uuid: bob}
+    assert _holders_in_full(machine, reserved, 80) == [
+        "GPU 2, GPU 3 reserved by alice (pid 4242, for 1h02m: python train.py --lr 3e-4 --epochs 30)",
+        "GPU 5 reserved by bob (pid 77, for 5m)"]
+    assert _holders_in_full(machine, reserved, 1000) == []  # the full layout fits: its cells say it all
