@@ -356,3 +356,13 @@ def test_llama_cpp_keeps_the_token_embedding_on_the_host_and_the_plan_says_so(mo
     assert proc.returncode == 0, proc.stderr
     cpu = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("CPU ")]
     assert cpu == ["  CPU       4 MiB       0 MiB  (the token embedding stays on the host)"]
+
+
+def test_a_one_node_pipeline_says_each_gpus_stage(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "workstation-4x", "plan", "--", "vllm", "serve", models["70b"], "-tp", "2", "-pp", "2",
+                     "--max-model-len", "8192")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU"])
+    assert lines[head].split()[-1] == "stage"
+    assert [line.split()[-1] for line in lines[head + 1:head + 5]] == ["0", "0", "1", "1"]
