@@ -132,3 +132,12 @@ def test_ls_of_some_gpus_reads_and_shows_their_state(gpulaunch: Run) -> None:
     assert _asked(nvml, ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo")) == {2, 5, 6}
     shown = {g["index"]: g for g in json.loads(result.out)["gpus"]}
     assert sorted(shown) == [2, 5, 6] and all(g["memory_free_mib"] is not None for g in shown.values())
+
+
+def test_ls_reads_the_processes_and_topo_does_not(gpulaunch: Run) -> None:
+    nvml = _busy_gpu0()
+    assert gpulaunch(nvml, "ls").code == 0
+    assert 0 in _asked(nvml, ("nvmlDeviceGetComputeRunningProcesses",))
+    nvml = _busy_gpu0()
+    assert gpulaunch(nvml, "topo").code == 0
+    assert not _asked(nvml, ("nvmlDeviceGetComputeRunningProcesses",))

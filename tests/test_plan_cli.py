@@ -366,3 +366,10 @@ def test_a_one_node_pipeline_says_each_gpus_stage(models: dict[str, str]) -> Non
     head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU"])
     assert lines[head].split()[-1] == "stage"
     assert [line.split()[-1] for line in lines[head + 1:head + 5]] == ["0", "0", "1", "1"]
+
+
+def test_a_plans_allowance_says_it_is_the_reserve_given(models: dict[str, str]) -> None:
+    given = plan_json("--snapshot", "dgx-h100", "plan", "--json", models["70b"], "--engine", "vllm", "--reserve", "3GiB")
+    default = plan_json("--snapshot", "dgx-h100", "plan", "--json", models["70b"], "--engine", "vllm")
+    assert given["allowance"]["why"] == "--reserve" and given["allowance"]["bytes_per_gpu"] == 3 << 30
+    assert default["allowance"]["why"] != "--reserve"

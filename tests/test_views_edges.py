@@ -324,3 +324,20 @@ def test_ls_wide_on_a_narrow_terminal_says_each_holders_whole_line_once(monkeypa
         "GPU 2, GPU 3 reserved by alice (pid 4242, for 1h02m: python train.py --lr 3e-4 --epochs 30)",
         "GPU 5 reserved by bob (pid 77, for 5m)"]
     assert _holders_in_full(machine, reserved, 1000) == []  # the full layout fits: its cells say it all
+
+
+def test_ls_names_a_holder_it_knows_only_by_pid_and_wraps_a_long_note_under_the_table() -> None:
+    import pytest
+
+    from gpu_launch.commands import ls as ls_cmd
+    from gpu_launch.errors import UsageError
+    from gpu_launch.options import args
+    from gpu_launch.reservations.holders import Holder
+
+    assert ls_cmd._held(Holder()).short == "another gpulaunch job"  # an unreadable lock file
+    assert ls_cmd._held(Holder(pid=4242)).short == "pid 4242"
+    assert ls_cmd._wrap("no GPU is free: every one is reserved by another user right now", 30) == (
+        "no GPU is free: every one is\n  reserved by another user\n  right now\n")
+    assert ls_cmd._wrap("short", 30) == "short\n"
+    with pytest.raises(UsageError, match=r"^`ls` takes no arguments, got 'train\.py'$"):
+        ls_cmd.run(args.parse(["ls", "train.py", "x"]))
