@@ -185,3 +185,11 @@ def test_a_program_the_kernel_cannot_execute_is_named_in_the_error(tmp_path: Pat
                               {"GPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}))
     assert done.returncode == 126
     assert done.stderr == f"gpulaunch: error: {bad}: cannot execute (Exec format error)\n"
+
+
+def test_a_backslash_inside_double_quotes_quotes_only_what_the_shell_says() -> None:
+    got = [w.value for w in shellwords.words(r'echo "a\$b \"c\" d\e" "x\\"')]
+    assert got == ["echo", 'a$b "c" d\\e', "x\\"]
+    for bad in ('echo "end\\', 'echo "end\\"'):  # the backslash is the line's last character, or quotes the closing one
+        with pytest.raises(ValueError, match="No closing quotation"):
+            shellwords.words(bad)

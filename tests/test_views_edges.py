@@ -336,8 +336,24 @@ def test_ls_names_a_holder_it_knows_only_by_pid_and_wraps_a_long_note_under_the_
 
     assert ls_cmd._held(Holder()).short == "another gpulaunch job"  # an unreadable lock file
     assert ls_cmd._held(Holder(pid=4242)).short == "pid 4242"
+    assert ls_cmd._held(Holder(pid=4242, user="alice", command="python  train.py --lr 3e-4")).whole == (
+        "alice (pid 4242: python train.py --lr 3e-4)")  # ls --wide: the whole command, inside the parenthesis
     assert ls_cmd._wrap("no GPU is free: every one is reserved by another user right now", 30) == (
         "no GPU is free: every one is\n  reserved by another user\n  right now\n")
     assert ls_cmd._wrap("short", 30) == "short\n"
     with pytest.raises(UsageError, match=r"^`ls` takes no arguments, got 'train\.py'$"):
         ls_cmd.run(args.parse(["ls", "train.py", "x"]))
+
+
+def test_the_queue_says_what_its_head_keeps_and_how_many_gpus_it_lends() -> None:
+    from types import SimpleNamespace
+
+    def head(kept: tuple[str, ...], lends: tuple[str, ...]) -> object:
+        return SimpleNamespace(**waiter(1, 5).__dict__, kept=kept, lends=lends)
+
+    def last(w: object) -> str:
+        return queue_table.as_text([w], None, now=NOW).splitlines()[-1]
+
+    assert last(head(("GPU 0",), ("GPU-aa",))) == "kept for the head: GPU 0; lent to later waiters: 1 GPU"
+    assert last(head((), ("GPU-aa", "GPU-bb"))) == "kept for the head: none yet; lent to later waiters: 2 GPUs"
+    assert last(head(("GPU 0", "GPU 1"), ())) == "kept for the head: GPU 0, GPU 1; it lends no GPU"
