@@ -357,3 +357,27 @@ def test_the_queue_says_what_its_head_keeps_and_how_many_gpus_it_lends() -> None
     assert last(head(("GPU 0",), ("GPU-aa",))) == "kept for the head: GPU 0; lent to later waiters: 1 GPU"
     assert last(head((), ("GPU-aa", "GPU-bb"))) == "kept for the head: none yet; lent to later waiters: 2 GPUs"
     assert last(head(("GPU 0", "GPU 1"), ())) == "kept for the head: GPU 0, GPU 1; it lends no GPU"
+
+
+def test_ls_on_a_terminal_cuts_a_wide_table_at_the_right_colours_holders_and_says_warnings(monkeypatch) -> None:
+    import re
+    from dataclasses import replace
+
+    from gpu_launch.hardware import snapshot
+    from gpu_launch.views import render
+
+    for name in ("NO_COLOR", "JPY_PARENT_PID", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    machine = replace(snapshot.resolve("dgx-h100"), warnings=("GPU 7: NVML could not read its clocks",))
+    held = {machine.gpus[1].uuid: "alice (pid 4242, for 5m: python train.py)"}
+    out = _Terminal()
+    render.ls_rich(machine, out, held, width=60, wide=True)
+    lines = out.lines()
+    rows = [line for line in lines if re.match(r"^\d ", line)]
+    assert [row.split()[0] for row in rows] == [str(i) for i in range(8)]  # every GPU's number whole
+    assert all(len(line) <= 60 for line in lines[:-1]) and all(row.endswith("…") for row in rows)
+    assert lines[-1] == "warning: GPU 7: NVML could not read its clocks"
+    out = _Terminal()
+    render.ls_rich(machine, out, held, width=200)
+    assert "\x1b[35malice" in out.buffer.getvalue()  # who holds a GPU stands out (magenta)
