@@ -76,7 +76,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "commands/jobs.py": _tests("commands_edges jobs_edges jobs"),
     "commands/log.py": _tests("commands_edges jobs_edges jobs"),
     "commands/cancel.py": _tests("commands_edges jobs_edges jobs"),
-    "commands/submit.py": _tests("cluster_edges nodes_submission each_slurm nodes"),
+    "commands/submit.py": _tests("launch_edges cluster_edges nodes_submission each_slurm nodes jobs"),
     "commands/ls.py": _tests("views_edges ls_layout ls_holders json queue_visible nvml_reads"),
     "commands/each.py": _tests("each each_output each_shell each_queue each_slurm nvml_reads each_stream"),
     "commands/locks.py": _tests("commands_edges hardened_locks"),

@@ -103,3 +103,24 @@ def test_explain_says_why_these_gpus_and_with_fit_the_plan_first_as_text_or_json
     doc = run(["--snapshot", "dgx-h100", "--fit", model, "--explain", "--json", "--", "true"], locks)
     assert doc.returncode == 0, doc.stderr
     assert json.loads(doc.stdout)["schema"] == 1 and "model" in json.loads(doc.stdout)
+
+
+def test_submit_refuses_what_no_wait_can_meet_and_says_the_id_on_stderr_when_stdout_fails(tmp_path: Path) -> None:
+    import subprocess
+
+    from sharing_helpers import env, gl
+
+    box = env(tmp_path / "locks", XDG_STATE_HOME=str(tmp_path / "state"))
+    try:
+        hopeless = subprocess.run(gl("--snapshot", "workstation-4x", "submit", "--auto", "9", "--", "true"), env=box,
+                                  capture_output=True, text=True, timeout=60)
+        assert hopeless.returncode == 4
+        assert _error(hopeless).startswith("need 9 GPUs") and "waiting cannot help: the machine has too few GPUs" in \
+            hopeless.stderr
+        with open("/dev/full", "w") as full:  # a stdout every write to fails (ENOSPC)
+            done = subprocess.run(gl("--snapshot", "workstation-4x", "submit", "--auto", "1", "--", "true"), env=box,
+                                  stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "gpulaunch: job 1 submitted (stdout cannot be written: its id is only said here)\n"
+    finally:  # whatever was submitted is ended, never left waiting
+        subprocess.run(gl("cancel", "-q", "1", "2"), env=box, capture_output=True, timeout=120)
