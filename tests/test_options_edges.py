@@ -78,3 +78,18 @@ def test_the_help_lines_its_options_descriptions_up_in_one_column_at_80() -> Non
         flags, _, text = line[2:].partition("  ")
         if len(flags) < 21:  # a flag too long for its column puts its description on the next line
             assert line.index(text.lstrip()) == 25, line
+
+
+def test_an_optional_value_is_taken_only_when_it_converts_and_the_words_after_stay_the_commands() -> None:
+    inv = args.parse(["--auto", "1", "--wait", "python", "train.py", "--lr", "3e-4"])
+    assert inv.argv == ("python", "train.py", "--lr", "3e-4") and "wait" in inv.flags
+    timed = args.parse(["--auto", "1", "--wait", "2h", "--", "python", "train.py"])
+    assert timed.get("wait") == 7200 and timed.argv == ("python", "train.py")
+    assert args.parse(["ls", "--watch"]).get("watch") is not None  # alone: its default interval
+
+
+def test_an_option_for_other_verbs_names_them_in_its_hint() -> None:
+    with pytest.raises(UsageError) as err:
+        args.parse(["ls", "--follow"])
+    assert (err.value.message, err.value.hint) == ("--follow does not apply to `ls`",
+                                                   "it is for `config`/`each`/`log`/a launch")
