@@ -381,3 +381,34 @@ def test_ls_on_a_terminal_cuts_a_wide_table_at_the_right_colours_holders_and_say
     out = _Terminal()
     render.ls_rich(machine, out, held, width=200)
     assert "\x1b[35malice" in out.buffer.getvalue()  # who holds a GPU stands out (magenta)
+
+
+def test_the_memory_bar_topo_and_a_wrapped_header_show_what_there_is(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from gpu_launch.hardware import snapshot
+    from gpu_launch.views import render
+
+    assert [render._bar(u, t, 4) for u, t in ((0, 8), (2, 8), (8, 8), (9, 8), (None, 8), (3, 0))] == [
+        "░░░░", "█░░░", "████", "████", "    ", "    "]
+    assert render._wrapped("x" * 30, 30) == "x" * 30
+    assert render._wrapped("one two three", 9) == "one two\n  three"
+    machine = snapshot.resolve("workstation-4x")
+    lines = render.topo_plain(machine).splitlines()
+    assert lines[0].endswith("CPU Affinity  NUMA Affinity")
+    assert lines[1].split() == ["GPU0", "X", "PHB", "NV4", "PHB", "0-63", "0"]
+    unknown = replace(machine, gpus=tuple(replace(g, numa_node=None) for g in machine.gpus))
+    assert render.topo_plain(unknown).splitlines()[1].split()[-1] == "N/A"
+    for name in ("NO_COLOR", "JPY_PARENT_PID", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "120")
+    out = _Terminal()
+    render.topo_rich(machine, out)
+    assert out.lines()[1].split()[-2:] == ["0-63", "0"]
+    out = _Terminal()
+    render.ls_rich(machine, out, {machine.gpus[0].uuid: "alice (pid 1, for 5m)"}, width=160)
+    text = out.buffer.getvalue()
+    rows = [line for line in out.lines() if line[:1].isdigit()]
+    assert len(rows) == 4 and all("░" in row for row in rows)  # every GPU's memory bar, when there is room
+    assert "\x1b[35m–" not in text  # a GPU nobody holds is not shown as held
