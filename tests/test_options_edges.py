@@ -93,3 +93,11 @@ def test_an_option_for_other_verbs_names_them_in_its_hint() -> None:
         args.parse(["ls", "--follow"])
     assert (err.value.message, err.value.hint) == ("--follow does not apply to `ls`",
                                                    "it is for `config`/`each`/`log`/a launch")
+
+
+def test_help_wraps_to_the_terminal_but_never_narrower_than_40_or_wider_than_its_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.options import helptext
+
+    for columns, wraps in (("20", 40), ("40", 40), ("72", 72), ("500", helptext.MAX_WIDTH)):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert helptext.width() == wraps
