@@ -91,7 +91,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "commands/launch.py": _tests("launch_edges cli run_edges env_hygiene training_plan plan_cli plan_engine_flags nodes"),
     **{f"commands/completion/{m}.py": _tests("completions") for m in ("bash", "fish", "zsh", "helper", "words")},
     "views/render.py": _tests("views_edges cli ls_layout"),
-    "views/schemas.py": _tests("json views_edges"),
+    "views/schemas.py": _tests("views_edges json"),
     "views/shellenv.py": _tests("env_cmd views_edges"),
     "views/status_line.py": _tests("views_edges wait"),
     "views/training_view.py": _tests("training_plan plan_cli"),

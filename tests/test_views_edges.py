@@ -412,3 +412,19 @@ def test_the_memory_bar_topo_and_a_wrapped_header_show_what_there_is(monkeypatch
     rows = [line for line in out.lines() if line[:1].isdigit()]
     assert len(rows) == 4 and all("░" in row for row in rows)  # every GPU's memory bar, when there is room
     assert "\x1b[35m–" not in text  # a GPU nobody holds is not shown as held
+
+
+def test_each_jsons_schema_takes_job_1_and_refuses_a_negative_gpu_index() -> None:
+    import pytest
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from types import SimpleNamespace
+
+    from gpu_launch.views import schemas
+    from gpu_launch.views.each_view import summary_doc
+
+    doc = summary_doc(SimpleNamespace(states=[_state(1, "done", "0"), _state(2, "done", "1,2")]), "/logs")
+    jsonschema.Draft202012Validator(schemas.EACH).validate(doc)  # job 1 is a job (job-1.log, Slurm task 1)
+    doc["jobs"][0]["gpus"] = [-1]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(schemas.EACH).validate(doc)
