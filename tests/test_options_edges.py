@@ -101,3 +101,13 @@ def test_help_wraps_to_the_terminal_but_never_narrower_than_40_or_wider_than_its
     for columns, wraps in (("20", 40), ("40", 40), ("72", 72), ("500", helptext.MAX_WIDTH)):
         monkeypatch.setenv("COLUMNS", columns)
         assert helptext.width() == wraps
+
+
+def test_the_apis_keywords_take_gpu_0_in_a_list_and_a_ctx_of_nine_digits() -> None:
+    from gpu_launch.in_process.keywords import invocation
+
+    inv = invocation("run", {"gpus": [0, 2], "ctx": 999_999_999})
+    assert [(i.first, i.last) for i in inv.get("gpus")] == [(0, 0), (2, 2)] and inv.get("ctx") == 999_999_999
+    with pytest.raises(UsageError) as err:
+        invocation("run", {"ctx": 1_000_000_000})
+    assert err.value.message == "ctx: 1000000000 is out of range (1 to 999999999)"
