@@ -243,3 +243,15 @@ def test_a_fitted_training_launch_says_its_peak_a_gpu_in_one_line(work: Path) ->
     peak = (plan["peak_bytes"] + plan["allowance_bytes"]) / (1 << 30)
     assert line.startswith("gpulaunch: ") and f" GPU(s); {peak:.1f} GiB a GPU at the step's peak (" in line, line
     assert "the largest) [rule + allowance]; " in line and "{micro_batch}=" in line
+
+
+def test_a_qlora_plan_says_its_base_bits_rank_and_only_the_terms_it_has(work: Path) -> None:
+    proc = gpulaunch(work, "plan", "--train-method", "qlora", "--", "python", "train.py", "--model_name_or_path",
+                     "./Llama-3.1-8B", "--per_device_train_batch_size", "4", "--bf16", "--lora_r", "16")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("training: trainer, QLoRA (4-bit base) r16 on q_proj,v_proj, bf16, micro-batch 4")
+    peak = lines.index(next(x for x in lines if x.startswith("a GPU at the step's peak")))
+    terms = [x.split()[0] for x in lines[peak + 1:peak + 8]]
+    assert terms == ["weights", "gradients", "optimizer", "activations", "loss", "peak", "allowance"]  # no "other"
+    assert lines[peak + 1].split()[1:] == ["5.64", "GiB", "[rule]"] and lines[peak + 2].split()[1:3] == ["0", "MiB"]
