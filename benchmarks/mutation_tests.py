@@ -108,7 +108,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "hardware/snapshot.py": _tests("options_edges snapshot machine_states mig nvml_backend"),
     "hardware/model.py": _tests("views_edges snapshot machine_states"),
     "hardware/host.py": _tests("affinity cluster_edges nodes"),
-    "options/config.py": _tests("options_edges config cli"),
+    "options/config.py": _tests("options_edges commands_edges config cli"),
     "options/args.py": _tests("options_edges help cli bad_input"),
     "options/values.py": _tests("options_edges bad_input cli help"),
     "options/manpage.py": _tests("manpage"),

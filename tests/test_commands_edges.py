@@ -366,3 +366,9 @@ def test_locks_init_takes_one_directory_and_says_when_it_is_not_the_default(tmp_
     assert capsys.readouterr().out.splitlines()[1] == (
         f"gpulaunch: not the default {tmp_path / 'default'}: point users at it with "
         f"GPULAUNCH_LOCK_DIR={tmp_path / 'other'} or lock-dir in the config file")
+
+
+def test_config_shows_what_gpulaunch_does_when_an_option_is_set_nowhere(capsys: pytest.CaptureFixture[str]) -> None:
+    assert gl(config_cmd, "config") == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("--")}
+    assert rows["--grace"] == ["10s", "default"] and rows["--gpus-per-job"] == ["1", "default"]

@@ -428,3 +428,20 @@ def test_each_jsons_schema_takes_job_1_and_refuses_a_negative_gpu_index() -> Non
     doc["jobs"][0]["gpus"] = [-1]
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.Draft202012Validator(schemas.EACH).validate(doc)
+
+
+def test_watch_cuts_each_redrawn_line_to_the_terminal_and_each_asks_without_a_live_display(monkeypatch) -> None:
+    import io
+
+    from gpu_launch.views import watch
+    from gpu_launch.views.each_view import View
+
+    monkeypatch.setenv("COLUMNS", "20")
+    out = io.StringIO()
+    watch._draw(lambda width: "GPU 0 " + "x" * 40 + "\nGPU 1 free\n", 2.0, out, tty=True)
+    lines = out.getvalue().removeprefix(watch._HOME).removesuffix(watch._CLEAR_BELOW).split(watch._CLEAR_LINE + "\n")
+    assert all(len(line) <= 20 for line in lines) and "GPU 0 xxxxxxxxxxxxx…" in lines and "GPU 1 free" in lines
+    monkeypatch.setattr("builtins.input", lambda: "y")
+    err = io.StringIO()
+    assert View(err, io.StringIO(), quiet=False, total=1, log_dir="/logs").ask("cancel the array? [y/N] ")
+    assert err.getvalue() == "gpulaunch each: cancel the array? [y/N] "
