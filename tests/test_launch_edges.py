@@ -124,3 +124,23 @@ def test_submit_refuses_what_no_wait_can_meet_and_says_the_id_on_stderr_when_std
         assert done.stderr == "gpulaunch: job 1 submitted (stdout cannot be written: its id is only said here)\n"
     finally:  # whatever was submitted is ended, never left waiting
         subprocess.run(gl("cancel", "-q", "1", "2"), env=box, capture_output=True, timeout=120)
+
+
+def test_a_placeholder_the_engine_has_no_value_for_is_refused_with_the_engines_hint(tmp_path: Path) -> None:
+    import pytest
+
+    pytest.importorskip("gguf")
+    from tests.model_fixtures import llama_pair
+
+    model = str(llama_pair(tmp_path)["8b"])
+    locks = tmp_path / "locks"
+    binding = run(["--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "python", "-m", "llama_cpp.server",
+                   "--model", model, "--n_gpu_layers", "{gpu_layers}", "--tensor_split", "{tensor_split}"], locks)
+    assert binding.returncode == 2
+    assert _error(binding) == ("{tensor_split} has no value for llama-cpp-python (hint: its --tensor_split takes one "
+                               "word per GPU: leave it out, llama.cpp then splits the layers by each GPU's free memory)")
+    vllm = run(["--snapshot", "dgx-h100", "--fit", "model", "--dry-run", "--", "vllm", "serve", model, "--foo",
+                "{tensor_split}"], locks)
+    assert vllm.returncode == 2
+    assert _error(vllm).startswith("{tensor_split} has no value for vllm (hint: {gpu_layers} and {tensor_split} are "
+                                   "llama.cpp's, ")
