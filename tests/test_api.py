@@ -470,3 +470,15 @@ def test_the_status_line_redraws_in_place_in_a_notebook() -> None:
     # at the end the line is blanked, so the mapping table printed next starts on a clean line.
     assert stream.text == "\r" + first + "\r" + second.ljust(len(first)) + "\r" + " " * len(first) + "\r"
     assert "rich" not in sys.modules or not any("Live" in type(v).__name__ for v in vars(status).values())
+
+
+def test_a_select_while_use_holds_gpus_looks_at_the_whole_machine(py, locks: str) -> None:
+    """After `use(gpus=2)` this process's CUDA_VISIBLE_DEVICES is "2"; a `select` or `reserve` it makes
+    next is not narrowed by it (it is this process's own choice, not a parent's limit)."""
+    child = py()
+    child("gpu_launch.use(gpus=2, snapshot=S, lock_dir=L)")
+    child("devs = gpu_launch.select(gpus='6', snapshot=S, lock_dir=L)")
+    assert child.value("[d.index for d in devs]") == [6]
+    child("r = gpu_launch.reserve(gpus='4-5', snapshot=S, lock_dir=L)")
+    assert child.value("r.env['GPULAUNCH_GPUS']") == "4,5"
+    child("r.release(); gpu_launch.release()")

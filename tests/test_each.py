@@ -187,3 +187,17 @@ def test_each_names_gpus_by_uuid_where_nvml_does_not_number_them_by_bus_id(tmp_p
     assert result.returncode == 0, result.stderr
     seen = [(logs / f"job-{n}.log").read_text().strip().split(",") for n in (1, 2)]
     assert sorted(u for job in seen for u in job) == sorted(g["uuid"] for g in gpus)
+
+
+def test_each_inside_a_launch_shares_out_the_launchs_own_gpus(tmp_path: Path, locks: Path) -> None:
+    """`gpulaunch --gpus 0,1 -- gpulaunch each jobs.txt`: the sweep runs inside the launch's allotment,
+    its jobs on its two GPUs (they are its own to share out, not someone else's to wait
+    for: a sweep that took them for others' waited for ever)."""
+    logs = tmp_path / "logs"
+    jobs = _jobs(tmp_path, f"{CVD}\n{CVD}\n{CVD}\n")
+    result = run(["--snapshot", "workstation-4x", "--gpus", "0,1", "-q", "--", *gl("--snapshot", "workstation-4x"),
+                  "each", str(jobs), "-q", "--log-dir", str(logs)], locks, timeout=90)
+    assert result.returncode == 0, result.stderr
+    allowed = {g.uuid for g in snapshot.resolve("workstation-4x").gpus if g.index in (0, 1)}
+    seen = [(logs / f"job-{n}.log").read_text().strip() for n in (1, 2, 3)]
+    assert set(seen) <= allowed, seen

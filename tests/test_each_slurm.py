@@ -347,6 +347,38 @@ def test_what_sbatch_is_given(tmp_path: Path) -> None:
     assert (logs / "jobs.txt").read_text() == "sh -c 'echo $HOME; exit 1'\nsh -c true\n"
 
 
+def test_one_job_of_one_gpu_is_said_in_the_singular(tmp_path: Path) -> None:
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    path = _bin(tmp_path, sbatch="cat >/dev/null; echo 78")
+    logs = tmp_path / "logs"
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--log-dir", str(logs)), env=_env(None, tmp_path, PATH=path),
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == (f"gpulaunch each: submitted 1 job from {jobs} as Slurm job array 78 "
+                                           f"(tasks 1-1, 1 GPU each); logs in {logs}")
+
+
+def test_following_an_array_whose_tasks_all_ended_well_exits_0_with_the_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`each --slurm --follow` to the end: every task COMPLETED (as scontrol says, here answered in
+    process) is exit 0 and the summary, not an interruption or a failure."""
+    from gpu_launch import cli
+    from gpu_launch.cluster import following
+
+    jobs = _sweep(tmp_path, ["sh -c true", "sh -c true"])
+    for name, value in _env(None, tmp_path, PATH=_bin(tmp_path, sbatch="cat >/dev/null; echo 79",
+                                                         scontrol="exit 0", sacct="exit 0")).items():
+        monkeypatch.setenv(name, value)
+    now = time.time()
+    monkeypatch.setattr(following, "query", lambda job_id, environ, missing=(): {
+        n: following.TaskStatus(n, "COMPLETED", exit_code=0, node="n1", start=now - 5, end=now - 1) for n in (1, 2)})
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["each", str(jobs), "--slurm", "--follow", "--log-dir", str(tmp_path / "logs")])
+    out, err = capsys.readouterr()
+    assert exit_.value.code in (0, None), err
+    assert out.splitlines()[0] == "2 done, 0 running, 0 queued, 0 failed"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--partition", "gpu"], "--partition is for `each --slurm` (hint: add --slurm"),
     (["--follow"], "--follow is for `each --slurm`"),

@@ -277,3 +277,11 @@ def test_fit_model_slurm_runs_the_plans_tp_and_pp_on_every_node(tmp_path: Path) 
         assert args.count("--tensor-parallel-size") == 1 and args[args.index("--tensor-parallel-size") + 1] == "4"
         assert args.count("--pipeline-parallel-size") == 1 and args[args.index("--pipeline-parallel-size") + 1] == "4"
         assert len(record["held"]) == 8 and ("--headless" in args) == (rank == 1)
+
+
+def test_a_several_node_plan_shows_a_line_per_pipeline_stage(models: dict[str, str]) -> None:
+    text = gpulaunch("--snapshot", "dgx-h100", "plan", models["405b"], "--ctx", "32768", "--engine", "vllm")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["stage", "layers"])
+    assert [line.split()[:3] for line in lines[head + 1:head + 3]] == [["0", "0-62", "0"], ["1", "63-125", "1"]]

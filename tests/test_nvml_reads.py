@@ -108,3 +108,36 @@ def test_explain_reads_every_gpus_links_and_chooses_as_the_launch_does(gpulaunch
     assert explained.code == 0, explained.err
     assert json.loads(explained.out)["chosen"] == [1, 2]
     assert _asked(nvml, ("nvmlDeviceGetNvLinkState",)) == set(range(8))
+
+
+def test_a_sweep_of_two_gpu_jobs_reads_the_links_and_pairs_the_nvlinked_gpus(gpulaunch: Run, tmp_path) -> None:
+    """`each --gpus-per-job 2` on 4 GPUs bridged 0-2 and 1-3 (0,1 and 2,3 only share a PCIe switch): each
+    job gets a bridged pair, which only the links NVML is asked for tell; one-GPU jobs compare no links."""
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("sh -c 'echo $CUDA_VISIBLE_DEVICES'\n" * 2)
+    nvml = fake.workstation_nvlink()
+    result = gpulaunch(nvml, "each", str(jobs), "--gpus-per-job", "2", "-q", "--log-dir", str(tmp_path / "two"))
+    assert result.code == 0, result.err
+    assert sorted((tmp_path / "two" / f"job-{n}.log").read_text() for n in (1, 2)) == ["0,2\n", "1,3\n"]
+    nvml = fake.workstation_nvlink()
+    result = gpulaunch(nvml, "each", str(jobs), "-q", "--log-dir", str(tmp_path / "one"))
+    assert result.code == 0, result.err
+    assert not _asked(nvml, LINKS)
+
+
+def test_ls_of_some_gpus_reads_and_shows_their_state(gpulaunch: Run) -> None:
+    nvml = fake.dgx_h100()
+    result = gpulaunch(nvml, "ls", "--gpus", "2,5-6", "--json")
+    assert result.code == 0, result.err
+    assert _asked(nvml, ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo")) == {2, 5, 6}
+    shown = {g["index"]: g for g in json.loads(result.out)["gpus"]}
+    assert sorted(shown) == [2, 5, 6] and all(g["memory_free_mib"] is not None for g in shown.values())
+
+
+def test_ls_reads_the_processes_and_topo_does_not(gpulaunch: Run) -> None:
+    nvml = _busy_gpu0()
+    assert gpulaunch(nvml, "ls").code == 0
+    assert 0 in _asked(nvml, ("nvmlDeviceGetComputeRunningProcesses",))
+    nvml = _busy_gpu0()
+    assert gpulaunch(nvml, "topo").code == 0
+    assert not _asked(nvml, ("nvmlDeviceGetComputeRunningProcesses",))

@@ -78,3 +78,36 @@ def test_the_help_lines_its_options_descriptions_up_in_one_column_at_80() -> Non
         flags, _, text = line[2:].partition("  ")
         if len(flags) < 21:  # a flag too long for its column puts its description on the next line
             assert line.index(text.lstrip()) == 25, line
+
+
+def test_an_optional_value_is_taken_only_when_it_converts_and_the_words_after_stay_the_commands() -> None:
+    inv = args.parse(["--auto", "1", "--wait", "python", "train.py", "--lr", "3e-4"])
+    assert inv.argv == ("python", "train.py", "--lr", "3e-4") and "wait" in inv.flags
+    timed = args.parse(["--auto", "1", "--wait", "2h", "--", "python", "train.py"])
+    assert timed.get("wait") == 7200 and timed.argv == ("python", "train.py")
+    assert args.parse(["ls", "--watch"]).get("watch") is not None  # alone: its default interval
+
+
+def test_an_option_for_other_verbs_names_them_in_its_hint() -> None:
+    with pytest.raises(UsageError) as err:
+        args.parse(["ls", "--follow"])
+    assert (err.value.message, err.value.hint) == ("--follow does not apply to `ls`",
+                                                   "it is for `config`/`each`/`log`/a launch")
+
+
+def test_help_wraps_to_the_terminal_but_never_narrower_than_40_or_wider_than_its_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_launch.options import helptext
+
+    for columns, wraps in (("20", 40), ("40", 40), ("72", 72), ("500", helptext.MAX_WIDTH)):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert helptext.width() == wraps
+
+
+def test_the_apis_keywords_take_gpu_0_in_a_list_and_a_ctx_of_nine_digits() -> None:
+    from gpu_launch.in_process.keywords import invocation
+
+    inv = invocation("run", {"gpus": [0, 2], "ctx": 999_999_999})
+    assert [(i.first, i.last) for i in inv.get("gpus")] == [(0, 0), (2, 2)] and inv.get("ctx") == 999_999_999
+    with pytest.raises(UsageError) as err:
+        invocation("run", {"ctx": 1_000_000_000})
+    assert err.value.message == "ctx: 1000000000 is out of range (1 to 999999999)"

@@ -349,3 +349,35 @@ def test_a_model_request_reads_the_links_from_nvml(models: dict[str, str], tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     read = [line for line in proc.stderr.splitlines() if line.startswith("gpulaunch: read nvml in ")]
     assert read and "topology " in read[0]
+
+
+def test_llama_cpp_keeps_the_token_embedding_on_the_host_and_the_plan_says_so(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "dgx-h100", "plan", models["70b"], "--engine", "llama.cpp")
+    assert proc.returncode == 0, proc.stderr
+    cpu = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("CPU ")]
+    assert cpu == ["  CPU       4 MiB       0 MiB  (the token embedding stays on the host)"]
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU"])
+    assert lines[head].split()[-1] == "layers"  # llama.cpp splits by layers: how many each GPU holds
+    assert lines[head + 1].split()[-2] == "GiB" and lines[head + 1].split()[-1].isdigit(), lines[head + 1]
+    from gpu_launch.views.plan_view import _gib
+
+    assert [_gib(n) for n in (int(4.6 * 2**20), 2**30, 3 * 2**29)] == ["5 MiB", "1.00 GiB", "1.50 GiB"]
+
+
+def test_a_one_node_pipeline_says_each_gpus_stage(models: dict[str, str]) -> None:
+    proc = gpulaunch("--snapshot", "workstation-4x", "plan", "--", "vllm", "serve", models["70b"], "-tp", "2", "-pp", "2",
+                     "--max-model-len", "8192")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU"])
+    assert lines[head].split()[-1] == "stage"
+    assert [line.split()[-1] for line in lines[head + 1:head + 5]] == ["0", "0", "1", "1"]
+
+
+def test_a_plans_allowance_says_it_is_the_reserve_given(models: dict[str, str]) -> None:
+    given = plan_json("--snapshot", "dgx-h100", "plan", "--json", models["70b"], "--engine", "vllm", "--reserve", "3GiB")
+    default = plan_json("--snapshot", "dgx-h100", "plan", "--json", models["70b"], "--engine", "vllm")
+    assert given["allowance"]["why"] == "--reserve" and given["allowance"]["bytes_per_gpu"] == 3 << 30
+    assert gpulaunch("--snapshot", "dgx-h100", "plan", "--json", models["70b"]).stdout.startswith('{\n  "schema": ')
+    assert default["allowance"]["why"] != "--reserve"

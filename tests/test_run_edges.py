@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import clean_env
 from gpu_launch.errors import UsageError
 from gpu_launch.run import shellwords
 from gpu_launch.run.placeholders import check_shell, protect, substitute, substitute_shell
@@ -133,17 +134,18 @@ def test_a_script_whose_interpreter_is_missing_says_so_before_anything_is_reserv
 
 
 def test_telling_a_supervisor_that_is_gone_does_not_stop_the_command() -> None:
-    import os as _os
-
-    from gpu_launch.run import execute
-
-    r, w = _os.pipe()
-    _os.close(r)  # the supervisor has gone: a write gets EPIPE (SIGPIPE is ignored under pytest)
-    try:
-        execute._tell(w, b"exec\n")
-    finally:
-        _os.close(w)
-    execute._tell(None, b"x")
+    """As a launch runs it: cli.main has given SIGPIPE its default action back, and the supervisor's end of
+    the status pipe is closed. The write must not kill the launch before its exec (it did: exit by SIGPIPE)."""
+    code = ("import os, signal\n"
+            "from gpu_launch.run import execute\n"
+            "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+            "r, w = os.pipe(); os.close(r)\n"
+            "execute._tell(w, b'exec\\n'); execute._tell(None, b'x')\n"
+            "assert signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL\n"
+            "print('still here')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert (proc.returncode, proc.stdout) == (0, "still here\n"), (proc.returncode, proc.stderr)
 
 
 def test_a_script_whose_start_cannot_be_read_is_left_to_the_exec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,3 +162,35 @@ def test_a_script_whose_start_cannot_be_read_is_left_to_the_exec(tmp_path: Path,
 
     monkeypatch.setattr(execute.os, "read", failing_read)
     assert execute._check_interpreter(str(script), "run.sh") is None
+
+
+def test_the_cpus_a_launch_binds_within_are_its_own_not_another_processs() -> None:
+    import os
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: every process's set is the same")
+    code = ("import os; os.sched_setaffinity(0, {%d}); from gpu_launch.run import affinity; "
+            "print(sorted(affinity.current_cpus()))" % cpus[-1])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"[{cpus[-1]}]"]  # `taskset -c N gpulaunch ...`: N, whatever pid 1 may use
+
+
+def test_a_program_the_kernel_cannot_execute_is_named_in_the_error(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-program"
+    bad.write_bytes(b"\x7fELF\x00garbage")
+    bad.chmod(0o755)
+    done = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", "workstation-4x", "-q", "--", str(bad),
+                           "--lr", "3e-4"], capture_output=True, text=True, timeout=60, env=clean_env(
+                              {"GPULAUNCH_LOCK_DIR": str(tmp_path / "locks")}))
+    assert done.returncode == 126
+    assert done.stderr == f"gpulaunch: error: {bad}: cannot execute (Exec format error)\n"
+
+
+def test_a_backslash_inside_double_quotes_quotes_only_what_the_shell_says() -> None:
+    got = [w.value for w in shellwords.words(r'echo "a\$b \"c\" d\e" "x\\"')]
+    assert got == ["echo", 'a$b "c" d\\e', "x\\"]
+    for bad in ('echo "end\\', 'echo "end\\"'):  # the backslash is the line's last character, or quotes the closing one
+        with pytest.raises(ValueError, match="No closing quotation"):
+            shellwords.words(bad)

@@ -246,3 +246,30 @@ def test_plan_names_the_peaks_moment_and_its_terms_add_up_in_text_and_json(work:
         proc = gpulaunch(work, "plan", "--", *argv)
         assert proc.returncode == 0, proc.stderr
         assert f"a GPU at the step's peak ({moment};" in proc.stdout
+
+
+def test_a_fitted_training_launch_says_its_peak_a_gpu_in_one_line(work: Path) -> None:
+    """The one line a `--fit model` training launch says on stderr: the step's peak plus the allowance, a
+    GPU, where it peaks, its largest term (the tensor-parallel engines' line has no such terms)."""
+    argv = ["torchrun", "--nproc-per-node", "{nproc}", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
+            "--per_device_train_batch_size", "{micro_batch}", "--bf16", "--gradient_checkpointing",
+            "--deepspeed", '{"zero_optimization": {"stage": 3}}']
+    proc = gpulaunch(work, "--fit", "model", "--dry-run", "--json", "--", *argv)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stderr.splitlines()[0]
+    plan = json.loads(gpulaunch(work, "plan", "--json", "--", *argv).stdout)["per_gpu"][0]["training"]
+    peak = (plan["peak_bytes"] + plan["allowance_bytes"]) / (1 << 30)
+    assert line.startswith("gpulaunch: ") and f" GPU(s); {peak:.1f} GiB a GPU at the step's peak (" in line, line
+    assert "the largest) [rule + allowance]; " in line and "{micro_batch}=" in line
+
+
+def test_a_qlora_plan_says_its_base_bits_rank_and_only_the_terms_it_has(work: Path) -> None:
+    proc = gpulaunch(work, "plan", "--train-method", "qlora", "--", "python", "train.py", "--model_name_or_path",
+                     "./Llama-3.1-8B", "--per_device_train_batch_size", "4", "--bf16", "--lora_r", "16")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("training: trainer, QLoRA (4-bit base) r16 on q_proj,v_proj, bf16, micro-batch 4")
+    peak = lines.index(next(x for x in lines if x.startswith("a GPU at the step's peak")))
+    terms = [x.split()[0] for x in lines[peak + 1:peak + 8]]
+    assert terms == ["weights", "gradients", "optimizer", "activations", "loss", "peak", "allowance"]  # no "other"
+    assert lines[peak + 1].split()[1:] == ["5.64", "GiB", "[rule]"] and lines[peak + 2].split()[1:3] == ["0", "MiB"]

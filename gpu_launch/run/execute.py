@@ -152,11 +152,24 @@ def exec_command(argv: Sequence[str], env: Mapping[str, str], notify: int | None
 
 
 def _tell(fd: int | None, data: bytes) -> None:
-    if fd is not None:
-        try:
-            os.write(fd, data)
-        except OSError:  # the supervisor is gone: the command runs all the same
-            pass
+    """Write a status line to the supervisor, if any. A supervisor that is gone must not stop the command:
+    ``cli.main`` gives SIGPIPE its default action back (so that ``gpulaunch ls | head`` ends quietly), which
+    would kill us at this write, before the exec; so SIGPIPE is ignored for the write alone."""
+    if fd is None:
+        return
+    import signal
+
+    try:
+        old = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    except ValueError:  # not the main thread (the Python API): SIGPIPE is Python's own ignored one there
+        old = None
+    try:
+        os.write(fd, data)
+    except OSError:  # the supervisor is gone (EPIPE): the command runs all the same
+        pass
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGPIPE, old)
 
 
 def _undo_pythons_ignored_signals() -> None:
