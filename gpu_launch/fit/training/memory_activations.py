@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpu_launch.fit.training.memory_params import Linear, lora_targets
+from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.setup import TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -63,10 +64,21 @@ def _mode(setup: TrainingSetup) -> tuple[int, bool]:
     return (2, False) if setup.precision in ("bf16", "fp16") else (4, False)
 
 
+def _adapters_16bit(setup: TrainingSetup) -> bool:
+    """Whether the LoRA adapters compute in 16 bits: under FSDP with mixed precision every unit, its
+    adapters too, is all-gathered in MixedPrecisionPolicy.param_dtype (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param.py: the unsharded parameter is cast to param_dtype), so peft's cast of the input to the
+    adapter's dtype (peft/tuners/lora/layer.py Linear.forward, _cast_input_dtype) is none."""
+    return setup.mixed_precision and setup.sharding in FSDP
+
+
 def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
     """What the LoRA adapters of one layer keep a token: lora_A's fp32 copy of its input (none when the
-    input is fp32 already: then it is the input itself, counted with the norm's output) and lora_B's input."""
+    input is in the adapter's dtype already: then it is the input itself, counted with the norm's output)
+    and lora_B's input, in the adapter's dtype."""
     r = setup.lora_r or 8
+    if _adapters_16bit(setup):
+        return sum(e * r for _ in targets)
     return sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
 
 
@@ -76,7 +88,7 @@ def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: 
     fine-tune, no autocast), or an fp32 LoRA adapter reads an fp32 one."""
     if setup.method == "full":
         return not amp
-    return e == 4 and not amp and any(x in targets for x in consumers)
+    return (e == 4 or _adapters_16bit(setup)) and not amp and any(x in targets for x in consumers)
 
 
 class Saved:
