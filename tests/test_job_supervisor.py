@@ -52,8 +52,9 @@ def test_a_job_is_supervised_by_the_small_supervisor_and_recorded_as_before(tmp_
     assert "CVD=0" in run(["log", "1", "-f"], env=box).stdout
     doc = json.loads(record.read_text())
     assert list(doc) == ["id", "state", "argv", "options", "cwd", "host", "boot_id", "lock_dir", "submitted",
-                         "started", "ended", "pid", "supervisor", "gpus", "exit_code", "signal", "note"]
+                         "started", "ended", "pid", "supervisor", "gpus", "exit_code", "signal", "note", "limit"]
     assert (doc["state"], doc["exit_code"], doc["gpus"]) == ("done", 0, "0") and doc["started"] <= doc["ended"]
+    assert doc["limit"] is None  # no --time: nothing ends it but its own end
     assert record.read_text() == json.dumps(doc, indent=1) + "\n"
 
 
