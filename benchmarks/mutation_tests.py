@@ -128,6 +128,14 @@ MODULE_TESTS: dict[str, list[str]] = {
     "reservations/backfill.py": _tests("backfill lock_edges reservations"),
     "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
+    # seed 38, mut-c: the training sizing, DeepSeek V4's cache and the weights' dtype against their rule tests
+    **{f"fit/training/{m}.py": _tests("training_memory_rules training_memory training_plan")
+       for m in ("memory", "memory_params", "memory_activations", "memory_backward", "memory_sharding", "steps")},
+    **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
+       for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
+                 "forms_llamafactory", "forms_torchtune", "forms_trl")},
+    "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
+    "fit/weights_dtype.py": _tests("fit_dtype fit_kv_families plan_cli"),
     # the property tests (hypothesis, ~25 s) only for the search itself
     **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
        for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},
