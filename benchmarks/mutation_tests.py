@@ -129,7 +129,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # seed 38, mut-c: the training sizing, DeepSeek V4's cache and the weights' dtype against their rule tests
-    **{f"fit/training/{m}.py": _tests("training_memory_rules training_memory training_plan")
+    **{f"fit/training/{m}.py": _tests("training_backward_moments training_memory_rules training_plan training_memory")
        for m in ("memory", "memory_params", "memory_activations", "memory_backward", "memory_sharding", "steps")},
     **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
        for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
