@@ -134,6 +134,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
        for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
                  "forms_llamafactory", "forms_torchtune", "forms_trl")},
+    "fit/training/steps.py": _tests("training_steps training_backward_moments training_memory_rules training_plan"),
     "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
     "fit/weights_dtype.py": _tests("fit_dtype fit_kv_families plan_cli"),
     # the property tests (hypothesis, ~25 s) only for the search itself
