@@ -129,13 +129,14 @@ MODULE_TESTS: dict[str, list[str]] = {
     "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
     # seed 38, mut-c: the training sizing, DeepSeek V4's cache and the weights' dtype against their rule tests
-    **{f"fit/training/{m}.py": _tests("training_backward_moments training_params training_fsdp_units training_memory_rules training_plan "
-                                        "training_memory")
-       for m in ("memory", "memory_params", "memory_activations", "memory_backward", "memory_sharding", "steps")},
+    **{f"fit/training/{m}.py": _tests(f"{first} training_memory_rules training_backward_moments training_params "
+                                      "training_fsdp_units training_plan training_memory")
+       for m, first in (("memory", "training_memory_rules"), ("memory_params", "training_params"),
+                        ("memory_activations", "training_memory_rules"), ("memory_backward", "training_backward_moments"),
+                        ("memory_sharding", "training_fsdp_units"), ("steps", "training_steps"))},
     **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
        for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
                  "forms_llamafactory", "forms_torchtune", "forms_trl")},
-    "fit/training/steps.py": _tests("training_steps training_backward_moments training_memory_rules training_plan"),
     "fit/training/forms_hf.py": _tests("training_forms_hf training_forms training_plan python_forms"),
     "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
     "fit/weights_dtype.py": _tests("weights_dtype_rules fit_dtype fit_kv_families plan_cli"),
