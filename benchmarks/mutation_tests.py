@@ -131,7 +131,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     # seed 38, mut-c: the training sizing, DeepSeek V4's cache and the weights' dtype against their rule tests
     **{f"fit/training/{m}.py": _tests(f"{first} training_memory_rules training_backward_moments training_params "
                                       "training_fsdp_units training_plan training_memory")
-       for m, first in (("memory", "training_memory_rules"), ("memory_params", "training_params"),
+       for m, first in (("memory", "training_weights_bytes"), ("memory_params", "training_params"),
                         ("memory_activations", "training_memory_rules"), ("memory_backward", "training_backward_moments"),
                         ("memory_sharding", "training_fsdp_units"), ("steps", "training_steps"))},
     **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
