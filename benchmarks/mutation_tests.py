@@ -132,7 +132,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     **{f"fit/training/{m}.py": _tests(f"{first} training_memory_rules training_backward_moments training_params "
                                       "training_fsdp_units training_plan training_memory")
        for m, first in (("memory", "training_weights_bytes"), ("memory_params", "training_params"),
-                        ("memory_activations", "training_memory_rules"), ("memory_backward", "training_backward_moments"),
+                        ("memory_activations", "training_activation_rules"), ("memory_backward", "training_backward_moments"),
                         ("memory_sharding", "training_fsdp_units"), ("steps", "training_steps"))},
     **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
        for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
