@@ -25,3 +25,18 @@ def test_a_window_as_long_as_the_sequence_needs_no_mask():
     assert _sliding_layers(config, "gemma2", at, 2) == 0.0
     assert _sliding_layers(config, "gemma2", TrainingSetup(model="M", launcher="trainer", precision="bf16",
                                                            micro_batch=1, seq_len=4097), 2) == 0.5
+
+
+def test_autocasts_casts_of_a_full_fine_tunes_weights_are_kept_the_heads_outside_the_layers():
+    from dataclasses import replace
+
+    from gpu_launch.fit.training.memory_activations import saved
+    from gpu_launch.fit.training.memory_params import linears
+
+    from test_training_memory_rules import BASE, CONFIG, H as LH, V, llama8b
+    model = llama8b()
+    amp = replace(BASE, precision="amp_bf16", method="full")
+    act = saved(model, CONFIG, amp, linears(model, CONFIG), 10 ** 9)
+    assert (act.fixed, act.fixed_outside) == (2 * 10 ** 9 + 2 * V * LH, 2 * V * LH)
+    eager = saved(model, CONFIG, replace(BASE, attention="eager"), linears(model, CONFIG), 10 ** 9)
+    assert eager.squared == (4 + 2) * 32  # softmax's fp32 output and its bf16 cast, every head
