@@ -125,9 +125,21 @@ MODULE_TESTS: dict[str, list[str]] = {
     "base/text.py": _tests("bounds modelfile_limits units cli"),
     "base/streams.py": _tests("hostile each_output cli"),
     "base/interrupt.py": _tests("ctrl_c_start_up hostile cli"),
-    "reservations/backfill.py": _tests("backfill lock_edges reservations"),
+    "reservations/backfill.py": _tests("backfill_shadow backfill lock_edges reservations"),
     "base/records.py": _tests("records api_types"),
     "modelfile/mlc.py": _tests("plan_cli fit_kv_families"),
+    # seed 38, mut-c: the training sizing, DeepSeek V4's cache and the weights' dtype against their rule tests
+    **{f"fit/training/{m}.py": _tests(f"{first} training_memory_rules training_backward_moments training_params "
+                                      "training_fsdp_units training_plan training_memory")
+       for m, first in (("memory", "training_weights_bytes"), ("memory_params", "training_params"),
+                        ("memory_activations", "training_activation_rules"), ("memory_backward", "training_backward_moments"),
+                        ("memory_sharding", "training_fsdp_units"), ("steps", "training_steps"))},
+    **{f"fit/training/{m}.py": _tests("training_forms training_plan python_forms")
+       for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
+                 "forms_llamafactory", "forms_torchtune", "forms_trl")},
+    "fit/training/forms_hf.py": _tests("training_forms_hf training_forms training_plan python_forms"),
+    "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
+    "fit/weights_dtype.py": _tests("weights_dtype_rules fit_dtype fit_kv_families plan_cli"),
     # the property tests (hypothesis, ~25 s) only for the search itself
     **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
        for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},

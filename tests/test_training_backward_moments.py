@@ -1,0 +1,61 @@
+"""The backward's moments (fit/training/memory_backward.py) one at a time: each rule's bytes exactly, with the
+other terms held at zero so that the moment under test is the peak a user is shown (issue 37, seed 38 mut-c:
+the final norm's five fp32 tensors, Gemma's closing norm, the head's gradient summed chunk by chunk under
+autocast and the end of backward's MLP were all free to change without a test noticing)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_launch.fit.training.memory_backward import NORM_BACKWARD_FP32, backward_peak
+from gpu_launch.fit.training.setup import TrainingSetup
+
+from test_training_memory_rules import H, llama8b
+
+T = 4096  # tokens: micro batch 1 × 4096
+SMALL_I = 1024  # an MLP small enough that the norms' fp32 backward is the backward's largest moment
+SETUP = TrainingSetup(model="M", launcher="trainer", precision="bf16", micro_batch=1, seq_len=T)
+
+
+class _NoActivations:
+    """Saved activations of nothing: the moments differ only in their own tensors."""
+    outside = rope = squared_backward = 0
+
+    def total(self, setup, layers):  # noqa: ANN001, ANN201
+        return 0
+
+    def one_layer(self, setup):  # noqa: ANN001, ANN201
+        return 0
+
+
+def _peak(config, setup=SETUP, model=None, **terms):  # noqa: ANN001, ANN003, ANN202
+    args = {"weights": 0, "states": 0, "grads": 0, "head": 0, "loss": 0, "e": 2} | terms
+    return backward_peak(model or llama8b(), config, setup, _NoActivations(), **args)
+
+
+def test_the_final_norms_backward_is_five_fp32_tensors_of_every_token():
+    at, terms = _peak({"model_type": "llama", "intermediate_size": SMALL_I})
+    assert NORM_BACKWARD_FP32 == 5
+    assert (at, terms["other"]) == ("backward", 5 * 4 * H * T)
+
+
+def test_gemmas_closing_norm_adds_the_gradient_arriving_at_the_layer():
+    gemma = replace(llama8b(), architecture="gemma2")
+    at, terms = _peak({"model_type": "gemma2", "intermediate_size": SMALL_I}, model=gemma)
+    assert (at, terms["other"]) == ("backward", 2 * H * T + 5 * 4 * H * T)
+
+
+def test_the_heads_gradient_summed_over_chunks_under_autocast_is_one_and_a_half():
+    head = 10 ** 11  # a head's gradient larger than anything else alive
+    amp = replace(SETUP, precision="amp_bf16", loss="chunked", loss_chunk_tokens=1024)
+    at, terms = _peak({"model_type": "llama", "intermediate_size": SMALL_I}, amp, head=head, grads=head, e=4)
+    assert at == "backward"
+    assert terms["other"] == head + head // 2 + 4 * H * T + 4 * 1024 * H
+
+
+def test_the_end_of_backward_holds_the_mlps_gradients_of_the_configs_intermediate_size():
+    grads = 10 ** 11  # every gradient there: the end of backward is the peak
+    at, terms = _peak({"model_type": "llama", "intermediate_size": SMALL_I}, grads=grads)
+    assert at == "end of backward"
+    assert terms["gradients"] == grads
+    assert terms["other"] == 2 * 2 * H * T + 2 * SMALL_I * T
