@@ -345,6 +345,18 @@ def test_a_submitted_job_that_backfilled_says_so_in_jobs(tmp_path: Path, request
     assert [j["backfilled"] for j in json.loads(box.gl("jobs", "--json").stdout)["jobs"]] == [True, False]
 
 
+def _seen_taken(snap: Path | str, environ: dict[str, str], index: int) -> None:
+    """Wait until the head of the queue has looked while GPU ``index`` was taken: a GPU taken and freed
+    between two of its looks is still one it lends, never one it keeps (backfill.Head.look)."""
+    uuid = json.loads(Path(snap).read_text())["gpus"][index]["uuid"]
+
+    def seen() -> bool:
+        queue = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]
+        return bool(queue) and queue[0].get("lends") is not None and uuid not in queue[0]["lends"]
+
+    wait_for(seen, what=f"the head to see GPU {index} taken")
+
+
 def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp_path: Path,
                                                                             request: pytest.FixtureRequest) -> None:
     """alice holds GPU 0 and bob GPU 1; a job for all 3 waits (it lends GPU 2, free when it began to wait); bob's job
@@ -354,6 +366,7 @@ def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp
                 env=environ)
     request.addfinalizer(lambda: (bob.kill(), bob.wait()))
     Lines(bob.stdout).wait("CVD=1")
+    _seen_taken(snap, environ, 1)
     (tmp_path / "bob-go").touch()
     assert bob.wait(timeout=60) == 0
     wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
@@ -393,6 +406,7 @@ def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_o
     big = launch("--auto", "2", "--wait", "--", "true")
     wait_for(lambda: len(json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]) == 1,
              what="the big job to wait")
+    _seen_taken(snap, environ, 1)
     (tmp_path / "bob-go").touch()
     assert bob.wait(timeout=60) == 0
     wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
