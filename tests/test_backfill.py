@@ -129,6 +129,23 @@ def test_the_benchmark_day_reports_both_modes_with_no_overlap() -> None:
     assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == doc["limits"]["overlaps"] == 0
     assert doc["limits"]["occupancy"] >= doc["backfill"]["occupancy"]
     assert doc["fifo"]["backfilled"] == 0 and doc["backfill"]["head_delay_s"] <= doc["backfill"]["longest_backfilled_s"]
+    for mode in ("limits", "backfill", "fifo"):  # the causes add up to all the idle time, and to all that was lost
+        r = doc[mode]
+        busy = r["of_span"] * 8 * r["span_s"]
+        assert abs(sum(r["idle_gpu_s"].values()) - (8 * r["span_s"] - busy)) < 1.0
+        assert abs(sum(r["lost_gpu_s"].values()) - (busy / r["occupancy"] - busy)) < 1.0
+        assert r["lost_gpu_s"]["no_waiter"] == 0.0 and r["idle_gpu_s"]["before_alice"] > 0
+    # no policy that never delays the head beats the bound, and this one, which never does, stays under it
+    assert doc["limits"]["head_delay_s"] == 0.0 and doc["limits"]["occupancy"] <= doc["limits"]["no_delay_bound"] < 1.0
+
+
+def test_the_no_delay_bound_counts_only_jobs_whose_limit_ends_before_alices_gpus_free() -> None:
+    """Alice holds 1 of 2 GPUs until t=1000; the head (2 GPUs) comes at t=0; one job of 400 s that declares 500 s
+    fits before alice's end, one that declares 1200 s does not: at least 1000 - 400 GPU-seconds are lost."""
+    jobs = [backfill_day.Job("head", "dave", 2, 0.0, 100.0, 100.0), backfill_day.Job("a", "bob", 1, 10.0, 400.0, 500.0),
+            backfill_day.Job("b", "bob", 1, 20.0, 400.0, 1200.0)]
+    work = 2 * 100.0 + 400.0 + 400.0 + 1000.0
+    assert backfill_day.no_delay_bound(jobs, {UUIDS[0]: 1000.0}, 2) == work / (work + 600.0)
 
 
 #: A job that notes when it started on which GPUs, waits for its release file, then notes its end.
