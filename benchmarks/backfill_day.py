@@ -24,15 +24,22 @@ once: must be 0). Issue 36's goal: occupancy ≥ 95 % with backfill, the head's 
 backfilled job's length. Standard library and gpu_launch only.
 
 Where the idle GPU-seconds go, by cause (``lost_gpu_s``: the part the occupancy counts; ``idle_gpu_s``: all of
-it): ``before_alice`` (a job waits, alice's GPUs are not free yet), ``kept_for_head`` (after that, a later
+it): ``head_alone`` (before alice's GPUs free, only the 8-GPU head waits: nobody else asks for the idle GPUs, yet
+the head's ask counts them as wanted), ``before_alice`` (others wait too), ``kept_for_head`` (after that, a later
 waiter would fit in the idle GPUs but the head keeps them; in FIFO: the order holds it), ``none_fits`` (no
 waiter fits in them), ``no_waiter`` (nobody waits: a lull or the end-of-day tail; never lost, nobody asked).
 And ``no_delay_bound``: the most occupancy *any* policy could reach that never delays the head while every job may
-run to its declared limit (Slurm's rule), from the day alone (:func:`no_delay_bound`). Seeds 1..5 (60 jobs),
-with declared limits: occupancy 92.4 / 91.2 / 93.5 / 92.5 / 92.7 %, bound 96.1 / 93.7 / 94.3 / 97.3 / 94.1 %;
-80-90 % of the loss is before alice's GPUs free (the 8-GPU head's reservation: the jobs waiting then declare
-limits that end after it), the rest a 2-GPU head holding one idle GPU until the next declared end. So 95 % is out
-of reach by Slurm's rule on three of the five days: only delaying the head, which that rule forbids, would buy it.
+run to its declared limit (Slurm's rule), from the day alone (:func:`no_delay_bound`).
+
+Seeds 1..5 (60 jobs), with declared limits: occupancy 92.4 / 91.2 / 93.5 / 92.5 / 92.7 %, bound 96.1 / 93.7 /
+94.3 / 97.3 / 94.1 %. Of the GPU-hours lost, before alice's GPUs free 2.59 / 3.08 / 1.93 / 2.01 / 2.11 (of them
+0.35-0.66 with the head alone: nobody else asked), after 0.44 / 0.33 / 0.28 / 0.42 / 0.52 (a 2-GPU head keeps
+one idle GPU until the next declared end: the 1-GPU waiters behind it declare limits that end later). So 80-90 %
+of the loss is the 8-GPU head's reservation itself: the jobs waiting then declare limits that end after alice's
+declared hour, and Slurm's rule does not start them. 95 % is out of reach by that rule on three of the five days
+(the bound is below it); only delaying the head, which the rule forbids, could buy it (a rule that let a job
+whose limit ends late take a GPU lent since the head's first look reached 93.2 % / 94.3 % on seeds 2 / 5 and
+delayed the head 4.2 min on seed 2).
 """
 
 from __future__ import annotations
@@ -168,10 +175,11 @@ def simulate(jobs: list[Job], uuids: list[str], busy_until: dict[str, float], ba
             "unstarted": [j.name for j in jobs if j.start is None]}
 
 
-#: Why GPUs stood idle: before alice's GPUs freed; kept for the head (after, while a later waiter would fit in the
-#: idle GPUs); no later waiter fits in them (the head needs more, as do those behind it); nobody waits (a lull, or
-#: the end-of-day tail: idle, but nobody asked for them, so not counted against the occupancy).
-CAUSES = ("before_alice", "kept_for_head", "none_fits", "no_waiter")
+#: Why GPUs stood idle: only the head waits, before alice's GPUs free (nobody else asks for them, yet the head's
+#: ask counts them as wanted); others wait too, before alice's GPUs free; kept for the head (after, while a later
+#: waiter would fit in the idle GPUs); no later waiter fits in them (the head needs more, as do those behind it);
+#: nobody waits (a lull, or the end-of-day tail: idle, but nobody asked for them, so not counted as lost).
+CAUSES = ("head_alone", "before_alice", "kept_for_head", "none_fits", "no_waiter")
 
 
 def _why_idle(t: float, freed: float, held: dict[str, Job | None], busy_until: dict[str, float],
@@ -186,7 +194,7 @@ def _why_idle(t: float, freed: float, held: dict[str, Job | None], busy_until: d
     if not waiting:
         return "no_waiter", idle, lost
     if t < freed:
-        return "before_alice", idle, lost
+        return ("before_alice" if len(waiting) > 1 else "head_alone"), idle, lost
     return ("kept_for_head" if any(j.need <= idle for j in waiting[1:]) else "none_fits"), idle, lost
 
 

@@ -65,6 +65,8 @@ def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: p
 
 
 def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A job ended at its --time is a timeout, counted apart from the failures (as `jobs` counts them), in the
+    summary line, the live lines and --json; each still exits 9, naming it."""
     box = Box(tmp_path)
     request.addfinalizer(box.clean_up)
     jobs = tmp_path / "jobs.txt"
@@ -75,10 +77,13 @@ def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path,
     assert done.returncode == 9, done.stderr
     doc = json.loads(done.stdout)
     slow, quick = doc["jobs"]
-    assert slow["status"] == "failed" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at its "
-                                                                                                    "--time limit (1s)")
-    assert quick["status"] == "done" and doc["counts"]["failed"] == 1
+    assert slow["status"] == "timeout" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at "
+                                                                                                     "its --time limit (1s)")
+    assert quick["status"] == "done" and doc["counts"]["failed"] == 0 and doc["counts"]["timeout"] == 1
     held = [json.loads(line) for line in (tmp_path / "logs" / "job-2.log").read_text().splitlines() if '"ends"' in line]
     assert held and all(h["ends"] - h["started"] == pytest.approx(1.0, abs=0.01) for h in held)  # declared for backfill
     shown = box.gl("each", str(jobs), "--time", "1s", "--log-dir", str(tmp_path / "logs2"), timeout=60)
-    assert "1 failed (1 timeout (SIGTERM))" in shown.stdout, shown.stdout
+    assert shown.returncode == 9 and "1 done, 0 running, 0 queued, 0 failed, 1 timeout (SIGTERM)" in shown.stdout, \
+        shown.stdout
+    assert "job 1/2 timeout (SIGTERM) after " in shown.stderr and ": ended at its --time (log " in shown.stderr
+    assert "gpulaunch: error: 1 of 2 jobs failed: 1 (timeout)" in shown.stderr, shown.stderr

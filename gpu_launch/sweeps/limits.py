@@ -1,6 +1,6 @@
 """``each --time LIMIT``: a job that has run its limit is ended, as Slurm ends a job at its time limit (SIGTERM to
-its process group, then SIGKILL once the grace is over; Slurm's ``KillWait``). Its status is ``failed``, its note
-says ``timeout``, so the summary counts it with the failures and ``each`` exits 9.
+its process group, then SIGKILL once the grace is over; Slurm's ``KillWait``). Its status is ``timeout`` (its note
+starts with ``timeout:``): the summary counts it apart from the failures, as `jobs` does, and ``each`` exits 9.
 
 Pure bookkeeping over the running jobs' start times (:class:`gpu_launch.sweeps.jobfile.JobState`, monotonic);
 the scheduler's loop calls :meth:`Limits.enforce` and sleeps no longer than it says.
