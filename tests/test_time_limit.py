@@ -54,6 +54,28 @@ def test_a_job_that_ignores_sigterm_at_its_limit_gets_sigkill_after_the_grace(tm
     assert "SIGTERM, then SIGKILL after the 10s grace" in record["note"]
 
 
+def test_the_grace_at_the_limit_is_grace_from_the_flag_or_the_config(tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """--grace (config key grace, GPULAUNCH_GRACE; Slurm's KillWait) sets the SIGTERM-to-SIGKILL time at --time for
+    a submitted job and for each's jobs: 1 s, not 10, for a job that ignores SIGTERM (the default: the test above)."""
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    job = box.submit("--auto", "1", "--time", "1s", "--grace", "1", "--", "sh", "-c", "trap '' TERM; sleep 60")
+    assert box.gl("wait", job, timeout=90).returncode == 124  # --grace is the supervisor's: the launch never sees it
+    record = box.jobs()[job]
+    assert record["signal"] == "SIGKILL" and "SIGTERM, then SIGKILL after the 1s grace" in record["note"], record
+    assert record["ended"] - record["started"] < 8  # its 1 s, then 1 s of grace (the default would take 11 s)
+    assert "  limit      1s (then SIGTERM, SIGKILL 1s later)\n" in box.gl("jobs", job).stdout
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("sh -c \"trap '' TERM; sleep 60\"\n")
+    done = box.gl("each", str(jobs), "--time", "1s", "--json", "-q", "--log-dir", str(tmp_path / "l"), timeout=60,
+                  env={**box.env, "GPULAUNCH_GRACE": "1"})
+    assert done.returncode == 9, done.stderr
+    only = json.loads(done.stdout)["jobs"][0]
+    assert only["status"] == "timeout" and only["signal"] == "SIGKILL" and "after the 1s grace" in only["note"], only
+    assert only["seconds"] < 8
+
+
 def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     box = Box(tmp_path)
     request.addfinalizer(box.clean_up)

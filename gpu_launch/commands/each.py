@@ -268,7 +268,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler.queue = not locking.nested
     scheduler.feed = feed
     scheduler.backfill = not inv.get("no_backfill")
-    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None))
+    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None), inv.get("grace"))
     with view:
         scheduler.run()
     view.summary(scheduler)
