@@ -127,8 +127,8 @@ def simulate(jobs: list[Job], uuids: list[str], busy_until: dict[str, float], ba
 
     state = (0.0, *_why_idle(0.0, freed, held, busy_until, waiting, running))
     while pending or waiting or running:
-        ends = [j.end for j in running]
-        upcoming = [e for e in events if e > t] + ends
+        finishing = [j.end for j in running]
+        upcoming = [e for e in events if e > t] + finishing
         if not upcoming and not (pending and pending[0].arrival <= t):
             break
         t = min(upcoming) if upcoming else t

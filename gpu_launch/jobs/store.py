@@ -90,11 +90,16 @@ class Job:
     grace: float | None = None  # its --grace, seconds from SIGTERM to SIGKILL at the limit (None: the default, 10)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "state": self.state, "argv": list(self.argv), "options": list(self.options),
-                "cwd": self.cwd, "host": self.host, "boot_id": self.boot_id, "lock_dir": self.lock_dir,
-                "submitted": self.submitted, "started": self.started, "ended": self.ended, "pid": self.pid,
-                "supervisor": self.supervisor, "gpus": self.gpus, "exit_code": self.exit_code,
-                "signal": self.signal, "note": self.note, "limit": self.limit, "grace": self.grace}
+        # "grace" only when --grace was given: a record without it is written as before (the default, 10 s)
+        doc: dict[str, Any] = {
+               "id": self.id, "state": self.state, "argv": list(self.argv), "options": list(self.options),
+               "cwd": self.cwd, "host": self.host, "boot_id": self.boot_id, "lock_dir": self.lock_dir,
+               "submitted": self.submitted, "started": self.started, "ended": self.ended, "pid": self.pid,
+               "supervisor": self.supervisor, "gpus": self.gpus, "exit_code": self.exit_code,
+               "signal": self.signal, "note": self.note, "limit": self.limit}
+        if self.grace is not None:
+            doc["grace"] = self.grace
+        return doc
 
     @staticmethod
     def from_json(doc: Any) -> Job:
