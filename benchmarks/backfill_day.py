@@ -22,6 +22,24 @@ last job ends); every job's wait; the 8-GPU job's delay (its start minus the mom
 freed) against the longest job that was backfilled while it waited; overlaps (two jobs on a GPU at
 once: must be 0). Issue 36's goal: occupancy ≥ 95 % with backfill, the head's delay within one
 backfilled job's length. Standard library and gpu_launch only.
+
+Where the idle GPU-seconds go, by cause (``lost_gpu_s``: the part the occupancy counts; ``idle_gpu_s``: all of
+it): ``head_alone`` (before alice's GPUs free, only the 8-GPU head waits: nobody else asks for the idle GPUs, yet
+the head's ask counts them as wanted), ``before_alice`` (others wait too), ``kept_for_head`` (after that, a later
+waiter would fit in the idle GPUs but the head keeps them; in FIFO: the order holds it), ``none_fits`` (no
+waiter fits in them), ``no_waiter`` (nobody waits: a lull or the end-of-day tail; never lost, nobody asked).
+And ``no_delay_bound``: the most occupancy *any* policy could reach that never delays the head while every job may
+run to its declared limit (Slurm's rule), from the day alone (:func:`no_delay_bound`).
+
+Seeds 1..5 (60 jobs), with declared limits: occupancy 92.4 / 91.2 / 93.5 / 92.5 / 92.7 %, bound 96.1 / 93.7 /
+94.3 / 97.3 / 94.1 %. Of the GPU-hours lost, before alice's GPUs free 2.59 / 3.08 / 1.93 / 2.01 / 2.11 (of them
+0.35-0.66 with the head alone: nobody else asked), after 0.44 / 0.33 / 0.28 / 0.42 / 0.52 (a 2-GPU head keeps
+one idle GPU until the next declared end: the 1-GPU waiters behind it declare limits that end later). So 80-90 %
+of the loss is the 8-GPU head's reservation itself: the jobs waiting then declare limits that end after alice's
+declared hour, and Slurm's rule does not start them. 95 % is out of reach by that rule on three of the five days
+(the bound is below it); only delaying the head, which the rule forbids, could buy it (a rule that let a job
+whose limit ends late take a GPU lent since the head's first look reached 93.2 % / 94.3 % on seeds 2 / 5 and
+delayed the head 4.2 min on seed 2).
 """
 
 from __future__ import annotations
@@ -84,6 +102,15 @@ def simulate(jobs: list[Job], uuids: list[str], busy_until: dict[str, float], ba
     pending = sorted(jobs, key=lambda j: j.arrival)
     overlaps = 0
     t = float("-inf")
+    freed = max(busy_until.values(), default=0.0)
+    idle = {cause: 0.0 for cause in CAUSES}  # idle GPU-seconds by cause
+    lost = {cause: 0.0 for cause in CAUSES}  # of those, the ones the occupancy counts (someone asked for them)
+    state: tuple[float, str, int, int] | None = None  # since when, why, idle GPUs, lost GPUs
+
+    def account(until: float) -> None:
+        if state is not None and until > state[0]:
+            idle[state[1]] += state[2] * (until - state[0])
+            lost[state[1]] += state[3] * (until - state[0])
 
     def free_now() -> set[str]:
         return {u for u in uuids if held[u] is None and busy_until.get(u, 0.0) <= t}
@@ -98,12 +125,14 @@ def simulate(jobs: list[Job], uuids: list[str], busy_until: dict[str, float], ba
         running.append(job)
         waiting.remove(job)
 
+    state = (0.0, *_why_idle(0.0, freed, held, busy_until, waiting, running))
     while pending or waiting or running:
-        ends = [j.end for j in running]
-        upcoming = [e for e in events if e > t] + ends
+        finishing = [j.end for j in running]
+        upcoming = [e for e in events if e > t] + finishing
         if not upcoming and not (pending and pending[0].arrival <= t):
             break
         t = min(upcoming) if upcoming else t
+        account(t)
         for job in [j for j in running if j.end <= t]:
             running.remove(job)
             for u in job.gpus:
@@ -135,12 +164,38 @@ def simulate(jobs: list[Job], uuids: list[str], busy_until: dict[str, float], ba
                     begin(job, sorted(usable)[:job.need], t)
                     progress = True
         events = [e for e in events if e > t]
+        state = (t, *_why_idle(t, freed, held, busy_until, waiting, running))
     span = max([j.end for j in jobs if j.start is not None] + list(busy_until.values()))
+    account(span)
     busy = sum(j.runs * j.need for j in jobs if j.start is not None) + sum(busy_until.values())
     return {"occupancy": busy / _possible(jobs, busy_until, len(uuids), span), "of_span": busy / (len(uuids) * span),
             "span_s": span, "overlaps": overlaps,
+            "idle_gpu_s": {k: round(v, 1) for k, v in idle.items()}, "lost_gpu_s": {k: round(v, 1) for k, v in lost.items()},
             "waits": {j.name: round(j.start - j.arrival, 1) for j in jobs if j.start is not None},
             "unstarted": [j.name for j in jobs if j.start is None]}
+
+
+#: Why GPUs stood idle: only the head waits, before alice's GPUs free (nobody else asks for them, yet the head's
+#: ask counts them as wanted); others wait too, before alice's GPUs free; kept for the head (after, while a later
+#: waiter would fit in the idle GPUs); no later waiter fits in them (the head needs more, as do those behind it);
+#: nobody waits (a lull, or the end-of-day tail: idle, but nobody asked for them, so not counted as lost).
+CAUSES = ("head_alone", "before_alice", "kept_for_head", "none_fits", "no_waiter")
+
+
+def _why_idle(t: float, freed: float, held: dict[str, Job | None], busy_until: dict[str, float],
+              waiting: list[Job], running: list[Job]) -> tuple[str, int, int]:
+    """From ``t`` to the next event: why the idle GPUs are idle, how many, and how many of them count as lost
+    (min(GPUs, what is asked) - busy: as in the occupancy)."""
+    alice = sum(1 for u in held if busy_until.get(u, 0.0) > t)
+    busy = alice + sum(1 for j in held.values() if j is not None)
+    idle = len(held) - busy
+    asked = alice + sum(j.need for j in running) + sum(j.need for j in waiting)
+    lost = max(0, min(len(held), asked) - busy)
+    if not waiting:
+        return "no_waiter", idle, lost
+    if t < freed:
+        return ("before_alice" if len(waiting) > 1 else "head_alone"), idle, lost
+    return ("kept_for_head" if any(j.need <= idle for j in waiting[1:]) else "none_fits"), idle, lost
 
 
 def _possible(jobs: list[Job], busy_until: dict[str, float], gpus: int, span: float) -> float:
@@ -175,6 +230,25 @@ def day(seed: int, count: int, limits: bool = False) -> tuple[list[Job], dict[st
     return jobs, busy_until
 
 
+def no_delay_bound(jobs: list[Job], busy_until: dict[str, float], gpus: int) -> float:
+    """The most occupancy any policy can reach that never delays the head (``jobs[0]``) past the moment alice's
+    GPUs free, when every job may run to its declared limit (Slurm's rule: a job starts ahead of the head only if
+    its limit ends by then): an upper bound, from the day alone.
+
+    From the head's arrival until alice's GPUs free (``freed``), the head asks for every GPU, so each idle GPU-second
+    there is lost. The GPU-seconds the others' jobs can fill there are at most those of the jobs that could run
+    wholly inside it (arrival + limit <= freed), plus, of a job that came before the head, its run up to ``freed``.
+    The loss is at least the rest of the free GPUs' time there; occupancy = work / (work + loss)."""
+    head, freed = jobs[0], max(busy_until.values(), default=0.0)
+    window = max(0.0, freed - head.arrival)
+    fill = sum(j.need * j.runs for j in jobs[1:] if j.limit is not None and head.arrival <= j.arrival
+               and j.arrival + j.limit <= freed)
+    fill += sum(j.need * min(j.runs, window) for j in jobs[1:] if j.arrival < head.arrival)
+    floor = max(0.0, (gpus - len(busy_until)) * window - fill)
+    work = sum(j.runs * j.need for j in jobs) + sum(busy_until.values())
+    return work / (work + floor)
+
+
 def measure(seed: int = 1, count: int = 60) -> dict[str, Any]:
     out: dict[str, Any] = {"seed": seed, "jobs": count + 1}
     for mode, backfill, limits in (("limits", True, True), ("backfill", True, False), ("fifo", False, False)):
@@ -187,6 +261,8 @@ def measure(seed: int = 1, count: int = 60) -> dict[str, Any]:
         result["head_delay_s"] = round((big.start or 0) - max(freed, big.arrival), 1)
         result["longest_backfilled_s"] = round(max(lengths, default=0.0), 1)
         result["backfilled"] = sum(j.backfilled for j in jobs)
+        if limits:
+            result["no_delay_bound"] = no_delay_bound(jobs, busy_until, len(_uuids()))
         out[mode] = result
     return out
 
@@ -206,6 +282,14 @@ def main(argv: list[str] | None = None) -> int:
               f"median wait {waits[len(waits) // 2] / 60:5.1f} min  max wait {waits[-1] / 60:5.1f} min  "
               f"8-GPU job's delay {r['head_delay_s'] / 60:5.1f} min (longest backfilled job "
               f"{r['longest_backfilled_s'] / 60:.1f} min)")
+    print("idle GPU-hours by cause (lost: counted against the occupancy; no_waiter is never lost: nobody asked):")
+    for mode in ("limits", "backfill", "fifo"):
+        r = doc[mode]
+        print(f"  {mode:8} " + "  ".join(f"{cause} {r['lost_gpu_s'][cause] / 3600:4.2f}"
+                                         + (f" (idle {r['idle_gpu_s'][cause] / 3600:4.2f})" if cause == "no_waiter" else "")
+                                         for cause in CAUSES))
+    print(f"the most any policy that never delays the head could reach with these declared limits: "
+          f"{100 * doc['limits']['no_delay_bound']:.1f} %")
     print("every job's wait (min), backfill with declared limits / without / fifo:")
     for name in doc["backfill"]["waits"]:
         print(f"  {name:10} {doc['limits']['waits'].get(name, 0) / 60:6.1f} / {doc['backfill']['waits'][name] / 60:6.1f}"

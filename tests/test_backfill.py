@@ -129,6 +129,23 @@ def test_the_benchmark_day_reports_both_modes_with_no_overlap() -> None:
     assert doc["backfill"]["overlaps"] == doc["fifo"]["overlaps"] == doc["limits"]["overlaps"] == 0
     assert doc["limits"]["occupancy"] >= doc["backfill"]["occupancy"]
     assert doc["fifo"]["backfilled"] == 0 and doc["backfill"]["head_delay_s"] <= doc["backfill"]["longest_backfilled_s"]
+    for mode in ("limits", "backfill", "fifo"):  # the causes add up to all the idle time, and to all that was lost
+        r = doc[mode]
+        busy = r["of_span"] * 8 * r["span_s"]
+        assert abs(sum(r["idle_gpu_s"].values()) - (8 * r["span_s"] - busy)) < 1.0
+        assert abs(sum(r["lost_gpu_s"].values()) - (busy / r["occupancy"] - busy)) < 1.0
+        assert r["lost_gpu_s"]["no_waiter"] == 0.0 and r["idle_gpu_s"]["before_alice"] > 0
+    # no policy that never delays the head beats the bound, and this one, which never does, stays under it
+    assert doc["limits"]["head_delay_s"] == 0.0 and doc["limits"]["occupancy"] <= doc["limits"]["no_delay_bound"] < 1.0
+
+
+def test_the_no_delay_bound_counts_only_jobs_whose_limit_ends_before_alices_gpus_free() -> None:
+    """Alice holds 1 of 2 GPUs until t=1000; the head (2 GPUs) comes at t=0; one job of 400 s that declares 500 s
+    fits before alice's end, one that declares 1200 s does not: at least 1000 - 400 GPU-seconds are lost."""
+    jobs = [backfill_day.Job("head", "dave", 2, 0.0, 100.0, 100.0), backfill_day.Job("a", "bob", 1, 10.0, 400.0, 500.0),
+            backfill_day.Job("b", "bob", 1, 20.0, 400.0, 1200.0)]
+    work = 2 * 100.0 + 400.0 + 400.0 + 1000.0
+    assert backfill_day.no_delay_bound(jobs, {UUIDS[0]: 1000.0}, 2) == work / (work + 600.0)
 
 
 #: A job that notes when it started on which GPUs, waits for its release file, then notes its end.
@@ -248,6 +265,44 @@ def test_no_backfill_keeps_first_come_first_served(tmp_path: Path, request: pyte
         assert backfilled.returncode == 0 and "backfilled" in backfilled.stderr, backfilled.stderr
 
 
+def test_a_strict_head_keeps_every_gpu_it_may_use_from_launches_that_do_not_wait(tmp_path: Path,
+                                                                                 request: pytest.FixtureRequest) -> None:
+    """--no-backfill is strict first come, first served for everyone, as Slurm's FIFO scheduler (srun --immediate is
+    refused while a job ahead pends) and task-spooler (one queue): alice holds GPU 0, a strict head waits for GPUs
+    0-2; a plain launch is refused GPU 1 and 2 though they are free (2 GPUs: exit 4; --gpus: 6), --time or not;
+    GPU 3, which the head never uses (--gpus 0-2), stays free for it."""
+    snap = write_snapshot(tmp_path / "machine.json", first_gpus(example("workstation-4x"), 4))
+    environ = env(tmp_path / "locks")
+    alice = start(["--snapshot", str(snap), "--gpus", "0", "--", "python3", "-c", HOLD, str(tmp_path / "go")],
+                  env=environ)
+    request.addfinalizer(lambda: (alice.kill(), alice.wait()))
+    Lines(alice.stdout).wait("CVD=0")
+    big = start(["--snapshot", str(snap), "--no-backfill", "--gpus", "0-2", "--wait", "--", "true"], env=environ)
+    request.addfinalizer(lambda: (big.kill(), big.wait()))
+
+    def head() -> dict[str, object]:
+        queue = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"]
+        return queue[0] if queue else {}
+
+    wait_for(lambda: head().get("strict") is True and head().get("kept") == ["GPU 1", "GPU 2"],
+             what="the strict head to say it keeps GPUs 1 and 2")
+    assert head()["lends"] == []
+    assert "kept for the head: GPU 1, GPU 2; it lends no GPU (strict first come, first served: --no-backfill)" in \
+        run(["--snapshot", str(snap), "ls"], env={**environ, "COLUMNS": "200"}).stdout
+    for args, code in ((["--auto", "2"], 4), (["--time", "1m", "--auto", "2"], 4), (["--gpus", "1"], 6),
+                       (["--time", "1m", "--gpus", "2"], 6)):
+        refused = run(["--snapshot", str(snap), *args, "--", "true"], env=environ)
+        assert refused.returncode == code and refused.stderr.count("\n") == 1, (args, refused.stderr)
+        assert f"(pid {big.pid}) is first in the queue and keeps them: it waits strictly first come, first served " \
+               "(--no-backfill)" in refused.stderr, refused.stderr
+    other = run(["--snapshot", str(snap), "-q", "--auto", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+                env=environ)
+    assert other.returncode == 0 and other.stdout.strip() == "3", other.stderr
+    assert big.poll() is None
+    (tmp_path / "go").touch()
+    assert alice.wait(timeout=60) == 0 and big.wait(timeout=60) == 0
+
+
 @pytest.mark.parametrize("per_gpu", ["1", "2"])
 def test_a_sweep_behind_a_waiting_big_job_backfills_on_the_gpus_it_lends(tmp_path: Path, request: pytest.FixtureRequest,
                                                                           per_gpu: str) -> None:
@@ -301,10 +356,12 @@ def test_in_a_hardened_lock_dir_another_user_backfills_and_cannot_forge_what_the
         strict = gl("--no-backfill", "--auto", "3", "--wait", "--", "true")
         wait_for(lambda: len(queue()) == 1, what="root's strict head to wait")
         ticket = next(p.name for p in (hardened / "queue").iterdir() if p.name.startswith("ticket-"))
+        wait_for(lambda: queue()[0].get("strict") is True, what="root's strict head to say so")
         forged = json.dumps({"relevant": [], "lends": [], "frozen": False, "need": 1, "kept": []})
         plant = subprocess.run([*prefix, python, "-c", f"open({str(hardened / 'queue' / ('lends-' + ticket))!r}, 'w')"
                                 f".write({forged!r} + '\\n')"], capture_output=True, text=True)
-        assert plant.returncode == 0, plant.stderr  # the queue is 1777: nobody can plant the file
+        assert plant.returncode != 0  # the queue is 1777 and the head's file root's: nobody can replace it
+        assert queue()[0]["strict"] is True
         waited = gl("--auto", "1", "--wait", "2s", "--", "true", nobody=True)
         assert waited.wait(timeout=60) == 5, waited.stderr.read()  # type: ignore[union-attr]
         strict.kill()
@@ -385,11 +442,10 @@ def test_a_launch_that_does_not_wait_never_starts_on_a_gpu_kept_for_the_head(tmp
     assert big.wait(timeout=60) == 0  # the head got GPU 1 back: it starts once alice's ends
 
 
-def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_on_a_kept_gpu(
-        tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """Slurm's rule, with real processes: alice holds GPU 0 with --time 1h, bob GPU 1; a job for both waits. Bob's
-    ends: GPU 1 is kept for the head, which expects to start when alice's hour is up. A waiter with --time 10m
-    starts on it; one without a limit, or with --time 2h (it would still run then), waits."""
+def _gpu_1_kept_until_alices_declared_hour(tmp_path: Path, request: pytest.FixtureRequest
+                                           ) -> tuple[Path, dict[str, str], subprocess.Popen[str], subprocess.Popen[str]]:
+    """alice holds GPU 0 with --time 1h, bob GPU 1; a job for both waits; bob's ends: GPU 1 is kept for the head,
+    which expects to start when alice's hour is up. (The snapshot, the environment, alice, the big job.)"""
     snap = write_snapshot(tmp_path / "two.json", first_gpus(example("workstation-4x"), 2))
     environ = env(tmp_path / "locks")
     procs: list[subprocess.Popen[str]] = []
@@ -411,6 +467,38 @@ def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_o
     assert bob.wait(timeout=60) == 0
     wait_for(lambda: json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]["kept"]
              == ["GPU 1"], what="the head to keep GPU 1")
+    return snap, environ, alice, big
+
+
+def test_a_plain_launch_whose_time_limit_ends_before_the_heads_expected_start_may_use_a_kept_gpu(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Slurm's rule for a launch that does not wait: with --time 10m it starts at once on GPU 1 (kept for the head,
+    which expects to start in about an hour); without --time, or with --time 2h, it is refused as before (exit 4;
+    --gpus: exit 6), the hint naming --time and the head's expected start."""
+    snap, environ, alice, big = _gpu_1_kept_until_alices_declared_hour(tmp_path, request)
+    bare = run(["--snapshot", str(snap), "--auto", "1", "--", "true"], env=environ)
+    assert bare.returncode == 4 and bare.stderr.count("\n") == 1, bare.stderr
+    assert f"(pid {big.pid}) is first in the queue and keeps them: it expects to start in " in bare.stderr
+    assert "(declared limits): declare a --time that ends within " in bare.stderr, bare.stderr
+    late = run(["--snapshot", str(snap), "--gpus", "1", "--time", "2h", "--", "true"], env=environ)
+    assert late.returncode == 6 and "GPU 1 is kept for the head of the queue" in late.stderr, late.stderr
+    assert "(yours, 2h00m, ends after it)" in late.stderr, late.stderr
+    early = run(["--snapshot", str(snap), "-q", "--time", "10m", "--auto", "1", "--", "sh", "-c",
+                 "echo $CUDA_VISIBLE_DEVICES"], env=environ)
+    assert early.returncode == 0 and early.stdout.strip() == "1", early.stderr
+    named = run(["--snapshot", str(snap), "-q", "--time", "10m", "--gpus", "1", "--", "true"], env=environ)
+    assert named.returncode == 0, named.stderr
+    assert big.poll() is None  # the head still waits for alice's GPU: nobody took it
+    (tmp_path / "alice-go").touch()
+    assert alice.wait(timeout=60) == 0 and big.wait(timeout=60) == 0
+
+
+def test_a_waiter_whose_time_limit_ends_before_the_heads_expected_start_starts_on_a_kept_gpu(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Slurm's rule, with real processes: alice holds GPU 0 with --time 1h, bob GPU 1; a job for both waits. Bob's
+    ends: GPU 1 is kept for the head, which expects to start when alice's hour is up. A waiter with --time 10m
+    starts on it; one without a limit, or with --time 2h (it would still run then), waits."""
+    snap, environ, alice, big = _gpu_1_kept_until_alices_declared_hour(tmp_path, request)
     head = json.loads(run(["--snapshot", str(snap), "ls", "--json"], env=environ).stdout)["queue"][0]
     assert 3500 < head["expected_start"] - time.time() <= 3600  # alice's declared hour
     import re

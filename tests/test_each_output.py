@@ -50,7 +50,7 @@ def test_each_json_is_a_summary_document(tmp_path: Path) -> None:
     jsonschema.Draft202012Validator(schemas.EACH).validate(doc)
     check_order(doc, schemas.EACH)
     assert doc["schema"] == 1 and doc["slurm_job_id"] is None and doc["log_dir"] == str(tmp_path / "logs")
-    assert doc["counts"] == {"done": 1, "running": 0, "queued": 0, "failed": 2, "not_started": 0}
+    assert doc["counts"] == {"done": 1, "running": 0, "queued": 0, "failed": 2, "timeout": 0, "not_started": 0}
     first, second, third = doc["jobs"]
     # The line ran through the shell (exec'd by it: one command), placeholders filled in
     assert first["argv"] == ["/bin/sh", "-c", "exec sh -c 'echo \"$@\"' job --ngpu 2 --devices 0,1 --literal {n}"]

@@ -54,6 +54,28 @@ def test_a_job_that_ignores_sigterm_at_its_limit_gets_sigkill_after_the_grace(tm
     assert "SIGTERM, then SIGKILL after the 10s grace" in record["note"]
 
 
+def test_the_grace_at_the_limit_is_grace_from_the_flag_or_the_config(tmp_path: Path,
+                                                                       request: pytest.FixtureRequest) -> None:
+    """--grace (config key grace, GPULAUNCH_GRACE; Slurm's KillWait) sets the SIGTERM-to-SIGKILL time at --time for
+    a submitted job and for each's jobs: 1 s, not 10, for a job that ignores SIGTERM (the default: the test above)."""
+    box = Box(tmp_path)
+    request.addfinalizer(box.clean_up)
+    job = box.submit("--auto", "1", "--time", "1s", "--grace", "1", "--", "sh", "-c", "trap '' TERM; sleep 60")
+    assert box.gl("wait", job, timeout=90).returncode == 124  # --grace is the supervisor's: the launch never sees it
+    record = box.jobs()[job]
+    assert record["signal"] == "SIGKILL" and "SIGTERM, then SIGKILL after the 1s grace" in record["note"], record
+    assert record["ended"] - record["started"] < 8  # its 1 s, then 1 s of grace (the default would take 11 s)
+    assert "  limit      1s (then SIGTERM, SIGKILL 1s later)\n" in box.gl("jobs", job).stdout
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("sh -c \"trap '' TERM; sleep 60\"\n")
+    done = box.gl("each", str(jobs), "--time", "1s", "--json", "-q", "--log-dir", str(tmp_path / "l"), timeout=60,
+                  env={**box.env, "GPULAUNCH_GRACE": "1"})
+    assert done.returncode == 9, done.stderr
+    only = json.loads(done.stdout)["jobs"][0]
+    assert only["status"] == "timeout" and only["signal"] == "SIGKILL" and "after the 1s grace" in only["note"], only
+    assert only["seconds"] < 8
+
+
 def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     box = Box(tmp_path)
     request.addfinalizer(box.clean_up)
@@ -65,6 +87,8 @@ def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: p
 
 
 def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A job ended at its --time is a timeout, counted apart from the failures (as `jobs` counts them), in the
+    summary line, the live lines and --json; each still exits 9, naming it."""
     box = Box(tmp_path)
     request.addfinalizer(box.clean_up)
     jobs = tmp_path / "jobs.txt"
@@ -75,10 +99,13 @@ def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path,
     assert done.returncode == 9, done.stderr
     doc = json.loads(done.stdout)
     slow, quick = doc["jobs"]
-    assert slow["status"] == "failed" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at its "
-                                                                                                    "--time limit (1s)")
-    assert quick["status"] == "done" and doc["counts"]["failed"] == 1
+    assert slow["status"] == "timeout" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at "
+                                                                                                     "its --time limit (1s)")
+    assert quick["status"] == "done" and doc["counts"]["failed"] == 0 and doc["counts"]["timeout"] == 1
     held = [json.loads(line) for line in (tmp_path / "logs" / "job-2.log").read_text().splitlines() if '"ends"' in line]
     assert held and all(h["ends"] - h["started"] == pytest.approx(1.0, abs=0.01) for h in held)  # declared for backfill
     shown = box.gl("each", str(jobs), "--time", "1s", "--log-dir", str(tmp_path / "logs2"), timeout=60)
-    assert "1 failed (1 timeout (SIGTERM))" in shown.stdout, shown.stdout
+    assert shown.returncode == 9 and "1 done, 0 running, 0 queued, 0 failed, 1 timeout (SIGTERM)" in shown.stdout, \
+        shown.stdout
+    assert "job 1/2 timeout (SIGTERM) after " in shown.stderr and ": ended at its --time (log " in shown.stderr
+    assert "gpulaunch: error: 1 of 2 jobs failed: 1 (timeout)" in shown.stderr, shown.stderr

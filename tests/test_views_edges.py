@@ -72,7 +72,7 @@ def test_the_queue_in_json_says_seconds_waited_and_the_epoch_it_began() -> None:
                                waiter(2, -3, ["not", "a", "note"], uid=54321, pid=9)], now=NOW)
     assert doc[0] == {"position": 1, "user": pwd.getpwuid(0).pw_name, "uid": 0, "pid": 100,
                       "since": round(NOW - 90.25, 3), "waited_s": 90.2, "request": "--auto 1", "command": "c",
-                      "kept": None, "lends": None, "expected_start": None}
+                      "kept": None, "lends": None, "expected_start": None, "strict": False}
     assert (doc[1]["waited_s"], doc[1]["request"], doc[1]["command"], doc[1]["position"]) == (0.0, None, None, 2)
     assert doc[1]["user"] in ("54321", _name(54321))
 
@@ -239,7 +239,7 @@ def test_each_json_names_only_gpu_indices_of_at_most_nine_digits() -> None:
               _state(4, "done", "\uff11")]  # a fullwidth 1 is a digit to Python, no GPU index
     doc = summary_doc(SimpleNamespace(states=[*states, _state(5, "queued", "", None)]), "/logs")
     assert [j["gpus"] for j in doc["jobs"]] == [[0, 3], [5], [123456789], [], []]
-    assert doc["counts"] == {"done": 4, "running": 0, "queued": 1, "failed": 0, "not_started": 0}
+    assert doc["counts"] == {"done": 4, "running": 0, "queued": 1, "failed": 0, "timeout": 0, "not_started": 0}
     out = io.StringIO()
     View(io.StringIO(), out, quiet=False, total=5, log_dir="/logs", json=True).summary(SimpleNamespace(states=states))
     assert out.getvalue().startswith('{\n  "schema": ') and json.loads(out.getvalue())["log_dir"] == "/logs"

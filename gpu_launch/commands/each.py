@@ -21,8 +21,8 @@ Each job runs in its own process group with stdin from /dev/null, and its stdout
 ``--log-dir``/job-N.log (N is the job's number, 1-based, in file order); an existing file is never
 overwritten (job-N.1.log, job-N.2.log, … are used instead). Ctrl-C (or SIGTERM) stops launching,
 sends the same signal to every running job's process group and waits for them; a second one sends
-SIGKILL. Exit status: 0 when every job exited 0; 9 (``ExitCode.JOBS_FAILED``) when any job failed
-or could not start; 130 when interrupted.
+SIGKILL. Exit status: 0 when every job exited 0; 9 (``ExitCode.JOBS_FAILED``) when any job failed, timed out
+(its --time) or could not start; 130 when interrupted.
 
 With ``--slurm`` the same checked job file becomes one Slurm job array instead (:func:`submit_to_slurm`;
 the Slurm side, task entry and following are in :mod:`gpu_launch.cluster`), each task running its
@@ -268,11 +268,11 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     scheduler.queue = not locking.nested
     scheduler.feed = feed
     scheduler.backfill = not inv.get("no_backfill")
-    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None))
+    scheduler.limits = Limits(getattr(inv.get("time"), "seconds", None), inv.get("grace"))
     with view:
         scheduler.run()
     view.summary(scheduler)
-    failed = [s for s in scheduler.states if s.status == "failed"]
+    failed = [s for s in scheduler.states if s.status in ("failed", "timeout")]
     if scheduler.stopping:
         raise Interrupted(f"interrupted: {_tally(scheduler.states, log_dir)}")
     if failed:
@@ -296,12 +296,15 @@ def _scope(inv: Any, machine: Machine) -> Scope:
 
 
 def _tally(states: Sequence[JobState], log_dir: str) -> str:
-    """``2 jobs not started, 1 failed (logs in DIR)``: what an interrupted sweep left."""
+    """``2 jobs not started, 1 failed (logs in DIR)``, ``, 1 timeout`` too when one ended at its --time: what an
+    interrupted sweep left."""
     not_started = sum(1 for s in states if s.status == "not started")
     failed = sum(1 for s in states if s.status == "failed")
-    return f"{not_started} job{'s' if not_started != 1 else ''} not started, {failed} failed (logs in {log_dir})"
+    timeouts = sum(1 for s in states if s.status == "timeout")
+    timed = f", {timeouts} timeout" if timeouts else ""
+    return f"{not_started} job{'s' if not_started != 1 else ''} not started, {failed} failed{timed} (logs in {log_dir})"
 
 
 def _jobs_failed(failed: Sequence[JobState], jobs: Sequence[Job], hint: str) -> JobsFailed:
-    numbers = ", ".join(str(s.job.number) for s in failed)
+    numbers = ", ".join(f"{s.job.number}{' (timeout)' if s.status == 'timeout' else ''}" for s in failed)
     return JobsFailed(f"{len(failed)} of {len(jobs)} job{'s' if len(jobs) != 1 else ''} failed: {numbers}", hint=hint)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["run", "OWN"]
 
 #: submit's own options, not passed on to the launch it detaches
-OWN = ("json", "detach")
+OWN = ("json", "detach", "grace")  # --grace: the supervisor's, at the job's --time limit (not the launch's)
 
 
 def run(inv: Invocation) -> int:
@@ -41,7 +41,8 @@ def run(inv: Invocation) -> int:
     from gpu_launch.reservations import lockdir
 
     lock_dir = lockdir.lock_dir_path(inv.get("lock_dir"), os.environ, example=is_example(pick.snapshot_source(inv)))
-    job, log = start.submit(words, inv.argv, lock_dir, os.environ, getattr(inv.get("time"), "seconds", None))
+    job, log = start.submit(words, inv.argv, lock_dir, os.environ, getattr(inv.get("time"), "seconds", None),
+                            inv.get("grace"))
     try:
         if inv.get("json"):
             from gpu_launch.jobs.status import Status

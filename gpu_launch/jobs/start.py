@@ -24,8 +24,9 @@ __all__ = ["submit"]
 
 
 def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: Mapping[str, str],
-           limit: float | None = None) -> tuple[Job, str]:
-    """Record a new job and start its supervisor; the job and its log's path. ``limit``: its --time (seconds)."""
+           limit: float | None = None, grace: float | None = None) -> tuple[Job, str]:
+    """Record a new job and start its supervisor; the job and its log's path. ``limit``: its --time (seconds);
+    ``grace``: its --grace, seconds from SIGTERM to SIGKILL at the limit (None: the default)."""
     try:
         cwd = os.getcwd()
     except OSError as exc:
@@ -36,7 +37,7 @@ def submit(options: Sequence[str], argv: Sequence[str], lock_dir: str, environ: 
     try:
         job_id, log = jobs.new_id()
         job = Job(job_id, "waiting", tuple(argv), tuple(options), cwd, host(), boot_id(), lock_dir,
-                  round(time.time(), 3), limit=limit)
+                  round(time.time(), 3), limit=limit, grace=grace)
         try:
             # The log's lock first, then the record: a record no one looks after never exists, even for a
             # moment (`jobs --clear` would take it for lost and remove it under the new job).

@@ -87,13 +87,19 @@ class Job:
     signal: str | None = None  # "SIGTERM" when a signal ended it
     note: str | None = None  # why it failed to start, was cancelled, ...
     limit: float | None = None  # its --time, seconds: the supervisor ends it there (state timeout)
+    grace: float | None = None  # its --grace, seconds from SIGTERM to SIGKILL at the limit (None: the default, 10)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "state": self.state, "argv": list(self.argv), "options": list(self.options),
-                "cwd": self.cwd, "host": self.host, "boot_id": self.boot_id, "lock_dir": self.lock_dir,
-                "submitted": self.submitted, "started": self.started, "ended": self.ended, "pid": self.pid,
-                "supervisor": self.supervisor, "gpus": self.gpus, "exit_code": self.exit_code,
-                "signal": self.signal, "note": self.note, "limit": self.limit}
+        # "grace" only when --grace was given: a record without it is written as before (the default, 10 s)
+        doc: dict[str, Any] = {
+               "id": self.id, "state": self.state, "argv": list(self.argv), "options": list(self.options),
+               "cwd": self.cwd, "host": self.host, "boot_id": self.boot_id, "lock_dir": self.lock_dir,
+               "submitted": self.submitted, "started": self.started, "ended": self.ended, "pid": self.pid,
+               "supervisor": self.supervisor, "gpus": self.gpus, "exit_code": self.exit_code,
+               "signal": self.signal, "note": self.note, "limit": self.limit}
+        if self.grace is not None:
+            doc["grace"] = self.grace
+        return doc
 
     @staticmethod
     def from_json(doc: Any) -> Job:
@@ -123,7 +129,8 @@ class Job:
                    float(get("submitted", (int, float))), _float(get("started", (int, float), True)),
                    _float(get("ended", (int, float), True)), get("pid", (int,), True),
                    get("supervisor", (int,), True), get("gpus", (str,), True), get("exit_code", (int,), True),
-                   get("signal", (str,), True), get("note", (str,), True), _float(get("limit", (int, float), True)))
+                   get("signal", (str,), True), get("note", (str,), True), _float(get("limit", (int, float), True)),
+                   _float(get("grace", (int, float), True)))
 
 
 def _float(value: int | float | None) -> float | None:

@@ -148,7 +148,13 @@ class _Supervisor:
         self.limit_due, self.timed_out = False, True
         self._signal(signal.SIGTERM)
         if not self.exited:
-            signal.setitimer(signal.ITIMER_REAL, DEFAULT_GRACE)
+            signal.setitimer(signal.ITIMER_REAL, self._grace())
+
+    def _grace(self) -> float:
+        """Seconds from SIGTERM to SIGKILL at the --time limit: the job's --grace (Slurm's KillWait), else 10."""
+        grace = self.job.get("grace")
+        return float(grace) if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace > 0 \
+            else DEFAULT_GRACE
 
     def cancel(self) -> None:
         """SIGTERM to the job now, SIGKILL after the grace the cancel asked for."""
@@ -215,7 +221,7 @@ class _Supervisor:
         if ran and self.timed_out and not self.cancelled:
             limit = float(self.job["limit"])
             shown = f"{limit:g}s" if limit < 120 else f"{limit / 60:g} min"
-            how = f"then {sig} after the {DEFAULT_GRACE:g}s grace" if sig == "SIGKILL" else \
+            how = f"then {sig} after the {self._grace():g}s grace" if sig == "SIGKILL" else \
                 f"it ended on {sig}" if sig else f"it exited {exit_code}"
             self._record_end(state="timeout", ended=ended, exit_code=exit_code, signal=sig,
                              note=f"ended at its --time limit ({shown}): SIGTERM, {how}")

@@ -219,8 +219,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--clear",), "clear", "jobs: remove the records and logs of your jobs that have ended (done, failed "
            "to start, cancelled, lost), or of the ids given; never a waiting or running one",
            commands=frozenset({"jobs"}), group="Jobs"),
-    Option(("--grace",), "grace", "cancel: seconds a running job has between SIGTERM and SIGKILL (default 10)",
-           "SECONDS", interval, frozenset({"cancel"}), "Jobs"),
+    Option(("--grace",), "grace", "seconds a job has between SIGTERM and SIGKILL (default 10): cancel's; submit and "
+           "each: at its --time limit (Slurm's KillWait)", "SECONDS", interval, frozenset({"cancel", "submit", "each"}),
+           "Jobs"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",

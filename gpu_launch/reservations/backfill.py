@@ -20,11 +20,18 @@ start at once on GPUs the head *lends*, and only on those. What the head lends (
   then may take any GPU free for the head at its last look, kept ones included (it is off them again
   before the head could start: submit and each end a job at its limit); one whose declared limit ends
   later takes no GPU the head may use, lent ones neither (it would delay the head: Slurm does not start it).
+  A launch that does not wait is held to the same rule on kept GPUs (:func:`by_shadow`): with a ``--time``
+  that ends by the head's expected start it may take one, without (or with a later one) it is refused;
+* nothing, to anyone, when the head waits strictly first come, first served (``--no-backfill``: ``strict``):
+  it keeps every GPU it may use, from later waiters and from launches that do not wait alike, as Slurm's
+  FIFO scheduler (``sched/builtin``) starts no job while one ahead of it in its partition cannot start and
+  refuses ``srun --immediate`` then (``src/slurmctld/job_mgr.c``, ``job_allocate``: ``ESLURM_NOT_TOP_PRIORITY``
+  when ``_top_priority`` is false), and task-spooler runs every job from its one queue, in order.
 
 The head writes what it lends to a file of its own beside its ticket (``lends-<ticket>``: a JSON line,
 replaced atomically), which a later waiter believes only when its owner is the ticket's owner (the
-kernel's word); a file that is missing, foreign or unreadable lends nothing, so a head that does not
-lend (``--no-backfill``, an older gpulaunch) keeps the queue strictly first come, first served. A
+kernel's word); a file that is missing, foreign or unreadable lends nothing, so a head that writes none
+(an older gpulaunch) keeps the queue strictly first come, first served for later waiters. A
 later waiter also takes only GPUs it has seen free since it began to wait (:class:`Candidate`), so a
 GPU that freed up an instant before the head said so is not taken for one the head lends.
 A ticket is never rewritten: its ``ctime`` is its place in the queue.
@@ -40,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from gpu_launch.base.records import dataclass, field
 from gpu_launch.choose import select as _select
 
-__all__ = ["Head", "Candidate", "Lends", "lends_path", "publish", "read_lends", "KEPT"]
+__all__ = ["Head", "Candidate", "Lends", "by_shadow", "lends_path", "publish", "read_lends", "KEPT"]
 
 #: How a GPU kept for the head of the queue is described to a later waiter (acquire.attempt's ``own``).
 KEPT = _select.KEPT
@@ -61,11 +68,24 @@ class Lends:
     #: when the head expects to start (seconds since the epoch) from the holders' declared limits; None: not
     #: known (a GPU it needs is busy with work that declared no limit)
     shadow: float | None = None
+    #: it waits strictly first come, first served (--no-backfill): it lends nothing and keeps every relevant GPU
+    strict: bool = False
 
     @property
     def kept(self) -> frozenset[str]:
         """What later waiters may not take (the GPUs free now among them are what ``ls`` shows as kept)."""
         return self.relevant - self.lends
+
+
+def by_shadow(lends: Lends, ends_by: float | None, free: Iterable[str]) -> frozenset[str]:
+    """The GPUs kept for the head that a job whose declared limit ends at ``ends_by`` may take now (Slurm's rule,
+    ``_attempt_backfill``: it ends by the head's expected start): the ones free for the head at its last look;
+    none without a limit, with one that ends later, when the head has no expected start or is strict, or when
+    one of its GPUs freed since its last look (``free``: the GPUs free now; it may start sooner: wait for its
+    next look)."""
+    if lends.strict or ends_by is None or lends.shadow is None or ends_by > lends.shadow:
+        return frozenset()
+    return lends.free if frozenset(free) & lends.relevant <= lends.free | lends.lends else frozenset()
 
 
 @dataclass
@@ -121,17 +141,13 @@ class Candidate:
         free for the head at its last look are usable too, unless one of its GPUs freed since (``free``:
         the GPUs free now; the head may then start sooner: wait for its next look); after it, only the GPUs
         the head never uses."""
-        if lends is None:
+        if lends is None or lends.strict:  # strict first come, first served: nobody starts ahead of the head
             return frozenset()
         seen = self.seen_free or set()
-        early: frozenset[str] = frozenset()
         late = ends_by is not None and lends.shadow is not None and ends_by > lends.shadow
         if late:  # it declared a limit that would still run when the head expects to start: as Slurm, not ahead of it
             return frozenset(u for u in every if u not in lends.relevant)
-        if ends_by is not None and lends.shadow is not None:
-            fresh = (frozenset(free) if free is not None else frozenset(seen)) & lends.relevant
-            if fresh <= lends.free | lends.lends:
-                early = lends.free
+        early = by_shadow(lends, ends_by, free if free is not None else seen)
         # A kept GPU it takes by the shadow need not have been free at each of its own looks: the head saw it
         # free, and nothing freed since that the head has not seen.
         return frozenset(u for u in every if u not in lends.relevant or (u in lends.lends and u in seen) or u in early)
@@ -147,7 +163,7 @@ def publish(queue_dir: str, ticket_name: str, lends: Lends, shown: dict[str, str
     ``shown``: uuid -> label (``GPU 3``), for ``ls``. Best effort: a head that cannot write lends nothing.
     """
     doc = {"relevant": sorted(lends.relevant), "lends": sorted(lends.lends), "frozen": lends.frozen,
-           "need": lends.need, "free": sorted(lends.free), "shadow": lends.shadow,
+           "need": lends.need, "free": sorted(lends.free), "shadow": lends.shadow, "strict": lends.strict,
            "kept": [shown.get(u, u) for u in sorted(lends.free - lends.lends, key=lambda u: shown.get(u, u))]}
     path = lends_path(queue_dir, ticket_name)
     temp = os.path.join(queue_dir, f".{_PREFIX}{ticket_name}-{os.urandom(4).hex()}")
@@ -190,7 +206,7 @@ def read_lends(queue_dir: str, ticket_name: str, owner: int) -> tuple[Lends, lis
         when = doc.get("shadow")
         when = float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) and when < 1e11 else None
         lends = Lends(frozenset(map(str, doc["relevant"])), frozenset(map(str, doc["lends"])), bool(doc["frozen"]),
-                      int(doc["need"]), frozenset(map(str, doc.get("free", []))), when)
+                      int(doc["need"]), frozenset(map(str, doc.get("free", []))), when, doc.get("strict") is True)
         return lends, [str(k) for k in doc.get("kept", [])]
     except (OSError, ValueError, KeyError, TypeError):
         return None

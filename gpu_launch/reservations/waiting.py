@@ -116,13 +116,12 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
     try:
         if wait is None:
             machine = read()
-            kept, head = _kept_for_head(request, locking, machine)
+            kept, head, how = _kept_for_head(request, locking, machine, limit)
             try:
                 return _declared(attempt(request, machine, locking, chooser, kept=kept), limit)
             except UNMET as exc:
                 if head and gpu_select.KEPT in exc.message:
-                    raise type(exc)(exc.message, hint=f"{head} is first in the queue and keeps them: queue behind it "
-                                                      "with --wait, or ask for fewer") from None
+                    raise type(exc)(exc.message, hint=f"{head} is first in the queue and keeps them: {how}") from None
                 raise
         got = _declared(_wait(request, read, locking, wait, stream, quiet, environ, chooser, command, backfill, limit),
                         limit)
@@ -145,34 +144,59 @@ def acquire(request: Request, read: Callable[[], Machine], locking: Locking | No
         return Acquired(selection, None, {}, exc.message)
 
 
-def _kept_for_head(request: Request, locking: Locking | None, machine: Machine) -> tuple[dict[str, str], str]:
-    """The GPUs the head of the queue keeps that this request could use (uuid -> how to say so), and
-    who waits there, for a launch that does not wait: it may not start on them either (nobody else
-    starts on a kept GPU; backfill.py). Empty when nobody waits, or the head wrote no lends
-    (``--no-backfill``, an older gpulaunch)."""
+def _kept_for_head(request: Request, locking: Locking | None, machine: Machine,
+                   limit: float | None = None) -> tuple[dict[str, str], str, str]:
+    """The GPUs the head of the queue keeps that this request could use (uuid -> how to say so), who
+    waits there, and what would help, for a launch that does not wait: it may not start on them either
+    (nobody else starts on a kept GPU; backfill.py), unless its declared ``limit`` (--time, seconds) ends
+    by the head's expected start (Slurm's rule, :func:`~gpu_launch.reservations.backfill.by_shadow`); behind
+    a strict head (``--no-backfill``) on none it may use. Empty when nobody waits, or the head wrote no
+    lends (an older gpulaunch)."""
     if locking is None:
-        return {}, ""
+        return {}, "", ""
     try:  # a listing: all a launch pays when nobody waits (waitqueue is imported only when a ticket is there)
         if not any(name.startswith("ticket-") for name in os.listdir(lockdir.queue_dir(locking.lock_dir))):
-            return {}, ""
+            return {}, "", ""
     except OSError:
-        return {}, ""
-    from gpu_launch.reservations import waitqueue
+        return {}, "", ""
+    from gpu_launch.reservations import backfill, waitqueue
 
     queue = waitqueue.waiters(locking.lock_dir)
     if not queue or queue[0].relevant is None or queue[0].lends is None:
-        return {}, ""
+        return {}, "", ""
     from gpu_launch.views.queue_table import as_json
 
     first, shown = queue[0], as_json(queue[:1])[0]
-    kept = set(first.relevant or ()) - set(first.lends or ())
+    lends = backfill.Lends(frozenset(first.relevant or ()), frozenset(first.lends or ()), need=1,
+                           free=frozenset(first.free or ()), shadow=first.shadow, strict=first.strict)
+    kept = set(lends.relevant) if lends.strict else set(lends.relevant - lends.lends)
+    now = time.time()
+    if kept and limit is not None and not lends.strict:
+        kept -= backfill.by_shadow(lends, now + limit, _free_for(request, machine, locking)[0])
+    how = _what_helps(lends, limit, now)
     seen = request.seen(machine)  # said only of GPUs it could use but for that (not of busy ones)
     elig = gpu_select.eligibility(seen, request.constraints(seen, {}))
     could = {g.uuid for g in elig.eligible} | {m.uuid for g in machine.gpus for m in g.mig_devices}
     why = f"{gpu_select.KEPT} ({printable(shown['user'])}, pid {first.pid})"
     wants = f" for {printable(shown['request'][:120])}" if shown["request"] else ""
     who = f"{printable(shown['user'])}'s job waiting{wants} (pid {first.pid})"
-    return {u: why for u in device_uuids(machine) if u in kept and u in could}, who
+    return {u: why for u in device_uuids(machine) if u in kept and u in could}, who, how
+
+
+def _what_helps(lends: Any, limit: float | None, now: float) -> str:
+    """The hint's advice to a launch refused a GPU the head keeps: queue; with an expected start, a --time that
+    ends by it (Slurm's rule); fewer GPUs, unless the head is strict (it keeps every GPU it may use)."""
+    if lends.strict:
+        return "it waits strictly first come, first served (--no-backfill) and keeps every GPU it may use: queue " \
+               "behind it with --wait"
+    if lends.shadow is not None and lends.shadow > now:
+        left = fmt_duration(lends.shadow - now)
+        time_hint = f"a --time that ends within {left}" if limit is None \
+            else f"a --time that ends within {left} (yours, {fmt_duration(limit)}, ends after it)"
+        return f"it expects to start in {left} (declared limits): declare {time_hint}, queue behind it with " \
+               "--wait, or ask for fewer"
+    return "queue behind it with --wait, or ask for fewer (a --time helps only once it has an expected start: " \
+           "the GPUs it waits for are held without a declared --time)"
 
 
 def _declared(got: Acquired, limit: float | None) -> Acquired:
@@ -229,7 +253,7 @@ class Backfiller:
     head, an attempt on what the head lends (:mod:`gpu_launch.reservations.backfill`)."""
 
     def __init__(self, request: Request, locking: Locking, ticket: Any, chooser: Chooser,
-                 limit: float | None = None) -> None:
+                 limit: float | None = None, strict: bool = False) -> None:
         from gpu_launch.reservations import backfill
 
         self.mod = backfill
@@ -238,6 +262,7 @@ class Backfiller:
         self.candidate = backfill.Candidate()
         self.kept: list[str] = []
         self.limit = limit  # its declared --time, seconds
+        self.strict = strict  # --no-backfill: as head it keeps every GPU it may use; behind, it never jumps ahead
 
     def lend(self, machine: Machine) -> None:
         """As head, after an attempt that failed: say what it lends now."""
@@ -245,11 +270,17 @@ class Backfiller:
         if self.head is None:
             self.head = self.mod.Head(_need(self.request, machine), _relevant(self.request, machine))
         lends = self.head.look(free, time.time(), ends)
+        if self.strict:
+            from dataclasses import replace
+
+            lends = replace(lends, lends=frozenset(), frozen=True, strict=True)
         self.mod.publish(self.ticket.dir, self.ticket.name, lends, {g.uuid: g.label for g in machine.gpus})
 
     def try_ahead(self, machine: Machine, ahead: int, mine: Mapping[str, str] | None = None) -> Acquired | None:
         """Behind the head: reserve GPUs it lends, if that meets the request; None if not. ``mine``: the
         GPUs the caller's own jobs hold (a sweep's; acquire.attempt's ``own``)."""
+        if self.strict:
+            return None
         head = self.ticket.head()
         free, _ = _free_for(self.request, machine, self.locking)
         self.candidate.look(free)
@@ -315,15 +346,15 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
         try:
             if ticket is not None:
                 ticket.join()
-            filling = Backfiller(request, locking, ticket, chooser, limit) \
-                if backfill and ticket is not None and locking is not None else None
+            filling = Backfiller(request, locking, ticket, chooser, limit, strict=not backfill) \
+                if ticket is not None and locking is not None else None
             last: GpuLaunchError | None = None
             slept = False
             fresh = machine is not None
             while True:
                 ahead = ticket.ahead() if ticket is not None else 0
                 wake: Callable[[float], bool] | None = None
-                if (ahead == 0 or machine is None or filling is not None) and not fresh:
+                if (ahead == 0 or machine is None or (filling is not None and not filling.strict)) and not fresh:
                     machine = read()  # only the head of line (and a backfiller) re-reads the machine (NVML is not free)
                 fresh = False
                 assert machine is not None
@@ -368,7 +399,7 @@ def _wait(request: Request, read: Callable[[], Machine], locking: Locking | None
                     what = f"{ahead} waiter{'s' if ahead != 1 else ''} ahead in the queue; {request.what(machine)}"
                     assert ticket is not None
                     wake = ticket.wait_turn  # the waiter just ahead left: count again at once
-                    if filling is not None and locking is not None:
+                    if filling is not None and not filling.strict and locking is not None:
                         if watch is not None:
                             watch.close()
                         watch = holders.LockWatch(locking.lock_dir, device_uuids(machine))

@@ -300,6 +300,8 @@ class Waiter:
     lends: tuple[str, ...] | None = None  # the head of line's: GPUs it lends to later waiters (uuids)
     relevant: tuple[str, ...] | None = None  # the head of line's: GPUs it may use (uuids); kept: these less lends
     shadow: float | None = None  # the head of line's: when it expects to start, from declared limits (backfill.py)
+    free: tuple[str, ...] | None = None  # the head of line's: GPUs free for it at its last look (uuids)
+    strict: bool = False  # the head of line waits strictly first come, first served (--no-backfill): it keeps all
 
 
 def waiters(lock_dir: str) -> list[Waiter]:
@@ -337,5 +339,6 @@ def waiters(lock_dir: str) -> list[Waiter]:
             import dataclasses
 
             out[0] = dataclasses.replace(out[0], kept=tuple(head[1]), lends=tuple(sorted(head[0].lends)),
-                                         relevant=tuple(sorted(head[0].relevant)), shadow=head[0].shadow)
+                                         relevant=tuple(sorted(head[0].relevant)), shadow=head[0].shadow,
+                                         free=tuple(sorted(head[0].free)), strict=head[0].strict)
     return out

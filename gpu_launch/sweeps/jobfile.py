@@ -98,7 +98,8 @@ def command_text(argv: tuple[str, ...]) -> str:
 
 @dataclass
 class JobState:
-    """A job's progress: queued → running → done | failed (or failed without starting)."""
+    """A job's progress: queued → running → done | failed | timeout (ended at its --time), or failed without
+    starting."""
 
     job: Job
     status: str = "queued"

@@ -1,6 +1,6 @@
 """``each --time LIMIT``: a job that has run its limit is ended, as Slurm ends a job at its time limit (SIGTERM to
-its process group, then SIGKILL once the grace is over; Slurm's ``KillWait``). Its status is ``failed``, its note
-says ``timeout``, so the summary counts it with the failures and ``each`` exits 9.
+its process group, then SIGKILL once the grace is over; Slurm's ``KillWait``). Its status is ``timeout`` (its note
+starts with ``timeout:``): the summary counts it apart from the failures, as `jobs` does, and ``each`` exits 9.
 
 Pure bookkeeping over the running jobs' start times (:class:`gpu_launch.sweeps.jobfile.JobState`, monotonic);
 the scheduler's loop calls :meth:`Limits.enforce` and sleeps no longer than it says.
@@ -25,10 +25,12 @@ GRACE = 10.0
 
 
 class Limits:
-    """Every job of the sweep held to ``seconds`` (None: no limit) of run time."""
+    """Every job of the sweep held to ``seconds`` (None: no limit) of run time; ``grace``: seconds from SIGTERM to
+    SIGKILL (``--grace``, Slurm's ``KillWait``)."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, grace: float | None = None) -> None:
         self.seconds = seconds
+        self.grace = GRACE if grace is None else grace
         self.termed: dict[int, float] = {}  # id(state) -> when it got SIGTERM
         self.killed: set[int] = set()
 
@@ -47,15 +49,15 @@ class Limits:
                 if now >= due:
                     self.termed[id(state)] = now
                     _signal(state.proc.pid, signal.SIGTERM)
-                    soonest = min(soonest, GRACE)
+                    soonest = min(soonest, self.grace)
                 else:
                     soonest = min(soonest, due - now)
             elif id(state) not in self.killed:
-                if now >= termed + GRACE:
+                if now >= termed + self.grace:
                     self.killed.add(id(state))
                     _signal(state.proc.pid, signal.SIGKILL)
                 else:
-                    soonest = min(soonest, termed + GRACE - now)
+                    soonest = min(soonest, termed + self.grace - now)
         return max(soonest, 0.0)
 
     def note(self, state: Any) -> str | None:
@@ -63,7 +65,7 @@ class Limits:
         if id(state) not in self.termed:
             return None
         self.termed.pop(id(state))
-        how = f"then SIGKILL after the {GRACE:g}s grace" if id(state) in self.killed else "then it ended"
+        how = f"then SIGKILL after the {self.grace:g}s grace" if id(state) in self.killed else "then it ended"
         self.killed.discard(id(state))
         assert self.seconds is not None
         shown = f"{self.seconds:g}s" if self.seconds < 120 else f"{self.seconds / 60:g} min"

@@ -227,8 +227,9 @@ class Scheduler:
 
         self.ticket = Ticket(self.locking.lock_dir)
         self.ticket.join()
+        # --no-backfill: strict, it never jumps ahead, and as head it keeps every GPU it may use (backfill.py)
         self.filling = waiting.Backfiller(self.request, self.locking, self.ticket, self.chooser,
-                                          self.limits.seconds) if self.backfill else None
+                                          self.limits.seconds, strict=not self.backfill)
 
     def _own(self) -> dict[str, str]:
         """The GPUs this sweep's jobs hold, as reserved (acquire.attempt's ``own``: not looked at again)."""
@@ -264,8 +265,10 @@ class Scheduler:
             if self.shared is not None:
                 self.shared.leave(state)
             state.returncode = state.proc.returncode
-            state.status = "done" if state.returncode == 0 else "failed"
             state.note = self.limits.note(state) or state.note
+            # ended at its --time (limits.py): a timeout, counted apart from the failures, as `jobs` does
+            state.status = "done" if state.returncode == 0 else "timeout" if state.note.startswith("timeout:") \
+                else "failed"
             self.view.finished(self, state)
         return bool(finished)
 
@@ -285,7 +288,8 @@ class Scheduler:
                     if waitqueue.someone_waits(self.locking.lock_dir):  # else: a ticket only if we must wait
                         self._join_queue()
                 behind = self.ticket.ahead() if self.ticket is not None else 0
-            if machine is None and (not behind or self.shared is not None or self.filling is not None):
+            jumps = self.filling is not None and not self.filling.strict  # it may start ahead of the head
+            if machine is None and (not behind or self.shared is not None or jumps):
                 # Once a round (the locks, re-read for every job, say who holds what).
                 machine, self._just_read = self._just_read or self.read(), None
             if fresh and not behind and machine is not None:
@@ -306,7 +310,7 @@ class Scheduler:
                     # What was eligible, less this job's, not enough for the next: said without reading the locks again.
                     fresh = elig is None or len(elig.eligible) >= 2 * len(got.selection.devices)
                     continue
-            if fresh and behind and self.filling is not None and machine is not None:
+            if fresh and behind and jumps and machine is not None:
                 got = self.filling.try_ahead(machine, behind, self._own())  # backfill, on what the head lends
                 if got is not None:
                     assert got.reservation is not None and got.machine is not None

@@ -36,6 +36,7 @@ def counts(scheduler: Any) -> dict[str, int]:
         "running": sum(1 for s in states if s.status == "running"),
         "queued": sum(1 for s in states if s.status == "queued"),
         "failed": sum(1 for s in states if s.status == "failed"),
+        "timeout": sum(1 for s in states if s.status == "timeout"),  # ended at its --time: apart, as `jobs` counts
         "not_started": sum(1 for s in states if s.status == "not started"),
     }
 
@@ -101,17 +102,26 @@ def _signal_name(number: int) -> str:
 
 
 def _counts_text(scheduler: Any) -> str:
-    """``9 done, 0 running, 0 queued, 3 failed (2 exit 3, 1 killed by SIGTERM)``: how the failures failed,
-    apart; ``, 2 not started`` when an interrupted sweep left some."""
+    """``9 done, 0 running, 0 queued, 3 failed (2 exit 3, 1 killed by SIGTERM), 1 timeout (SIGTERM)``: how the
+    failures failed, apart; the jobs ended at their --time apart from them (as `jobs` counts ``timeout``);
+    ``, 2 not started`` when an interrupted sweep left some."""
     c = counts(scheduler)
     kinds: dict[str, int] = {}
+    ends: dict[str, int] = {}  # how the timeouts ended: SIGTERM, or SIGKILL after the grace
     for s in scheduler.states:
         if s.status == "failed":
             kind = "never ran" if s.returncode is None else s.outcome
             kinds[kind] = kinds.get(kind, 0) + 1
+        elif s.status == "timeout":
+            end = s.outcome.removeprefix("timeout ").strip("()")
+            ends[end] = ends.get(end, 0) + 1
     how = f" ({', '.join(f'{n} {kind}' for kind, n in kinds.items())})" if kinds else ""
+    timeouts = ""
+    if ends:
+        timeouts = f", {c['timeout']} timeout ({next(iter(ends))})" if len(ends) == 1 else \
+            f", {c['timeout']} timeout ({', '.join(f'{n} {end}' for end, n in ends.items())})"
     left = f", {c['not_started']} not started" if c["not_started"] else ""
-    return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed{how}{left}"
+    return f"{c['done']} done, {c['running']} running, {c['queued']} queued, {c['failed']} failed{how}{timeouts}{left}"
 
 
 def summary_rows(scheduler: Any) -> list[list[str]]:
@@ -227,6 +237,8 @@ class View:
             self._say(f"{self._job(state)} done{after}")
         elif state.status == "not started":
             self._say(f"{self._job(state)} not started: {state.outcome}")
+        elif state.status == "timeout":
+            self._say(f"{self._job(state)} {state.outcome}{after}: ended at its --time (log {state.log or '–'})")
         else:
             self._say(f"{self._job(state)} failed: {state.outcome}{after} (log {state.log or '–'})")
         self.refresh(scheduler, force=True)
@@ -263,7 +275,8 @@ class View:
         width = self._live.console.width
         title = Text.assemble(("gpulaunch each  ", "bold"), (f"{c['done']} done", "green"), "  ",
                               (f"{c['running']} running", "cyan"), "  ", (f"{c['queued']} queued", "yellow"), "  ",
-                              (f"{c['failed']} failed", "red" if c["failed"] else "dim"))
+                              (f"{c['failed']} failed", "red" if c["failed"] else "dim"),
+                              *(("  ", (f"{c['timeout']} timeout", "red")) if c["timeout"] else ()))
         lines: list[Any] = [title]
         if scheduler.running:
             rows = [["JOB", "GPUS", "TIME", "COMMAND"]]
@@ -314,7 +327,7 @@ class View:
             title = [one] if len(one) <= width else [*title, *_wrapped(f"logs in {prefix}", width)]
         header = [name.capitalize() if name != "GPUS" else "GPUs" for name in rows[0]]
         lines = fit_rows([header, *rows[1:]], width, tuple(n.capitalize() if n != "GPUS" else "GPUs" for n in _GIVE_UP))
-        style = {"done": "green", "failed": "red", "running": "cyan"}
+        style = {"done": "green", "failed": "red", "timeout": "red", "running": "cyan"}
         out = [Text(line) for line in title] + [Text(lines[0], style="bold")]
         for row, line in zip(rows[1:], lines[1:]):
             text = Text(line)

@@ -128,7 +128,8 @@ def detail(s: Status, log: str, now: float | None = None, backfilled: str | None
     elif s.state in ("waiting", "running"):
         rows.append(("for", _time(s, now)))
     if job.limit is not None:  # its --time: the supervisor ends it there (timeout)
-        rows.append(("limit", fmt_duration(job.limit)))
+        grace = f" (then SIGTERM, SIGKILL {job.grace:g}s later)" if job.grace is not None else ""
+        rows.append(("limit", fmt_duration(job.limit) + grace))
     rows += [("gpus", _gpus(s)), ("pid", str(job.pid) if job.pid else "–"), ("host", printable(job.host)),
              ("log", printable(log))]
     if backfilled:  # it started ahead of earlier waiters, on GPUs the head of the queue lent

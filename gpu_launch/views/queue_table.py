@@ -64,7 +64,7 @@ def as_json(waiters: Sequence[Waiter], now: float | None = None) -> list[dict[st
                     "request": request, "command": command,
                     "kept": list(w.kept) if getattr(w, "kept", None) is not None else None,
                     "lends": list(w.lends) if getattr(w, "lends", None) is not None else None,
-                    "expected_start": getattr(w, "shadow", None)})
+                    "expected_start": getattr(w, "shadow", None), "strict": bool(getattr(w, "strict", False))})
     return out
 
 
@@ -104,7 +104,9 @@ def as_text(waiters: Sequence[Waiter], width: int | None, now: float | None = No
         line = f"kept for the head: {kept}; lent to later waiters: {lent} GPU{'s' if lent != 1 else ''}" if lent \
             else f"kept for the head: {kept}; it lends no GPU"
         shadow = getattr(head, "shadow", None)
-        if shadow is not None and shadow > now:  # from the holders' declared --time: who ends by then may use kept GPUs
+        if getattr(head, "strict", False):  # --no-backfill: nobody starts on a GPU it may use, --time or not
+            line += " (strict first come, first served: --no-backfill)"
+        elif shadow is not None and shadow > now:  # from the holders' declared --time: who ends by then may use kept GPUs
             line += f"; expected to start in {fmt_duration(shadow - now)} (declared limits)"
         lines.append(line if width is None or len(line) <= width else line[:width - 1] + "…")
     return "\n" + "\n".join(lines) + "\n"

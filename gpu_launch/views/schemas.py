@@ -119,9 +119,12 @@ SNAPSHOT = _doc("gpulaunch snapshot (ls --json)", 1, {
         "request": _NSTR,  # "2 GPUs with ≥ 20.0 GiB free"; null: an older gpulaunch's ticket says nothing
         "command": _NSTR,  # what will run, as one shell-quoted line (the waiter's own words)
         # the head of line's (backfill): the GPUs kept for it, and the ones it lends to later waiters;
-        # null for the others, and for a head that lends nothing (--no-backfill, an older gpulaunch)
+        # null for the others, and for a head that wrote none (an older gpulaunch)
         "kept": {"type": ["array", "null"], "items": _STR},
         "lends": {"type": ["array", "null"], "items": _STR},
+        # the head of line's: it waits strictly first come, first served (--no-backfill): it lends nothing and
+        # keeps every GPU it may use, from launches that do not wait too
+        "strict": {"type": "boolean"},
         # the head of line's: when it expects to start (seconds since the epoch), from the holders' declared --time
         "expected_start": {"type": ["number", "null"]},
     }, required=["position", "user", "uid", "pid", "since", "waited_s", "request", "command"])},
@@ -208,11 +211,12 @@ _COUNT = {"type": "integer", "minimum": 0}
 EACH = _doc("gpulaunch each (each --json)", 1, {
     "log_dir": _STR,
     "slurm_job_id": _NSTR,
-    "counts": _obj({"done": _COUNT, "running": _COUNT, "queued": _COUNT, "failed": _COUNT, "not_started": _COUNT}),
+    "counts": _obj({"done": _COUNT, "running": _COUNT, "queued": _COUNT, "failed": _COUNT, "timeout": _COUNT,
+                    "not_started": _COUNT}),
     "jobs": {"type": "array", "items": _obj({
         "job": {"type": "integer", "minimum": 1},  # its number: job-N.log, Slurm task N
         "line": {"type": "integer", "minimum": 1},  # its line in the job file
-        "status": {"enum": ["done", "failed", "not started", "queued", "running"]},
+        "status": {"enum": ["done", "failed", "timeout", "not started", "queued", "running"]},
         "exit_code": _NINT,  # the command's exit status; null: killed by a signal, or never ran
         "signal": _NSTR,  # "SIGKILL" when a signal ended it
         "note": _NSTR,  # why it never ran or did not finish ("could not start: ...", "time limit reached")
