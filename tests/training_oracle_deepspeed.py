@@ -28,9 +28,16 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from training_oracle import Case, FAMILIES, Measured, _Null, build, setup_of
+from training_oracle import Case, FAMILIES, Measured, _Null, _tracker, build, setup_of
 
 WORLD = 2
+
+#: Wider (tests/training_oracle_sharded.py's llama_wide): layers of 737,792 elements and a 524,288-element head,
+#: so that a small stage3_max_reuse_distance releases some of them after forward
+FAMILIES.setdefault("llama_wide", {"model_type": "llama", "hidden_size": 256, "intermediate_size": 704,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "vocab_size": 2048, "max_position_embeddings": 1024,
+                                   "tie_word_embeddings": False})
 
 
 @dataclass(frozen=True)
@@ -42,16 +49,19 @@ class ZeroCase:
     stage: int = 3
     bf16: bool = True
     world: int = WORLD
+    zero: tuple[tuple[str, Any], ...] = ()  # more zero_optimization keys, as written
 
     @property
     def name(self) -> str:
-        return f"{self.case.name}-zero{self.stage}x{self.world}" + ("-bf16" if self.bf16 else "")
+        return (f"{self.case.name}-zero{self.stage}x{self.world}" + ("-bf16" if self.bf16 else "")
+                + "".join(f"-{k.replace('stage3_', '')}={v}" for k, v in self.zero))
 
     def ds_config(self) -> dict[str, Any]:
         """The DeepSpeed JSON as a user writes it for the Trainer: "auto" wherever the HF integration fills it."""
         zero: dict[str, Any] = {"stage": self.stage, "reduce_bucket_size": "auto"}
         if self.stage == 3:
             zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto")
+        zero.update(self.zero)
         return {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
                 "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
                 "train_batch_size": "auto"}
@@ -125,7 +135,6 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
     """One case on this rank: two real steps, the second counted on rank 0."""
     import torch
     import deepspeed
-    from torch.distributed._tools.mem_tracker import MemTracker
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
     case = zc.case
@@ -162,7 +171,7 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
         del loss
         engine.step()
         return None
-    tracker = MemTracker()
+    tracker = _tracker()  # MemTracker that takes frozen parameters too (LoRA's base)
     live = _live_tensors(torch, before)
     if os.environ.get("DS_ORACLE_DEBUG"):
         _dump(engine, live)
@@ -236,7 +245,8 @@ def zero_setup(zc: ZeroCase) -> Any:
     if zc.bf16 and precision == "fp32":
         precision = "amp_bf16"
     zero = zc.ds_config()["zero_optimization"]
-    buckets = tuple((k, v) for k, v in zero.items() if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size"))
+    buckets = tuple((k, v) for k, v in zero.items()
+                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"))
     return replace(setup_of(replace(zc.case, precision=precision)), sharding=f"zero{zc.stage}",
                    mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets)
 
@@ -275,7 +285,18 @@ def zero_matrix() -> list[ZeroCase]:
     out.append(ZeroCase(Case("llama", precision="fp32"), bf16=False))
     out.append(ZeroCase(Case("llama", precision="fp32"), bf16=True))
     out.append(ZeroCase(Case("llama", precision="fp32"), stage=2, bf16=False))
+    for gc in (False, True):
+        out.append(ZeroCase(Case("llama", method="lora", gradient_checkpointing=gc)))
+    out.append(ZeroCase(Case("mistral")))
+    for reuse in (0, 2_000_000):  # the head alone / the head and part of the last layer kept after forward
+        for gc in (False, True):
+            out.append(ZeroCase(Case("llama_wide", seq_len=32, gradient_checkpointing=gc),
+                                zero=(("stage3_max_reuse_distance", reuse),)))
+    out.append(ZeroCase(Case("llama_wide", seq_len=32)))
     return out
+
+
+# DS_ORACLE_DEBUG=1: rank 0 prints every live tensor of 1 KiB and more before step 2 (what DeepSpeed keeps)
 
 
 __all__ = ["ZeroCase", "measure_zero", "zero_setup", "compare_zero", "zero_matrix", "WORLD"]

@@ -146,7 +146,7 @@ def zero3(*, divisor: int, e: int, trainable: int, layer: int, layers: int, head
     # the trace after a layer's forward: the layers after it and the head, then the backward through them
     # (checkpointing: each later layer recomputed then run backward, then this layer's recompute)
     per_later = 3 if checkpointing else 2
-    kept = head  # used again at once by its backward
+    kept = head if reuse > 0 else 0  # used again at once by its backward
     for i in range(layers):
         distance = per_later * (layers - 1 - i) * layer + 2 * head
         kept += max(0, min(layer, (reuse - distance) // 2))
