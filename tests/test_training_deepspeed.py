@@ -20,7 +20,7 @@ from training_oracle import Case, write_model  # noqa: E402
 from training_oracle_deepspeed import ZeroCase, compare_zero, measure_zero  # noqa: E402
 
 #: ZeRO-3 bf16 (an untied Llama; a tied Qwen3 with checkpointing), an fp32 checkpoint under DeepSpeed's bf16
-#: (DeepSpeed casts it: no autocast), pure fp32 ZeRO-3 (its master copy is a clone), ZeRO-2 and ZeRO-1
+#: (DeepSpeed casts it: no autocast), pure fp32 ZeRO-3 (its master copy is a clone), ZeRO-2 and ZeRO-1, LoRA
 CASES = [
     ZeroCase(Case("llama")),
     ZeroCase(Case("qwen3", gradient_checkpointing=True)),
@@ -28,6 +28,8 @@ CASES = [
     ZeroCase(Case("llama", precision="fp32"), bf16=False),
     ZeroCase(Case("llama", precision="fp32"), stage=2, bf16=False),
     ZeroCase(Case("llama", gradient_checkpointing=True), stage=1),
+    # LoRA under ZeRO-3: zero.Init's F.linear saves every frozen linear's input (0.957 when not counted)
+    ZeroCase(Case("llama", method="lora")),
 ]
 
 

@@ -157,7 +157,13 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
         # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
         setup = replace(setup, precision=setup.precision[4:])
-    act = saved(model, config, setup, block, counts.linear)
+    act_setup = setup
+    if setup.sharding == "zero3" and setup.method != "full":
+        # zero.Init swaps F.linear for LinearFunctionForZeroStage3, which saves every linear's input, frozen or
+        # not, for good (deepspeed/runtime/zero/partition_parameters.py _enable_mem_efficient_linear, linear.py
+        # setup_context); DeepSpeed's bf16 casts the adapters too: the layers save what a full fine-tune's do
+        act_setup = replace(setup, method="full")
+    act = saved(model, config, act_setup, block, counts.linear)
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
     head = vocab_h * te if setup.method == "full" else 0
