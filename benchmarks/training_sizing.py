@@ -7,10 +7,12 @@ the real transformers/peft code on CPU, runs two real steps under PyTorch's MemT
 prints gpulaunch ÷ PyTorch for the peak and for each term of each phase (the start of backward; the
 optimizer step). Needs torch, transformers and peft (pip install -e '.[test]' after torch==2.13.0).
 
-    python benchmarks/training_sizing.py [--family llama] [--sharded] [--json out.json]
+    python benchmarks/training_sizing.py [--family llama] [--sharded | --deepspeed] [--json out.json]
 
 ``--sharded``: rank 0 of FSDP2 steps over 2 and 8 fake ranks instead (tests/training_oracle_sharded.py;
-accelerate's own wrapping, torch's FSDPMemTracker), with offload's host bytes.
+accelerate's own wrapping, torch's FSDPMemTracker), with offload's host bytes. ``--deepspeed``: rank 0 of real
+DeepSpeed ZeRO-1/2/3 steps over 2 gloo ranks (tests/training_oracle_deepspeed.py; needs deepspeed installed),
+every case measured first in one pair of processes; its columns are the two phases' totals.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def _ratio(pair: tuple[int, int]) -> str:
 
 def _cases(args: argparse.Namespace) -> list[tuple[str, Any, Any]]:
     """(name, case, compare) for every case asked: the one-process matrix, or --sharded's FSDP ranks."""
+    if args.deepspeed:
+        from training_oracle_deepspeed import compare_zero, measure_zero, zero_matrix
+
+        cases = [zc for zc in zero_matrix() if not args.family or zc.case.family in args.family]
+        return [(zc.name, zc.case, lambda folder, zc=zc, m=m: compare_zero(zc, folder, m))
+                for zc, m in zip(cases, measure_zero(cases))]
     if args.sharded:
         from training_oracle_sharded import compare_sharded, sharded_matrix
 
@@ -55,6 +63,8 @@ def main() -> int:
     ap.add_argument("--family", action="append", help="only these families")
     ap.add_argument("--sharded", action="store_true",
                     help="FSDP2 ranks over fake process groups (tests/training_oracle_sharded.py) instead")
+    ap.add_argument("--deepspeed", action="store_true",
+                    help="DeepSpeed ZeRO ranks over 2 gloo processes (tests/training_oracle_deepspeed.py) instead")
     ap.add_argument("--json", help="write every case's numbers here")
     args = ap.parse_args()
     rows = []
@@ -68,8 +78,8 @@ def main() -> int:
         ratio = r["peak"][0] / r["peak"][1]
         worst_over, worst_under = max(worst_over, ratio), min(worst_under, ratio)
         at = f"{r['peak_at'][0][:4]}/{r['peak_at'][1][:4]}"
-        cols = " ".join(_ratio(r["backward"][t]) for t in TERMS) + " " + " ".join(
-            _ratio(r["optimizer step"][t]) for t in TERMS)
+        cols = " ".join(_ratio(r["backward"][t]) if t in r["backward"] else "   .  " for t in TERMS) + " " + \
+            " ".join(_ratio(r["optimizer step"][t]) if t in r["optimizer step"] else "   .  " for t in TERMS)
         flag = "" if 0.99 <= ratio <= 1.03 else "  OFF"
         host = f" host {_ratio(r['host'])}" if r.get("host", (0, 0))[1] else ""
         print(f"{name:58s} {ratio:6.3f} {at:17s} {cols}{host}{flag}  ({time.perf_counter() - t0:.1f}s)", flush=True)

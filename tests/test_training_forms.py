@@ -104,6 +104,19 @@ def test_deepspeed_json_auto_values_resolved_as_the_trainer_does(tmp_path: Path)
     assert str(ds) in s.sources
 
 
+def test_deepspeed_json_bucket_sizes_are_kept_as_written(tmp_path: Path) -> None:
+    # the ZeRO sizes that decide a rank's buffers (fit/training/memory_sharding.py zero3): "auto", numbers,
+    # and nothing where the config says nothing (DeepSpeed's own defaults then)
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                                                    "stage3_prefetch_bucket_size": 5e7,
+                                                    "stage3_max_reuse_distance": 0, "overlap_comm": True}}))
+    s = setup_of([*TORCHRUN, "--deepspeed", str(ds)])
+    assert s.zero_buckets == (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", 5e7),
+                              ("stage3_max_reuse_distance", 0))
+    assert setup_of([*TORCHRUN, "--deepspeed", '{"zero_optimization": {"stage": 3}}']).zero_buckets == ()
+
+
 def test_deepspeed_json_numbers_fill_the_batch_and_a_mismatch_is_refused(tmp_path: Path) -> None:
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}))

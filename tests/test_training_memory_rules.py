@@ -92,6 +92,10 @@ def test_sharding_divides_what_it_shards_over_the_ranks(sharding, divided):
         if term in divided:
             assert four[term] < one[term] / 2 or (term == "optimizer" and sharding.startswith("zero")
                                                   and four[term] < one[term]), term
+        elif sharding == "zero1" and term == "gradients":
+            # DeepSpeed flattens the 16-bit gradients into its fp32 partition's own before the optimizer steps
+            # (measured: tests/test_training_deepspeed.py): the step holds that fp32 partition instead
+            assert four[term] == 0 and four["other"] >= one[term] * 2 // 4, four
         elif not sharding.startswith("zero") or term != "optimizer":
             assert four[term] == one[term], term
 

@@ -172,7 +172,7 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         quant_bits=int(quant) if quant and method != "full" else None, quant_double=bool(g("quant_double")),
         sharding=g("sharding") or "none", offload_optimizer=bool(g("offload_optimizer")),
         offload_params=bool(g("offload_params")), nproc=launch.nproc, assumed=tuple(assumed),
-        mixed_precision=bool(g("bf16") or g("fp16")),
+        mixed_precision=bool(g("bf16") or g("fp16")), zero_buckets=tuple(g("zero_buckets") or ()),
         sources=launch.sources)
 
 

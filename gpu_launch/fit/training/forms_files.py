@@ -100,7 +100,12 @@ def deepspeed_config(source: str | Mapping[str, Any], what: str = "the DeepSpeed
     return {"stage": stage, "offload_optimizer": _device(zero.get("offload_optimizer")),
             "offload_params": _device(zero.get("offload_param")),
             "micro_batch": data.get("train_micro_batch_size_per_gpu"), "bf16": enabled("bf16"),
-            "fp16": enabled("fp16"), "grad_accum": data.get("gradient_accumulation_steps"), "source": path}
+            "fp16": enabled("fp16"), "grad_accum": data.get("gradient_accumulation_steps"), "source": path,
+            "buckets": tuple((k, zero[k]) for k in _ZERO_SIZES if isinstance(zero.get(k), (int, float, str)))}
+
+
+#: The ZeRO sizes that decide a rank's buffers (fit/training/memory_sharding.py zero3)
+_ZERO_SIZES = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance")
 
 
 def default_accelerate_config(environ: Mapping[str, str]) -> str | None:

@@ -222,6 +222,8 @@ def resolve_deepspeed(ds: Mapping[str, Any], raw: Mapping[str, tuple[Any, str]],
 
     where = ds["source"] or "the DeepSpeed config"
     put("sharding", {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}[ds["stage"]], f"ZeRO stage {ds['stage']} ({where})")
+    if ds.get("buckets"):
+        put("zero_buckets", ds["buckets"], f"ZeRO bucket sizes ({where})")
     if ds["offload_optimizer"]:
         put("offload_optimizer", True, f"offload_optimizer ({where})")
     if ds["offload_params"]:

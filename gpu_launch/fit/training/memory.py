@@ -86,6 +86,10 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     offload keeps in host RAM) and "rules" data for :func:`peak`."""
     config = config or {}
     world = max(1, world)
+    if _deepspeed(setup) and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
+        # DeepSpeed's bf16/fp16 casts the module itself (engine.py _configure_distributed_model,
+        # _cast_module_mixed_precision; ZeRO-3's zero.Init at load): the step is a 16-bit one, no autocast
+        setup = replace(setup, precision=setup.precision[4:])
     counts = param_counts(model, config, setup)
     block = linears(model, config)
     e = element_bytes(setup.precision)
@@ -99,9 +103,13 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     kinds = shapes(model, config, setup) if setup.optimizer in _PER_TENSOR else ()
     states = state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, te, kinds)
     temp = step_temporary_bytes(setup.optimizer, counts, te)
-    if _deepspeed(setup) and te == 2:
-        # DeepSpeed bf16/fp16: fp32 master weights + fp32 Adam states (ZeRO paper's 12 bytes a parameter)
+    if _deepspeed(setup):
+        # DeepSpeed keeps an fp32 master copy of each rank's partition whatever the parameters' dtype (a clone
+        # even of fp32 ones: stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ single_partition_of_fp32_groups,
+        # stage3.py _create_fp32_partitions) and the optimizer steps it: fp32 states, the step's temporaries in
+        # fp32 and the flat fp32 copy of the gradients' partition (stage3.py _prepare_fp32_grad_for_sub_group)
         states = counts.trainable * (4 + state_bytes(setup.optimizer, 1, 1, 4))
+        temp = step_temporary_bytes(setup.optimizer, counts, 4) + counts.trainable * 4
     divisor = world
     if setup.sharding == "fsdp_hybrid":
         divisor = min(world, setup.nproc or world)
@@ -114,7 +122,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     layer = int(max(model.weights.layers, default=0) / file_bytes)
     h = model.hyper.hidden_size or 0
     vocab_h = (model.hyper.vocab_size or 0) * h
-    fsdp = None
+    fsdp = zero = None
     if setup.sharding in FSDP:
         fsdp = memory_sharding.fsdp(
             sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
@@ -128,24 +136,34 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers))
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
     elif setup.sharding in _SHARDS_WEIGHTS:
-        # ZeRO-3: one layer gathered whole at a time, the next one prefetched (memory_sharding.py: DeepSpeed's
-        # buckets are not modelled apart)
-        gathered = 2 * layer * e
-        weights = -(-weights // divisor) + gathered
+        # ZeRO-3 (memory_sharding.zero3): what is still gathered at the start of backward, the gradient
+        # partition buffer, the reduce bucket
+        zero = memory_sharding.zero3(
+            divisor=divisor, e=e, trainable=counts.trainable, layer=layer, layers=model.hyper.n_layers,
+            head=vocab_h, embed=0 if model.weights.tied_embeddings else vocab_h, h=h,
+            checkpointing=setup.gradient_checkpointing, written=setup.zero_buckets)
+        weights = -(-weights // divisor)
+        gathered, grads = zero.gathered, zero.grads
     host = fsdp.host if fsdp else 0
     if setup.offload_optimizer and not fsdp:
         host += states
         states, temp = 0, 0
     if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS and not fsdp:
-        host += weights - gathered
-        weights = gathered
-    # the weights at each moment: FSDP holds some units gathered beside the shards
-    at_backward = weights + (fsdp.gathered_backward if fsdp else 0)
-    at_late = weights + (fsdp.gathered_late if fsdp else 0)
+        host += weights
+        weights = 0
+    # the weights at each moment: FSDP holds some units gathered beside the shards, ZeRO-3 its gathered modules
+    at_backward = weights + (fsdp.gathered_backward if fsdp else gathered)
+    at_late = weights + (fsdp.gathered_late if fsdp else gathered)
     if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
         # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
         setup = replace(setup, precision=setup.precision[4:])
-    act = saved(model, config, setup, block, counts.linear)
+    act_setup = setup
+    if setup.sharding == "zero3" and setup.method != "full":
+        # zero.Init swaps F.linear for LinearFunctionForZeroStage3, which saves every linear's input, frozen or
+        # not, for good (deepspeed/runtime/zero/partition_parameters.py _enable_mem_efficient_linear, linear.py
+        # setup_context); DeepSpeed's bf16 casts the adapters too: the layers save what a full fine-tune's do
+        act_setup = replace(setup, method="full")
+    act = saved(model, config, act_setup, block, counts.linear)
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
     head = vocab_h * te if setup.method == "full" else 0
@@ -161,14 +179,22 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             + act.squared_backward * tokens * setup.seq_len
     backward_at, backward = backward_peak(
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
-        e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else None, late_extra=late_extra)
+        e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
+        late_extra=late_extra)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
+    if zero:  # the gradient buffer and the reduce bucket exist all step long
+        backward["gradients"] += zero.grads if backward_at == "backward" else 0
+        backward["other"] += zero.bucket
+    if setup.sharding in ("zero1", "zero2"):
+        # the 16-bit gradients are flattened into the fp32 partition's gradient and freed before the optimizer
+        # steps (stage_1_and_2.py DeepSpeedZeroOptimizer.step; measured: tests/test_training_deepspeed.py)
+        grads = 0
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
-            "other": temp}
+            "other": temp + (zero.bucket if zero else 0)}
     return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
             "info": {"late": int(backward_at == "end of backward"), "total": counts.total,
                      "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,

@@ -22,17 +22,23 @@ From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (ac
 * ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
   RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
 
-ZeRO-3 is sized here like FULL_SHARD, with DeepSpeed's own 16-bit partitions and fp32 master copy
-(memory.py): DeepSpeed's buckets (``reduce_bucket_size``, ``stage3_prefetch_bucket_size``) and its
-parameter persistence threshold replace the per-unit gathers; DeepSpeed cannot run on a CPU-only machine, so
-that rule is not checked against DeepSpeed's own count.
+DeepSpeed ZeRO-3 (:func:`zero3`), from deepspeed/runtime/zero (0.19.8), checked against rank 0 of a real
+DeepSpeed step over 2 gloo ranks on CPU (tests/test_training_deepspeed.py): a rank keeps its 16-bit partition,
+a contiguous gradient partition buffer of the same size (stage3.py ``_setup_for_real_optimizer``:
+``grad_partitions_flat_buffer``, in ``gradient_accumulation_dtype``: the parameters' own), one reduce bucket
+of ``reduce_bucket_size`` elements (stage3.py ``IPGBucketZ3`` buffers, ``contiguous_gradients``), and the fp32
+master partition with the optimizer's states (memory.py). A module's gathered parameters are not released after
+its forward when they are used again within ``stage3_max_reuse_distance`` elements of the step's trace
+(partitioned_param_coordinator.py ``__params_to_release``), so at the start of backward the head and, in a model
+smaller than that distance, every layer are still gathered; beyond them the backward prefetches up to
+``stage3_prefetch_bucket_size`` elements.
 """
 
 from __future__ import annotations
 
 from gpu_launch.base.records import dataclass
 
-__all__ = ["FSDP", "Shards", "fsdp"]
+__all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket"]
 
 #: The sharding kinds FSDP2 runs (hybrid: FULL_SHARD within a node, replicated across nodes)
 FSDP = ("fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
@@ -98,3 +104,55 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         at_embed += _over(embed * master, divisor)
     return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
                   max(0, embed_grads), head * gathered_e, host, master)
+
+
+#: DeepSpeed's defaults where the config does not name them (deepspeed/runtime/zero/config.py
+#: DeepSpeedZeroConfig: reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7, stage3_max_reuse_distance 1e9)
+ZERO_DEFAULTS = {"reduce_bucket_size": 500_000_000, "stage3_prefetch_bucket_size": 50_000_000,
+                 "stage3_max_reuse_distance": 1_000_000_000}
+
+
+def zero_bucket(written: tuple[tuple[str, object], ...], key: str, h: int) -> int:
+    """A ZeRO size in elements as DeepSpeed runs it: the number written, DeepSpeed's default when absent, or
+    ``"auto"`` as the Trainer fills it from the hidden size (transformers integrations/deepspeed.py
+    ``trainer_config_finalize``: reduce_bucket_size h², stage3_prefetch_bucket_size 0.9·h²)."""
+    value = dict(written).get(key, ZERO_DEFAULTS[key])
+    if value == "auto":
+        return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h)}.get(key, 0) \
+            or ZERO_DEFAULTS[key]
+    try:
+        return int(float(str(value)))
+    except ValueError:
+        return ZERO_DEFAULTS[key]
+
+
+@dataclass(frozen=True)
+class Zero3:
+    """One ZeRO-3 rank's bytes beside its partitions: ``gathered`` at the start of backward, the gradient
+    partition buffer ``grads`` and the reduce ``bucket``."""
+
+    gathered: int
+    grads: int
+    bucket: int
+
+
+def zero3(*, divisor: int, e: int, trainable: int, layer: int, layers: int, head: int, embed: int, h: int,
+          checkpointing: bool, written: tuple[tuple[str, object], ...]) -> Zero3:
+    """``e``: the 16-bit (or fp32) element size DeepSpeed computes in; ``layer``, ``head``, ``embed``: elements
+    of the largest decoder layer (of ``layers``), of the head (the embedding when tied), of an untied input
+    embedding (0 when tied)."""
+    reuse = zero_bucket(written, "stage3_max_reuse_distance", h)
+    prefetch = zero_bucket(written, "stage3_prefetch_bucket_size", h)
+    # the trace after a layer's forward: the layers after it and the head, then the backward through them
+    # (checkpointing: each later layer recomputed then run backward, then this layer's recompute)
+    per_later = 3 if checkpointing else 2
+    kept = head if reuse > 0 else 0  # used again at once by its backward
+    for i in range(layers):
+        distance = per_later * (layers - 1 - i) * layer + 2 * head
+        kept += max(0, min(layer, (reuse - distance) // 2))
+    if embed:
+        kept += embed if per_later * layers * layer + 2 * head < reuse else 0
+    if kept < head + layers * layer + embed:
+        kept += min(prefetch, layer)
+    return Zero3(gathered=kept * e, grads=_over(trainable * e, divisor),
+                 bucket=zero_bucket(written, "reduce_bucket_size", h) * e)

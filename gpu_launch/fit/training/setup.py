@@ -57,6 +57,9 @@ class TrainingSetup:
     # The launch asks for mixed precision (Trainer --bf16/--fp16, accelerate's mixed_precision): under FSDP,
     # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
     mixed_precision: bool = False
+    # The DeepSpeed config's ZeRO sizes as written (reduce_bucket_size, stage3_prefetch_bucket_size,
+    # stage3_max_reuse_distance: a number or "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
+    zero_buckets: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)

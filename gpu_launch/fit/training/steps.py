@@ -147,7 +147,10 @@ def alternatives(model: ModelFacts, run: TrainingRun, room: int, most: int) -> l
     if not s.gradient_checkpointing:
         tries.append(("with --gradient_checkpointing", replace(s, gradient_checkpointing=True), world))
     if s.sharding not in ("zero3", "fsdp_full") and most > 1:
-        tries.append((f"ZeRO-3 over {most} GPUs", replace(s, sharding="zero3"), most))
+        # with the bucket sizes "auto", as the HF integration's example ZeRO-3 config writes them
+        auto = (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", "auto"))
+        tries.append((f"ZeRO-3 over {most} GPUs", replace(s, sharding="zero3", zero_buckets=s.zero_buckets or auto),
+                      most))
     if s.method == "full":
         tries.append(("LoRA r16", replace(s, method="lora", lora_r=16, lora_alpha=32,
                                           lora_targets=s.lora_targets or ("q_proj", "v_proj")), world))

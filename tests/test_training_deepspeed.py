@@ -1,0 +1,71 @@
+"""DeepSpeed ZeRO sized as DeepSpeed's own step holds it (issue 34).
+
+Rank 0 of a real DeepSpeed ZeRO step over 2 gloo ranks on CPU (two processes; the real Hugging Face model from
+a config; the DeepSpeed JSON's "auto" values filled by transformers' HfTrainerDeepSpeedConfig, the Trainer's
+torch AdamW, ``deepspeed.initialize``; PyTorch's MemTracker over every tensor alive: tests/
+training_oracle_deepspeed.py), against gpulaunch's per-GPU peak for the same launch read from config.json and a
+header-only safetensors file. Target as the other oracle tests: within 3 % of PyTorch's count, never more than
+1 % under it. All cases run in one pair of processes (DeepSpeed's start-up is most of the time).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="the oracle runs real PyTorch steps: pip install torch==2.13.0")
+pytest.importorskip("transformers", reason="the oracle runs the real Hugging Face code: pip install -e '.[test,oracle]'")
+pytest.importorskip("deepspeed", reason="DeepSpeed's own ZeRO step: pip install deepspeed==0.19.8 (after torch==2.13.0)")
+
+from training_oracle import Case, write_model  # noqa: E402
+from training_oracle_deepspeed import ZeroCase, compare_zero, measure_zero  # noqa: E402
+
+#: ZeRO-3 bf16 (an untied Llama; a tied Qwen3 with checkpointing), an fp32 checkpoint under DeepSpeed's bf16
+#: (DeepSpeed casts it: no autocast), pure fp32 ZeRO-3 (its master copy is a clone), ZeRO-2 and ZeRO-1, LoRA
+CASES = [
+    ZeroCase(Case("llama")),
+    ZeroCase(Case("qwen3", gradient_checkpointing=True)),
+    ZeroCase(Case("llama", precision="fp32"), bf16=True),
+    ZeroCase(Case("llama", precision="fp32"), bf16=False),
+    ZeroCase(Case("llama", precision="fp32"), stage=2, bf16=False),
+    ZeroCase(Case("llama", gradient_checkpointing=True), stage=1),
+    # LoRA under ZeRO-3: zero.Init's F.linear saves every frozen linear's input (0.957 when not counted)
+    ZeroCase(Case("llama", method="lora")),
+]
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return dict(zip(CASES, measure_zero(CASES)))
+
+
+@pytest.mark.parametrize("zc", [pytest.param(c, id=c.name) for c in CASES])
+def test_zero_rank_peak_is_pytorchs_count(zc, measured, tmp_path):
+    r = compare_zero(zc, write_model(zc.case, tmp_path), measured[zc])
+    ours, torch_count = r["peak"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    assert r["peak_at"][0] == r["peak_at"][1], r
+    # the optimizer step: the partitions, DeepSpeed's fp32 master copy and states, the fp32 gradient partition
+    ours, torch_count = r["optimizer step"]["total"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+
+
+def test_zero3_buffers_follow_the_config(tmp_path):
+    """A ZeRO-3 rank's reduce bucket is reduce_bucket_size elements in the 16-bit dtype: "auto" is h² (the HF
+    integration's fill), absent is DeepSpeed's 5e8 (a GiB in bf16), a number is itself."""
+    from dataclasses import replace
+    import json
+
+    from gpu_launch.fit.training.memory import phases
+    from gpu_launch.modelfile.read import read_model
+    from training_oracle_deepspeed import zero_setup
+
+    zc = ZeroCase(Case("llama"))
+    folder = write_model(zc.case, tmp_path)
+    facts, config = read_model(str(folder)), json.loads((folder / "config.json").read_text())
+
+    def other(buckets):
+        return phases(facts, config, replace(zero_setup(zc), zero_buckets=buckets), 2)["optimizer step"]["other"]
+
+    auto = other((("reduce_bucket_size", "auto"),))
+    assert other(()) - auto == (500_000_000 - 64 * 64) * 2
+    assert other((("reduce_bucket_size", 10_000),)) - auto == (10_000 - 64 * 64) * 2

@@ -1,0 +1,302 @@
+"""The oracle of DeepSpeed ZeRO sizing: PyTorch's own count of rank 0 of a real DeepSpeed ZeRO step over 2 ranks,
+on CPU (issue 34).
+
+Two processes (``torch.multiprocessing.spawn``), one gloo process group (DeepSpeed's CPU accelerator,
+``DS_ACCELERATOR=cpu``: gloo when oneCCL's bindings are absent, deepspeed/accelerator/cpu_accelerator.py
+``CPU_Accelerator.__init__``). Each builds the real Hugging Face model from a config (tests/training_oracle.py
+``build``) and hands it to DeepSpeed as the Trainer's ``--deepspeed ds.json`` does: the config's ``"auto"``
+values filled by transformers' own HfTrainerDeepSpeedConfig (integrations/deepspeed.py
+``trainer_config_process`` from the Trainer's arguments, ``trainer_config_finalize`` from the model's
+hidden size: reduce_bucket_size h², stage3_prefetch_bucket_size 0.9·h², stage3_param_persistence_threshold
+10·h), the Trainer's own torch AdamW passed in with ``zero_allow_untested_optimizer`` (``deepspeed_optim_sched``:
+no "optimizer" section), ZeRO-3 models built under ``deepspeed.zero.Init`` (transformers builds them there
+when an HfDeepSpeedConfig is alive), then ``deepspeed.initialize``, ``engine(...)``, ``engine.backward``,
+``engine.step`` twice. Rank 0 counts the second step with ``torch.distributed._tools.mem_tracker.MemTracker``:
+every tensor alive before it (found by the garbage collector: DeepSpeed's flat partitions, fp32 master
+copies, gradient buffers live in its Python objects) is given to the tracker, whose dispatch mode then sees
+every tensor the step allocates; each phase's peak is taken as tests/training_oracle.py ``measure`` takes it.
+
+DeepSpeed's process group JIT-compiles one C++ op on CPU (deepspeed/comm/torch.py ``build_shm_op``, the
+shared-memory kernel of ``inference_all_reduce``; a training step never calls it): 346 s on this machine's
+2 cores, so it is skipped here (``build_shm_op`` returns None, as where the op is not compatible). Nothing
+else is compiled: the optimizer is torch's own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from training_oracle import Case, FAMILIES, Measured, _Null, _tracker, build, setup_of
+
+WORLD = 2
+
+#: Wider (tests/training_oracle_sharded.py's llama_wide): layers of 737,792 elements and a 524,288-element head,
+#: so that a small stage3_max_reuse_distance releases some of them after forward
+FAMILIES.setdefault("llama_wide", {"model_type": "llama", "hidden_size": 256, "intermediate_size": 704,
+                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                   "vocab_size": 2048, "max_position_embeddings": 1024,
+                                   "tie_word_embeddings": False})
+
+
+@dataclass(frozen=True)
+class ZeroCase:
+    """A case (tests/training_oracle.py) under DeepSpeed ZeRO ``stage`` over ``world`` ranks. ``bf16``: the
+    DeepSpeed config's bf16 (the Trainer's --bf16 fills "auto"); the case's precision is the checkpoint's."""
+
+    case: Case = field(default_factory=lambda: Case("llama"))
+    stage: int = 3
+    bf16: bool = True
+    world: int = WORLD
+    zero: tuple[tuple[str, Any], ...] = ()  # more zero_optimization keys, as written
+
+    @property
+    def name(self) -> str:
+        return (f"{self.case.name}-zero{self.stage}x{self.world}" + ("-bf16" if self.bf16 else "")
+                + "".join(f"-{k.replace('stage3_', '')}={v}" for k, v in self.zero))
+
+    def ds_config(self) -> dict[str, Any]:
+        """The DeepSpeed JSON as a user writes it for the Trainer: "auto" wherever the HF integration fills it."""
+        zero: dict[str, Any] = {"stage": self.stage, "reduce_bucket_size": "auto"}
+        if self.stage == 3:
+            zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto")
+        zero.update(self.zero)
+        return {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
+                "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                "train_batch_size": "auto"}
+
+
+def _args(zc: ZeroCase) -> Any:
+    """What trainer_config_process reads of TrainingArguments (defaults but the batch and --bf16)."""
+    import types
+
+    return types.SimpleNamespace(
+        world_size=zc.world, per_device_train_batch_size=zc.case.micro_batch, gradient_accumulation_steps=1,
+        max_grad_norm=1.0, learning_rate=1e-3, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        weight_decay=0.0, save_on_each_node=False, fp16=False, fp16_full_eval=False, bf16=zc.bf16,
+        bf16_full_eval=False, get_warmup_steps=lambda n: 0)
+
+
+def _live_tensors(torch: Any, before: frozenset[int] = frozenset()) -> list[Any]:
+    """Every CPU tensor the garbage collector knows, but those whose storage was alive before the case began
+    (an earlier case's engine, which DeepSpeed's hooks keep referenced in this process)."""
+    import gc
+    import warnings
+
+    gc.collect()
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, torch.Tensor) and obj.device.type == "cpu" \
+                        and obj.untyped_storage().data_ptr() not in before:
+                    out.append(obj)
+            except (ReferenceError, RuntimeError):
+                continue
+    return out
+
+
+def _dump(engine: Any, live: list[Any]) -> None:
+    names = {}
+    for attr, val in vars(engine.optimizer).items():
+        for i, t in enumerate(val if isinstance(val, (list, tuple)) else [val]):
+            if hasattr(t, "untyped_storage"):
+                names.setdefault(t.untyped_storage().data_ptr(), f"opt.{attr}[{i}]")
+            elif isinstance(t, (list, tuple)):
+                for j, u in enumerate(t):
+                    if hasattr(u, "untyped_storage"):
+                        names.setdefault(u.untyped_storage().data_ptr(), f"opt.{attr}[{i}][{j}]")
+    for n, p in engine.module.named_parameters():
+        names.setdefault(p.untyped_storage().data_ptr(), "param " + n)
+        if hasattr(p, "ds_tensor"):
+            names.setdefault(p.ds_tensor.untyped_storage().data_ptr(), "ds_tensor " + n)
+    seen = {}
+    for t in live:
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = (st.nbytes(), str(t.dtype), tuple(t.shape))
+    tot = 0
+    for ptr, (nb, dt, sh) in sorted(seen.items(), key=lambda kv: -kv[1][0]):
+        tot += nb
+        if nb >= 1024:
+            print(f"  {nb:9d} {dt:15s} {str(sh):20s} {names.get(ptr, '?')}", flush=True)
+    print("  live total", tot, flush=True)
+
+
+def _terms(snap: dict[Any, int]) -> dict[str, int]:
+    s = {str(getattr(k, "value", k)): v for k, v in snap.items()}
+    return {"weights": s.get("Parameter", 0) + s.get("Buffer", 0), "gradients": s.get("Gradient", 0),
+            "optimizer": s.get("Optstate", 0), "other": s.get("Other", 0),
+            "activations": s.get("Activation", 0) + s.get("Temp", 0), "total": s.get("Total", 0)}
+
+
+def _one(zc: ZeroCase, rank: int) -> Measured | None:
+    """One case on this rank: two real steps, the second counted on rank 0."""
+    import torch
+    import deepspeed
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    case = zc.case
+    before = frozenset(t.untyped_storage().data_ptr() for t in _live_tensors(torch))
+    hf = HfTrainerDeepSpeedConfig(zc.ds_config())  # alive: from_config builds a ZeRO-3 model under zero.Init
+    args = _args(zc)
+    hf.trainer_config_process(args)
+    try:
+        model = build(case)
+        hf.trainer_config_finalize(args, model, 10)
+        params = [p for p in model.parameters() if p.requires_grad]
+        # Trainer.create_optimizer for adamw_torch (foreach, what CUDA picks), then deepspeed_optim_sched's flag
+        opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+        config = dict(hf.config, zero_allow_untested_optimizer=True)
+        engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config, model_parameters=params)
+    finally:
+        unset_hf_deepspeed_config()
+    g = torch.Generator().manual_seed(1 + rank)
+    ids = torch.randint(0, FAMILIES[case.family]["vocab_size"], (case.micro_batch, case.seq_len), generator=g)
+
+    def forward() -> Any:
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if case.precision == "amp_bf16" and not zc.bf16 \
+            else _Null()
+        with ctx:
+            return engine(input_ids=ids, labels=ids).loss
+
+    loss = forward()
+    engine.backward(loss)
+    engine.step()
+    del loss
+    if rank != 0:
+        loss = forward()
+        engine.backward(loss)
+        del loss
+        engine.step()
+        return None
+    tracker = _tracker()  # MemTracker that takes frozen parameters too (LoRA's base)
+    live = _live_tensors(torch, before)
+    if os.environ.get("DS_ORACLE_DEBUG"):
+        _dump(engine, live)
+    tracker.track_external(engine.module, opt, *live)
+    cpu = torch.device("cpu")
+    with tracker:
+        tracker._peak_mem, tracker._peak_mem_snap = {}, {}
+        loss = forward()
+        engine.backward(loss)
+        del loss
+        backward = _terms(tracker.get_tracker_snapshot("peak").get(cpu, {}))
+        tracker._peak_mem, tracker._peak_mem_snap = {}, {}
+        engine.step()
+        step = _terms(tracker.get_tracker_snapshot("peak").get(cpu, {}))
+    del engine, opt, model, live
+    return Measured({"backward": backward, "optimizer step": step})
+
+
+def _worker(rank: int, world: int, cases: list[ZeroCase], port: int, out: str) -> None:
+    import json
+    import logging
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import sys
+
+    import deepspeed
+
+    # (``import deepspeed.comm.torch`` would give torch itself: deepspeed.comm re-exports a ``torch`` name)
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None  # the inference all-reduce's C++ kernel: never used by a training step
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    deepspeed.utils.logger.setLevel(logging.WARNING)
+    deepspeed.init_distributed(dist_backend="gloo")
+    results = []
+    for zc in cases:
+        m = _one(zc, rank)
+        results.append(m.phases if m else None)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure_zero(cases: list[ZeroCase]) -> list[Measured]:
+    """Rank 0's count of step 2 of each case, all in one pair of processes (one start-up of DeepSpeed)."""
+    import json
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = {zc.world for zc in cases}
+    assert len(world) == 1, "one world size a run"
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rank0.json")
+        mp.spawn(_worker, args=(world.pop(), cases, _free_port(), out), nprocs=cases[0].world, join=True)
+        with open(out) as f:
+            return [Measured(p) for p in json.load(f)]
+
+
+def zero_setup(zc: ZeroCase) -> Any:
+    """gpulaunch's setup for the same launch: Trainer ``--deepspeed ds.json [--bf16]`` over ``zc.world`` ranks."""
+    precision = zc.case.precision
+    if zc.bf16 and precision == "fp32":
+        precision = "amp_bf16"
+    zero = zc.ds_config()["zero_optimization"]
+    buckets = tuple((k, v) for k, v in zero.items()
+                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"))
+    return replace(setup_of(replace(zc.case, precision=precision)), sharding=f"zero{zc.stage}",
+                   mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets)
+
+
+def compare_zero(zc: ZeroCase, folder: Any, measured: Measured) -> dict[str, Any]:
+    """Both answers side by side, as tests/training_oracle.py compare: {"peak": (gpulaunch, pytorch),
+    "peak_at": ..., phase: {term: (gpulaunch, pytorch)}}."""
+    import json
+
+    from gpu_launch.fit.training.memory import peak, phases
+    from gpu_launch.modelfile.read import read_model
+
+    facts = read_model(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    setup = zero_setup(zc)
+    got = peak(facts, config, setup, zc.world)
+    ph = phases(facts, config, setup, zc.world)
+    m = measured
+    at = "backward" if got.peak_at == "end of backward" else got.peak_at
+    out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (at, m.peak_at)}
+    for name in ("backward", "optimizer step"):
+        p = ph[name]
+        out[name] = {"total": (sum(p.values()), m.phases[name]["total"])}
+        out[name + " terms"] = {"ours": dict(p), "torch": m.phases[name]}
+    return out
+
+
+def zero_matrix() -> list[ZeroCase]:
+    """The cases benchmarks/training_sizing.py --deepspeed checks."""
+    out = []
+    for stage in (3, 2, 1):
+        for gc in (False, True):
+            out.append(ZeroCase(Case("llama", gradient_checkpointing=gc), stage=stage))
+    for gc in (False, True):
+        out.append(ZeroCase(Case("qwen3", gradient_checkpointing=gc)))
+    out.append(ZeroCase(Case("llama", precision="fp32"), bf16=False))
+    out.append(ZeroCase(Case("llama", precision="fp32"), bf16=True))
+    out.append(ZeroCase(Case("llama", precision="fp32"), stage=2, bf16=False))
+    for gc in (False, True):
+        out.append(ZeroCase(Case("llama", method="lora", gradient_checkpointing=gc)))
+    out.append(ZeroCase(Case("mistral")))
+    for reuse in (0, 2_000_000):  # the head alone / the head and part of the last layer kept after forward
+        for gc in (False, True):
+            out.append(ZeroCase(Case("llama_wide", seq_len=32, gradient_checkpointing=gc),
+                                zero=(("stage3_max_reuse_distance", reuse),)))
+    out.append(ZeroCase(Case("llama_wide", seq_len=32)))
+    return out
+
+
+# DS_ORACLE_DEBUG=1: rank 0 prints every live tensor of 1 KiB and more before step 2 (what DeepSpeed keeps)
+
+
+__all__ = ["ZeroCase", "measure_zero", "zero_setup", "compare_zero", "zero_matrix", "WORLD"]
