@@ -127,8 +127,12 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
             weights=weights,
             trainable=counts.trainable, total=counts.total, layer=layer, layers=model.hyper.n_layers,
-            head=vocab_h + h,
-            embed=0 if model.weights.tied_embeddings else vocab_h,
+            # FSDP1's root unit (accelerate's FSDP1 auto wrap policy wraps the decoder layer class only) holds the
+            # untied embedding with the head: sized as FSDP2's tied tail, kept gathered from forward to backward
+            # (torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard: the root is not resharded) and its
+            # one flat gradient whole to the end of backward (measured: tests/training_oracle_sharded.py fsdp1)
+            head=vocab_h + h + (vocab_h if setup.fsdp_version == 1 and not model.weights.tied_embeddings else 0),
+            embed=0 if model.weights.tied_embeddings or setup.fsdp_version == 1 else vocab_h,
             states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b, kinds),
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
             offload=setup.offload_optimizer or setup.offload_params,

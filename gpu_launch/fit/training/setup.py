@@ -57,6 +57,11 @@ class TrainingSetup:
     # The launch asks for mixed precision (Trainer --bf16/--fp16, accelerate's mixed_precision): under FSDP,
     # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
     mixed_precision: bool = False
+    # FSDP's version: 2 (fully_shard; the Trainer's --fsdp in transformers 5, accelerate's fsdp_version: 2) or 1
+    # (FullyShardedDataParallel, accelerate's default otherwise): FSDP1 wraps the decoder layers only, so its
+    # root unit holds the embedding, the final norm and the head together (memory.py). The launch readers leave
+    # it at 2.
+    fsdp_version: int = 2
 
 
 @dataclass(frozen=True)
