@@ -59,3 +59,30 @@ def test_the_end_of_backward_holds_the_mlps_gradients_of_the_configs_intermediat
     assert at == "end of backward"
     assert terms["gradients"] == grads
     assert terms["other"] == 2 * 2 * H * T + 2 * SMALL_I * T
+
+
+def test_an_fsdp_ranks_first_layer_ends_in_its_input_norm_with_the_whole_unsharded_gradient():
+    # issue 34: the layer's gradient (10**11, larger than anything else) is whole only once autograd reaches the
+    # layer's first op, when its MLP's and attention's saved tensors are gone: the norm's fp32 input and rsqrt,
+    # its five fp32 backward tensors and the gradient arriving, not the MLP's (1.044 of PyTorch's count when
+    # both were counted at once)
+    unit = 10 ** 11
+    at, terms = _peak({"model_type": "llama", "intermediate_size": SMALL_I}, late_weights=7, late_grads=3,
+                      late_unit_grads=(unit // 10, unit))
+    assert at == "end of backward"
+    assert terms["weights"] == 7 + unit
+    assert terms["gradients"] == 3
+    assert terms["activations"] == (4 * H + 4) * T
+    assert terms["other"] == NORM_BACKWARD_FP32 * 4 * H * T + 2 * H * T
+
+
+def test_an_fsdp_ranks_first_layer_in_its_mlp_holds_only_down_projs_gradient():
+    # LoRA: the frozen norm's backward is not run, so the MLP's moment is the layer's: the gradient arriving,
+    # down_proj's input's and the product's first gradient (two of e·I a token)
+    lora = replace(SETUP, method="lora")
+    down = 10 ** 11
+    at, terms = _peak({"model_type": "llama", "intermediate_size": SMALL_I}, lora, late_weights=7, late_grads=3,
+                      late_unit_grads=(down, 10 * down))
+    assert at == "end of backward"
+    assert terms["weights"] == 7 + down
+    assert terms["other"] == 2 * H * T + 2 * 2 * SMALL_I * T

@@ -47,11 +47,12 @@ class ShardCase:
     mixed: bool = True
     offload: bool = False
     world: int = WORLD
+    version: int = 2  # 1: FullyShardedDataParallel as accelerate's FSDP1 plugin wraps it (measure_fsdp1)
 
     @property
     def name(self) -> str:
-        return (f"{self.case.name}-{self.case.optimizer}-fsdp_{self.strategy}{self.world}"
-                + ("-mp" if self.mixed else "") + ("-offload" if self.offload else ""))
+        return (f"{self.case.name}-{self.case.optimizer}-fsdp{'1' if self.version == 1 else ''}_{self.strategy}"
+                f"{self.world}" + ("-mp" if self.mixed else "") + ("-offload" if self.offload else ""))
 
 
 def _accelerator(plugin: Any, mixed: bool, device: Any) -> Any:
@@ -96,6 +97,8 @@ def _terms(snap: dict[Any, int], offload: bool) -> dict[str, int]:
 def measure_sharded(sc: ShardCase) -> Measured:
     """Rank 0's count of step 2 over ``sc.world`` fake ranks, each phase's peak (tests/training_oracle.py
     Measured; with offload, "host" is the host's share at that moment and "total" the GPU's)."""
+    if sc.version == 1:
+        return measure_fsdp1(sc)
     import torch
     import torch.distributed as dist
     from accelerate.utils import FullyShardedDataParallelPlugin
@@ -157,12 +160,111 @@ def measure_sharded(sc: ShardCase) -> Measured:
     return Measured({"backward": backward, "optimizer step": step})
 
 
+def _live(model: Any, opt: Any) -> dict[str, int]:
+    """The bytes of what outlives a step's phases: parameters and buffers, gradients, optimizer states."""
+    import torch
+
+    seen: set[int] = set()
+
+    def size(ts: Any) -> int:
+        n = 0
+        for t in ts:
+            st = t.untyped_storage()
+            if st.data_ptr() not in seen:
+                seen.add(st.data_ptr())
+                n += st.nbytes()
+        return n
+
+    return {"weights": size(list(model.parameters()) + list(model.buffers())),
+            "gradients": size(p.grad for p in model.parameters() if p.grad is not None),
+            "optimizer": size(v for st in opt.state.values() for v in st.values() if torch.is_tensor(v))}
+
+
+def _allocated_peak(prof: Any) -> int:
+    """The highest the CPU allocator's running count rose over a profiled region (its [memory] events)."""
+    run = best = 0
+    for ev in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                     key=lambda e: e.start_ns()):
+        run += ev.nbytes()
+        best = max(best, run)
+    return best
+
+
+def measure_fsdp1(sc: ShardCase) -> Measured:
+    """Rank 0 of an FSDP1 step: FullyShardedDataParallel as accelerate's prepare_model builds it from its FSDP1
+    plugin (accelerate/accelerator.py prepare_model: the plugin's sharding strategy, auto wrap policy by the
+    decoder layer class, mixed precision, limit_all_gathers, then each unit's flat parameter upcast to fp32
+    under mixed precision), ``device_id`` the CPU (FSDP1 refuses a CPU-only machine otherwise:
+    torch/distributed/fsdp/_init_utils.py _init_device_handle "FSDP needs a non-CPU accelerator device"),
+    ``use_orig_params=False`` (MemTracker and FSDPMemTracker cannot count it: the original parameters are
+    views, and MemTracker registers a post-accumulate-grad hook on each, which raises on non-leaf tensors).
+    Counted by the profiler's allocator events: what lives between phases plus the running count's peak.
+    Per term only the total is PyTorch's; weights, gradients and states are what lives at each phase's start."""
+    import torch
+    import torch.distributed as dist
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    case = sc.case
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=sc.world)
+    try:
+        model = build(case)
+        # (FULL_SHARD only: prepare_model passes ``sharding_strategy or reshard_after_forward``, and the plugin's
+        # sharding_strategy defaults to FULL_SHARD)
+        plugin = FullyShardedDataParallelPlugin(fsdp_version=1, auto_wrap_policy="transformer_based_wrap",
+                                                use_orig_params=False)
+        if sc.mixed:
+            plugin.set_mixed_precision("bf16")
+        plugin.set_auto_wrap_policy(model)
+        model = FSDP(model, sharding_strategy=plugin.sharding_strategy,
+                     cpu_offload=plugin.cpu_offload, auto_wrap_policy=plugin.auto_wrap_policy,
+                     mixed_precision=plugin.mixed_precision_policy, backward_prefetch=plugin.backward_prefetch,
+                     forward_prefetch=plugin.forward_prefetch, use_orig_params=False,
+                     limit_all_gathers=plugin.limit_all_gathers, device_id=torch.device("cpu"))
+        if sc.mixed:  # accelerate's "FSDP upcast of low precision parameters"
+            for unit in FSDP.fsdp_modules(model):
+                flat = unit._flat_param if unit._has_params else None
+                if flat is not None and flat.requires_grad and flat.dtype != torch.float32:
+                    flat.data = flat.data.to(torch.float32)
+                    unit._handle._orig_param_dtype = torch.float32
+        opt = _optimizer(case, model)
+        ids = torch.randint(0, FAMILIES[case.family]["vocab_size"], (case.micro_batch, case.seq_len),
+                            generator=torch.Generator().manual_seed(1))
+
+        def forward() -> Any:
+            with torch.autocast("cpu", dtype=torch.bfloat16) if sc.mixed else _Null():
+                return model(input_ids=ids, labels=ids).loss
+
+        loss = forward()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del loss
+        phases = {}
+        for name in ("backward", "optimizer step"):
+            live = _live(model, opt)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as p:
+                if name == "backward":
+                    loss = forward()
+                    loss.backward()
+                    del loss
+                else:
+                    opt.step()
+            total = sum(live.values()) + _allocated_peak(p)
+            phases[name] = {**live, "activations": total - sum(live.values()), "total": total, "host": 0}
+        opt.zero_grad(set_to_none=True)
+    finally:
+        dist.destroy_process_group()
+    return Measured(phases)
+
+
 def sharded_setup(sc: ShardCase) -> Any:
     """gpulaunch's setup for the same launch: Trainer ``--fsdp "full_shard auto_wrap" [--bf16]`` (or
     shard_grad_op, offload), ``sc.world`` processes."""
     return replace(setup_of(sc.case), sharding="fsdp_full" if sc.strategy == "full" else "fsdp_grad_op",
                    offload_optimizer=sc.offload, offload_params=sc.offload, mixed_precision=sc.mixed,
-                   nproc=sc.world)
+                   nproc=sc.world, fsdp_version=sc.version)
 
 
 def compare_sharded(sc: ShardCase, folder: Any) -> dict[str, Any]:
@@ -191,6 +293,12 @@ def compare_sharded(sc: ShardCase, folder: Any) -> dict[str, Any]:
     return out
 
 
+#: FSDP1 (accelerate's FullyShardedDataParallel): its root unit holds the untied embedding with the head
+FSDP1 = [ShardCase(Case("llama"), version=1), ShardCase(Case("llama", gradient_checkpointing=True), version=1),
+         ShardCase(Case("qwen3"), version=1), ShardCase(Case("llama_wide", seq_len=32), version=1),
+         ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1)]
+
+
 def sharded_matrix() -> list[ShardCase]:
     """The cases benchmarks/training_sizing.py --sharded checks: FULL_SHARD and SHARD_GRAD_OP × mixed precision
     or not × checkpointing off/on over the families, autocast weights, the wide model at 2 and 8 ranks, the
@@ -216,6 +324,8 @@ def sharded_matrix() -> list[ShardCase]:
     for gc in (False, True):  # peft's adapters gathered in bf16 (param_dtype): no fp32 casts of their inputs
         out.append(ShardCase(Case("llama", method="lora", gradient_checkpointing=gc)))
     out.append(ShardCase(Case("llama", optimizer="sgd_momentum")))
+    for sc in FSDP1:
+        out.append(sc)
     out.append(ShardCase(Case("llama", optimizer="adamw_torch_fused")))
     for gc in (False, True):
         out.append(ShardCase(Case("llama", gradient_checkpointing=gc), offload=True))
@@ -223,4 +333,5 @@ def sharded_matrix() -> list[ShardCase]:
     return out
 
 
-__all__ = ["ShardCase", "measure_sharded", "sharded_setup", "compare_sharded", "sharded_matrix", "WORLD"]
+__all__ = ["ShardCase", "measure_sharded", "measure_fsdp1", "sharded_setup", "compare_sharded", "sharded_matrix",
+           "WORLD", "FSDP1"]

@@ -71,6 +71,13 @@ def _weights_bytes(facts: ModelFacts, setup: TrainingSetup, counts_total: int, l
     return counts_total * e
 
 
+def _first_grads(block: tuple) -> int:
+    """The elements whose gradients a layer's MLP backward makes first: a routed MoE block's experts (their
+    grouped matmuls run before the routing's backward), else down_proj (the MLP's last linear)."""
+    experts = sum(x.fan_in * x.fan_out * x.count for x in block if x.expert)
+    return experts or next((x.fan_in * x.fan_out for x in block if x.name == "down_proj"), 0)
+
+
 def info_e(setup: TrainingSetup) -> int:
     """The activations' element size: 16-bit under autocast and for 16-bit weights, else 4."""
     return 2 if setup.precision in ("bf16", "fp16", "amp_bf16", "amp_fp16") else 4
@@ -128,12 +135,17 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             sharding=setup.sharding, divisor=divisor, mixed=setup.mixed_precision, e=e, te=te,
             weights=weights,
             trainable=counts.trainable, total=counts.total, layer=layer, layers=model.hyper.n_layers,
-            head=vocab_h + h,
-            embed=0 if model.weights.tied_embeddings else vocab_h,
+            # FSDP1's root unit (accelerate's FSDP1 auto wrap policy wraps the decoder layer class only) holds the
+            # untied embedding with the head: sized as FSDP2's tied tail, kept gathered from forward to backward
+            # (torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard: the root is not resharded) and its
+            # one flat gradient whole to the end of backward (measured: tests/training_oracle_sharded.py fsdp1)
+            head=vocab_h + h + (vocab_h if setup.fsdp_version == 1 and not model.weights.tied_embeddings else 0),
+            embed=0 if model.weights.tied_embeddings or setup.fsdp_version == 1 else vocab_h,
             states_of=lambda b: state_bytes(setup.optimizer, counts.trainable, counts.trainable_tensors, b, kinds),
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
             offload=setup.offload_optimizer or setup.offload_params,
-            trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers))
+            trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers),
+            down=_first_grads(block))
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
     elif setup.sharding in _SHARDS_WEIGHTS:
         # ZeRO-3 (memory_sharding.zero3): what is still gathered at the start of backward, the gradient
@@ -174,13 +186,12 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if fsdp and setup.gradient_checkpointing:
         # measured under FSDP, where the end of backward is the peak (a layer's backward,
         # tests/test_training_sharded.py): the layer's checkpointed input, the rotary tables every layer is
-        # handed, eager attention's s² backward
-        late_extra = info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0)) \
-            + act.squared_backward * tokens * setup.seq_len
+        # handed (torch/utils/checkpoint.py keeps a checkpointed call's inputs to the end of its backward)
+        late_extra = info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0))
     backward_at, backward = backward_peak(
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
         e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
-        late_extra=late_extra)
+        late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
         backward_at = "end of backward"

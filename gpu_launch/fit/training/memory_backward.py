@@ -9,7 +9,10 @@ once it has made its outputs). Arithmetic only: no torch. The largest moment is 
   the norm's fp32 temporaries;
 * the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
   gradients flowing through it;
-* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations.
+* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on
+  an FSDP rank, where a layer's unsharded gradient is as large as its weights, two moments of the first
+  layer's backward instead: its MLP's (the layer's activations, down_proj's gradient) and its input norm's
+  (the whole gradient, the norm's fp32 tensors; the rest of the layer's activations gone).
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: 
 
 def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, act: Saved, *,
                   weights: int, states: int, grads: int, head: int, loss: int, e: int,
-                  late_weights: int | None = None, late_grads: int | None = None,
-                  late_extra: int = 0) -> tuple[str, dict[str, int]]:
+                  late_weights: int | None = None, late_grads: int | None = None, late_extra: int = 0,
+                  late_unit_grads: tuple[int, int] | None = None) -> tuple[str, dict[str, int]]:
     """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
     frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
     element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
-    backward (``late_weights``, ``late_grads``) and more alive there (``late_extra``)."""
+    backward (``late_weights``, ``late_grads``), more alive there (``late_extra``: a checkpointed layer's
+    inputs) and the layer's unsharded gradient (``late_unit_grads``: in its MLP's backward, in its first
+    norm's)."""
     tokens = setup.micro_batch * setup.seq_len
     h = model.hyper.hidden_size or 0
     acts = act.total(setup, model.hyper.n_layers)
@@ -93,16 +98,52 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     if late_grads is None:
         late_grads = grads - (head if not model.weights.tied_embeddings else 0)
     at_late = weights if late_weights is None else late_weights
-    late = _moment(at_late, late_grads, states, act.one_layer(setup), 0,
-                   2 * e * h * tokens + e * inter * tokens + late_extra)
+    if late_unit_grads is None:
+        late = _moment(at_late, late_grads, states, act.one_layer(setup), 0,
+                       2 * e * h * tokens + e * inter * tokens + late_extra)
+    else:
+        routed = int(config.get("num_experts_per_tok") or 2) * tokens if model.hyper.expert_count else 0
+        late = _fsdp_late(setup, act, h, inter, e, at_late, late_grads, states, late_extra, late_unit_grads,
+                          2 * e * h * routed)
     if four_norms:
         # or the first layer's closing norm, its fp32 backward the layer's first (that layer's gradients to come)
         layer_share = max(model.weights.layers, default=0) / max(1, model.weights.total)
         # with what every layer reads (RoPE's tables, the ids, an sdpa layer's sliding-window mask)
-        first = _moment(at_late, late_grads - int(grads * layer_share), states,
+        # (an FSDP rank's gradients' shards at that moment are without the layer's already: memory_sharding.py)
+        first = _moment(at_late, late_grads - (0 if late_unit_grads else int(grads * layer_share)), states,
                         act.one_layer(setup) + act.rope * tokens, 0,
                         e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
         late = max(late, first, key=lambda m: sum(m.values()))
     if sum(late.values()) > sum(best.values()):
         return "end of backward", late
     return "backward", best
+
+
+def _fsdp_late(setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int, grads: int,
+               states: int, inputs: int, unit_grads: tuple[int, int], routed: int) -> dict[str, int]:
+    """The first decoder layer's backward on an FSDP rank (memory_sharding.py): the larger of two moments. The
+    layer's unsharded gradient is freed only by its post-backward, after the layer's first op has run
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py ``post_backward``: the gradients are copied
+    into the reduce-scatter input, then ``unsharded_grads.clear()`` in _fsdp_collectives.py
+    ``foreach_reduce``), while autograd frees each op's saved tensors as it runs (checked against
+    FSDPMemTracker, op by op, on llama_wide at 8 ranks and Qwen3 at 8):
+
+    * its MLP's backward: every activation of the layer (recomputed under checkpointing), down_proj's
+      gradient only, the gradient arriving (e·h a token) and two of e·I (down_proj's input's gradient, then
+      the product's first, MulBackward0); a routed MoE block's: the experts' gradients, and where the
+      routing's gather is undone (derivatives.yaml ``index.Tensor``: ``index_backward`` into
+      ``grad.new_zeros``, out of place) a zero tensor and its scatter of e·h a routed token each
+      (``routed``);
+    * its input norm's backward (a full fine-tune: the norm's weight trains, so autograd runs it): the whole
+      gradient, the norm's saved fp32 input and rsqrt, its fp32 backward and the gradient arriving.
+
+    ``inputs``: a checkpointed layer's inputs, kept by the checkpoint to its end."""
+    tokens = setup.micro_batch * setup.seq_len
+    at_mlp, whole = unit_grads
+    mlp = _moment(weights + at_mlp, grads, states, act.one_layer(setup), 0,
+                  e * h * tokens + 2 * e * inter * tokens + inputs + routed)
+    if setup.method != "full":
+        return mlp
+    norm = _moment(weights + whole, grads, states, (4 * h + 4) * tokens + inputs, 0,
+                   NORM_BACKWARD_FP32 * 4 * h * tokens + e * h * tokens)
+    return max(mlp, norm, key=lambda m: sum(m.values()))

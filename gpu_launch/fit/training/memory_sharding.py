@@ -14,11 +14,17 @@ From torch's own code (torch/distributed/fsdp/_fully_shard) and accelerate's (ac
   with the head as one unit that is *not* resharded after forward (it is needed again at once), so at the
   start of backward the head is held whole beside the shards; SHARD_GRAD_OP (``reshard_after_forward=False``)
   keeps every unit gathered from its forward to its backward;
-* late in backward (a decoder layer's backward: its recompute and gradients), that unit is gathered with
-  its unsharded gradient, the unit before it prefetched and the previous unit's reduce-scatter input still
-  held (one in flight: ``reduce_scatter_max_input_buffers = 1``, _fsdp_param_group.py), all in the param
-  dtype: four units beside the shards; the untied embedding's own backward holds it gathered with its dense
-  gradient beside the layer's reduce-scatter input;
+* late in backward (a decoder layer's backward: its recompute and gradients), that unit is gathered, the
+  unit before it prefetched and the previous unit's reduce-scatter input still held (one in flight:
+  ``reduce_scatter_max_input_buffers = 1``; _fsdp_param_group.py ``post_backward`` frees the oldest only when
+  the next unit's reduce-scatter starts), all in the param dtype. The layer's own unsharded gradient grows as
+  autograd runs the layer backwards: in its MLP's backward only down_proj's is there (the layer's activations
+  all alive), at its first norm's backward all of it (the activations gone): FSDPMemTracker's count peaks
+  there on a wide model (post_backward runs after the layer's first op, its input norm). With tied embeddings
+  the tail unit (final norm, embedding and head, grouped by accelerate) is reduce-scattered only after the
+  embedding's backward, the last: its unsharded gradient is there through every layer's backward. The
+  untied embedding's own backward holds it gathered with its dense gradient beside the layer's
+  reduce-scatter input;
 * ``CPUOffloadPolicy`` keeps the shards, their gradients and the optimizer's states (and its step) in host
   RAM (_fsdp_param.py ``offload_to_cpu``): the GPU holds the gathered units and the activations only.
 
@@ -54,8 +60,10 @@ class Shards:
     states: int
     temp: int
     gathered_backward: int
-    gathered_late: int
+    gathered_late: int  # the layer, the unit prefetched, a reduce-scatter input (and a tied tail's gradient)
     late_grads: int  # the gradients' shards at that moment
+    unit_grad_mlp: int  # the layer's unsharded gradient in its MLP's backward: down_proj's
+    unit_grad: int  # the layer's unsharded gradient at its first norm's backward: all of it
     gathered_embed: int  # the untied embedding's backward: gathered, its gradient, the reduce-scatter input
     embed_grads: int
     head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
@@ -69,12 +77,13 @@ def _over(n: int, d: int) -> int:
 
 def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
          states_of, temp_of, total: int, layer: int, layers: int, head: int, embed: int,
-         offload: bool, trained_layer: int | None = None) -> Shards:
+         offload: bool, trained_layer: int | None = None, down: int = 0) -> Shards:
     """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
     one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
     parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer
     (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input
-    embedding (0); ``trained_layer``: a layer's trained elements when not all are (LoRA's adapters)."""
+    embedding (0); ``trained_layer``: a layer's trained elements when not all are (LoRA's adapters);
+    ``down``: the elements of a layer's down_proj (its MLP's last linear, the first whose gradient is made)."""
     master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
     gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
     resident = _over(weights - trainable * te + trainable * master, divisor)
@@ -84,14 +93,27 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         at_backward = total * gathered_e  # nothing resharded after forward
     else:
         at_backward = head * gathered_e
-    # a layer's backward: it gathered and its unsharded gradient arriving, the unit before it prefetched (the
-    # first layer prefetches the embedding, tied or not), the reduce-scatter input of the unit after it (a
-    # layer's with three layers and more; the tail's at the last layer). The gradients' shards: all but this
-    # layer's and the tail's or embedding's. Under offload (measured) the gradient and the reduce-scatter
-    # input are not both there at the peak; the reduce-scatter's output waits for its copy to the host.
+    # layer k's backward (of L): it gathered, the unit before it prefetched (layer k-1; the first layer: the
+    # untied embedding, none when tied: the embedding is in the tail, gathered already), the reduce-scatter
+    # input of the unit after it (layer k+1's; the last layer: the untied tail's, none when tied) and its own
+    # unsharded gradient (unit_grad, unit_grad_mlp: memory_backward.py counts it by moment); the largest k.
+    # The gradients' shards: all but this layer's and the tail's or embedding's. Under CPU offload the same:
+    # _fsdp_collectives.py foreach_reduce frees the reduce-scatter's output on the GPU as soon as its copy to
+    # the host is issued ("we can free it here by not keeping a ref"), the input stays held as without offload.
     grad_unit = layer if trained_layer is None else trained_layer  # LoRA: the adapters' gradients only
-    late = layer + max(layer if layers >= 3 else 0, head) + grad_unit + (0 if offload else grad_unit)
-    late_grads = grads - _over((layer + head) * master, divisor)
+    tail_grad = head if trained_layer is None else 0  # the tail trains in a full fine-tune only
+    first = embed + (grad_unit if layers >= 2 else tail_grad * bool(embed))
+    middle = layer + grad_unit if layers >= 3 else 0
+    last = layer + (tail_grad if embed else 0) if layers >= 2 else 0
+    late = layer + max(first, middle, last)
+    if not embed:
+        # tied: the tail unit (accelerate groups final norm, embedding and head) stays gathered from forward
+        # (reshard_after_forward=False) and its gradient, the head's and the embedding's summed, waits for the
+        # embedding's backward, the last of all
+        late += head + tail_grad
+    # the first layer's moment: its gradients and the embedding's not reduced yet (untied: the tail's are;
+    # tied: the tail is the embedding's unit)
+    late_grads = grads - _over((layer + (embed or head)) * master, divisor)
     late *= gathered_e
     at_embed = (2 * embed + layer) * gathered_e if embed else 0
     embed_grads = grads - _over(embed * master, divisor)
@@ -100,10 +122,10 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         host = resident + grads + states + temp
         resident = grads = states = temp = late_grads = embed_grads = 0
         # the reduce-scatter's output, in the parameters' dtype, waits on the GPU for its copy to the host
-        late += _over(layer * master, divisor)
         at_embed += _over(embed * master, divisor)
-    return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), at_embed,
-                  max(0, embed_grads), head * gathered_e, host, master)
+    unit_mlp = min(down, grad_unit) if trained_layer is None else 0  # down_proj's gradient comes first
+    return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), unit_mlp * gathered_e,
+                  grad_unit * gathered_e, at_embed, max(0, embed_grads), head * gathered_e, host, master)
 
 
 #: DeepSpeed's defaults where the config does not name them (deepspeed/runtime/zero/config.py
