@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.fit.training import memory_fused
 from gpu_launch.fit.training.memory_params import Linear, lora_targets
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.setup import TrainingSetup
@@ -79,7 +80,18 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> in
     r = setup.lora_r or 8
     if _adapters_16bit(setup):
         return sum(e * r for _ in targets)
+    if _adapters_autocast(setup):
+        # the Trainer's --bf16/--fp16 on 16-bit weights still runs the step under autocast (accelerate's
+        # mixed precision): lora_A casts peft's fp32 copy of its input back to 16 bits and saves that cast (the
+        # copy itself, ``.to(float32)``, needs nothing kept), its 16-bit output is lora_B's saved input.
+        # Measured through TRL's SFTTrainer (tests/training_oracle_trl.py)
+        return sum(e * x.fan_in + e * r for x in targets)
     return sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
+
+
+def _adapters_autocast(setup: TrainingSetup) -> bool:
+    """fp32 LoRA adapters on 16-bit weights under the Trainer's autocast (--bf16/--fp16 asked for)."""
+    return setup.mixed_precision and setup.precision in ("bf16", "fp16") and not _adapters_16bit(setup)
 
 
 def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,
@@ -187,10 +199,17 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     first = layer
     if not full and not setup.gradient_checkpointing:
         first -= _norm_in(h, e)  # the embedding's output needs no gradient: the first norm saves nothing
-    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
-    if full and amp:
+    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
+    if setup.loss == "fused":
+        # TRL's fused head saves its own copy of the scored hidden states, trained or frozen, in their dtype
+        # (fp32 under autocast), with a few per-token vectors (memory_fused.py); the final norm's output itself
+        # is then kept by nothing
+        outside += memory_fused.hidden_bytes(setup) * h + memory_fused.SAVED_PER_TOKEN
+    else:
+        outside += e * h if full and not amp else 0  # the head's input, saved when the head trains
+    if full and amp and setup.loss != "fused":
         outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
-    if setup.loss != "plain":
+    if setup.loss not in ("plain", "fused"):
         # a chunked loss keeps its input, the final hidden states of every token, to the end of its backward
         # (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.forward: save_for_backward(hidden, ...); a
         # checkpointed chunk saves its input to recompute): in fp32 under autocast (the final norm's output),
@@ -206,9 +225,15 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     outside += rope
     # autocast's 16-bit casts of the trained weights, kept for the backward (the head's too, outside the layers:
     # under checkpointing the layers' are made again in their recompute, the head's stays)
-    head_cast = 2 * (hy.vocab_size or 0) * h if amp and full else 0
+    # (TRL's fused head casts the head's rows a tile at a time inside its autograd Function: nothing kept)
+    head_cast = 2 * (hy.vocab_size or 0) * h if amp and full and setup.loss != "fused" else 0
     routed_weights = hy.n_layers * (hy.expert_count or 0) * 3 * h * int(config.get("moe_intermediate_size") or 0)
     fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
+    if targets and _adapters_autocast(setup):
+        # autocast's 16-bit casts of the adapters' weights, kept for the backward (lora_A r × fan_in, lora_B
+        # fan_out × r, every layer)
+        r = setup.lora_r or 8
+        fixed += hy.n_layers * sum(e * r * (x.fan_in + x.fan_out) for x in targets)
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
@@ -253,9 +278,13 @@ def loss_bytes(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetu
     logits to fp32 and cross_entropy keeps log_softmax's fp32 output; its backward allocates the gradient of
     that output and then of the logits, both fp32: 12 bytes a token and vocabulary entry (the 16-bit logits
     themselves are not kept: ``.float()`` needs nothing for its backward). Final-logit soft-capping (Gemma-2)
-    keeps tanh's output too. A chunked/fused loss holds one chunk's worth."""
+    keeps tanh's output too. A chunked/fused loss holds one chunk's worth; TRL's fused head what its
+    backward allocates (memory_fused.py)."""
     tokens = setup.micro_batch * setup.seq_len
     vocab = facts.hyper.vocab_size or 0
+    if setup.loss == "fused":
+        h = facts.hyper.hidden_size or facts.hyper.n_heads * facts.hyper.key_length
+        return memory_fused.backward_bytes(setup, h, vocab, setup.method == "full")
     if setup.loss != "plain":
         tokens = min(tokens, setup.loss_chunk_tokens or LOSS_CHUNK_TOKENS)
     e, _ = _mode(setup)

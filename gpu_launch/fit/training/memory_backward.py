@@ -55,6 +55,10 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # --- the loss
     if setup.loss == "plain":
         moments.append(_moment(weights, 0, states, acts, loss, 0))
+    elif setup.loss == "fused":
+        # TRL's fused head at the return of its backward: every activation, the head's gradient made (when it
+        # trains) and what the Function allocated (memory_fused.backward_bytes, in ``loss``)
+        moments.append(_moment(weights, head, states, acts, loss, 0))
     else:
         # the gradient of the hidden states, summed chunk by chunk into one tensor of all tokens (the chunks
         # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
