@@ -52,6 +52,28 @@ def _tokenizer(vocab: int) -> Any:
 
 
 @contextlib.contextmanager
+def _cuda_dropout() -> Any:
+    """Dropout as CUDA runs it: torch's F.dropout takes the fused ``native_dropout`` on CUDA only
+    (aten/src/ATen/native/Dropout.cpp ``is_fused_kernel_acceptable``: its backward keeps a boolean mask);
+    on CPU it multiplies by a noise tensor of the input's dtype, which the product keeps. native_dropout has a
+    CPU kernel: peft's LoRA dropout (an nn.Dropout) is routed to it."""
+    import torch
+
+    original = torch.nn.Dropout.forward
+
+    def forward(self: Any, x: Any) -> Any:
+        if not self.training or self.p == 0:
+            return original(self, x)
+        return torch.native_dropout(x, self.p, True)[0]
+
+    torch.nn.Dropout.forward = forward
+    try:
+        yield
+    finally:
+        torch.nn.Dropout.forward = original
+
+
+@contextlib.contextmanager
 def _cuda_folds() -> Any:
     """TRL's tile folds and fp32 accumulate as the Triton kernels and CUDA's out_dtype addmm allocate: nothing."""
     from trl.kernels import chunked_logprob as k
@@ -93,7 +115,7 @@ def vocab_tile(width: int | None) -> Any:
         u._CHUNKED_LOGPROB_CHUNK_SIZE, memory_fused.VOCAB_TILE = saved
 
 
-def measure_sft(case: Case, fold: str = "cuda", **config: Any) -> Measured:
+def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **config: Any) -> Measured:
     """PyTorch's count of the second of two steps of TRL's SFTTrainer on ``case``'s model; ``config``: more
     SFTConfig fields (``loss_type="dft"``, ``use_liger_kernel``...)."""
     import torch
@@ -110,7 +132,7 @@ def measure_sft(case: Case, fold: str = "cuda", **config: Any) -> Measured:
     peft = None
     if case.method == "lora":
         targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
-        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=0.0, target_modules=targets,
+        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=lora_dropout, target_modules=targets,
                           task_type="CAUSAL_LM")
     out: dict[str, dict[str, int]] = {}
 
@@ -148,20 +170,21 @@ def measure_sft(case: Case, fold: str = "cuda", **config: Any) -> Measured:
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=_tokenizer(vocab),
                              peft_config=peft, callbacks=[Count()],
                              optimizer_cls_and_kwargs=(torch.optim.AdamW, {"lr": 1e-4, "foreach": True}))
-        with _cuda_folds() if fold == "cuda" else contextlib.nullcontext():
+        with _cuda_folds() if fold == "cuda" else contextlib.nullcontext(), \
+                _cuda_dropout() if fold == "cuda" else contextlib.nullcontext():
             trainer.train()
     return Measured(out)
 
 
-def setup_sft(case: Case) -> Any:
-    """gpulaunch's setup of the same step: ``trl sft``, TRL's fused head."""
+def setup_sft(case: Case, lora_dropout: float = 0.0) -> Any:
+    """gpulaunch's setup of the same step: ``trl sft``, TRL's fused head, the Trainer's autocast (--bf16)."""
     from training_oracle import setup_of
 
-    return replace(setup_of(case), launcher="trl sft", loss="fused", loss_chunk_tokens=None,
+    return replace(setup_of(case), launcher="trl sft", loss="fused", loss_chunk_tokens=None, lora_dropout=lora_dropout,
                    mixed_precision=case.precision != "fp32")
 
 
-def compare_sft(case: Case, folder: Path, fold: str = "cuda", tile: int | None = None,
+def compare_sft(case: Case, folder: Path, fold: str = "cuda", tile: int | None = None, lora_dropout: float = 0.0,
                 **config: Any) -> dict[str, Any]:
     """gpulaunch's peak for the model in ``folder`` beside the count of TRL's step: {"peak": (ours, torch),
     "peak_at": (...), phase: {term: (ours, torch)}} as training_oracle.compare gives them; ``tile``: both
@@ -171,11 +194,11 @@ def compare_sft(case: Case, folder: Path, fold: str = "cuda", tile: int | None =
 
     facts = read_model(str(folder))
     config_json = json.loads((folder / "config.json").read_text())
-    setup = setup_sft(case)
+    setup = setup_sft(case, lora_dropout)
     with vocab_tile(tile):
         got = peak(facts, config_json, setup, 1)
         ph = phases(facts, config_json, setup, 1)
-        m = measure_sft(case, fold, **config)
+        m = measure_sft(case, fold, lora_dropout, **config)
     at = "backward" if got.peak_at == "end of backward" else got.peak_at
     out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (at, m.peak_at)}
     for name in ("backward", "optimizer step"):

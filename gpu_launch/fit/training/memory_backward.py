@@ -85,6 +85,14 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
+    if act.lora_forward:
+        # the last layer's forward at its widest adapter (the copies it makes, memory_activations._lora_forward),
+        # every earlier layer's activations kept; under checkpointing the same in its recompute, with the
+        # gradient arriving (PyTorch's count of the backward phase holds the forward)
+        forward = acts - (act.outside - act.rope) * tokens + act.lora_forward * tokens
+        moments.append(_moment(weights, 0, states, forward, 0, 0))
+        if setup.gradient_checkpointing:
+            moments.append(_moment(weights, head, states, kept, 0, (act.lora_forward + e * h) * tokens))
     four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
     if four_norms:
         # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,

@@ -42,6 +42,7 @@ class TrainingSetup:
     packing: bool = False
     lora_r: int | None = None
     lora_alpha: int | None = None
+    lora_dropout: float = 0.0  # peft's LoraConfig.lora_dropout: above 0 each adapter keeps its dropout mask
     lora_targets: tuple[str, ...] = ()  # module names; ("all-linear",) for every linear layer but the head
     dora: bool = False
     quant_bits: int | None = None  # 4 or 8 (bitsandbytes) for QLoRA / 8-bit bases
