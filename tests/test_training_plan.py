@@ -83,6 +83,11 @@ def test_plan_json_has_a_training_object_in_each_gpus_entry(work: Path) -> None:
     assert doc["training"]["loss"] == "fused" and t["loss_bytes"] == 0 and t["peak_at"] == "backward"
     assert doc["per_gpu"][0]["left_bytes"] == doc["per_gpu"][0]["free_bytes"] - t["peak_bytes"] - t["allowance_bytes"]
     assert doc["training"]["method"] == "lora" and doc["training"]["seq_len"] == 1024  # TRL's max_length
+    # TRL's bf16 unless fp16 (SFTConfig): the step under autocast; ModelConfig's LoRA dropout
+    assert (doc["training"]["mixed_precision"], doc["training"]["lora_dropout"]) == (True, 0.05)
+    plain = plan_json(work, "--", "torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
+                      "--per_device_train_batch_size", "1")
+    assert plain["training"]["mixed_precision"] is False and plain["training"]["lora_dropout"] == 0.0
     assert doc["placeholders"] == {"nproc": "1"}
 
 
