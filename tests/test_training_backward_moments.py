@@ -19,7 +19,7 @@ SETUP = TrainingSetup(model="M", launcher="trainer", precision="bf16", micro_bat
 
 class _NoActivations:
     """Saved activations of nothing: the moments differ only in their own tensors."""
-    outside = rope = squared_backward = 0
+    outside = rope = squared_backward = lora_forward = 0
 
     def total(self, setup, layers):  # noqa: ANN001, ANN201
         return 0

@@ -77,9 +77,17 @@ def test_plan_json_has_a_training_object_in_each_gpus_entry(work: Path) -> None:
     assert doc["engine"] == "training" and doc["kv_cache_bytes"] == 0
     t = doc["per_gpu"][0]["training"]
     assert t["peak_bytes"] >= t["weights_bytes"] + t["optimizer_bytes"] and t["peak_at"] in ("backward", "optimizer step")
-    assert t["weights_bytes"] > 14 << 30 and t["loss_bytes"] > 0 and t["allowance_bytes"] > 0
+    assert t["weights_bytes"] > 14 << 30 and t["allowance_bytes"] > 0
+    # TRL's fused LM head (trl >= 1.15; none in this PATH: the current one's): no logits, so the peak is in the
+    # layers' backward, the head's tensors gone
+    assert doc["training"]["loss"] == "fused" and t["loss_bytes"] == 0 and t["peak_at"] == "backward"
     assert doc["per_gpu"][0]["left_bytes"] == doc["per_gpu"][0]["free_bytes"] - t["peak_bytes"] - t["allowance_bytes"]
     assert doc["training"]["method"] == "lora" and doc["training"]["seq_len"] == 1024  # TRL's max_length
+    # TRL's bf16 unless fp16 (SFTConfig): the step under autocast; ModelConfig's LoRA dropout
+    assert (doc["training"]["mixed_precision"], doc["training"]["lora_dropout"]) == (True, 0.05)
+    plain = plan_json(work, "--", "torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
+                      "--per_device_train_batch_size", "1")
+    assert plain["training"]["mixed_precision"] is False and plain["training"]["lora_dropout"] == 0.0
     assert doc["placeholders"] == {"nproc": "1"}
 
 
@@ -232,10 +240,11 @@ def test_a_several_node_launch_gets_the_training_split(big: Path, monkeypatch: p
 
 def test_plan_names_the_peaks_moment_and_its_terms_add_up_in_text_and_json(work: Path) -> None:
     # checkpointing, a chunked loss and fused AdamW at micro-batch 4: the peak is late in backward, with most
-    # gradients there; at the start of backward (a plain loss: TRL's LoRA run) there are none yet
+    # gradients there; at the start of backward (a plain loss: TRL's LoRA run with label smoothing, which makes
+    # the full logits) there are none yet
     late = ["torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B", "--per_device_train_batch_size", "4",
             "--bf16", "--gradient_checkpointing", "--loss_type", "chunked_nll", "--optim", "adamw_torch_fused"]
-    start = ["trl", "sft", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft"]
+    start = ["trl", "sft", "--model_name_or_path", "./Llama-3.1-8B", "--use_peft", "--label_smoothing_factor", "0.1"]
     for argv, at, moment in ((late, "end of backward", "the end of backward"),
                              (start, "backward", "the start of backward")):
         t = plan_json(work, "--", *argv)["per_gpu"][0]["training"]

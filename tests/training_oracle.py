@@ -15,9 +15,9 @@ for-loop is only CPU's default). The loss is transformers' own ForCausalLMLoss (
 "chunked" is transformers' loss on slices of the sequence (what TRL's chunked_nll and Liger do: the head and
 the loss a chunk at a time, the chunk's logits freed before the next), written here in a few lines.
 TRL's own (1.16: SFTTrainer's every loss through its fused LM head, trl/trainer/utils.py add_fused_lm_head and
-trl/kernels/chunked_logprob.py ChunkedLogProbFunction; it installs from PyPI without another torch) was not
-taken: off CUDA it folds each vocabulary tile with torch ops in place of its Triton kernels, so the
-temporaries a CPU run counts are not the ones a GPU allocates; Liger's kernels are Triton only.
+trl/kernels/chunked_logprob.py ChunkedLogProbFunction) is counted by tests/training_oracle_trl.py, through
+TRL's own trainer, with its CPU fallback's tile folds stood in by what the Triton kernels allocate (nothing);
+Liger's kernels are Triton only.
 """
 
 from __future__ import annotations

@@ -246,7 +246,9 @@ _TRAINING_GPU = _obj({
 _TRAINING_SETUP = _obj({
     "launcher": _STR, "method": {"enum": ["full", "lora", "qlora"]}, "precision": _STR, "micro_batch": _COUNT,
     "seq_len": _COUNT, "grad_accum": _COUNT, "gradient_checkpointing": {"type": "boolean"}, "optimizer": _STR,
-    "loss": _STR, "lora_r": _NINT, "lora_targets": {"type": "array", "items": _STR}, "quant_bits": _NINT,
+    "mixed_precision": {"type": "boolean"}, "loss": _STR, "lora_r": _NINT,
+    "lora_dropout": {"type": "number", "minimum": 0, "maximum": 1},
+    "lora_targets": {"type": "array", "items": _STR}, "quant_bits": _NINT,
     "sharding": _STR, "offload_optimizer": {"type": "boolean"}, "offload_params": {"type": "boolean"},
     "assumed": {"type": "array", "items": _STR}, "sources": {"type": "array", "items": _STR},
 })

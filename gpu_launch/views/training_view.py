@@ -36,7 +36,8 @@ def setup_json(p: Plan) -> dict[str, Any]:
     return {"launcher": setup.launcher, "method": setup.method, "precision": setup.precision,
             "micro_batch": setup.micro_batch, "seq_len": setup.seq_len, "grad_accum": setup.grad_accum,
             "gradient_checkpointing": setup.gradient_checkpointing, "optimizer": setup.optimizer,
-            "loss": setup.loss, "lora_r": setup.lora_r, "lora_targets": list(setup.lora_targets),
+            "mixed_precision": setup.mixed_precision, "loss": setup.loss, "lora_r": setup.lora_r,
+            "lora_dropout": setup.lora_dropout, "lora_targets": list(setup.lora_targets),
             "quant_bits": setup.quant_bits, "sharding": setup.sharding, "offload_optimizer": setup.offload_optimizer,
             "offload_params": setup.offload_params, "assumed": list(setup.assumed), "sources": list(setup.sources)}
 

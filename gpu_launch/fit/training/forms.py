@@ -22,7 +22,7 @@ def read_launch(argv: Sequence[str], environ: Mapping[str, str]) -> Launch | Non
     if word == "trl":
         from gpu_launch.fit.training.forms_trl import read_trl
 
-        return read_trl(argv)
+        return read_trl(argv, environ)
     if word == "axolotl":
         from gpu_launch.fit.training.forms_axolotl import read_axolotl
 

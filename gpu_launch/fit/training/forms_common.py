@@ -35,7 +35,7 @@ class Value:
 @dataclass(frozen=True)
 class Launch:
     """A training launch as read, before the model is known. ``keys`` use one vocabulary: model, method,
-    lora_r, lora_alpha, lora_targets, dora, quant_bits, quant_double, micro_batch, seq_len, grad_accum,
+    lora_r, lora_alpha, lora_dropout, lora_targets, dora, quant_bits, quant_double, micro_batch, seq_len, grad_accum,
     gradient_checkpointing, optimizer, loss, attention, packing, bf16, fp16, dtype, sharding,
     offload_optimizer, offload_params. ``defaults``: the framework's own values where the launch says
     nothing (known, not assumed); what neither says is assumed and listed."""
@@ -168,6 +168,7 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         gradient_checkpointing=bool(g("gradient_checkpointing")), optimizer=optimizer,
         loss=g("loss") or "plain", attention=g("attention") or "sdpa", packing=bool(g("packing")),
         lora_r=lora_r, lora_alpha=g("lora_alpha") if lora_r else None,
+        lora_dropout=float(g("lora_dropout") or 0.0) if lora_r else 0.0,
         lora_targets=tuple(targets) if method != "full" else (), dora=bool(g("dora")) and method != "full",
         quant_bits=int(quant) if quant and method != "full" else None, quant_double=bool(g("quant_double")),
         sharding=g("sharding") or "none", offload_optimizer=bool(g("offload_optimizer")),

@@ -166,6 +166,8 @@ def _peft(raw: Mapping[str, tuple[Any, str]], put: Any, trl: bool) -> None:
         put("lora_r", as_int(raw["lora_r"][0], raw["lora_r"][1], "the LoRA rank"), raw["lora_r"][1])
     if "lora_alpha" in raw:
         put("lora_alpha", as_int(raw["lora_alpha"][0], raw["lora_alpha"][1], "lora_alpha"), raw["lora_alpha"][1])
+    if "lora_dropout" in raw:
+        put("lora_dropout", _fraction(*raw["lora_dropout"]), raw["lora_dropout"][1])
     for name in ("lora_target_modules", "target_modules"):
         if name in raw:
             value = raw[name][0]
@@ -176,6 +178,19 @@ def _peft(raw: Mapping[str, tuple[Any, str]], put: Any, trl: bool) -> None:
     for name in ("use_bnb_nested_quant", "bnb_4bit_use_double_quant"):
         if name in raw:
             put("quant_double", as_bool(*raw[name]), raw[name][1])
+
+
+def _fraction(value: Any, written: str) -> float:
+    """A probability as the parser takes it (``--lora_dropout 0.05``): 0 to 1, else one line."""
+    from gpu_launch.errors import UsageError
+
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0.0 <= number <= 1.0:
+        raise UsageError(f"{written}: {value!r} is not a dropout probability", hint="a number from 0 to 1")
+    return number
 
 
 def _momentum(optim_args: Any) -> bool:

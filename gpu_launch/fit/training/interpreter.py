@@ -15,7 +15,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
-__all__ = ["transformers_major", "interpreter_of", "site_dirs"]
+__all__ = ["transformers_major", "installed_version", "interpreter_of", "site_dirs"]
 
 
 def interpreter_of(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
@@ -56,20 +56,31 @@ def site_dirs(python: str) -> list[str]:
     return out
 
 
-def transformers_major(argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
-    """transformers' major version in the command's interpreter, or None when it cannot be told."""
+def installed_version(argv: Sequence[str], environ: Mapping[str, str], package: str) -> tuple[int, ...] | None:
+    """``package``'s version in the command's interpreter as numbers (``trl-1.16.0.dist-info`` -> (1, 16, 0),
+    up to the first part that is not one), or None when it cannot be told."""
     python = interpreter_of(argv, environ)
     if python is None:
         return None
+    prefix = package + "-"
     for site in site_dirs(python):
         try:
             names = os.listdir(site)
         except OSError:
             continue
         for name in names:
-            if name.startswith("transformers-") and name.endswith(".dist-info"):
-                version = name[len("transformers-"):-len(".dist-info")]
-                head = version.split(".", 1)[0]
-                if head.isdigit():
-                    return int(head)
+            if name.startswith(prefix) and name.endswith(".dist-info"):
+                parts = []
+                for part in name[len(prefix):-len(".dist-info")].split("."):
+                    if not part.isdigit():
+                        break
+                    parts.append(int(part))
+                if parts:
+                    return tuple(parts)
     return None
+
+
+def transformers_major(argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
+    """transformers' major version in the command's interpreter, or None when it cannot be told."""
+    found = installed_version(argv, environ, "transformers")
+    return found[0] if found else None

@@ -58,6 +58,11 @@ _SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
 
 
+#: How the loss's term was worked out, by loss (LOSSES); the others: the plain fp32 logits' rule.
+_LOSS_RULES = {"fused": "loss: TRL's fused LM head (no logits: one 4,096 × 32,768 tile, the hidden states' fp32 "
+                        "gradient, the head's fp32 accumulator when it trains; trl/kernels/chunked_logprob.py)"}
+
+
 def _weights_bytes(facts: ModelFacts, setup: TrainingSetup, counts_total: int, linear: int) -> int:
     """The frozen base and the trained weights as the step holds them. QLoRA: the blocks' linears in 4 bits
     (bitsandbytes Params4bit: two a byte) with their quant state, the rest in the compute dtype."""
@@ -239,7 +244,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
                                                        if setup.sharding in _SHARDS_STATES else ""),
              f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
              + ("on" if setup.gradient_checkpointing else "off"),
-             f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)")
+             _LOSS_RULES.get(setup.loss, f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"))
     return TrainingPeak(
         peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
         optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],

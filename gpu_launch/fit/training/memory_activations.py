@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.fit.training import memory_fused
 from gpu_launch.fit.training.memory_params import Linear, lora_targets
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.setup import TrainingSetup
@@ -77,9 +78,20 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> in
     input is in the adapter's dtype already: then it is the input itself, counted with the norm's output)
     and lora_B's input, in the adapter's dtype."""
     r = setup.lora_r or 8
+    # lora_dropout > 0 (TRL's ModelConfig default, 0.05): peft's nn.Dropout before lora_A keeps its boolean
+    # mask (torch native_dropout: the mask is its backward's input), and lora_A then saves the dropped copy
+    # where it would have saved the input itself
+    drop = sum(x.fan_in + (e * x.fan_in if e == 4 or _adapters_16bit(setup) else 0) for x in targets) \
+        if setup.lora_dropout > 0 else 0
     if _adapters_16bit(setup):
-        return sum(e * r for _ in targets)
-    return sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
+        return drop + sum(e * r for _ in targets)
+    # (The Trainer's --bf16 on 16-bit weights runs under autocast, where lora_A saves autocast's 16-bit cast of
+    # peft's fp32 copy and lora_B a 16-bit input: half these bytes, seen tensor by tensor through TRL's
+    # SFTTrainer. Counted in fp32 all the same: with adapters on the MLP the step then holds more than the
+    # saved tensors in its backward and its adapters' fp32 copies, which no moment here models; the fp32
+    # count stays above PyTorch's (tests/test_training_memory_trl.py), the 16-bit one fell 1-9 % under.)
+    return drop + sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
+
 
 
 def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,
@@ -111,6 +123,7 @@ class Saved:
         self.masks = masks  # bytes a sequence × position²: eager attention's 4-D masks, kept under checkpointing
         # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
         self.squared_backward = 2 * heads if squared else 0
+        self.lora_forward = 0  # bytes a token: the widest adapter's unsaved copies while it runs (_lora_forward)
 
     def total(self, setup: TrainingSetup, layers: int) -> int:
         tokens = setup.micro_batch * setup.seq_len
@@ -187,10 +200,19 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     first = layer
     if not full and not setup.gradient_checkpointing:
         first -= _norm_in(h, e)  # the embedding's output needs no gradient: the first norm saves nothing
-    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0) + (e * h if full and not amp else 0)
-    if full and amp:
+        if setup.lora_dropout > 0:  # nor do the dropouts of the adapters that read it (no gradient to mask)
+            first -= sum(x.fan_in for x in targets if x in attn_in)
+    outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
+    if setup.loss == "fused":
+        # TRL's fused head saves its own copy of the scored hidden states, trained or frozen, in their dtype
+        # (fp32 under autocast), with a few per-token vectors (memory_fused.py); the final norm's output itself
+        # is then kept by nothing
+        outside += memory_fused.hidden_bytes(setup) * h + memory_fused.SAVED_PER_TOKEN
+    else:
+        outside += e * h if full and not amp else 0  # the head's input, saved when the head trains
+    if full and amp and setup.loss != "fused":
         outside += 2 * h  # lm_head's bf16 cast of the final norm's fp32 output
-    if setup.loss != "plain":
+    if setup.loss not in ("plain", "fused"):
         # a chunked loss keeps its input, the final hidden states of every token, to the end of its backward
         # (trl/kernels/chunked_logprob.py ChunkedLogProbFunction.forward: save_for_backward(hidden, ...); a
         # checkpointed chunk saves its input to recompute): in fp32 under autocast (the final norm's output),
@@ -206,7 +228,8 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     outside += rope
     # autocast's 16-bit casts of the trained weights, kept for the backward (the head's too, outside the layers:
     # under checkpointing the layers' are made again in their recompute, the head's stays)
-    head_cast = 2 * (hy.vocab_size or 0) * h if amp and full else 0
+    # (TRL's fused head casts the head's rows a tile at a time inside its autograd Function: nothing kept)
+    head_cast = 2 * (hy.vocab_size or 0) * h if amp and full and setup.loss != "fused" else 0
     routed_weights = hy.n_layers * (hy.expert_count or 0) * 3 * h * int(config.get("moe_intermediate_size") or 0)
     fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
     checkpointed = e * h if not amp else 4 * h
@@ -214,7 +237,20 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
     # every checkpointed layer, so the checkpoint keeps them (torch/utils/checkpoint.py saves the inputs)
     masks = e * (2 if config.get("sliding_window") and model_type in _SLIDING_AND_GLOBAL else 1) if eager else 0
-    return Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
+    out = Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
+    out.lora_forward = _lora_forward(targets, setup, e)
+    return out
+
+
+def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+    """What the widest adapter makes and does not keep while it runs (peft/tuners/lora/layer.py Linear.forward:
+    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then ``lora_A(dropout(x))``): the fp32 copy of
+    its input, and with dropout the dropped fp32 copy, in a layer's forward or its recompute under
+    checkpointing. For a tiny model's down_proj this outweighs the loss's tensors (TRL's SFTTrainer, counted)."""
+    if not targets or _adapters_16bit(setup):
+        return 0
+    widest = max(x.fan_in for x in targets)
+    return (4 * widest if e != 4 else 0) + (4 * widest if setup.lora_dropout > 0 else 0)
 
 
 def _sliding_layers(config: Mapping[str, Any], model_type: str, setup: TrainingSetup, layers: int) -> float:
@@ -253,9 +289,13 @@ def loss_bytes(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetu
     logits to fp32 and cross_entropy keeps log_softmax's fp32 output; its backward allocates the gradient of
     that output and then of the logits, both fp32: 12 bytes a token and vocabulary entry (the 16-bit logits
     themselves are not kept: ``.float()`` needs nothing for its backward). Final-logit soft-capping (Gemma-2)
-    keeps tanh's output too. A chunked/fused loss holds one chunk's worth."""
+    keeps tanh's output too. A chunked/fused loss holds one chunk's worth; TRL's fused head what its
+    backward allocates (memory_fused.py)."""
     tokens = setup.micro_batch * setup.seq_len
     vocab = facts.hyper.vocab_size or 0
+    if setup.loss == "fused":
+        h = facts.hyper.hidden_size or facts.hyper.n_heads * facts.hyper.key_length
+        return memory_fused.backward_bytes(setup, h, vocab, setup.method == "full")
     if setup.loss != "plain":
         tokens = min(tokens, setup.loss_chunk_tokens or LOSS_CHUNK_TOKENS)
     e, _ = _mode(setup)

@@ -60,6 +60,10 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # --- the loss
     if setup.loss == "plain":
         moments.append(_moment(weights, 0, states, acts, loss, 0))
+    elif setup.loss == "fused":
+        # TRL's fused head at the return of its backward: every activation, the head's gradient made (when it
+        # trains) and what the Function allocated (memory_fused.backward_bytes, in ``loss``)
+        moments.append(_moment(weights, head, states, acts, loss, 0))
     else:
         # the gradient of the hidden states, summed chunk by chunk into one tensor of all tokens (the chunks
         # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
@@ -86,6 +90,14 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
+    if act.lora_forward:
+        # the last layer's forward at its widest adapter (the copies it makes, memory_activations._lora_forward),
+        # every earlier layer's activations kept; under checkpointing the same in its recompute, with the
+        # gradient arriving (PyTorch's count of the backward phase holds the forward)
+        forward = acts - (act.outside - act.rope) * tokens + act.lora_forward * tokens
+        moments.append(_moment(weights, 0, states, forward, 0, 0))
+        if setup.gradient_checkpointing:
+            moments.append(_moment(weights, head, states, kept, 0, (act.lora_forward + e * h) * tokens))
     four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
     if four_norms:
         # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,

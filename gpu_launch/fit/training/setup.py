@@ -14,8 +14,9 @@ SHARDING = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op
 #: The optimizers, by the Hugging Face Trainer's ``--optim`` names (TRL, axolotl and LLaMA-Factory use them too).
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_torch_foreach", "adamw_8bit", "paged_adamw_8bit",
               "paged_adamw_32bit", "adafactor", "sgd", "sgd_momentum")
-#: The loss as computed: "plain" (full fp32 logits), or a chunked/fused one that never holds them whole.
-LOSSES = ("plain", "chunked", "liger", "cce")
+#: The loss as computed: "plain" (full fp32 logits), or a chunked/fused one that never holds them whole;
+#: "fused": TRL's fused LM head (trl >= 1.15, every SFTTrainer loss: trl/trainer/utils.py add_fused_lm_head).
+LOSSES = ("plain", "chunked", "liger", "cce", "fused")
 #: The weights' dtype as loaded and the step's compute: "fp32", "bf16", "fp16" (pure), "amp_bf16" and
 #: "amp_fp16" (fp32 weights under autocast, as Trainer's --bf16/--fp16 do when the model loads in fp32).
 PRECISIONS = ("fp32", "bf16", "fp16", "amp_bf16", "amp_fp16")
@@ -41,6 +42,7 @@ class TrainingSetup:
     packing: bool = False
     lora_r: int | None = None
     lora_alpha: int | None = None
+    lora_dropout: float = 0.0  # peft's LoraConfig.lora_dropout: above 0 each adapter keeps its dropout mask
     lora_targets: tuple[str, ...] = ()  # module names; ("all-linear",) for every linear layer but the head
     dora: bool = False
     quant_bits: int | None = None  # 4 or 8 (bitsandbytes) for QLoRA / 8-bit bases

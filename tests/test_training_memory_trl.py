@@ -1,0 +1,66 @@
+"""``trl sft`` as TRL computes it: gpulaunch's per-GPU peak against PyTorch's count of a real step of TRL 1.16's
+own SFTTrainer (tests/training_oracle_trl.py: SFTTrainer.train() on CPU, its fused LM head's Triton folds and
+dropout stood in by what CUDA allocates), within 3 % and never more than 1 % under.
+
+The tiny models' 32,768-wide tile buffer outweighs all else they hold, so most cases narrow it to 512 in both
+TRL and gpulaunch (``tile``); one keeps TRL's own width. Skipped without trl (pip install trl==1.16.0: it pulls
+datasets, pandas and pyarrow, so it is not in the ``oracle`` extra). About 5 s a case once trl is imported.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="the oracle runs real PyTorch steps: pip install torch==2.13.0")
+pytest.importorskip("peft", reason="the LoRA cases run the real peft: pip install -e '.[test,oracle]'")
+trl = pytest.importorskip("trl", reason="the real SFTTrainer: pip install trl==1.16.0")
+
+from training_oracle import Case, write_model  # noqa: E402
+from training_oracle_trl import TRL_VERSION, compare_sft, measure_sft  # noqa: E402
+
+#: (case, tile, lora_dropout): full fine-tunes in each precision, checkpointing, a tied head (Qwen3), Gemma-2's
+#: soft-capped head, two sequences, more tokens than one token tile (4,096), LoRA with TRL's default dropout
+CASES = [
+    (Case("llama"), None, 0.0), (Case("llama"), 512, 0.0), (Case("llama", precision="amp_bf16"), 512, 0.0),
+    (Case("llama", precision="fp32"), 512, 0.0), (Case("llama", gradient_checkpointing=True), 512, 0.0),
+    (Case("qwen3"), 512, 0.0), (Case("gemma2"), 512, 0.0), (Case("llama", micro_batch=2), 512, 0.0),
+    (Case("llama", seq_len=4200), 512, 0.0), (Case("llama", seq_len=4200, gradient_checkpointing=True), 512, 0.0),
+    (Case("llama", method="lora", lora_targets=("all-linear",), gradient_checkpointing=True), 512, 0.05),
+    (Case("llama", method="lora", gradient_checkpointing=True), 512, 0.05),
+]
+
+#: Over by more than 3 %, measured: LoRA adapters counted in fp32 where the Trainer's autocast saves their
+#: inputs in 16 bits (memory_activations._lora_bytes says why it stays so); a long checkpointed step.
+KNOWN_OFF = {"llama-bf16-lora8-gc1-plain-1x128-512-0.05": "over (1.0385): LoRA inputs counted in fp32 under "
+                                                          "the Trainer's autocast",
+             # the checkpointed last layer's backward (memory_backward.py), a tiny model's MLP transients: seen
+             # once the fused head no longer hides it behind the logits (the plain oracle's loss peaks there)
+             "llama-bf16-full-gc1-plain-1x4200-512-0.0": "over (1.081): the checkpointed layer's backward moment"}
+
+
+def _id(case: Case, tile: int | None, drop: float) -> str:
+    targets = "" if case.lora_targets == ("q_proj", "v_proj") or case.method == "full" else "-all-linear"
+    return f"{case.name}{targets}-{tile or 'trl'}-{drop}"
+
+
+def test_the_oracle_runs_the_pinned_trl() -> None:
+    assert trl.__version__ == TRL_VERSION, f"measured with trl {TRL_VERSION}: re-measure before moving the pin"
+
+
+@pytest.mark.parametrize("case, tile, drop", [pytest.param(c, t, d, id=_id(c, t, d), marks=[pytest.mark.xfail(
+    reason=KNOWN_OFF[_id(c, t, d)], strict=True)] if _id(c, t, d) in KNOWN_OFF else []) for c, t, d in CASES])
+def test_trl_sft_peak_is_pytorchs_count_of_sfttrainer_within_3_percent(case, tile, drop, tmp_path) -> None:
+    r = compare_sft(case, write_model(case, tmp_path), tile=tile, lora_dropout=drop)
+    ours, torch_count = r["peak"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    for phase in ("backward", "optimizer step"):  # the weights are read from the headers: exact
+        got, want = r[phase]["weights"]
+        assert abs(got - want) <= 128, (phase, got, want)
+
+
+def test_cpus_torch_fallback_holds_more_than_cudas_kernels() -> None:
+    """Why the oracle stands the tile folds in: off CUDA, TRL folds each tile with torch ops
+    (chunked_logprob.py _forward_tile/_backward_tile, _addmm_fp32's fp32 upcasts), tile-sized temporaries
+    a CUDA step never makes."""
+    case = Case("llama")
+    assert measure_sft(case, "cpu").peak > measure_sft(case, "cuda").peak
