@@ -155,7 +155,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "choose/mig.py": _tests("mig choice_edges choice_states"),
     "choose/visibility.py": _tests("visibility choice_edges machine_states"),
     "choose/spec.py": _tests("spec choice_edges select properties"),
-    "choose/training_shortfall.py": _tests("training_plan choose_by_model"),
+    "choose/training_shortfall.py": _tests("training_shortfall_lines training_plan choose_by_model"),
     "modelfile/bounded.py": _tests("modelfile_gguf modelfile_safetensors modelfile_strings model_paths"),
     "modelfile/facts.py": _tests("fit_kv sizing_edges fit_kv_families"),
     "modelfile/gguf.py": _tests("modelfile_gguf modelfile_edges modelfile_limits"),
