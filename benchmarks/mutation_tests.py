@@ -156,7 +156,8 @@ MODULE_TESTS: dict[str, list[str]] = {
     "choose/visibility.py": _tests("visibility choice_edges machine_states"),
     "choose/spec.py": _tests("spec choice_edges select properties"),
     "choose/training_shortfall.py": _tests("training_shortfall_lines training_plan choose_by_model"),
-    "modelfile/bounded.py": _tests("modelfile_gguf modelfile_safetensors modelfile_strings model_paths"),
+    "modelfile/bounded.py": _tests("modelfile_limits modelfile_hostile modelfile_gguf modelfile_safetensors "
+                                   "modelfile_strings model_paths"),
     "modelfile/facts.py": _tests("fit_kv sizing_edges fit_kv_families"),
     "modelfile/gguf.py": _tests("modelfile_gguf modelfile_edges modelfile_limits"),
     "modelfile/safetensors.py": _tests("modelfile_safetensors modelfile_limits"),
