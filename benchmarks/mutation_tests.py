@@ -56,8 +56,8 @@ MODULE_TESTS: dict[str, list[str]] = {
     "choose/accounting.py": _tests("nvisel_options machine_states nvml_backend ls_layout ls_holders snapshot"),
     "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),
     "fit/cmdline/python_options.py": _tests("python_forms engine_flags"),
-    # the engines' tables also fill in every node's flags (on_nodes): the node tests check those
-    **{f"fit/cmdline/{m}.py": _tests("nodes node_flags nodes_submission engine_flags")
+    # the engines' tables also fill in every node's flags (on_nodes): the node tests check those (their ranges first)
+    **{f"fit/cmdline/{m}.py": _tests("engine_flag_edges node_flags nodes nodes_submission engine_flags")
        for m in ("torchrun", "vllm", "sglang", "accelerate", "deepspeed", "llama_cpp")},
     "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
     "modelfile/hfcache.py": _tests("plan_cli"),
