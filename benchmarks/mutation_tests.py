@@ -56,8 +56,8 @@ MODULE_TESTS: dict[str, list[str]] = {
     "choose/accounting.py": _tests("nvisel_options machine_states nvml_backend ls_layout ls_holders snapshot"),
     "fit/cmdline/node_flags.py": _tests("node_flags nodes_submission nodes engine_flags"),
     "fit/cmdline/python_options.py": _tests("python_forms engine_flags"),
-    # the engines' tables also fill in every node's flags (on_nodes): the node tests check those
-    **{f"fit/cmdline/{m}.py": _tests("nodes node_flags nodes_submission engine_flags")
+    # the engines' tables also fill in every node's flags (on_nodes): the node tests check those (their ranges first)
+    **{f"fit/cmdline/{m}.py": _tests("engine_flag_edges node_flags nodes nodes_submission engine_flags")
        for m in ("torchrun", "vllm", "sglang", "accelerate", "deepspeed", "llama_cpp")},
     "fit/cmdline/llama_cpp_python.py": _tests("python_forms plan_engine_flags"),
     "modelfile/hfcache.py": _tests("plan_cli"),
@@ -140,7 +140,40 @@ MODULE_TESTS: dict[str, list[str]] = {
     "fit/training/forms_hf.py": _tests("training_forms_hf training_forms training_plan python_forms"),
     "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
     "fit/weights_dtype.py": _tests("weights_dtype_rules fit_dtype fit_kv_families plan_cli"),
-    # the property tests (hypothesis, ~25 s) only for the search itself
+    # the property tests (hypothesis, ~25 s) only for the search itself; the search's own modules first against
+    # test_ranking (brute force on synthetic machines, 10 s), which --quick's first two files never reached (seed 39)
     **{f"choose/{m}.py": _CHOOSE + ["tests/test_properties.py"]
        for m in ("select", "ranking", "branch_and_bound", "heuristic", "pool")},
+    **{f"choose/{m}.py": _tests("ranking choice_edges") + _CHOOSE + ["tests/test_properties.py"]
+       for m in ("ranking", "branch_and_bound", "heuristic", "pool")},
+    # seed 39, mut: the modules of choose/, modelfile/ and fit/ whose --quick pair (the package's first two files)
+    # never imported them: the tests that do, first
+    "choose/explain.py": _tests("explain choice_edges choice_states"),
+    "choose/by_model.py": _tests("choose_by_model model_shortfall_lines plan_cli"),
+    "choose/model_sets.py": _tests("choose_by_model model_shortfall_lines plan_cli"),
+    "choose/model_shortfall.py": _tests("model_shortfall_lines choose_by_model sizing_edges"),
+    "choose/mig.py": _tests("mig choice_edges choice_states"),
+    "choose/visibility.py": _tests("visibility choice_edges machine_states"),
+    "choose/spec.py": _tests("spec choice_edges select properties"),
+    "choose/training_shortfall.py": _tests("training_shortfall_lines training_plan choose_by_model"),
+    "modelfile/bounded.py": _tests("modelfile_limits modelfile_hostile modelfile_gguf modelfile_safetensors "
+                                   "modelfile_strings model_paths"),
+    "modelfile/facts.py": _tests("fit_kv sizing_edges fit_kv_families"),
+    "modelfile/gguf.py": _tests("modelfile_gguf modelfile_edges modelfile_limits"),
+    "modelfile/safetensors.py": _tests("modelfile_safetensors modelfile_limits"),
+    **{f"modelfile/{m}.py": _tests("engine_archs fit_kv_families fit_kv_vllm")
+       for m in ("gguf_facts", "llama_archs", "vllm_archs")},
+    "modelfile/hfconfig.py": _tests("fit_kv_vllm sizing_edges fit_dtype fit_kv_families"),
+    "modelfile/read.py": _tests("modelfile_edges modelfile_gguf modelfile_safetensors modelfile_limits"),
+    "modelfile/grouping.py": _tests("fit_kv_families engine_archs modelfile_safetensors"),
+    "fit/kv.py": _tests("fit_kv fit_kv_families fit_kv_vllm sizing_edges"),
+    "fit/kv_llama.py": _tests("sizing_edges fit_kv_families fit_kv"),
+    "fit/kv_vllm.py": _tests("fit_kv_vllm sizing_edges fit_dtype"),
+    "fit/kv_units.py": _tests("fit_dtype fit_kv sizing_edges"),
+    "fit/offload.py": _tests("fit_offload plan_cli"),
+    "fit/plan.py": _tests("fit_plan sizing_edges plan_cli choose_by_model"),
+    "fit/engines.py": _tests("fit_plan sizing_edges engine_flags"),
+    "fit/command.py": _tests("fit_plan engine_flags plan_engine_flags"),
+    "fit/gpu_tiers.py": _tests("fit_kv_vllm fit_plan plan_cli"),
+    "fit/settings.py": _tests("sizing_edges fit_plan plan_cli"),
 }

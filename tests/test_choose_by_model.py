@@ -153,3 +153,16 @@ def test_vllm_max_model_len_with_its_suffixes(text: str, value: int | None) -> N
             command.read_command(argv, engines.ENGINES["vllm"])
         return
     assert command.read_command(argv, engines.ENGINES["vllm"]).ctx == value
+
+
+def test_only_vllm_needs_its_utilisation_free_on_a_gpu() -> None:
+    # GPU 5 alone (bob's, 65.1 GiB of 79.6 GiB free): vLLM wants 0.9 x 79.6 = 71.7 GiB free at start and refuses
+    # it; SGLang's small share fits, and it takes it (seed 39: the 0.9 bar applied to every engine but vLLM).
+    m = machine("dgx-h100")
+    only_5 = select.Constraints(exclude=frozenset(g.uuid for g in m.gpus if g.index in (2, 3, 4, 6, 7)))
+    sglang = plan.sizing(llama_like(), engines.ENGINES["sglang"], plan.Settings(ctx=8192))
+    assert chosen(by_model.choose_by_model(m, sglang, only_5)) == [5]
+    vllm = plan.sizing(llama_like(), engines.ENGINES["vllm"], plan.Settings(ctx=8192))
+    with pytest.raises(NotEnoughGpus) as exc:
+        by_model.choose_by_model(m, vllm, only_5)
+    assert "vLLM with --gpu-memory-utilization 0.90 needs 71.7 GiB of each GPU free at start" in exc.value.message

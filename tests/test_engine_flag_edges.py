@@ -117,3 +117,17 @@ def test_llama_cpps_micro_batch_is_capped_by_its_batch(tmp_path: Path, flags: li
     doc = plan_json("--snapshot", "dgx-h100", "plan", "--json", "--", "llama-server", "-m", str(model),
                     "-c", "8192", "-np", "1", *flags)
     assert doc["kv_cache_bytes"] == (5 * 8192 + 29 * sliding_cells) * 4 * 256 * 2 * 2
+
+
+def test_launchers_and_mlc_range_edges() -> None:
+    # Seed 39 slips: accelerate's --zero_stage up to 4, DeepSpeed's --num_nodes bound shifted to 0, MLC's
+    # max_num_sequence from 0.
+    assert cmdline.read(["accelerate", "launch", "--zero_stage", "3", "train.py"]).number("zero_stage") == 3
+    with pytest.raises(UsageError) as exc:
+        cmdline.read(["accelerate", "launch", "--zero_stage", "4", "train.py"])
+    assert exc.value.message == "the command's --zero_stage 4 is out of range for accelerate"
+    assert cmdline.read(["deepspeed", "--num_nodes", "2", "train.py"]).number("nnodes") == 2
+    assert cmdline.read(["mlc_llm", "serve", "m", "--overrides", "max_num_sequence=1"]).number("parallel") == 1
+    with pytest.raises(UsageError) as exc:
+        cmdline.read(["mlc_llm", "serve", "m", "--overrides", "max_num_sequence=0"])
+    assert exc.value.message == "the command's max_num_sequence=0 is out of range for mlc"

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from conftest import run_cli
+from gpu_launch.base.records import replace
 from gpu_launch.choose import explain
 from gpu_launch.hardware import snapshot
 from gpu_launch.choose.ranking import CRITERIA
@@ -123,3 +124,35 @@ def test_explain_text_wraps_to_the_terminal_at_most_100_columns(columns: str, wi
         text = run_cli("--snapshot", snap, "--auto", count, "--explain", env={"COLUMNS": columns}).stdout
         assert "ranked by:" in text
         assert max(len(line) for line in text.splitlines()) <= widest, text
+
+
+def _three_of_the_workstation(width: int) -> str:
+    machine = snapshot.resolve("workstation-4x")
+    return explain.as_text(choose_auto(machine, 3, Constraints(), runner_ups=1), machine, width)
+
+
+def test_text_names_the_sets_numa_nodes_or_says_unknown():
+    assert "\n  NUMA node(s): 0; free memory: least 48.0 GiB, total 144.0 GiB\n" in _three_of_the_workstation(100)
+    machine = snapshot.resolve("workstation-4x")
+    unknown = replace(machine, gpus=tuple(replace(g, numa_node=None) for g in machine.gpus))
+    text = explain.as_text(choose_auto(unknown, 2, Constraints()), unknown)
+    assert "\n  NUMA node(s): unknown; free memory:" in text
+
+
+def test_a_parenthesis_that_just_fits_a_continued_line_is_kept_whole():
+    # At 46 columns a continued line has 46 - 2 - 4 = 40 columns, the parenthesis' exact length: kept whole.
+    lines = _three_of_the_workstation(46).splitlines()
+    assert lines[3:5] == ["  links: PHB: 0–1, 1–2; NV4: 0–2", "      (worst PHB on 2 pairs, 4 NVLinks inside)"]
+    assert max(len(line) for line in lines) <= 46
+
+
+def test_links_are_grouped_by_kind_only_when_that_is_shorter():
+    # Four GPUs whose six pairs read 54 characters either way: pair by pair, as they come (grouped is not shorter).
+    codes = {(0, 1): "NODE", (0, 2): "NV4", (0, 3): "NV2", (1, 2): "PIX", (1, 3): "PXB", (2, 3): "NODE"}
+    machine = snapshot.resolve("workstation-4x")
+    machine = replace(machine, links=tuple(tuple("X" if i == j else codes[min(i, j), max(i, j)] for j in range(4))
+                                           for i in range(4)))
+    text = explain.as_text(choose_auto(machine, 4, Constraints()), machine)
+    assert "\n  links: 0–1 NODE, 0–2 NV4, 0–3 NV2, 1–2 PIX, 1–3 PXB, 2–3 NODE\n" in text
+    # Two PHB pairs of three: grouped is shorter.
+    assert "\n  links: PHB: 0–1, 1–2; NV4: 0–2 (worst PHB on 2 pairs" in _three_of_the_workstation(100)

@@ -81,3 +81,21 @@ def test_env_mig_prints_the_mig_uuid():
     done = gpulaunch(["--snapshot", "mig-a100", "env", "--mig", "-q"])
     assert done.returncode == 0
     assert f"export CUDA_VISIBLE_DEVICES={BIG.uuid}\n" in done.stdout
+
+
+def test_idle_takes_a_mig_device_up_to_exactly_5_percent_used():
+    # --idle: at most 5 % of the memory used (choose/availability.py IDLE_MAX_USED): 1000 MiB of 20000 is idle.
+    from gpu_launch.base.records import replace
+
+    def with_used(mib: int):
+        big = replace(BIG, memory_total_mib=20000, memory_used_mib=mib, memory_free_mib=20000 - mib)
+        return replace(MACHINE, gpus=(replace(GPU0, mig_devices=(big, MID, SMALL)), *MACHINE.gpus[1:]))
+
+    assert mig.choose_mig(with_used(1000), 1, Constraints(idle=True)).devices[0].mig.uuid == BIG.uuid
+    assert mig.choose_mig(with_used(1001), 1, Constraints(idle=True)).devices[0].mig == MID
+
+
+def test_fit_mig_that_nothing_holds_says_the_most_there_is():
+    done = gpulaunch(["--snapshot", "mig-a100", "--fit", "30GiB", "--mig", "--", "true"])
+    assert done.returncode == 4
+    assert "no eligible MIG device has that much free (the most is 19.5 GiB)" in done.stderr, done.stderr

@@ -74,3 +74,36 @@ def test_gpus_taken_by_others_now_say_what_would_fit_once_free():
         by_model.choose_by_model(m, s, select.Constraints(reserved=taken))
     assert info.value.message.endswith("; vLLM may use 43.2 GiB of each (--gpu-memory-utilization 0.90); it would fit "
                                        "on 4 free GPUs"), info.value.message
+
+
+def test_a_command_that_starts_more_ranks_than_gpus_says_how_many_and_why():
+    # Seed 39 slips: the rank count read as "more" (want for not want), the command's own flag dropped.
+    err = _refused(llama_70b(), "vllm", plan.Settings(ctx=8192, tp=16, tp_explicit=True, fixed_by="-tp 16"), "dgx-h100")
+    assert err.message.startswith("test-model: vllm starts 16 ranks (-tp 16), one a GPU; this machine has 8 GPUs, "), \
+        err.message
+
+
+def test_ngl_more_than_the_gpus_take_says_how_many_they_do():
+    # Seed 39 slip: the layers the best set takes shown as 0 (`and 0` for `or 0`).
+    model = llama_like(layers=80, layer_bytes=3000 * 2**20, embedding=1 * GiB, output=1 * GiB, heads=64)
+    err = _refused(model, "llama.cpp", plan.Settings(ctx=8192, gpu_layers_cap=80), "workstation-4x")
+    assert err.message == ("test-model at 8192 tokens (llama.cpp): -ngl 80 puts 80 of its 81 layers on the GPUs, the "
+                           "best set of 4 (190.9 GiB free) takes 61; no wait can help")
+
+
+def test_ngl_0_short_of_host_memory_hints_letting_gpulaunch_count_the_layers():
+    # Seed 39 slip: the {gpu_layers} hint given only when the command fixes no -ngl (is None for is not None).
+    err = _refused(llama_like(), "llama.cpp", plan.Settings(ctx=8192, gpu_layers_cap=0, host_free=1 * GiB), "dgx-h100")
+    assert err.hint.startswith("-ngl {gpu_layers} to put as many layers on the GPUs as fit, a shorter context"), err.hint
+
+
+def test_a_gpu_whose_used_memory_is_unknown_is_said_to_use_its_total_less_its_free():
+    # Seed 39 slip: free memory left out (`and 0`), so the whole card was "in use".
+    from gpu_launch.base.records import replace
+
+    m = read_machine("dgx-h100", Needs(topology=True))
+    m = replace(m, gpus=tuple(replace(g, memory_used_mib=None) if g.index == 1 else g for g in m.gpus))
+    s = plan.sizing(llama_70b(), engines.ENGINES["vllm"], plan.Settings(ctx=8192, tp=8, tp_explicit=True))
+    with pytest.raises(NotEnoughGpus) as info:
+        by_model.choose_by_model(m, s, select.Constraints())
+    assert "GPU 1 has 14.3 GiB of 79.6 GiB free: 65.3 GiB in use by alice (pid 2841174: 64.7 GiB)" in info.value.message

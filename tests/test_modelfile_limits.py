@@ -496,3 +496,14 @@ def test_the_api_takes_a_model_as_bytes_and_refuses_a_number(tmp_path: Path) -> 
     one_line(err.value, "model: 5 is not a model (a int)", ExitCode.USAGE)
     with pytest.raises(UsageError):
         gpu_launch.use(model=8.0, snapshot="dgx-h100")  # type: ignore[arg-type]
+
+
+def test_json_of_exactly_the_most_items_is_read_one_more_is_refused(tmp_path: Path) -> None:
+    # Seed 39: the count of objects, lists and items started at 1, refusing a file of exactly max_items.
+    from gpu_launch.modelfile.bounded import read_small
+
+    (tmp_path / "three.json").write_bytes(b"[[1,2]]")  # '[', '[' and ',': 3
+    assert read_small(str(tmp_path / "three.json"), "three.json", 1000, max_items=3) == b"[[1,2]]"
+    (tmp_path / "four.json").write_bytes(b"[[1,2,3]]")
+    with pytest.raises(ModelFileError, match="more than 3 JSON objects, lists and items in its first 9 bytes"):
+        read_small(str(tmp_path / "four.json"), "four.json", 1000, max_items=3)

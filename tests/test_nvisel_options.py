@@ -232,3 +232,24 @@ def test_every_peer_option_is_unknown_here_and_shown_in_the_docs_table() -> None
         assert peer.spelling not in _BY_NAME, peer
         ours = peer.ours if "`" in peer.ours else f"`{peer.ours}`" if peer.ours.startswith("-") else peer.ours
         assert (peer.tool, f"`{peer.spelling}`", ours) in rows, peer
+
+
+def test_account_as_free_keeps_the_memory_others_use_on_a_shared_gpu(tmp_path: Path, locks: Path) -> None:
+    # GPU 2 shared: my 10,000 MiB and bob's 50,000 MiB at 10 % utilisation. Counting mine as free leaves bob's
+    # 61 % of the memory used: still busy, never taken (seed 39: a used memory dropped to "unknown" made it
+    # only partly used, and bob's GPU was handed out).
+    doc = json.loads(snapshot.dump(snapshot.resolve("dgx-h100")))
+    gpu = doc["gpus"][2]
+    gpu.update(utilization_gpu=10, memory_used_mib=60000, memory_free_mib=gpu["memory_total_mib"] - 60000)
+    gpu["processes"] = [dict(doc["gpus"][5]["processes"][0], pid=4242, user=current_user(), used_memory_mib=10000),
+                        dict(doc["gpus"][5]["processes"][0], pid=4343, user="bob", used_memory_mib=50000)]
+    shared = str(write_snapshot(tmp_path / "shared.json", doc))
+    done = run(["--snapshot", shared, "--auto", "1", "--exclude", "0,1,3-7", "--account-as-free", "--", *SHOW], locks)
+    assert done.returncode == 4 and done.stdout == "", done.stderr
+    assert "GPU 2: busy by bob" in done.stderr
+    # Alone on it, my 10,000 MiB free it: idle, taken.
+    gpu["processes"] = gpu["processes"][:1]
+    gpu.update(memory_used_mib=10000, memory_free_mib=gpu["memory_total_mib"] - 10000)
+    alone = str(write_snapshot(tmp_path / "alone.json", doc))
+    took = run(["--snapshot", alone, "--auto", "1", "--exclude", "0,1,3-7", "--account-as-free", "--", *SHOW], locks)
+    assert took.returncode == 0 and took.stdout == "1 2\n", took.stderr

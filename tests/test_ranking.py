@@ -191,7 +191,20 @@ def reference_key(m: Machine, gpus: tuple[Gpu, ...]) -> tuple:
 @pytest.mark.parametrize("seed", range(80))
 def test_exact_search_matches_brute_force(seed):
     rng = random.Random(seed)
-    m = _random_machine(rng, rng.randint(2, 10))
+    _matches_brute_force(_random_machine(rng, rng.randint(2, 10)), rng)
+
+
+@pytest.mark.parametrize("seed", [94, 136])
+def test_exact_search_matches_brute_force_on_a_13_gpu_nvswitch_box(seed):
+    # NVSwitch boxes of 13 GPUs, 9 and 7 asked: the bound on a set's NVLinks must add the candidates' best
+    # links, not their worst, or it cuts sets away unseen (seed 39: the fourth runner-up --explain shows was wrong).
+    rng = random.Random(seed)
+    m = _random_machine(rng, rng.randint(9, 14))
+    assert m.nvswitch and len(m.gpus) == 13
+    _matches_brute_force(m, rng)
+
+
+def _matches_brute_force(m: Machine, rng: random.Random) -> None:
     n = rng.randint(1, len(m.gpus))
     every = sorted((reference_key(m, s), s) for s in itertools.combinations(m.gpus, n))
     ranked = ranking.best_sets(m, m.gpus, n, keep=4)
@@ -264,3 +277,27 @@ def test_clique_search_finds_a_link_class_set_or_proves_there_is_none():
     level = ranking.link_rank("NV2")
     assert sorted(heuristic.find_clique(p, 3, level)) == [0, 1, 2]
     assert heuristic.find_clique(p, 4, level) is None
+
+
+def test_psb_ranks_as_pix():
+    # PSB (an old on-board PCIe switch) is PIX's equal (pool._CLASS_RANK): between a PSB pair and a PIX pair the
+    # lower indices win, as between two PIX pairs.
+    codes = {(0, 1): "PSB", (2, 3): "PIX"}
+    m = machine([gpu(i) for i in range(4)], lambda i, j: codes.get((i, j), "SYS"))
+    assert auto(m, 2) == [0, 1]
+    m = machine([gpu(i) for i in range(4)], lambda i, j: {(0, 1): "PIX", (2, 3): "PSB"}.get((i, j), "SYS"))
+    assert auto(m, 2) == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_heuristics_swap_key_is_the_sets_own(seed):
+    # Beyond 16 GPUs the heuristic polishes a set by swaps ranked by pool.key_with, a set's key extended by one
+    # GPU: it must be the key of the set so made (pool.Pool.subkey), or the swaps keep a worse set (seed 39).
+    rng = random.Random(seed)
+    m = _random_machine(rng, rng.randint(3, 9))
+    p = pool.Pool(m, m.gpus)
+    for size in range(1, min(4, p.size)):
+        for members in itertools.combinations(range(p.size), size):
+            parts = pool.key_parts(p, list(members))
+            for c in set(range(p.size)) - set(members):
+                assert pool.key_with(p, parts, list(members), c) == p.subkey([*members, c])

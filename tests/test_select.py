@@ -158,3 +158,35 @@ def test_cli_unavailable_gpu_is_never_chosen(tmp_path):
     assert result.returncode == 0, result.stderr
     # Not the other bridged pair 1,3: GPU 3 is partly used, and idle GPUs come first.
     assert result.stdout.strip() == "1,2"
+
+
+def test_not_enough_groups_gpus_that_fail_alike_and_says_what_decided_busy() -> None:
+    # Seed 39: GPUs of one reason are "GPUs 3-5", not "GPU 3, GPU 4, GPU 5"; a GPU busy by its memory says its
+    # share (30000 of 49140 MiB is 61 %) and its utilisation.
+    m = box(gpu(0), gpu(1, used=30000, util=10, procs=1), gpu(2, used=30000, util=10, procs=1), gpu(3), gpu(4), gpu(5))
+    with pytest.raises(NotEnoughGpus) as err:
+        choose_auto(m, 6, Constraints(exclude=frozenset(f"GPU-{i:08d}" for i in (3, 4, 5)), polite=True))
+    assert err.value.message == (
+        "need 6 GPUs, but only 1 of 6 is eligible (GPUs 1,2: busy by erin (61% of its memory in use, 10% utilisation;"
+        " --max-util 100 takes it anyway); GPUs 3-5: excluded by --exclude)")
+
+
+def test_held_gpus_are_named_in_the_plural_from_two() -> None:
+    from gpu_launch.choose.select import grouped
+
+    held = [("GPU 2", "reserved by bob"), ("GPU 3", "reserved by bob"), ("GPU 4", "reserved by carol")]
+    assert grouped(held, " is ") == "GPUs 2,3 are reserved by bob; GPU 4 is reserved by carol"
+
+
+def test_a_busy_gpus_warning_says_its_utilisation() -> None:
+    m = box(gpu(0), gpu(1, used=30000, util=10, procs=1))
+    sel = check_explicit(resolve(parse("1"), m), m, Constraints())
+    assert sel.warnings == ("GPU 1 is busy by erin (10% utilisation, 18.7 GiB free)",)
+
+
+def test_gpus_naming_a_whole_gpu_in_mig_mode_hints_its_first_mig_device() -> None:
+    m = snapshot.resolve("mig-a100")
+    with pytest.raises(UsageError) as err:
+        check_explicit(resolve(parse("0"), m), m, Constraints())
+    first = m.gpus[0].mig_devices[0].uuid
+    assert err.value.hint == f"name one: --gpus {first}, or let --mig choose (--auto 1 --mig)"
