@@ -507,7 +507,7 @@ def test_grace_is_refused_with_slurm_and_a_config_grace_does_not_apply(tmp_path:
     assert proc.stderr == (
         "gpulaunch: error: --grace does not apply to `each --slurm`: at a job's time limit Slurm sends SIGTERM, then "
         "SIGKILL after the cluster's KillWait (hint: `scontrol show config | grep KillWait` shows it; to warn a job "
-        "before its limit, --sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 that long before it)\n")
+        "before its limit, --sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 about that long before it)\n")
     config = tmp_path / "config.toml"
     config.write_text("grace = 60\n")
     for extra in ({"GPULAUNCH_CONFIG": str(config)}, {"GPULAUNCH_GRACE": "60"}):

@@ -62,7 +62,7 @@ LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jo
 GRACE_ON_SLURM = ("--grace does not apply to `each --slurm`: at a job's time limit Slurm sends SIGTERM, then SIGKILL "
                   "after the cluster's KillWait")
 GRACE_ON_SLURM_HINT = ("`scontrol show config | grep KillWait` shows it; to warn a job before its limit, "
-                       "--sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 that long before it")
+                       "--sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 about that long before it")
 
 
 def run(inv: Any) -> int:
