@@ -141,7 +141,7 @@ complete -c gpulaunch -n '__gpulaunch_option_ok config each log run' -l follow -
 complete -c gpulaunch -n '__gpulaunch_option_ok config each run' -l cancel-on-interrupt -d '--slurm --follow: Ctrl-C cancels the job (scancel) without asking; without it, only a terminal is asked'
 complete -c gpulaunch -n '__gpulaunch_option_ok run' -l detach -d 'run the launch as a detached job: the same as `gpulaunch submit OPTIONS -- COMMAND`'
 complete -c gpulaunch -n '__gpulaunch_option_ok jobs' -l clear -d 'jobs: remove the records and logs of your jobs that have ended (done, failed to start, cancelled, lost), or of the ids given; never a waiting or running one'
-complete -c gpulaunch -n '__gpulaunch_option_ok cancel each submit' -l grace -x -d 'seconds a job has between SIGTERM and SIGKILL (default 10): cancel\'s; submit and each: at its --time limit (Slurm\'s KillWait)'
+complete -c gpulaunch -n '__gpulaunch_option_ok cancel each submit' -l grace -x -d 'seconds a job has between SIGTERM and SIGKILL (default 10): cancel\'s; submit and each: at its --time limit (Slurm\'s KillWait; refused with each --slurm: there it is the cluster\'s)'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run submit' -l uuid -d 'write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices'
 complete -c gpulaunch -n '__gpulaunch_option_ok check config env run submit' -l mig -d 'let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)'
 complete -c gpulaunch -n '__gpulaunch_option_ok config run submit' -l bind -x -a 'auto on off' -d 'pin the command to the CPUs local to its GPUs: auto (when they share a NUMA node), on, off'

@@ -117,9 +117,36 @@ def test_a_task_killed_by_a_signal_is_failed_with_the_signal_not_done(tmp_path: 
     assert (k.states[0].status, k.states[0].returncode) == ("failed", -15)
 
 
+def test_a_task_slurm_ended_at_its_time_limit_is_a_timeout_counted_apart_as_a_local_each_counts_it(
+        tmp_path: Path) -> None:
+    """Slurm's TIMEOUT: status `timeout`, the command's own end from its record (else Slurm's signal), the local
+    words (`timeout (SIGTERM)`, the summary's tally, counts.timeout and "signal" in --json), whatever it exited."""
+    from gpu_launch.views.each_view import _counts_text, summary_doc
+
+    f = follower(tmp_path, 4)
+    for state in f.states:
+        state.status, state.started = "running", time.monotonic() - 5
+        f.running.append(state)
+    a, b, c, d = f.states
+    f._update(a, TaskStatus(1, "TIMEOUT", exit_code=0, signal=15, limit="00:01:00"), {"returncode": -15})
+    f._update(b, TaskStatus(2, "TIMEOUT", exit_code=0, signal=9, limit="00:01:00"), {"started": time.time() - 65})
+    f._update(c, TaskStatus(3, "TIMEOUT", exit_code=0, signal=15), {"returncode": 0})  # it exited 0 on the SIGTERM
+    f._update(d, TaskStatus(4, "COMPLETED", exit_code=0), {"returncode": 0})
+    assert [s.status for s in f.states] == ["timeout", "timeout", "timeout", "done"] and f.running == [] and f.finished
+    assert (a.outcome, b.outcome, c.outcome) == ("timeout (SIGTERM)", "timeout (SIGKILL)", "timeout (exit 0)")
+    assert a.note == "timeout: Slurm ended it at its time limit (00:01:00): SIGTERM, then it ended"
+    assert b.note == "timeout: Slurm ended it at its time limit (00:01:00): SIGTERM, then SIGKILL after the " \
+                     "cluster's KillWait"
+    assert c.note.startswith("timeout: Slurm ended it at its time limit: SIGTERM")  # (no --time: the partition's)
+    assert _counts_text(f) == "1 done, 0 running, 0 queued, 0 failed, 3 timeout (1 SIGTERM, 1 SIGKILL, 1 exit 0)"
+    doc = summary_doc(f, str(tmp_path))
+    assert doc["counts"]["timeout"] == 3 and doc["counts"]["failed"] == 0 and doc["counts"]["done"] == 1
+    assert [(j["status"], j["signal"], j["exit_code"]) for j in doc["jobs"]] == [
+        ("timeout", "SIGTERM", None), ("timeout", "SIGKILL", None), ("timeout", None, 0), ("done", None, 0)]
+
+
 def test_a_task_slurm_ended_says_why(tmp_path: Path) -> None:
-    for slurm, why in (("TIMEOUT", "time limit reached"), ("OUT_OF_MEMORY", "out of memory"),
-                       ("NODE_FAIL", "a node failed"), ("CANCELLED", "cancelled")):
+    for slurm, why in (("OUT_OF_MEMORY", "out of memory"), ("NODE_FAIL", "a node failed"), ("CANCELLED", "cancelled")):
         f = follower(tmp_path)
         state = f.states[0]
         state.status, state.started = "running", time.monotonic() - 5

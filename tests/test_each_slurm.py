@@ -291,6 +291,80 @@ def test_sbatch_refusing_is_its_message_on_one_line(cluster: slurm_cluster.Clust
     assert "partition" in proc.stderr.lower() and not (tmp_path / "l").exists()
 
 
+#: A job that says it is ready, then waits: on SIGUSR1 it says so and exits 0 (``usr1``), dies of SIGTERM (``term``)
+#: or ignores it, to be SIGKILLed after KillWait (``stubborn``).
+WAITER = r"""
+import signal, sys, time
+kind = sys.argv[1]
+if kind == "usr1":
+    signal.signal(signal.SIGUSR1, lambda *a: (print("got SIGUSR1", flush=True), sys.exit(0)))
+if kind == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+for _ in range(600):
+    time.sleep(0.5)
+"""
+
+
+def _until_records(logs: Path, tasks: int) -> str:
+    """The array's id, once its ``tasks`` tasks have each written their start record."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = sorted(p.name for p in (logs / ".slurm").glob("*_*.json")) if (logs / ".slurm").is_dir() else []
+        if len(found) == tasks:
+            return found[0].split("_")[0]
+        time.sleep(0.2)
+    raise AssertionError(f"{tasks} tasks did not start within 60 s in {logs}")
+
+
+def test_a_job_slurm_ends_at_its_time_limit_is_a_timeout_counted_apart(cluster: slurm_cluster.Cluster,
+                                                                        tmp_path: Path) -> None:
+    """Slurm's TIMEOUT is `timeout`, as a local `each` counts it (status, summary, error line); --time 1m reaches
+    sbatch as 00:01:00. The shortest real way: Slurm's least limit is a minute and slurmctld checks limits every
+    30 s or so, so the test moves the running tasks' EndTime to 2 s from now (`scontrol update`, as an
+    operator can): they end at its next check, by the same path as at --time (state TIMEOUT, SIGTERM, SIGKILL
+    after KillWait). The hint of `--grace --slurm` is tried alongside: --signal=B:USR1@50 reaches the command."""
+    waiter = tmp_path / "waiter.py"
+    waiter.write_text(WAITER)
+    (tmp_path / "limits.txt").write_text(f"{sys.executable} {waiter} term\n{sys.executable} {waiter} stubborn\n")
+    (tmp_path / "warned.txt").write_text(f"{sys.executable} {waiter} usr1\n")
+    logs, warned_logs = tmp_path / "logs", tmp_path / "warned"
+    environ = _env(cluster, tmp_path)
+    procs = [subprocess.Popen(gl("each", name, "--slurm", "--time", "1m", *extra, "--follow", "--log-dir", str(d)),
+                              env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path)
+             for name, d, extra in (("limits.txt", logs, ()),
+                                    ("warned.txt", warned_logs, ("--sbatch-arg=--signal=B:USR1@50",)))]
+    try:
+        job_id = _until_records(logs, 2)
+        _until_records(warned_logs, 1)
+        for task in (1, 2):
+            shown = cluster.scontrol("show", "job", "-o", f"{job_id}_{task}")
+            assert "TimeLimit=00:01:00 " in shown, shown  # --time 1m: sbatch --time=00:01:00
+            soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 2))
+            moved = subprocess.run(["scontrol", "update", f"JobId={job_id}_{task}", f"EndTime={soon}"],
+                                   env={**os.environ, **cluster.env}, capture_output=True, text=True, timeout=60)
+            assert moved.returncode == 0, moved.stderr
+        (out, err), (warned_out, warned_err) = (proc.communicate(timeout=150) for proc in procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    assert procs[0].returncode == 9, err
+    summary = out.splitlines()
+    assert summary[0] == "0 done, 0 running, 0 queued, 0 failed, 2 timeout (1 SIGTERM, 1 SIGKILL)", out
+    rows = {int(line.split()[0]): line.split() for line in summary[2:]}
+    assert rows[1][1:4] == ["timeout", "timeout", "(SIGTERM)"] and rows[2][1:4] == ["timeout", "timeout", "(SIGKILL)"]
+    assert re.search(r"job 1/2 timeout \(SIGTERM\) after \S+: ended at its --time \(log ", err), err
+    assert re.search(r"job 2/2 timeout \(SIGKILL\) after \S+: ended at its --time \(log ", err), err
+    assert "gpulaunch: error: 2 of 2 jobs failed: 1 (timeout), 2 (timeout)" in err
+    assert " failed:" not in err.replace("jobs failed:", "")  # never said to have failed
+    # --grace's hint: sbatch's --signal=B:USR1@SECONDS before the limit reaches the command, which exits 0
+    assert procs[1].returncode == 0, warned_err
+    assert warned_out.splitlines()[0] == "1 done, 0 running, 0 queued, 0 failed", warned_out
+    assert "got SIGUSR1" in (warned_logs / "job-1.log").read_text()
+
+
 # ------------------------------------------------------------------------------- no Slurm needed
 
 def _bin(tmp_path: Path, **scripts: str) -> str:
@@ -420,3 +494,27 @@ def test_scontrol_lines_become_task_states() -> None:
     assert states[1].end is not None and states[1].start is not None and states[1].end - states[1].start == 2
     assert states[5].state == "PENDING" and states[5].node == ""
     assert states[2].signal == 15
+
+
+def test_grace_is_refused_with_slurm_and_a_config_grace_does_not_apply(tmp_path: Path) -> None:
+    """Slurm has no grace of a job's own (KillWait is the cluster's): an explicit --grace is a usage error naming
+    what to do instead, before sbatch runs; `grace` in the config file (for local jobs) is not used and not refused."""
+    jobs = _sweep(tmp_path, ["sh -c true"])
+    seen = tmp_path / "seen"
+    path = _bin(tmp_path, sbatch=f'printf "%s\\n" "$@" > {seen}; cat >/dev/null; echo 80')
+    proc = subprocess.run(gl("each", str(jobs), "--slurm", "--time", "1h", "--grace", "60", "--log-dir",
+                             str(tmp_path / "l")), env=_env(None, tmp_path, PATH=path), capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and not seen.exists() and not (tmp_path / "l").exists(), proc.stderr
+    assert proc.stderr == (
+        "gpulaunch: error: --grace does not apply to `each --slurm`: at a job's time limit Slurm sends SIGTERM, then "
+        "SIGKILL after the cluster's KillWait (hint: `scontrol show config | grep KillWait` shows it; to warn a job "
+        "before its limit, --sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 about that long before it)\n")
+    config = tmp_path / "config.toml"
+    config.write_text("grace = 60\n")
+    for extra in ({"GPULAUNCH_CONFIG": str(config)}, {"GPULAUNCH_GRACE": "60"}):
+        ok = subprocess.run(gl("each", str(jobs), "--slurm", "--time", "1h", "--log-dir", str(tmp_path / "l")),
+                            env=_env(None, tmp_path, PATH=path, **extra), capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)
+        assert ok.returncode == 0, ok.stderr
+        assert "--time=01:00:00" in seen.read_text().splitlines() and "signal" not in seen.read_text()

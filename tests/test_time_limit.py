@@ -88,24 +88,28 @@ def test_a_launch_declares_its_limit_in_its_lock_file(tmp_path: Path, request: p
 
 def test_each_ends_a_job_at_its_limit_and_counts_it_as_a_timeout(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A job ended at its --time is a timeout, counted apart from the failures (as `jobs` counts them), in the
-    summary line, the live lines and --json; each still exits 9, naming it."""
+    summary line, the live lines and --json; each still exits 9, naming it. One that exits 0 on the SIGTERM is a
+    timeout too (as `jobs` and Slurm's TIMEOUT count it, and each --slurm), not done."""
     box = Box(tmp_path)
     request.addfinalizer(box.clean_up)
     jobs = tmp_path / "jobs.txt"
-    jobs.write_text(f"sleep 60\nsh -c 'cat {box.locks}/*.lock'\n")
+    jobs.write_text(f"sleep 60\nsh -c 'cat {box.locks}/*.lock'\nsh -c \"trap 'exit 0' TERM; sleep 60 & wait\"\n")
     began = time.monotonic()
     done = box.gl("each", str(jobs), "--time", "1s", "--json", "-q", "--log-dir", str(tmp_path / "logs"), timeout=60)
     assert time.monotonic() - began < 30  # not the 60 s of its sleep
     assert done.returncode == 9, done.stderr
     doc = json.loads(done.stdout)
-    slow, quick = doc["jobs"]
+    slow, quick, clean = doc["jobs"]
     assert slow["status"] == "timeout" and slow["signal"] == "SIGTERM" and slow["note"].startswith("timeout: ended at "
                                                                                                      "its --time limit (1s)")
-    assert quick["status"] == "done" and doc["counts"]["failed"] == 0 and doc["counts"]["timeout"] == 1
+    assert quick["status"] == "done" and doc["counts"]["failed"] == 0 and doc["counts"]["timeout"] == 2
+    assert (clean["status"], clean["exit_code"], clean["signal"]) == ("timeout", 0, None), clean
     held = [json.loads(line) for line in (tmp_path / "logs" / "job-2.log").read_text().splitlines() if '"ends"' in line]
     assert held and all(h["ends"] - h["started"] == pytest.approx(1.0, abs=0.01) for h in held)  # declared for backfill
     shown = box.gl("each", str(jobs), "--time", "1s", "--log-dir", str(tmp_path / "logs2"), timeout=60)
-    assert shown.returncode == 9 and "1 done, 0 running, 0 queued, 0 failed, 1 timeout (SIGTERM)" in shown.stdout, \
+    assert shown.returncode == 9 and "1 done, 0 running, 0 queued, 0 failed, 2 timeout (1 SIGTERM, 1 exit 0)" \
+        in shown.stdout, \
         shown.stdout
-    assert "job 1/2 timeout (SIGTERM) after " in shown.stderr and ": ended at its --time (log " in shown.stderr
-    assert "gpulaunch: error: 1 of 2 jobs failed: 1 (timeout)" in shown.stderr, shown.stderr
+    assert "job 1/3 timeout (SIGTERM) after " in shown.stderr and ": ended at its --time (log " in shown.stderr
+    assert "job 3/3 timeout (exit 0) after " in shown.stderr
+    assert "gpulaunch: error: 2 of 3 jobs failed: 1 (timeout), 3 (timeout)" in shown.stderr, shown.stderr

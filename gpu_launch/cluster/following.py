@@ -23,11 +23,13 @@ from gpu_launch.sweeps.jobfile import Job, JobState
 from gpu_launch.cluster.submitting import Submitted, cancel, require
 from gpu_launch.cluster.task import read_record
 
-__all__ = ["ENDED_BY_SLURM", "TaskStatus", "parse_scontrol", "parse_sacct", "query", "Follower", "follow"]
+__all__ = ["ENDED", "ENDED_BY_SLURM", "TaskStatus", "parse_scontrol", "parse_sacct", "query", "Follower", "follow"]
 
 _RECORD_GRACE = 10.0  # seconds a running task may take to write its record before it is shown without one
 _PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
 _RUNNING = {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING", "STAGE_OUT", "RESIZING"}
+#: A job's statuses once it has ended (``timeout``: Slurm ended it at its time limit)
+ENDED = ("done", "failed", "timeout", "not started")
 #: Why Slurm ended a job or task, in words (for an array task and for a several-node job alike).
 ENDED_BY_SLURM = {"CANCELLED": "cancelled", "TIMEOUT": "time limit reached", "NODE_FAIL": "a node failed",
                   "OUT_OF_MEMORY": "out of memory", "PREEMPTED": "preempted", "BOOT_FAIL": "a node failed to boot",
@@ -46,6 +48,7 @@ class TaskStatus:
     start: float | None = None  # seconds since the epoch
     end: float | None = None
     reason: str = ""
+    limit: str = ""  # its time limit as scontrol says it (TimeLimit=00:01:00), "" when not known
 
 
 def _task_ids(text: str) -> list[int]:
@@ -82,7 +85,8 @@ def parse_scontrol(output: str) -> dict[int, TaskStatus]:
         for task in _task_ids(fields["ArrayTaskId"]):
             out[task] = TaskStatus(task, fields.get("JobState", "UNKNOWN"), code, sig,
                                    "" if node in ("(null)", "None") else node, _epoch(fields.get("StartTime", "")),
-                                   _epoch(fields.get("EndTime", "")), fields.get("Reason", ""))
+                                   _epoch(fields.get("EndTime", "")), fields.get("Reason", ""),
+                                   fields.get("TimeLimit", ""))
     return out
 
 
@@ -145,7 +149,7 @@ class Follower:
 
     @property
     def finished(self) -> bool:
-        return all(s.status in ("done", "failed", "not started") for s in self.states)
+        return all(s.status in ENDED for s in self.states)
 
     def poll(self) -> None:
         job_id = self.submitted.job_id
@@ -206,6 +210,14 @@ class Follower:
         state.ended = now_mono - max(0.0, now_wall - end)
         if state.started is None:
             state.started = state.ended
+        if status.state == "TIMEOUT":  # ended at its time limit: a timeout, counted apart, as a local `each` counts it
+            state.returncode = _timeout_code(status, record)
+            state.note = self._timeout_note(status, state.returncode)
+            state.status = "timeout"
+            if state in self.running:
+                self.running.remove(state)
+            self.view.finished(self, state)
+            return
         if status.state in ENDED_BY_SLURM or status.state == "UNKNOWN":
             state.returncode = None
             state.note = ENDED_BY_SLURM.get(status.state, status.reason or status.state.lower())
@@ -220,10 +232,31 @@ class Follower:
             self.running.remove(state)
         self.view.finished(self, state)
 
+    def _timeout_note(self, status: TaskStatus, returncode: int) -> str:
+        """``timeout: Slurm ended it at its time limit (00:01:00): SIGTERM, then SIGKILL after the cluster's
+        KillWait``: the words of a local ``each`` (:mod:`gpu_launch.sweeps.limits`), the grace Slurm's."""
+        limit = status.limit if status.limit not in ("", "UNLIMITED", "Partition_Limit") else \
+            (self.submitted.request.time or "")
+        shown = f" ({limit})" if limit else ""
+        how = "then SIGKILL after the cluster's KillWait" if returncode == -signal.SIGKILL else \
+            "then it ended"
+        return f"timeout: Slurm ended it at its time limit{shown}: SIGTERM, {how}"
 
     def _ran(self, state: JobState) -> tuple[str, ...]:
         """The command the task ran: its ``gpulaunch --auto K`` replaced ``{n}`` and ``{gpus}`` for K GPUs."""
         return state.job.command(self.submitted.request.gpus_per_job)
+
+
+def _timeout_code(status: TaskStatus, record: Mapping[str, Any]) -> int:
+    """How a task Slurm ended at its time limit ended: the command's own status from the task's record (-15: it
+    died of the SIGTERM), else Slurm's: at the limit slurmd sends SIGTERM to every process of the job, then
+    SIGKILL once the cluster's ``KillWait`` is over (slurm.conf(5)), which kills the task entry too, before it
+    writes its record (``ExitCode=0:9``, as tests/test_each_slurm.py sees it on Slurm 22.05)."""
+    if "returncode" in record:
+        return int(record["returncode"])
+    if status.signal:
+        return -status.signal
+    return status.exit_code if status.exit_code is not None else -signal.SIGTERM  # (none known: what came first)
 
 
 def follow(follower: Follower, timeout: float | None, cancel_on_interrupt: bool, can_ask: bool) -> str:
@@ -267,7 +300,7 @@ def _tidy(follower: Follower) -> None:
     """Remove the ended tasks' empty ``slurm-ID_N.out`` (Slurm's own messages: a cancellation, a time limit)."""
     req = follower.submitted.request
     for state in follower.states:
-        if state.status in ("done", "failed", "not started"):
+        if state.status in ENDED:
             path = os.path.join(req.log_dir, f"slurm-{follower.submitted.job_id}_{state.job.number}.out")
             try:
                 if os.path.getsize(path) == 0:

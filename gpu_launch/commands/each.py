@@ -54,6 +54,16 @@ SLURM_ONLY = ("partition", "sbatch_arg", "follow", "cancel_on_interrupt", "wait"
 LOCAL_ONLY = ("min_free", "max_util", "idle", "exclude", "lock_dir", "gpus", "jobs_per_gpu", "min_total_memory",
               "account_as_free", "min_count", "max_count")
 
+#: ``--grace`` with ``--slurm``: Slurm has no grace of a job's own. At the limit slurmd sends SIGTERM, then SIGKILL
+#: once the cluster's KillWait is over (slurm.conf(5)). sbatch's ``--signal=SIG@SECONDS`` (sbatch(1)) is no grace
+#: either: a signal *before* the limit (up to 60 s earlier than asked), to the job's steps only, none of which
+#: each --slurm runs (without ``B:``), or with ``B:`` to the batch shell alone: the task entry, which passes
+#: SIGUSR1/SIGUSR2/SIGINT on to the command (cluster/task.py) and ignores SIGTERM (the limit's reaches every process).
+GRACE_ON_SLURM = ("--grace does not apply to `each --slurm`: at a job's time limit Slurm sends SIGTERM, then SIGKILL "
+                  "after the cluster's KillWait")
+GRACE_ON_SLURM_HINT = ("`scontrol show config | grep KillWait` shows it; to warn a job before its limit, "
+                       "--sbatch-arg=--signal=B:USR1@SECONDS: the command gets SIGUSR1 about that long before it")
+
 
 def run(inv: Any) -> int:
     """``gpulaunch each``: the machine is read and GPUs chosen as a launch does (:mod:`gpu_launch.placing.pick`)."""
@@ -152,6 +162,8 @@ def submit_to_slurm(inv: Any) -> int:
 
     _refuse(inv, LOCAL_ONLY, "does not apply to `each --slurm`: Slurm allocates the GPUs",
             "ask Slurm through --sbatch-arg (e.g. --sbatch-arg=--constraint=a100)")
+    if "grace" in inv.flags:  # (a default from the config file or GPULAUNCH_GRACE is for local jobs: unused here)
+        raise UsageError(GRACE_ON_SLURM, hint=GRACE_ON_SLURM_HINT)
     jobs, source = checked_jobs(inv)
     k = inv.get("gpus_per_job") or 1
     extra = inv.get("sbatch_arg") or ()  # (a default from the config file or GPULAUNCH_SBATCH_ARG: split there)
@@ -205,7 +217,7 @@ def submit_to_slurm(inv: Any) -> int:
             raise SlurmUnavailable(f"submitted Slurm job array {job_id}, then could not follow it: {exc.message}",
                                    hint=f"it goes on: squeue -j {job_id}; logs in {log_dir}") from None
     view.summary(follower)
-    failed = [s for s in follower.states if s.status == "failed"]
+    failed = [s for s in follower.states if s.status in ("failed", "timeout")]
     if outcome == "timeout":
         raise WaitTimeout(f"Slurm job array {job_id} is still running after {fmt_duration(inv.get('wait'))} "
                           f"(it goes on: squeue -j {job_id})", hint=f"logs in {log_dir}; scancel {job_id} stops it")

@@ -220,8 +220,8 @@ OPTIONS: tuple[Option, ...] = (
            "to start, cancelled, lost), or of the ids given; never a waiting or running one",
            commands=frozenset({"jobs"}), group="Jobs"),
     Option(("--grace",), "grace", "seconds a job has between SIGTERM and SIGKILL (default 10): cancel's; submit and "
-           "each: at its --time limit (Slurm's KillWait)", "SECONDS", interval, frozenset({"cancel", "submit", "each"}),
-           "Jobs"),
+           "each: at its --time limit (Slurm's KillWait; refused with each --slurm: there it is the cluster's)",
+           "SECONDS", interval, frozenset({"cancel", "submit", "each"}), "Jobs"),
     Option(("--uuid",), "uuid", "write GPU UUIDs into CUDA_VISIBLE_DEVICES instead of indices",
            commands=CHOOSING, group="Environment"),
     Option(("--mig",), "mig", "let --auto/--fit choose one MIG device (most free memory; --fit: the smallest that holds SIZE)",

@@ -266,8 +266,9 @@ class Scheduler:
                 self.shared.leave(state)
             state.returncode = state.proc.returncode
             state.note = self.limits.note(state) or state.note
-            # ended at its --time (limits.py): a timeout, counted apart from the failures, as `jobs` does
-            state.status = "done" if state.returncode == 0 else "timeout" if state.note.startswith("timeout:") \
+            # ended at its --time (limits.py): a timeout, counted apart from the failures, as `jobs` does, whatever
+            # its exit status (one that exits 0 on the SIGTERM too: as Slurm's TIMEOUT and `jobs`, each --slurm)
+            state.status = "timeout" if state.note.startswith("timeout:") else "done" if state.returncode == 0 \
                 else "failed"
             self.view.finished(self, state)
         return bool(finished)

@@ -219,7 +219,7 @@ EACH = _doc("gpulaunch each (each --json)", 1, {
         "status": {"enum": ["done", "failed", "timeout", "not started", "queued", "running"]},
         "exit_code": _NINT,  # the command's exit status; null: killed by a signal, or never ran
         "signal": _NSTR,  # "SIGKILL" when a signal ended it
-        "note": _NSTR,  # why it never ran or did not finish ("could not start: ...", "time limit reached")
+        "note": _NSTR,  # why it never ran or did not finish ("could not start: ...", "timeout: ...", "out of memory")
         "node": _NSTR,  # each --slurm: the node it ran on
         "gpus": _INDICES,  # the physical GPUs (each --slurm: the task's allocation)
         "seconds": {"type": ["number", "null"], "minimum": 0},  # how long it ran
