@@ -32,12 +32,9 @@ from training_oracle import Case, FAMILIES, Measured, _Null, _tracker, build, se
 
 WORLD = 2
 
-#: Wider (tests/training_oracle_sharded.py's llama_wide): layers of 737,792 elements and a 524,288-element head,
-#: so that a small stage3_max_reuse_distance releases some of them after forward
-FAMILIES.setdefault("llama_wide", {"model_type": "llama", "hidden_size": 256, "intermediate_size": 704,
-                                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                   "vocab_size": 2048, "max_position_embeddings": 1024,
-                                   "tie_word_embeddings": False})
+# The sharded oracle's wider llama (layers of 737,792 elements, a 524,288-element head: a small
+# stage3_max_reuse_distance releases some of them after forward): importing it registers llama_wide
+import training_oracle_sharded  # noqa: E402,F401
 
 
 @dataclass(frozen=True)
