@@ -149,10 +149,13 @@ def test_the_no_delay_bound_counts_only_jobs_whose_limit_ends_before_alices_gpus
 
 
 #: A job that notes when it started on which GPUs, waits for its release file, then notes its end.
-JOB = ("import os, sys, time; open(sys.argv[1] + '.start', 'w').write(f\"{time.time()} "
-       "{os.environ['CUDA_VISIBLE_DEVICES']}\"); print('started', flush=True); "
+# Each note is written whole, then renamed into place: a test that sees it exists reads it whole (read between
+# open and write, a note was once empty in CI's clone under load)
+JOB = ("import os, sys, time; open(sys.argv[1] + '.start~', 'w').write(f\"{time.time()} "
+       "{os.environ['CUDA_VISIBLE_DEVICES']}\"); os.replace(sys.argv[1] + '.start~', sys.argv[1] + '.start'); "
+       "print('started', flush=True); "
        "[time.sleep(0.02) for _ in iter(lambda: os.path.exists(sys.argv[1] + '.go'), True)]; "
-       "open(sys.argv[1] + '.end', 'w').write(str(time.time()))")
+       "open(sys.argv[1] + '.end~', 'w').write(str(time.time())); os.replace(sys.argv[1] + '.end~', sys.argv[1] + '.end')")
 
 
 def _note(base: Path) -> tuple[float, set[str]]:
