@@ -225,7 +225,7 @@ def submit_to_slurm(inv: Any) -> int:
         raise Interrupted(f"stopped following; Slurm job array {job_id} goes on (squeue -j {job_id})",
                           hint=f"logs in {log_dir}; scancel {job_id} stops it")
     if outcome == "cancelled":
-        raise Interrupted(f"interrupted: cancelled Slurm job array {job_id}: {_tally(follower.states, log_dir)}")
+        raise Interrupted(f"interrupted: cancelled Slurm job array {job_id}: {_tally(follower, log_dir)}")
     if failed:
         raise _jobs_failed(failed, jobs, f"their logs are in {log_dir}; Slurm job array {job_id}")
     return 0
@@ -286,7 +286,7 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     view.summary(scheduler)
     failed = [s for s in scheduler.states if s.status in ("failed", "timeout")]
     if scheduler.stopping:
-        raise Interrupted(f"interrupted: {_tally(scheduler.states, log_dir)}")
+        raise Interrupted(f"interrupted: {_tally(scheduler, log_dir)}")
     if failed:
         raise _jobs_failed(failed, [s.job for s in scheduler.states], f"their logs are in {log_dir}")
     return 0
@@ -307,14 +307,15 @@ def _scope(inv: Any, machine: Machine) -> Scope:
     return Scope(frozenset(d.uuid for d in devices), os.environ)
 
 
-def _tally(states: Sequence[JobState], log_dir: str) -> str:
+def _tally(run: Any, log_dir: str) -> str:
     """``2 jobs not started, 1 failed (logs in DIR)``, ``, 1 timeout`` too when one ended at its --time: what an
-    interrupted sweep left."""
-    not_started = sum(1 for s in states if s.status == "not started")
-    failed = sum(1 for s in states if s.status == "failed")
-    timeouts = sum(1 for s in states if s.status == "timeout")
-    timed = f", {timeouts} timeout" if timeouts else ""
-    return f"{not_started} job{'s' if not_started != 1 else ''} not started, {failed} failed{timed} (logs in {log_dir})"
+    interrupted sweep (a local scheduler or a Slurm follower: their ``states``) left, as the summary counts it."""
+    from gpu_launch.views.each_view import counts
+
+    c = counts(run)
+    not_started = c["not_started"]
+    timed = f", {c['timeout']} timeout" if c["timeout"] else ""
+    return f"{not_started} job{'s' if not_started != 1 else ''} not started, {c['failed']} failed{timed} (logs in {log_dir})"
 
 
 def _jobs_failed(failed: Sequence[JobState], jobs: Sequence[Job], hint: str) -> JobsFailed:
