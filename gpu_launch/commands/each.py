@@ -217,7 +217,7 @@ def submit_to_slurm(inv: Any) -> int:
             raise SlurmUnavailable(f"submitted Slurm job array {job_id}, then could not follow it: {exc.message}",
                                    hint=f"it goes on: squeue -j {job_id}; logs in {log_dir}") from None
     view.summary(follower)
-    failed = [s for s in follower.states if s.status in ("failed", "timeout")]
+    failed = _unsuccessful(follower.states)
     if outcome == "timeout":
         raise WaitTimeout(f"Slurm job array {job_id} is still running after {fmt_duration(inv.get('wait'))} "
                           f"(it goes on: squeue -j {job_id})", hint=f"logs in {log_dir}; scancel {job_id} stops it")
@@ -284,12 +284,17 @@ def schedule(inv: Any, read_machine: Callable[..., Machine], chooser: acquire.Ch
     with view:
         scheduler.run()
     view.summary(scheduler)
-    failed = [s for s in scheduler.states if s.status in ("failed", "timeout")]
+    failed = _unsuccessful(scheduler.states)
     if scheduler.stopping:
         raise Interrupted(f"interrupted: {_tally(scheduler, log_dir)}")
     if failed:
         raise _jobs_failed(failed, [s.job for s in scheduler.states], f"their logs are in {log_dir}")
     return 0
+
+
+def _unsuccessful(states: list[Any]) -> list[Any]:
+    """The tasks that ended without success: failed, or stopped at their time limit."""
+    return [s for s in states if s.status in ("failed", "timeout")]
 
 
 def _scope(inv: Any, machine: Machine) -> Scope:
