@@ -263,3 +263,18 @@ def test_a_config_state_size_that_is_a_fraction_or_too_large_is_refused(tmp_path
     assert _refusal(_config_dir(tmp_path, config)) is None
     folder = _config_dir(tmp_path, {**config, "state_size": value})
     assert _refusal(folder) == f"config {folder / 'config.json'}: state_size is {shown}, not a size"
+
+
+# --- seed 40 (mut2): the survivors of modelfile/ against their own tests -------------------------------------------
+
+@pytest.mark.parametrize("short", [1, 4, 12])
+def test_a_file_that_ends_inside_its_last_tensor_record_is_truncated(tmp_path: Path, short: int) -> None:
+    # Slip: the bytes a tensor record needs (8 a dimension, then its type and offset: 12) taken one short;
+    # the record's last field would then be read past the file's end, a struct error instead of this line.
+    # The file ends with the record (no padding, no data), so no read-ahead holds the missing bytes.
+    whole = (b"GGUF" + struct.pack("<IQQ", 3, 1, len(BASE_KV)) + b"".join(BASE_KV)
+             + tensor("blk.0.attn_q.weight", [32, 4]))
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(whole[:-short])
+    assert _refusal(path) == (f"model file {path}: truncated or corrupt header (tensor blk.0.attn_q.weight runs "
+                              f"past the end of the file at byte {len(whole) - short})")
