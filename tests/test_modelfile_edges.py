@@ -278,3 +278,17 @@ def test_a_file_that_ends_inside_its_last_tensor_record_is_truncated(tmp_path: P
     path.write_bytes(whole[:-short])
     assert _refusal(path) == (f"model file {path}: truncated or corrupt header (tensor blk.0.attn_q.weight runs "
                               f"past the end of the file at byte {len(whole) - short})")
+
+
+@pytest.mark.parametrize("etype, fmt", [(0, "B"), (1, "b"), (2, "H"), (3, "h"), (4, "I"), (5, "i"), (6, "f"),
+                                        (7, "?"), (10, "Q"), (11, "q"), (12, "d")])
+def test_an_array_of_each_number_type_is_read(tmp_path: Path, etype: int, fmt: str) -> None:
+    # Slip: a key of the array element table (_ARRAY_CODES) moved: that type's short arrays, which are kept,
+    # would fail with a KeyError (a traceback, no line) instead of being read. Every GGUF number type can be
+    # an array's element (gguf-py's GGUFValueType; i8 alone was pinned before).
+    kvs = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 2),
+           kv_u32("llama.attention.head_count", 1), kv_u32("llama.embedding_length", 32),
+           s("general.numbers") + struct.pack(f"<IIQ3{fmt}", 9, etype, 3, 1, 0, 1)]
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=kvs))
+    assert _refusal(path) is None
