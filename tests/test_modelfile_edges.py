@@ -292,3 +292,14 @@ def test_an_array_of_each_number_type_is_read(tmp_path: Path, etype: int, fmt: s
     path = tmp_path / "a.gguf"
     path.write_bytes(gguf([], kvs=kvs))
     assert _refusal(path) is None
+
+
+def test_a_tensor_outside_the_blocks_counts_in_the_weights_total(tmp_path: Path) -> None:
+    # Slip: `other` (what is neither a block, the embedding nor the output: here a rope frequency table,
+    # which llama.cpp loads with the model) subtracted from the total instead of added: 64 bytes less.
+    path = tmp_path / "other.gguf"
+    path.write_bytes(gguf([tensor("blk.0.attn_q.weight", [32, 4]), tensor("token_embd.weight", [32, 8], offset=512),
+                           tensor("output.weight", [32, 8], offset=1536), tensor("rope_freqs.weight", [16], offset=2560)]))
+    w = read_model(str(path)).weights
+    assert (w.layers, w.token_embedding, w.output, w.other) == ((512,), 1024, 1024, 64)
+    assert w.total == 512 + 1024 + 1024 + 64
