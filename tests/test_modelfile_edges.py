@@ -303,3 +303,15 @@ def test_a_tensor_outside_the_blocks_counts_in_the_weights_total(tmp_path: Path)
     w = read_model(str(path)).weights
     assert (w.layers, w.token_embedding, w.output, w.other) == ((512,), 1024, 1024, 64)
     assert w.total == 512 + 1024 + 1024 + 64
+
+
+@pytest.mark.parametrize("value, ok", [(2**53, True), (2**53 + 1, False)])
+def test_a_config_count_is_taken_up_to_2_to_the_53(tmp_path: Path, value: int, ok: bool) -> None:
+    # Slip: the bound of a config count moved (`>= 2**53`, 2**52, 2**54). Above 2**53 a JSON number is no
+    # longer exact once any other reader of the file (JavaScript, a float parser) has taken it.
+    folder = _config_dir(tmp_path, {**CONFIG, "max_position_embeddings": value})
+    refusal = _refusal(folder)
+    if ok:
+        assert refusal is None and read_model(str(folder)).hyper.context_length == value
+    else:
+        assert refusal == f"config {folder / 'config.json'}: max_position_embeddings is '{value}', not a count"
