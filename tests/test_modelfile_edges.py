@@ -315,3 +315,25 @@ def test_a_config_count_is_taken_up_to_2_to_the_53(tmp_path: Path, value: int, o
         assert refusal is None and read_model(str(folder)).hyper.context_length == value
     else:
         assert refusal == f"config {folder / 'config.json'}: max_position_embeddings is '{value}', not a count"
+
+
+#: (layers, heads, KV heads, head size, hidden, vocabulary, positions, sliding window) as Transformers 5.24's
+#: config classes default them (``AutoConfig.for_model(model_type)``: Gemma3TextConfig, Gemma2Config,
+#: LlamaConfig, MistralConfig, Qwen2Config ``__init__``; Qwen2's window is off, use_sliding_window=False)
+_TRANSFORMERS_DEFAULTS = {
+    "gemma3_text": (26, 8, 4, 256, 2304, 262208, 131072, 4096),
+    "gemma2": (26, 8, 4, 256, 2304, 256000, 8192, 4096),
+    "llama": (32, 32, 32, 128, 4096, 32000, 2048, None),
+    "mistral": (32, 32, 8, 128, 4096, 32000, 131072, 4096),
+    "qwen2": (32, 32, 32, 128, 4096, 151936, 32768, None),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(_TRANSFORMERS_DEFAULTS))
+def test_a_bare_config_gets_the_defaults_transformers_fills_in(tmp_path: Path, model_type: str) -> None:
+    # Slip: any number of the defaults table (modelfile/hfconfig.py _DEFAULTS) changed, a KV head count
+    # or a vocabulary among them (the older test pinned gemma2's and qwen2's, without their KV heads).
+    h = read_model(str(_config_dir(tmp_path, {"model_type": model_type}))).hyper
+    kv_heads, = set(h.kv_heads)
+    assert (h.n_layers, h.n_heads, kv_heads, h.key_length, h.hidden_size, h.vocab_size, h.context_length,
+            h.sliding_window) == _TRANSFORMERS_DEFAULTS[model_type]
