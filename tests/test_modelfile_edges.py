@@ -337,3 +337,38 @@ def test_a_bare_config_gets_the_defaults_transformers_fills_in(tmp_path: Path, m
     kv_heads, = set(h.kv_heads)
     assert (h.n_layers, h.n_heads, kv_heads, h.key_length, h.hidden_size, h.vocab_size, h.context_length,
             h.sliding_window) == _TRANSFORMERS_DEFAULTS[model_type]
+
+
+def test_a_part_whose_header_says_another_number_names_both(tmp_path: Path) -> None:
+    # Slip: the part number the name gives counted from 0 or 2 (`i - 1`): "its name part 0 of 2".
+    def part(no: int) -> bytes:
+        split = [s("split.no") + struct.pack("<IH", 2, no), s("split.count") + struct.pack("<IH", 2, 2)]
+        return gguf([tensor(f"blk.0.t{no}.weight", [32, 4])], kvs=[*BASE_KV, *split])
+
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    first.write_bytes(part(0))
+    second.write_bytes(part(0))  # the first part again, renamed
+    assert _refusal(first) == f"split GGUF {second}: its header says part 0 of 2, its name part 2 of 2"
+
+
+def test_arrays_nested_three_deep_are_read_and_four_refused(tmp_path: Path) -> None:
+    # Slip: MAX_NESTING moved from 3. The outer array holds arrays down to depth 3, whose elements are u8.
+    def nested(depth: int) -> bytes:
+        return s("general.x") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * depth + struct.pack("<IQB", 0, 1, 7)
+
+    path = tmp_path / "n.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, nested(3)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, nested(4)]))
+    assert _refusal(path) == f"model file {path}: corrupt header: arrays nested more than 3 deep in general.x"
+
+
+@pytest.mark.parametrize("vtype, name", [(10, "a u64"), (12, "an f64"), (9, "an array")])
+def test_an_alignment_of_a_wide_or_array_type_names_the_type(tmp_path: Path, vtype: int, name: str) -> None:
+    # Slip: a key of the type-name table moved (10 to 9: a u64 alignment would be named "an array" or by its
+    # number); the older test checked u8 and string only.
+    path = tmp_path / "a.gguf"
+    value = struct.pack("<IQ", vtype, 0) if vtype != 9 else struct.pack("<IIQ", 9, 0, 0)
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.alignment") + value]))
+    assert _refusal(path) == (f"model file {path}: corrupt header: general.alignment is {name}, not a u32 "
+                              "(llama.cpp reads it only as one)")
