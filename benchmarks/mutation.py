@@ -140,6 +140,15 @@ def _annotation_lines(source: str) -> set[tuple[int, int]]:
     return spans
 
 
+def _place(item) -> tuple:
+    """Where a mutant is, to order the mutants before the seeded shuffle. Not the job id: Cosmic Ray's init
+    draws it with ``uuid.uuid4()`` (cosmic_ray/commands/init.py, ``_all_work_items``), so an order by job id
+    drew a different sample at each init of the same seed (the seed-39 sample could not be drawn again)."""
+    m = item.mutations[0]
+    return (tuple(m.start_pos), tuple(m.end_pos), m.operator_name, m.occurrence,
+            json.dumps(m.operator_args, sort_keys=True, default=str))
+
+
 def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) -> dict[str, int]:
     """Skip operators not kept, mutants in annotations, and (with ``sample`` < 1) the unsampled."""
     from cosmic_ray.work_db import WorkDB, use_db
@@ -161,7 +170,7 @@ def _filter(db_path: Path, tree: Path, module: str, sample: float, seed: int) ->
                 pending.append(item)
         if sample < 1:
             # a fixed shuffle, then its first share: a larger --sample runs the same mutants and more
-            order = sorted(pending, key=lambda i: i.job_id)
+            order = sorted(pending, key=_place)
             random.Random(f"{seed}:{module}").shuffle(order)
             chosen = set(i.job_id for i in order[:round(len(order) * sample)])
             for item in pending:
@@ -184,7 +193,7 @@ def _extend_sample(db_path: Path, module: str, sample: float, seed: int) -> int:
         items = [i for i in db.work_items
                  if i.job_id not in results or results[i.job_id].output != "filtered: operator"
                  and results[i.job_id].output != "filtered: annotation"]
-        order = sorted(items, key=lambda i: i.job_id)
+        order = sorted(items, key=_place)
         random.Random(f"{seed}:{module}").shuffle(order)
         wanted = {i.job_id for i in order[:round(len(order) * sample)]}
         again = [j for j in wanted if j in results and results[j].output == "filtered: unsampled"]

@@ -263,3 +263,112 @@ def test_a_config_state_size_that_is_a_fraction_or_too_large_is_refused(tmp_path
     assert _refusal(_config_dir(tmp_path, config)) is None
     folder = _config_dir(tmp_path, {**config, "state_size": value})
     assert _refusal(folder) == f"config {folder / 'config.json'}: state_size is {shown}, not a size"
+
+
+# --- seed 40 (mut2): the survivors of modelfile/ against their own tests -------------------------------------------
+
+@pytest.mark.parametrize("short", [1, 4, 12])
+def test_a_file_that_ends_inside_its_last_tensor_record_is_truncated(tmp_path: Path, short: int) -> None:
+    # Slip: the bytes a tensor record needs (8 a dimension, then its type and offset: 12) taken one short;
+    # the record's last field would then be read past the file's end, a struct error instead of this line.
+    # The file ends with the record (no padding, no data), so no read-ahead holds the missing bytes.
+    whole = (b"GGUF" + struct.pack("<IQQ", 3, 1, len(BASE_KV)) + b"".join(BASE_KV)
+             + tensor("blk.0.attn_q.weight", [32, 4]))
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(whole[:-short])
+    assert _refusal(path) == (f"model file {path}: truncated or corrupt header (tensor blk.0.attn_q.weight runs "
+                              f"past the end of the file at byte {len(whole) - short})")
+
+
+@pytest.mark.parametrize("etype, fmt", [(0, "B"), (1, "b"), (2, "H"), (3, "h"), (4, "I"), (5, "i"), (6, "f"),
+                                        (7, "?"), (10, "Q"), (11, "q"), (12, "d")])
+def test_an_array_of_each_number_type_is_read(tmp_path: Path, etype: int, fmt: str) -> None:
+    # Slip: a key of the array element table (_ARRAY_CODES) moved: that type's short arrays, which are kept,
+    # would fail with a KeyError (a traceback, no line) instead of being read. Every GGUF number type can be
+    # an array's element (gguf-py's GGUFValueType; i8 alone was pinned before).
+    kvs = [kv_str("general.architecture", "llama"), kv_u32("llama.block_count", 2),
+           kv_u32("llama.attention.head_count", 1), kv_u32("llama.embedding_length", 32),
+           s("general.numbers") + struct.pack(f"<IIQ3{fmt}", 9, etype, 3, 1, 0, 1)]
+    path = tmp_path / "a.gguf"
+    path.write_bytes(gguf([], kvs=kvs))
+    assert _refusal(path) is None
+
+
+def test_a_tensor_outside_the_blocks_counts_in_the_weights_total(tmp_path: Path) -> None:
+    # Slip: `other` (what is neither a block, the embedding nor the output: here a rope frequency table,
+    # which llama.cpp loads with the model) subtracted from the total instead of added: 64 bytes less.
+    path = tmp_path / "other.gguf"
+    path.write_bytes(gguf([tensor("blk.0.attn_q.weight", [32, 4]), tensor("token_embd.weight", [32, 8], offset=512),
+                           tensor("output.weight", [32, 8], offset=1536), tensor("rope_freqs.weight", [16], offset=2560)]))
+    w = read_model(str(path)).weights
+    assert (w.layers, w.token_embedding, w.output, w.other) == ((512,), 1024, 1024, 64)
+    assert w.total == 512 + 1024 + 1024 + 64
+
+
+@pytest.mark.parametrize("value, ok", [(2**53, True), (2**53 + 1, False)])
+def test_a_config_count_is_taken_up_to_2_to_the_53(tmp_path: Path, value: int, ok: bool) -> None:
+    # Slip: the bound of a config count moved (`>= 2**53`, 2**52, 2**54). Above 2**53 a JSON number is no
+    # longer exact once any other reader of the file (JavaScript, a float parser) has taken it.
+    folder = _config_dir(tmp_path, {**CONFIG, "max_position_embeddings": value})
+    refusal = _refusal(folder)
+    if ok:
+        assert refusal is None and read_model(str(folder)).hyper.context_length == value
+    else:
+        assert refusal == f"config {folder / 'config.json'}: max_position_embeddings is '{value}', not a count"
+
+
+#: (layers, heads, KV heads, head size, hidden, vocabulary, positions, sliding window) as Transformers 5.24's
+#: config classes default them (``AutoConfig.for_model(model_type)``: Gemma3TextConfig, Gemma2Config,
+#: LlamaConfig, MistralConfig, Qwen2Config ``__init__``; Qwen2's window is off, use_sliding_window=False)
+_TRANSFORMERS_DEFAULTS = {
+    "gemma3_text": (26, 8, 4, 256, 2304, 262208, 131072, 4096),
+    "gemma2": (26, 8, 4, 256, 2304, 256000, 8192, 4096),
+    "llama": (32, 32, 32, 128, 4096, 32000, 2048, None),
+    "mistral": (32, 32, 8, 128, 4096, 32000, 131072, 4096),
+    "qwen2": (32, 32, 32, 128, 4096, 151936, 32768, None),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(_TRANSFORMERS_DEFAULTS))
+def test_a_bare_config_gets_the_defaults_transformers_fills_in(tmp_path: Path, model_type: str) -> None:
+    # Slip: any number of the defaults table (modelfile/hfconfig.py _DEFAULTS) changed, a KV head count
+    # or a vocabulary among them (the older test pinned gemma2's and qwen2's, without their KV heads).
+    h = read_model(str(_config_dir(tmp_path, {"model_type": model_type}))).hyper
+    kv_heads, = set(h.kv_heads)
+    assert (h.n_layers, h.n_heads, kv_heads, h.key_length, h.hidden_size, h.vocab_size, h.context_length,
+            h.sliding_window) == _TRANSFORMERS_DEFAULTS[model_type]
+
+
+def test_a_part_whose_header_says_another_number_names_both(tmp_path: Path) -> None:
+    # Slip: the part number the name gives counted from 0 or 2 (`i - 1`): "its name part 0 of 2".
+    def part(no: int) -> bytes:
+        split = [s("split.no") + struct.pack("<IH", 2, no), s("split.count") + struct.pack("<IH", 2, 2)]
+        return gguf([tensor(f"blk.0.t{no}.weight", [32, 4])], kvs=[*BASE_KV, *split])
+
+    first, second = tmp_path / "m-00001-of-00002.gguf", tmp_path / "m-00002-of-00002.gguf"
+    first.write_bytes(part(0))
+    second.write_bytes(part(0))  # the first part again, renamed
+    assert _refusal(first) == f"split GGUF {second}: its header says part 0 of 2, its name part 2 of 2"
+
+
+def test_arrays_nested_three_deep_are_read_and_four_refused(tmp_path: Path) -> None:
+    # Slip: MAX_NESTING moved from 3. The outer array holds arrays down to depth 3, whose elements are u8.
+    def nested(depth: int) -> bytes:
+        return s("general.x") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * depth + struct.pack("<IQB", 0, 1, 7)
+
+    path = tmp_path / "n.gguf"
+    path.write_bytes(gguf([], kvs=[*BASE_KV, nested(3)]))
+    assert _refusal(path) is None
+    path.write_bytes(gguf([], kvs=[*BASE_KV, nested(4)]))
+    assert _refusal(path) == f"model file {path}: corrupt header: arrays nested more than 3 deep in general.x"
+
+
+@pytest.mark.parametrize("vtype, name", [(10, "a u64"), (12, "an f64"), (9, "an array")])
+def test_an_alignment_of_a_wide_or_array_type_names_the_type(tmp_path: Path, vtype: int, name: str) -> None:
+    # Slip: a key of the type-name table moved (10 to 9: a u64 alignment would be named "an array" or by its
+    # number); the older test checked u8 and string only.
+    path = tmp_path / "a.gguf"
+    value = struct.pack("<IQ", vtype, 0) if vtype != 9 else struct.pack("<IIQ", 9, 0, 0)
+    path.write_bytes(gguf([], kvs=[*BASE_KV, s("general.alignment") + value]))
+    assert _refusal(path) == (f"model file {path}: corrupt header: general.alignment is {name}, not a u32 "
+                              "(llama.cpp reads it only as one)")

@@ -252,3 +252,34 @@ def test_vocabulary_from_the_embedding_when_the_file_has_no_tokenizer(tmp_path: 
                  llama_tensors(2, 256, 8, 8, 512, 3000))
     [path] = write_gguf(tmp_path / "notok.gguf", model)
     assert read_model(str(path)).hyper.vocab_size == 3000
+
+
+# --- seed 40 (mut2): survivors of modelfile/gguf_facts.py ------------------------------------------------------------
+
+def test_a_stated_sliding_window_pattern_sets_the_period(tmp_path: Path) -> None:
+    # Slip: the most a stated period may be (1 << 16) turned into 0 (1 >> 16): every stated period refused.
+    # Gemma 3's period is 6 unless the file says otherwise; here it says 3 (llama.cpp: set_swa_pattern(n)).
+    h = _hyper(tmp_path, "gemma3", {"attention.head_count": 8, "attention.sliding_window": 1024,
+                                    "attention.sliding_window_pattern": 3}, 6)
+    assert h.sliding == (True, True, False, True, True, False) and h.sliding_window == 1024
+
+
+@pytest.mark.parametrize("shared, ok", [(4, True), (5, False)])
+def test_gemma4_shares_kv_from_all_layers_but_two(tmp_path: Path, shared: int, ok: bool) -> None:
+    # Slip: the most shared_kv_layers may be (gguf_facts: n_layer - 2) moved by one.
+    kv = {"attention.head_count": 8, "attention.shared_kv_layers": shared}
+    if ok:
+        assert _hyper(tmp_path, "gemma4", kv, 6).n_layers == 6
+    else:
+        with pytest.raises(ModelFileError, match=r"gemma4\.attention\.shared_kv_layers is 5, not a count here "
+                                                 r"\(at most 4\)"):
+            _hyper(tmp_path, "gemma4", kv, 6)
+
+
+@pytest.mark.parametrize("key", ["ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.group_count",
+                                 "ssm.time_step_rank"])
+def test_a_mamba_number_of_0_is_read_as_stated(tmp_path: Path, key: str) -> None:
+    # Slip: the least of a Mamba state number moved from 0 to 1 (STATE_KEYS says the Mamba numbers may be 0,
+    # as when absent): a file stating 0 would be refused.
+    h = _hyper(tmp_path, "mamba", {key: 0}, 2)
+    assert h.ssm.get(key.removeprefix("ssm.")) == 0
