@@ -319,10 +319,14 @@ def compare_sharded(sc: ShardCase, folder: Any) -> dict[str, Any]:
     return out
 
 
-#: FSDP1 (accelerate's FullyShardedDataParallel): its root unit holds the untied embedding with the head
-FSDP1 = [ShardCase(Case("llama"), version=1), ShardCase(Case("llama", gradient_checkpointing=True), version=1),
-         ShardCase(Case("qwen3"), version=1), ShardCase(Case("llama_wide", seq_len=32), version=1),
-         ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1)]
+#: FSDP1 (accelerate's FullyShardedDataParallel): its root unit holds the untied embedding with the head; 2 and 8
+#: ranks, untied and tied, checkpointing off and on, use_orig_params False (the plugin's default) and True
+#: (accelerate launch's and the Trainer's), the wide model late in backward and at its root's end
+FSDP1 = [ShardCase(Case(fam, gradient_checkpointing=gc), world=world, version=1, orig_params=orig)
+         for fam in ("llama", "qwen3") for world in (2, 8) for gc in (False, True) for orig in (False, True)] + [
+    ShardCase(Case("llama_wide", seq_len=32), version=1, orig_params=orig) for orig in (False, True)] + [
+    ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1, orig_params=orig)
+    for orig in (False, True)]
 
 
 def sharded_matrix() -> list[ShardCase]:
