@@ -135,7 +135,9 @@ TRAINING_CONFIGS = {
     "llamafactory-lora": "model_name_or_path: ./Llama-3.1-8B\nstage: sft\nfinetuning_type: lora\nlora_rank: 16\n"
                          "cutoff_len: 2048\nper_device_train_batch_size: 4\nbf16: true\n",
     "accelerate-fsdp": "distributed_type: FSDP\nnum_processes: 4\nmixed_precision: bf16\nfsdp_config:\n"
-                       "  fsdp_sharding_strategy: FULL_SHARD\n",
+                       "  fsdp_sharding_strategy: FULL_SHARD\n  fsdp_version: 2\n",
+    "accelerate-fsdp1": "distributed_type: FSDP\nnum_processes: 4\nmixed_precision: bf16\nfsdp_config:\n"
+                        "  fsdp_sharding_strategy: FULL_SHARD\n",
     "torchtune-lora": "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"
                       "  lora_attn_modules: ['q_proj', 'v_proj', 'output_proj']\n  lora_rank: 8\n  lora_alpha: 16\n"
                       "tokenizer:\n  max_seq_len: 4096\ncheckpointer:\n  checkpoint_dir: ./Llama-3.1-8B\n"

@@ -76,9 +76,15 @@ def test_fsdp_first_layers_backward_is_pytorchs_count(sc, tmp_path):
 
 
 #: FSDP1 (FullyShardedDataParallel as accelerate's FSDP1 plugin wraps it; the profiler's allocator events): its
-#: root unit holds the untied embedding with the head, gathered from forward to the end of backward with its one
-#: flat gradient (0.976 of PyTorch's count when sized as FSDP2's units); tied, the same units as FSDP2's.
-FSDP1_CASES = [ShardCase(Case("llama"), version=1), ShardCase(Case("qwen3"), version=1)]
+#: root unit holds the untied embedding with the head, gathered from forward to the end of backward with its
+#: head's gradient (0.976 of PyTorch's count when sized as FSDP2's units); a unit's gradient is there twice at its
+#: end (the views' and their cat): the wide model at 8 ranks peaks at its last layer's end (1.135 when FSDP2's
+#: late moment was taken), the tied one under checkpointing in its first layer's MLP (1.084), the wide one at 2
+#: ranks at the root's end in backward (1.044 of that phase). use_orig_params True as accelerate launch and the
+#: Trainer default to.
+FSDP1_CASES = [ShardCase(Case("llama"), version=1), ShardCase(Case("qwen3"), version=1),
+               ShardCase(Case("qwen3", gradient_checkpointing=True), world=8, version=1, orig_params=True),
+               ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1, orig_params=True)]
 
 
 @pytest.mark.parametrize("sc", [pytest.param(c, id=c.name) for c in FSDP1_CASES])
@@ -86,6 +92,11 @@ def test_fsdp1_rank_peak_is_pytorchs_count(sc, tmp_path):
     r = compare_sharded(sc, write_model(sc.case, tmp_path))
     ours, torch_count = r["peak"]
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    # the backward's own peak too, where the optimizer step is the step's
+    ours, torch_count = r["backward"]["total"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    if sc.world == 8 and sc.case.family == "llama_wide":
+        assert r["peak_at"] == ("end of backward", "backward"), r
 
 
 #: The optimizers beside AdamW, one process: Trainer's adafactor (bf16 and fp32 weights), sgd with

@@ -48,11 +48,14 @@ class ShardCase:
     offload: bool = False
     world: int = WORLD
     version: int = 2  # 1: FullyShardedDataParallel as accelerate's FSDP1 plugin wraps it (measure_fsdp1)
+    # FSDP1's use_orig_params (accelerate launch's and the Trainer's default: True; the plugin's own: False)
+    orig_params: bool = False
 
     @property
     def name(self) -> str:
         return (f"{self.case.name}-{self.case.optimizer}-fsdp{'1' if self.version == 1 else ''}_{self.strategy}"
-                f"{self.world}" + ("-mp" if self.mixed else "") + ("-offload" if self.offload else ""))
+                f"{self.world}" + ("-mp" if self.mixed else "") + ("-offload" if self.offload else "")
+                + ("-orig" if self.orig_params else ""))
 
 
 def _accelerator(plugin: Any, mixed: bool, device: Any) -> Any:
@@ -181,11 +184,34 @@ def _live(model: Any, opt: Any) -> dict[str, int]:
 
 
 def _allocated_peak(prof: Any) -> int:
-    """The highest the CPU allocator's running count rose over a profiled region (its [memory] events)."""
+    """The highest the CPU allocator's running count rose over a profiled region (its [memory] events, read
+    from the trace, which names each block's address). A free counts only when its block was allocated within
+    the region: the CPU allocator's reporter remembers the sizes of blocks allocated under an earlier profile
+    (c10/core/CPUAllocator.cpp ProfiledCPUMemoryReporter), so a later block at the same address was once
+    reported freed with the old size, and the same case counted up to 7 % less after other cases had run."""
+    import json
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as f:
+            events = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    finally:
+        os.unlink(path)
     run = best = 0
-    for ev in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                     key=lambda e: e.start_ns()):
-        run += ev.nbytes()
+    held: dict[int, int] = {}
+    for ev in sorted(events, key=lambda a: a["Ev Idx"]):
+        nbytes, addr = int(ev["Bytes"]), int(ev["Addr"])
+        if nbytes > 0:
+            held[addr] = held.get(addr, 0) + nbytes
+        elif addr in held:
+            nbytes = -min(-nbytes, held.pop(addr))
+        else:
+            continue
+        run += nbytes
         best = max(best, run)
     return best
 
@@ -196,9 +222,9 @@ def measure_fsdp1(sc: ShardCase) -> Measured:
     decoder layer class, mixed precision, limit_all_gathers, then each unit's flat parameter upcast to fp32
     under mixed precision), ``device_id`` the CPU (FSDP1 refuses a CPU-only machine otherwise:
     torch/distributed/fsdp/_init_utils.py _init_device_handle "FSDP needs a non-CPU accelerator device"),
-    ``use_orig_params=False`` (MemTracker and FSDPMemTracker cannot count it: the original parameters are
-    views, and MemTracker registers a post-accumulate-grad hook on each, which raises on non-leaf tensors).
-    Counted by the profiler's allocator events: what lives between phases plus the running count's peak.
+    ``use_orig_params`` as the case says (MemTracker and FSDPMemTracker cannot count it with True: the original
+    parameters are views, and MemTracker registers a post-accumulate-grad hook on each, which raises on non-leaf
+    tensors; True and False hold the same bytes within 100 B). Counted by the profiler's allocator events: what lives between phases plus the running count's peak.
     Per term only the total is PyTorch's; weights, gradients and states are what lives at each phase's start."""
     import torch
     import torch.distributed as dist
@@ -213,14 +239,14 @@ def measure_fsdp1(sc: ShardCase) -> Measured:
         # (FULL_SHARD only: prepare_model passes ``sharding_strategy or reshard_after_forward``, and the plugin's
         # sharding_strategy defaults to FULL_SHARD)
         plugin = FullyShardedDataParallelPlugin(fsdp_version=1, auto_wrap_policy="transformer_based_wrap",
-                                                use_orig_params=False)
+                                                use_orig_params=sc.orig_params)
         if sc.mixed:
             plugin.set_mixed_precision("bf16")
         plugin.set_auto_wrap_policy(model)
         model = FSDP(model, sharding_strategy=plugin.sharding_strategy,
                      cpu_offload=plugin.cpu_offload, auto_wrap_policy=plugin.auto_wrap_policy,
                      mixed_precision=plugin.mixed_precision_policy, backward_prefetch=plugin.backward_prefetch,
-                     forward_prefetch=plugin.forward_prefetch, use_orig_params=False,
+                     forward_prefetch=plugin.forward_prefetch, use_orig_params=sc.orig_params,
                      limit_all_gathers=plugin.limit_all_gathers, device_id=torch.device("cpu"))
         if sc.mixed:  # accelerate's "FSDP upcast of low precision parameters"
             for unit in FSDP.fsdp_modules(model):
@@ -293,10 +319,14 @@ def compare_sharded(sc: ShardCase, folder: Any) -> dict[str, Any]:
     return out
 
 
-#: FSDP1 (accelerate's FullyShardedDataParallel): its root unit holds the untied embedding with the head
-FSDP1 = [ShardCase(Case("llama"), version=1), ShardCase(Case("llama", gradient_checkpointing=True), version=1),
-         ShardCase(Case("qwen3"), version=1), ShardCase(Case("llama_wide", seq_len=32), version=1),
-         ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1)]
+#: FSDP1 (accelerate's FullyShardedDataParallel): its root unit holds the untied embedding with the head; 2 and 8
+#: ranks, untied and tied, checkpointing off and on, use_orig_params False (the plugin's default) and True
+#: (accelerate launch's and the Trainer's), the wide model late in backward and at its root's end
+FSDP1 = [ShardCase(Case(fam, gradient_checkpointing=gc), world=world, version=1, orig_params=orig)
+         for fam in ("llama", "qwen3") for world in (2, 8) for gc in (False, True) for orig in (False, True)] + [
+    ShardCase(Case("llama_wide", seq_len=32), version=1, orig_params=orig) for orig in (False, True)] + [
+    ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1, orig_params=orig)
+    for orig in (False, True)]
 
 
 def sharded_matrix() -> list[ShardCase]:

@@ -53,6 +53,8 @@ def _how(p: Plan) -> str:
         method += f" r{s.lora_r}" + (f" on {','.join(s.lora_targets)}" if s.lora_targets else "")
     micro = "{micro_batch}=" + str(s.micro_batch) if run.micro_open else str(s.micro_batch)
     shard = SHOWN[sharding_at(s, n)]  # every rank: a several-node placement lists them all
+    if s.fsdp_version == 1 and shard.startswith("FSDP "):
+        shard = "FSDP1" + shard[4:]  # FullyShardedDataParallel: its root unit sized as it holds it
     return (f"training: {s.launcher}, {method}, {s.precision}, micro-batch {micro} × {s.seq_len} tokens, gradient "
             f"checkpointing {'on' if s.gradient_checkpointing else 'off'}, {s.optimizer}, {s.loss} loss"
             + (", packed" if s.packing else "") + f", {shard}"

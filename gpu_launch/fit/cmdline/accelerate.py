@@ -37,6 +37,7 @@ TABLE = Table("accelerate", (
     Flag("zero_stage", _both("--zero_stage"), "int", low=0, high=3, valid="0, 1, 2 or 3"),
     Flag("deepspeed_config_file", _both("--deepspeed_config_file")),
     Flag("fsdp_sharding_strategy", _both("--fsdp_sharding_strategy")),
+    Flag("fsdp_version", _both("--fsdp_version"), "int", low=1, high=2, valid="1 or 2"),
     Flag("offload_optimizer_device", _both("--offload_optimizer_device")),
     Flag("offload_param_device", _both("--offload_param_device")),
 ), source="huggingface/accelerate src/accelerate/commands/launch.py (launch_command_parser)",

@@ -30,7 +30,7 @@ def read_launch(argv: Sequence[str], environ: Mapping[str, str]) -> Launch | Non
     if word in ("llamafactory-cli", "lmf"):
         from gpu_launch.fit.training.forms_llamafactory import read_llamafactory
 
-        return read_llamafactory(argv)
+        return read_llamafactory(argv, environ)
     if word == "tune":
         from gpu_launch.fit.training.forms_torchtune import read_torchtune
 

@@ -88,13 +88,33 @@ def _keys(raw: dict[str, tuple[Any, str]], launch: Launch) -> Launch:
                       ("chunked_cross_entropy", "chunked")):
         if _truth(raw, key):
             extra["loss"] = Value(loss, raw[key][1])
-    if "fsdp" in raw and raw["fsdp"][0]:
-        value = raw["fsdp"][0]
+    cfg = raw.get("fsdp_config", ({}, ""))[0] or {}
+    cfg = cfg if isinstance(cfg, dict) else {}
+    if ("fsdp" in raw and raw["fsdp"][0]) or cfg:
+        # FSDP is on with ``fsdp`` (a list, deprecated) or ``fsdp_config`` alone (src/axolotl/utils/trainer.py
+        # prepare_optim_env: ``if cfg.fsdp or cfg.fsdp_config``)
+        value = raw["fsdp"][0] if "fsdp" in raw and raw["fsdp"][0] else ""
         words = " ".join(value if isinstance(value, list) else [str(value)]).lower().split()
-        kind = "fsdp_grad_op" if "shard_grad_op" in words else "fsdp_hybrid" if "hybrid_shard" in words \
-            else "fsdp_full"
-        extra["sharding"] = Value(kind, raw["fsdp"][1])
-        cfg = raw.get("fsdp_config", ({}, ""))[0] or {}
-        if isinstance(cfg, dict) and str(cfg.get("fsdp_offload_params", cfg.get("offload_params", ""))).lower() == "true":
+        reshard = str(cfg.get("reshard_after_forward", cfg.get("fsdp_reshard_after_forward", ""))).lower()
+        kind = "fsdp_grad_op" if "shard_grad_op" in words or reshard in ("false", "shard_grad_op") \
+            else "fsdp_hybrid" if "hybrid_shard" in words else "fsdp_full"
+        extra["sharding"] = Value(kind, raw["fsdp"][1] if value else raw["fsdp_config"][1])
+        if str(cfg.get("fsdp_offload_params", cfg.get("offload_params", ""))).lower() == "true":
             extra["offload_optimizer"] = extra["offload_params"] = Value(True, raw["fsdp_config"][1])
+        extra["fsdp_version"] = _fsdp_version(raw, cfg)
     return with_keys(launch, **extra)
+
+
+def _fsdp_version(raw: Mapping[str, tuple[Any, str]], cfg: Mapping[str, Any]) -> Value:
+    """axolotl's ``fsdp_version`` (top-level; in ``fsdp_config`` it is moved there: src/axolotl/utils/schemas/
+    validation.py check_fsdp_version_in_fsdp_config). Only 2 sets ``FSDP_VERSION`` (utils/trainer.py
+    setup_fsdp_envs), so anything else runs accelerate's default, FSDP1 (check_fsdp_version: "FSDP1 will be
+    deprecated")."""
+    if "fsdp_version" in raw and raw["fsdp_version"][0] is not None:
+        value, written = raw["fsdp_version"]
+    elif cfg.get("fsdp_version", cfg.get("version")) is not None:
+        value = cfg.get("fsdp_version", cfg.get("version"))
+        written = f"fsdp_config.fsdp_version: {value}"
+    else:
+        return Value(1, "axolotl's default without fsdp_version: 2 (FSDP1)")
+    return Value(2 if str(value).strip() == "2" else 1, written)

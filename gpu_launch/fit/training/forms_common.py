@@ -16,9 +16,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Launch", "Value", "as_bool", "as_int", "optimizer_of", "to_setup", "DEFAULT_SEQ", "MICRO_BATCH_WORD"]
+__all__ = ["Launch", "Value", "as_bool", "as_int", "optimizer_of", "to_setup", "fsdp_version", "DEFAULT_SEQ",
+           "MICRO_BATCH_WORD", "FSDP2_TRAINER_SINCE"]
 
 DEFAULT_SEQ = 2048  # tokens a sequence when nothing says: an assumption the plan states
+#: The first transformers whose Trainer builds FSDP2 for ``--fsdp`` when ``fsdp_config`` names no version
+#: (training_args.py ``_process_fsdp_args``: ``fsdp_config.get("version", 2)``; 5.0 to 5.9: 1)
+FSDP2_TRAINER_SINCE = (5, 10)
 MICRO_BATCH_WORD = "{micro_batch}"
 _TRUE = {"true", "t", "yes", "y", "1", "on"}
 _FALSE = {"false", "f", "no", "n", "0", "off"}
@@ -37,7 +41,10 @@ class Launch:
     """A training launch as read, before the model is known. ``keys`` use one vocabulary: model, method,
     lora_r, lora_alpha, lora_dropout, lora_targets, dora, quant_bits, quant_double, micro_batch, seq_len, grad_accum,
     gradient_checkpointing, optimizer, loss, attention, packing, bf16, fp16, dtype, sharding,
-    offload_optimizer, offload_params. ``defaults``: the framework's own values where the launch says
+    offload_optimizer, offload_params; for FSDP's version (:func:`fsdp_version`): fsdp_version (the launch names
+    the one that runs), fsdp_trainer (the Trainer's ``--fsdp`` builds the plugin: the version its
+    ``fsdp_config`` names, or None), fsdp_launcher (what accelerate's plugin reads from the environment:
+    accelerate launch's config or ``--fsdp_version``, ``FSDP_VERSION``). ``defaults``: the framework's own values where the launch says
     nothing (known, not assumed); what neither says is assumed and listed."""
 
     launcher: str
@@ -47,6 +54,7 @@ class Launch:
     nproc: int | None = None  # processes a node the launcher is told (None: gpulaunch's {n})
     script: bool = False  # the model, LoRA and length may live in the user's script: what is not read is assumed
     transformers: int | None = None  # transformers' major version in the command's interpreter (None: not found)
+    transformers_version: tuple[int, ...] | None = None  # its whole version (the FSDP default moved in 5.10)
     nnodes: int = 1  # the nodes the launcher spreads its ranks over (torchrun --nnodes, accelerate --num_machines)
     trainer_flags: bool = False  # the script takes Trainer flags: TrainingArguments' defaults apply to what it omits
     notes: tuple[str, ...] = ()
@@ -162,6 +170,7 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         assumed.append("LoRA rank 16: say the launch's lora_r")
     targets = g("lora_targets") or (() if method == "full" else ("q_proj", "v_proj"))
     optimizer = g("optimizer") or "adamw_torch"
+    version = fsdp_version(launch, assumed)
     return TrainingSetup(
         model=model, launcher=launch.launcher, method=method, precision=_precision(launch, model_dtype, assumed),
         micro_batch=int(micro), seq_len=int(seq), grad_accum=int(g("grad_accum") or 1),
@@ -174,7 +183,42 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         sharding=g("sharding") or "none", offload_optimizer=bool(g("offload_optimizer")),
         offload_params=bool(g("offload_params")), nproc=launch.nproc, assumed=tuple(assumed),
         mixed_precision=bool(g("bf16") or g("fp16")), zero_buckets=tuple(g("zero_buckets") or ()),
-        sources=launch.sources)
+        sources=launch.sources, fsdp_version=version)
+
+
+def fsdp_version(launch: Launch, assumed: list[str]) -> int:
+    """The FSDP that runs: 1 (FullyShardedDataParallel) or 2 (fully_shard); 2 when the launch does not shard
+    with FSDP. accelerate's plugin takes ``fsdp_version`` from its caller, else ``FSDP_VERSION`` from the
+    environment, else 1 (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__);
+    accelerate launch sets that from its config's ``fsdp_version`` or ``--fsdp_version``, 1 by default
+    (commands/launch.py, utils/launch.py prepare_multi_gpu_env). The Trainer's ``--fsdp`` passes its own plugin,
+    which wins (trainer.py create_accelerator_and_postprocess): in transformers 5 its version is
+    ``fsdp_config``'s ``version`` (``fsdp_version`` read the same: the prefix is dropped), defaulting to 2 since
+    5.10 and to 1 before (training_args.py ``_process_fsdp_args``); transformers 4 sets the plugin's other
+    variables in the environment but not the version, so the environment's (or accelerate launch's) decides."""
+    from gpu_launch.fit.training.memory_sharding import FSDP
+
+    if launch.get("sharding") not in FSDP:
+        return 2
+    if launch.said("fsdp_version"):
+        return int(launch.get("fsdp_version"))
+    trainer, launcher = launch.keys.get("fsdp_trainer"), launch.keys.get("fsdp_launcher")
+    version = launch.transformers_version
+    if trainer is not None and version is not None and version[0] < 5:
+        return int(launcher.value) if launcher is not None else 1
+    if trainer is not None:
+        if trainer.value is not None:
+            return int(trainer.value)
+        if version is None:
+            assumed.append("FSDP2 (the Trainer's --fsdp since transformers 5.10; none found in the command's "
+                           "interpreter, and 5.0 to 5.9 run FSDP1): say fsdp_config's version")
+            return 2
+        return 2 if version >= FSDP2_TRAINER_SINCE else 1
+    if launcher is not None:
+        return int(launcher.value)
+    assumed.append("FSDP1 (accelerate's default where nothing names the version): say FSDP_VERSION=2 or the "
+                   "config's fsdp_version: 2")
+    return 1
 
 
 def with_keys(launch: Launch, **values: Value) -> Launch:

@@ -145,7 +145,7 @@ def accelerate_config(path: str) -> dict[str, Any]:
     out: dict[str, Any] = {"source": full, "num_processes": data.get("num_processes"),
                            "mixed_precision": data.get("mixed_precision"), "sharding": None,
                            "offload_optimizer": False, "offload_params": False, "deepspeed": None,
-                           "gradient_checkpointing": None}
+                           "gradient_checkpointing": None, "fsdp_version": None}
     if kind == "DEEPSPEED":
         ds = data.get("deepspeed_config") or {}
         if not isinstance(ds, Mapping):
@@ -167,6 +167,12 @@ def accelerate_config(path: str) -> dict[str, Any]:
         out["offload_optimizer"] = out["offload_params"] = offload is True or str(offload).lower() == "true"
         ac = fsdp.get("fsdp_activation_checkpointing")
         out["gradient_checkpointing"] = True if ac is True or str(ac).lower() == "true" else None
+        # accelerate launch reads fsdp_config's ``fsdp_version`` (a key without the prefix gets it:
+        # commands/launch.py _validate_launch_command); absent, its ``--fsdp_version`` default, 1
+        version = fsdp.get("fsdp_version", fsdp.get("version"))
+        if version is not None and str(version).strip() not in ("1", "2"):
+            raise UsageError(f"{what} {path!r}: fsdp_version {version!r} does not exist", hint="1 or 2")
+        out["fsdp_version"] = None if version is None else int(str(version).strip())
     elif kind in ("MULTI_GPU",):
         out["sharding"] = "ddp"
     return out

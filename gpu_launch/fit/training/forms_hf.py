@@ -215,16 +215,42 @@ def _sharding(raw: Mapping[str, tuple[Any, str]], put: Any, sources: list[str], 
         resolve_deepspeed(ds, raw, put)
         if ds["source"]:
             sources.append(ds["source"])
-    if "fsdp" in raw and raw["fsdp"][0]:
+    if "fsdp" in raw and raw["fsdp"][0] not in (None, "", False):
         value, written = raw["fsdp"]
         words = " ".join(value if isinstance(value, list) else [str(value)]).lower().split()
-        kind = "fsdp_full" if "full_shard" in words else "fsdp_grad_op" if "shard_grad_op" in words \
+        # a bare --fsdp (or fsdp: true) turns FSDP on with its defaults: full shard (transformers 5's
+        # ``nargs="?", const=True``; transformers 4's ``fsdp is True -> [FULL_SHARD]``)
+        bare = not words or words in (["true"], ["1"], ["yes"])
+        kind = "fsdp_full" if "full_shard" in words or bare else "fsdp_grad_op" if "shard_grad_op" in words \
             else "fsdp_hybrid" if "hybrid_shard" in words or "hybrid_shard_zero2" in words else None
         if kind:
             put("sharding", kind, written)
+            put("fsdp_trainer", _fsdp_config_version(raw, sources), written)
         if "offload" in words:
             put("offload_optimizer", True, written)
             put("offload_params", True, written)
+
+
+def _fsdp_config_version(raw: Mapping[str, tuple[Any, str]], sources: list[str]) -> int | None:
+    """The FSDP version ``--fsdp_config`` names (a JSON file, or a mapping in an arguments file): its
+    ``version`` or ``fsdp_version`` (training_args.py ``_process_fsdp_args`` drops the ``fsdp_`` prefix of
+    every key), or None."""
+    from gpu_launch.errors import UsageError
+
+    if "fsdp_config" not in raw or raw["fsdp_config"][0] in (None, "", True):
+        return None
+    value, written = raw["fsdp_config"]
+    if isinstance(value, Mapping):
+        data = dict(value)
+    else:
+        data, path = forms_files.read_mapping(str(value), "the Trainer's --fsdp_config")
+        sources.append(path)
+    found = data.get("version", data.get("fsdp_version"))
+    if found is None:
+        return None
+    if str(found).strip() not in ("1", "2"):
+        raise UsageError(f"{written}: FSDP version {found!r} does not exist", hint="version is 1 or 2")
+    return int(str(found).strip())
 
 
 def resolve_deepspeed(ds: Mapping[str, Any], raw: Mapping[str, tuple[Any, str]], put: Any) -> None:

@@ -72,14 +72,26 @@ def behind_launcher(argv: Sequence[str], environ: Mapping[str, str]) -> Launch |
             data, path = forms_files.read_mapping(str(raw["config"][0]), "the script's --config")
             raw = {**forms_hf.from_file(data, str(raw["config"][0])), **raw}
             sources.append(path)
-        from gpu_launch.fit.training.interpreter import transformers_major
+        from gpu_launch.fit.training.interpreter import installed_version
 
+        version = installed_version(argv, environ, "transformers")
         launch = forms_hf.hf_keys(raw, Launch("trainer", sources=tuple(sources), script=True,
-                                              transformers=transformers_major(argv, environ),
+                                              transformers=version[0] if version else None,
+                                              transformers_version=version,
                                               trainer_flags=bool(forms_hf.TRAINER_WORDS & set(raw))))
+    launch = _fsdp_env(launch, environ)
     if said is not None:
         launch = _launcher_keys(launch, said, table or "", environ)
     return launch
+
+
+def _fsdp_env(launch: Launch, environ: Mapping[str, str]) -> Launch:
+    """``FSDP_VERSION`` in the environment: what accelerate's FSDP plugin reads when its caller names no version
+    (accelerate/utils/dataclasses.py FullyShardedDataParallelPlugin.__post_init__)."""
+    text = str(environ.get("FSDP_VERSION", "")).strip()
+    if text not in ("1", "2"):
+        return launch
+    return replace(launch, keys={"fsdp_launcher": Value(int(text), f"FSDP_VERSION={text}"), **launch.keys})
 
 
 def _launcher_keys(launch: Launch, said: cmdline.Said, table: str, environ: Mapping[str, str]) -> Launch:
@@ -123,6 +135,12 @@ def _accelerate(launch: Launch, said: cmdline.Said, environ: Mapping[str, str]) 
                 keys[key] = Value(True, f"fsdp_offload_params ({where})")
         if cfg["gradient_checkpointing"]:
             keys["gradient_checkpointing"] = Value(True, f"fsdp_activation_checkpointing ({where})")
+        if cfg["sharding"] and cfg["sharding"] != "ddp" and cfg["deepspeed"] is None:
+            # accelerate launch sets FSDP_VERSION for the script from its config (utils/launch.py
+            # prepare_multi_gpu_env), over the environment's; none in the file: its --fsdp_version default, 1
+            version = cfg["fsdp_version"]
+            keys["fsdp_launcher"] = Value(version or 1, f"fsdp_version {version} ({where})" if version else
+                                          f"accelerate launch's fsdp_version 1 ({where} names none)")
         if cfg["deepspeed"] is not None:
             ds = cfg["deepspeed"]
             if ds["source"]:
@@ -141,8 +159,15 @@ def _accelerate(launch: Launch, said: cmdline.Said, environ: Mapping[str, str]) 
                                                            "strategy"), "--fsdp_sharding_strategy")
     elif said.text("use_fsdp") == "1" and "sharding" not in keys:
         keys["sharding"] = Value("fsdp_full", "--use_fsdp")
-    # the script's own flags (the Trainer's --bf16, --deepspeed) win over the launcher's
+    if said.number("fsdp_version") is not None:
+        keys["fsdp_launcher"] = Value(int(said.number("fsdp_version") or 1), f"--fsdp_version {said.text('fsdp_version')}")
+    elif said.text("use_fsdp") == "1" and "fsdp_launcher" not in keys:
+        keys["fsdp_launcher"] = Value(1, "--use_fsdp (accelerate launch's --fsdp_version default: 1)")
+    # the script's own flags (the Trainer's --bf16, --deepspeed) win over the launcher's; the launcher's FSDP
+    # version over the environment's
     merged = {**keys, **launch.keys}
+    if "fsdp_launcher" in keys:
+        merged["fsdp_launcher"] = keys["fsdp_launcher"]
     return replace(launch, keys=merged, sources=tuple(dict.fromkeys(sources)), nproc=nproc)
 
 

@@ -12,7 +12,7 @@ the file override its keys (hparams/parser.py reads them with OmegaConf's from_d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpu_launch.errors import UsageError
 from gpu_launch.fit.training import forms_files, forms_hf
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["read_llamafactory"]
 
 
-def read_llamafactory(argv: Sequence[str]) -> Launch | None:
+def read_llamafactory(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Launch | None:
     if len(argv) < 2 or argv[1] != "train":
         return None
     words = list(argv[2:])
@@ -46,9 +46,17 @@ def read_llamafactory(argv: Sequence[str]) -> Launch | None:
                          hint="llamafactory-cli train config.yaml")
     shared = {k: v for k, v in raw.items() if k in ("model_name_or_path", "per_device_train_batch_size",
                                                       "cutoff_len", "gradient_accumulation_steps", "bf16", "fp16",
-                                                      "deepspeed", "optim", "packing", "use_dora")}
+                                                      "deepspeed", "optim", "packing", "use_dora", "fsdp",
+                                                      "fsdp_config")}
+    # its YAML's fsdp and fsdp_config are the Trainer's own (Seq2SeqTrainingArguments), as the command's
+    # transformers reads them (forms_common.fsdp_version)
+    from gpu_launch.fit.training.interpreter import installed_version
+
+    version = installed_version(argv, environ, "transformers") if environ is not None else None
     launch = forms_hf.hf_keys(shared, Launch("llamafactory", sources=tuple(sources),
-                                             defaults={"seq_len": 2048, "micro_batch": 8}))
+                                             defaults={"seq_len": 2048, "micro_batch": 8},
+                                             transformers=version[0] if version else None,
+                                             transformers_version=version))
     extra: dict[str, Value] = {}
     kind = str(raw.get("finetuning_type", ("lora", ""))[0]).lower()
     quant = raw.get("quantization_bit")

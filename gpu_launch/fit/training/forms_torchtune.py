@@ -147,6 +147,9 @@ def _keys(data: Mapping[str, Any], recipe: str, nproc: int | None, path: str) ->
         put("loss", "chunked", "loss._component_")
     if recipe.endswith("_distributed"):
         keys["sharding"] = Value("fsdp_full", f"{recipe} (FSDP full shard)")
+        # torchtune's distributed recipes shard with fully_shard, FSDP2 (torchtune/training/_distributed.py
+        # shard_model)
+        keys["fsdp_version"] = Value(2, f"{recipe} (fully_shard)")
         offload = _get(data, "fsdp_cpu_offload")
         if offload is not None and as_bool(offload, "fsdp_cpu_offload"):
             keys["offload_optimizer"] = keys["offload_params"] = Value(True, "fsdp_cpu_offload")

@@ -60,7 +60,12 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
         prompt = as_int(*raw.get("max_prompt_length", (512, "")), "max_prompt_length")
         completion = as_int(*raw.get("max_completion_length", (256, "")), "max_completion_length")
         defaults["seq_len"] = prompt + completion
-    launch = forms_hf.hf_keys(raw, Launch(f"trl {verb}", defaults=defaults, sources=tuple(sources)))
+    from gpu_launch.fit.training.interpreter import installed_version
+
+    # the command's transformers decides what --fsdp builds (forms_common.fsdp_version)
+    version = installed_version(argv, environ, "transformers") if environ is not None and "fsdp" in raw else None
+    launch = forms_hf.hf_keys(raw, Launch(f"trl {verb}", defaults=defaults, sources=tuple(sources),
+                                          transformers_version=version))
     if verb == "sft":
         launch = _sft_loss(launch, raw, argv, environ)
     return launch

@@ -150,7 +150,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             temp_of=lambda b: step_temporary_bytes(setup.optimizer, counts, b),
             offload=setup.offload_optimizer or setup.offload_params,
             trained_layer=None if setup.method == "full" else counts.trainable // max(1, model.hyper.n_layers),
-            down=_first_grads(block))
+            down=_first_grads(block), version=setup.fsdp_version, head_weight=vocab_h + h)
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
     elif setup.sharding in _SHARDS_WEIGHTS:
         # ZeRO-3 (memory_sharding.zero3): what is still gathered at the start of backward, the gradient
@@ -196,9 +196,11 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     backward_at, backward = backward_peak(
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
         e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
-        late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None)
+        late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None,
+        fsdp1=bool(fsdp) and setup.fsdp_version == 1)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
-        # FSDP's last unit in backward: the untied embedding gathered with its dense gradient
+        # FSDP's last unit in backward: the untied embedding gathered with its dense gradient (FSDP1: the root
+        # gathered with its gradient twice, memory_sharding._fsdp1)
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}

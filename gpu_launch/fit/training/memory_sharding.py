@@ -77,13 +77,16 @@ def _over(n: int, d: int) -> int:
 
 def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: int, trainable: int,
          states_of, temp_of, total: int, layer: int, layers: int, head: int, embed: int,
-         offload: bool, trained_layer: int | None = None, down: int = 0) -> Shards:
+         offload: bool, trained_layer: int | None = None, down: int = 0, version: int = 2,
+         head_weight: int = 0) -> Shards:
     """One rank of ``divisor`` ranks. ``weights``: every parameter's bytes as loaded (``te`` a trainable
     one); ``states_of(b)`` / ``temp_of(b)``: the optimizer's states and step temporaries for ``b``-byte
     parameters; ``total``, ``layer``, ``head``, ``embed``: elements of the model, of its largest decoder layer
     (of ``layers``), of the tail unit (final norm + head, the embedding too when tied) and of the untied input
     embedding (0); ``trained_layer``: a layer's trained elements when not all are (LoRA's adapters);
-    ``down``: the elements of a layer's down_proj (its MLP's last linear, the first whose gradient is made)."""
+    ``down``: the elements of a layer's down_proj (its MLP's last linear, the first whose gradient is made).
+    ``version`` 1: FSDP1 (:func:`_fsdp1`), ``head`` its root unit, ``head_weight`` the root's elements whose
+    gradients come first (the LM head's and the final norm's)."""
     master = 4 if mixed else te  # accelerate's upcast of the trainable parameters
     gathered_e = 2 if mixed else e  # MixedPrecisionPolicy.param_dtype (bf16/fp16), else as stored
     resident = _over(weights - trainable * te + trainable * master, divisor)
@@ -117,6 +120,11 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
     late *= gathered_e
     at_embed = (2 * embed + layer) * gathered_e if embed else 0
     embed_grads = grads - _over(embed * master, divisor)
+    head_grad = head * gathered_e
+    if version == 1:
+        late, late_grads, at_embed, embed_grads, head_grad = _fsdp1(
+            grads=grads, master=master, divisor=divisor, gathered_e=gathered_e, layer=layer, root=head,
+            early=head_weight if trained_layer is None else 0, trains_root=trained_layer is None)
     host = 0
     if offload:
         host = resident + grads + states + temp
@@ -125,7 +133,36 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
         at_embed += _over(embed * master, divisor)
     unit_mlp = min(down, grad_unit) if trained_layer is None else 0  # down_proj's gradient comes first
     return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), unit_mlp * gathered_e,
-                  grad_unit * gathered_e, at_embed, max(0, embed_grads), head * gathered_e, host, master)
+                  grad_unit * gathered_e, at_embed, max(0, embed_grads), head_grad, host, master)
+
+
+def _fsdp1(*, grads: int, master: int, divisor: int, gathered_e: int, layer: int, root: int, early: int,
+           trains_root: bool) -> tuple[int, int, int, int, int]:
+    """FSDP1 (``FullyShardedDataParallel`` as accelerate wraps it: each decoder layer a unit, the root unit the
+    embedding, the final norm and the head; backward_prefetch None, accelerate's and the Trainer's default):
+    (gathered late, the gradients' shards then, gathered at the root's end, the shards then, the head's
+    gradient). From torch/distributed/fsdp (2.13):
+
+    * the root is not resharded after forward (_runtime_utils.py ``_post_forward_reshard``) and its post-backward
+      runs only once its last parameter's gradient is made, the embedding's (``_post_backward_hook`` is
+      registered on the flat parameter's AccumulateGrad, _runtime_utils.py ``_register_post_backward_hook``):
+      through every layer's backward the root stays gathered with its head's and final norm's gradients;
+    * a unit's original parameters are views of its flat parameter (flat_param.py ``_use_unsharded_views``), so
+      autograd makes the flat gradient by concatenating the views' gradients once the last of them is made
+      (the split's backward, a ``cat``): at a unit's end its gradient is there twice, the views' and the cat's,
+      before ``_post_backward_hook`` reduce-scatters it and frees them;
+    * nothing is prefetched (``BackwardPrefetch`` None) and the collective is waited on in the hook, so no
+      other layer is gathered and no reduce-scatter input outlives its unit.
+
+    Measured (tests/training_oracle_sharded.py measure_fsdp1: use_orig_params True and False hold the same bytes):
+    memory_backward.py's two FSDP1 moments (the last layer's end, every other activation alive, no gradient
+    sharded yet; the first layer's end, every other gradient sharded), and the root's own end here."""
+    late = (layer + root + early) * gathered_e
+    late_grads = grads - _over((layer + root) * master, divisor)
+    root_grad = root if trains_root else 0
+    at_root = (root + 2 * root_grad) * gathered_e
+    root_grads = grads - _over(root_grad * master, divisor)
+    return late, late_grads, at_root, root_grads, early * gathered_e
 
 
 #: DeepSpeed's defaults where the config does not name them (deepspeed/runtime/zero/config.py

@@ -62,10 +62,10 @@ class TrainingSetup:
     # The DeepSpeed config's ZeRO sizes as written (reduce_bucket_size, stage3_prefetch_bucket_size,
     # stage3_max_reuse_distance: a number or "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
     zero_buckets: tuple[tuple[str, object], ...] = ()
-    # FSDP's version: 2 (fully_shard; the Trainer's --fsdp in transformers 5, accelerate's fsdp_version: 2) or 1
-    # (FullyShardedDataParallel, accelerate's default otherwise): FSDP1 wraps the decoder layers only, so its
-    # root unit holds the embedding, the final norm and the head together (memory.py). The launch readers leave
-    # it at 2.
+    # FSDP's version: 2 (fully_shard; the Trainer's --fsdp since transformers 5.10, accelerate's fsdp_version: 2,
+    # torchtune) or 1 (FullyShardedDataParallel: accelerate launch's and axolotl's default, the Trainer's --fsdp in
+    # transformers 4 and 5.0-5.9): FSDP1 wraps the decoder layers only, so its root unit holds the embedding, the
+    # final norm and the head together (memory.py, memory_sharding._fsdp1). Read by forms_common.fsdp_version.
     fsdp_version: int = 2
 
 
