@@ -67,6 +67,17 @@ class TrainingSetup:
     # root unit holds the embedding, the final norm and the head together (memory.py). The launch readers leave
     # it at 2.
     fsdp_version: int = 2
+    # GRPO (``trl grpo``; memory_generation.py): the completions generated on each GPU at once (the per-device
+    # batch × steps_per_generation; 0: the launch generates nothing) and how many of ``seq_len``'s tokens are the
+    # completion (max_completion_length; the rest is the prompt, and only the completion is scored)
+    generation_rows: int = 0
+    completion_len: int = 0
+    # a frozen second copy of the weights beside the trained ones (GRPO with beta > 0 and no PEFT)
+    reference_model: bool = False
+    # where the completions are made with vLLM (use_vllm): "" (none: model.generate on this GPU), "server"
+    # (another GPU), "colocate" (vLLM in the training process: ``vllm_share`` of each GPU's memory reserved)
+    vllm: str = ""
+    vllm_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class TrainingPeak:
     ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
 
     peak_bytes: int
-    # "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
+    # "generation" (GRPO's model.generate before the step: weights, states, the KV cache), "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
     # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
     # there, one layer's activations) or "optimizer step"
     peak_at: str
@@ -89,6 +100,7 @@ class TrainingPeak:
     allowance_bytes: int
     host_bytes: int = 0  # what the setup keeps in host RAM (offloaded states, parameters)
     other_bytes: int = 0
+    generation_bytes: int = 0  # GRPO's generation at its peak: the KV cache and generate's temporaries
     dominant: str = ""  # the largest term's name
     rules: tuple[str, ...] = ()  # one line a term: how it was worked out and where the rule comes from
     labels: dict[str, str] = field(default_factory=dict)  # term -> "exact" / "rule" / "allowance"
