@@ -160,7 +160,7 @@ def setup_grpo(case: Case, prompt: int, completion: int, steps_per_generation: i
 
     return replace(setup_of(case), launcher="trl grpo", loss="fused", loss_chunk_tokens=None,
                    mixed_precision=case.precision != "fp32", seq_len=prompt + completion, completion_len=completion,
-                   generation_rows=case.micro_batch * steps_per_generation,
+                   generation_steps=steps_per_generation,
                    reference_model=beta > 0 and case.method == "full")
 
 

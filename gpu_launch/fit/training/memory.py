@@ -212,10 +212,10 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp + (zero.bucket if zero else 0)}
     out = {"backward": backward, "optimizer step": step}
-    if setup.generation_rows and not setup.vllm:
+    if memory_generation.rows(setup, world):
         # GRPO's generate before the step (memory_generation.py): the weights (ZeRO-3 gathers them whole for it:
         # trl/models/utils.py _unwrap_model_for_generation, ds3_gather_for_generation), the states, no gradients
-        gen = memory_generation.generation_bytes(model, config, setup)
+        gen = memory_generation.generation_bytes(model, config, setup, world)
         whole = counts.total * e if setup.sharding == "zero3" else 0
         out["generation"] = {"weights": at_backward + whole, "gradients": 0, "optimizer": states, "activations": 0,
                              "loss": 0, "other": 0, "generation": max(gen.values())}
@@ -260,8 +260,10 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
              f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
              + ("on" if setup.gradient_checkpointing else "off"),
              _LOSS_RULES.get(setup.loss, f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"))
-    if setup.generation_rows:
-        rules += (memory_generation.rule(model, setup),)
+    if setup.completion_len:
+        gen = ph.get("generation")
+        rules += (memory_generation.rule(model, setup, world, gen["generation"] if gen else 0,
+                                         sum(gen.values()) if gen else 0),)
     if setup.reference_model:
         rules += ("weights: + the reference model's (beta > 0 without PEFT: a frozen copy as loaded)",)
     return TrainingPeak(
@@ -272,4 +274,4 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
         rules=rules,
         labels={"weights": "exact" if setup.method == "full" and setup.sharding not in _SHARDS_WEIGHTS else "rule",
                 "gradients": "rule", "optimizer": "rule", "activations": "rule", "loss": "rule",
-                "allowance": "allowance", **({"generation": "rule"} if setup.generation_rows else {})})
+                "allowance": "allowance", **({"generation": "rule"} if setup.completion_len else {})})

@@ -30,7 +30,7 @@ completion). With vLLM (``use_vllm``) generate does not run here: in ``server`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpu_launch.fit.training.setup import TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
@@ -39,8 +39,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["kv_bytes_per_token", "generation_bytes", "cache_bytes", "DEFAULT_PROMPT", "rule"]
+__all__ = ["kv_bytes_per_token", "generation_bytes", "cache_bytes", "rows", "DEFAULT_PROMPT", "rule", "vllm_reserved",
+           "vllm_notes"]
 
+GiB = 1 << 30
 #: The prompt length assumed where nothing says (trl's GRPOConfig.max_prompt_length before it was removed).
 DEFAULT_PROMPT = 512
 
@@ -70,17 +72,29 @@ def kv_bytes_per_token(model: ModelFacts, setup: TrainingSetup) -> int:
     return sum((k + v) * e for k, v, sliding in _layers(model) if not sliding)
 
 
-def cache_bytes(model: ModelFacts, setup: TrainingSetup, tokens: int, rows: int) -> int:
-    """The cache of ``rows`` sequences of ``tokens`` tokens: full layers every token, sliding ones the window."""
+def cache_bytes(model: ModelFacts, setup: TrainingSetup, tokens: int, seqs: int) -> int:
+    """The cache of ``seqs`` sequences of ``tokens`` tokens: full layers every token, sliding ones the window."""
     e = _element(setup)
     window = model.hyper.sliding_window or 0
-    return rows * sum((k + v) * e * (min(tokens, window) if sliding else tokens) for k, v, sliding in _layers(model))
+    return seqs * sum((k + v) * e * (min(tokens, window) if sliding else tokens) for k, v, sliding in _layers(model))
 
 
-def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup) -> dict[str, int]:
+def rows(setup: TrainingSetup, world: int = 1) -> int:
+    """The completions one GPU generates at once: per_device_train_batch_size × steps_per_generation, or
+    generation_batch_size shared by the ranks (grpo_config.py GRPOConfig.__post_init__; the dataloader's batch,
+    grpo_trainer.py get_train_dataloader); 0 when the launch generates nothing here."""
+    if not setup.completion_len or setup.vllm:
+        return 0
+    if setup.generation_batch:
+        return -(-setup.generation_batch // max(1, world))
+    return setup.micro_batch * max(1, setup.generation_steps)
+
+
+def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup,
+                     world: int = 1) -> dict[str, int]:
     """{"prefill": bytes, "decode": bytes}: what generate holds beyond the weights and states at each moment."""
-    rows, completion = setup.generation_rows, setup.completion_len
-    if rows <= 0 or completion <= 0 or setup.vllm:
+    n, completion = rows(setup, world), setup.completion_len
+    if n <= 0:
         return {"prefill": 0, "decode": 0}
     prompt = max(1, setup.seq_len - completion)
     e = _element(setup)
@@ -92,29 +106,47 @@ def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: Traini
     # act(gate), up and their product (no autograd: gate dies once act is made), four of the hidden size (the
     # model's embeddings output, kept by LlamaModel.forward to its end; the layer's input; the residual; the
     # normed input), RoPE's cos and sin (a head each), the ids, mask and positions (int64) and the padded
-    # prompts' boolean mask (masking_utils.py sdpa_mask: rows × 1 × prompt × prompt, made once prompts differ in
+    # prompts' boolean mask (masking_utils.py sdpa_mask: n × 1 × prompt × prompt, made once prompts differ in
     # length); every layer's cache at the prompt's length
-    prefill = (cache_bytes(model, setup, prompt, rows) + rows * prompt * e * (3 * inter + 4 * h + 2 * d)
-               + rows * prompt * (32 + prompt))
+    prefill = (cache_bytes(model, setup, prompt, n) + n * prompt * e * (3 * inter + 4 * h + 2 * d)
+               + n * prompt * (32 + prompt))
     # the last decode step: the cache at prompt + completion - 1 and, while a layer's V is concatenated, its old V
     # (cache_utils.py DynamicLayer.update: torch.cat, then the old one freed), or later the step's logits in the
     # model's dtype (logits_to_keep=1); the step before's fp32 scores and softmax (generation/utils.py _sample:
     # alive until the new ones replace them); the growing ids and attention mask and the step's masks (int64)
     widest = max((max(k, v) for k, v, _ in _layers(model)), default=0)
     longest = prompt + completion
-    decode = (cache_bytes(model, setup, longest - 1, rows) + rows * max(longest * widest * e, vocab * e)
-              + 2 * rows * vocab * 4 + 3 * rows * longest * 8)
+    decode = (cache_bytes(model, setup, longest - 1, n) + n * max(longest * widest * e, vocab * e)
+              + 2 * n * vocab * 4 + 3 * n * longest * 8)
     return {"prefill": prefill, "decode": decode}
 
 
-def rule(model: ModelFacts, setup: TrainingSetup) -> str:
-    """The plan's line for the generation's term."""
+def rule(model: ModelFacts, setup: TrainingSetup, world: int = 1, term: int = 0, moment: int = 0) -> str:
+    """The plan's line for the generation's term (``term`` its bytes, ``moment`` all that moment holds)."""
     if setup.vllm == "server":
         return "generation: vLLM server mode (use_vllm, vllm_mode server): completions made on another GPU"
     if setup.vllm == "colocate":
         return (f"generation: vLLM colocate mode reserves {setup.vllm_share:.0%} of each GPU's memory "
                 "(vllm_gpu_memory_utilization) beside the training step")
     prompt = max(1, setup.seq_len - setup.completion_len)
-    return (f"generation: model.generate of {setup.generation_rows} completions at once (per-device batch × "
-            f"steps_per_generation), {prompt} + {setup.completion_len} tokens, transformers' DynamicCache "
-            f"{kv_bytes_per_token(model, setup):,} bytes a token (K and V, every layer, the model's dtype)")
+    how = "generation_batch_size over the ranks" if setup.generation_batch else "per-device batch × steps_per_generation"
+    return (f"generation: model.generate of {rows(setup, world)} completions at once ({how}), "
+            f"{prompt} + {setup.completion_len} tokens, transformers' DynamicCache "
+            f"{kv_bytes_per_token(model, setup):,} bytes a token (K and V, every layer, the model's dtype): "
+            f"{term / GiB:.2f} GiB with generate's temporaries, {moment / GiB:.2f} GiB in all then")
+
+
+def vllm_reserved(setup: TrainingSetup, total: int) -> int:
+    """What a colocated vLLM takes of a GPU of ``total`` bytes beside the training step: its
+    ``gpu_memory_utilization`` (trl's vllm_gpu_memory_utilization, 0.3) of the GPU's whole memory, the budget vLLM
+    holds its weights, KV cache and activations in (vllm/config/cache.py CacheConfig.gpu_memory_utilization: "the
+    fraction of GPU memory to be used for the model executor"); trl/generation/vllm_generation.py starts it in
+    the training process."""
+    return int(setup.vllm_share * total) if setup.vllm == "colocate" else 0
+
+
+def vllm_notes(setup: TrainingSetup, rooms: Sequence[Any], reserved: Sequence[int]) -> tuple[str, ...]:
+    """The plan's note per GPU (``rooms``: fit/plan.py Room) a colocated vLLM takes ``reserved`` bytes of."""
+    return tuple(f"vLLM (colocate) reserves {v / GiB:.1f} GiB of GPU {r.gpu} (vllm_gpu_memory_utilization "
+                 f"{setup.vllm_share:g} of its memory), counted with its allowance"
+                 for r, v in zip(rooms, reserved) if v)

@@ -67,11 +67,13 @@ class TrainingSetup:
     # root unit holds the embedding, the final norm and the head together (memory.py). The launch readers leave
     # it at 2.
     fsdp_version: int = 2
-    # GRPO (``trl grpo``; memory_generation.py): the completions generated on each GPU at once (the per-device
-    # batch × steps_per_generation; 0: the launch generates nothing) and how many of ``seq_len``'s tokens are the
-    # completion (max_completion_length; the rest is the prompt, and only the completion is scored)
-    generation_rows: int = 0
+    # GRPO (``trl grpo``; memory_generation.py): how many of ``seq_len``'s tokens are the completion
+    # (max_completion_length; the rest is the prompt; only the completion is scored; 0: the launch generates
+    # nothing), and the generation batch: steps_per_generation (each GPU generates micro_batch × it at once), or
+    # generation_batch_size over all ranks where the launch says that instead
     completion_len: int = 0
+    generation_steps: int = 1
+    generation_batch: int = 0
     # a frozen second copy of the weights beside the trained ones (GRPO with beta > 0 and no PEFT)
     reference_model: bool = False
     # where the completions are made with vLLM (use_vllm): "" (none: model.generate on this GPU), "server"
@@ -88,7 +90,8 @@ class TrainingPeak:
     ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
 
     peak_bytes: int
-    # "generation" (GRPO's model.generate before the step: weights, states, the KV cache), "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
+    # "generation" (GRPO's model.generate before the step: weights, states, the KV cache), "backward" (the start
+    # of backward: every activation alive, the loss's tensors, the last layer's backward;
     # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
     # there, one layer's activations) or "optimizer step"
     peak_at: str
