@@ -219,8 +219,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         whole = counts.total * e if setup.sharding == "zero3" else 0
         out["generation"] = {"weights": at_backward + whole, "gradients": 0, "optimizer": states, "activations": 0,
                              "loss": 0, "other": 0, "generation": max(gen.values())}
-    if setup.reference_model:
-        # GRPO's reference model (beta > 0, no PEFT): grpo_trainer.py GRPOTrainer.__init__ create_model_from_path in
+    if setup.reference_model and setup.method == "full":
+        # GRPO's reference model (beta > 0, no PEFT: a LoRA run disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ create_model_from_path in
         # the policy's dtype, frozen, prepared as the policy is (sharded where its weights are)
         ref = _weights_bytes(model, setup, counts.total, counts.linear)
         ref = -(-ref // divisor) if setup.sharding in _SHARDS_WEIGHTS else ref
@@ -264,7 +264,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
         gen = ph.get("generation")
         rules += (memory_generation.rule(model, setup, world, gen["generation"] if gen else 0,
                                          sum(gen.values()) if gen else 0),)
-    if setup.reference_model:
+    if setup.reference_model and setup.method == "full":
         rules += ("weights: + the reference model's (beta > 0 without PEFT: a frozen copy as loaded)",)
     return TrainingPeak(
         peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
