@@ -435,15 +435,16 @@ def _sequential(s: Sizing, rooms: Sequence[Room]) -> Placement:
 
 def _training(s: Sizing, rooms: Sequence[Room]) -> Placement:
     """A training launch: one process a GPU, each holding the step's peak at this world size (training/steps.py)."""
-    from gpu_launch.fit.training import steps
+    from gpu_launch.fit.training import memory_generation, steps
 
     run = s.settings.training
-    step = steps.step_on(s.model, run, [r.free for r in rooms], s.settings.host_free)
+    vllm = [memory_generation.vllm_reserved(run.setup, r.total or r.free) for r in rooms]  # GRPO's, colocated
+    step = steps.step_on(s.model, run, [r.free - v for r, v in zip(rooms, vllm)], s.settings.host_free)
     p = step.peak
-    shares = tuple(GpuShare(r.gpu, p.weights_bytes, p.peak_bytes - p.weights_bytes, p.allowance_bytes, r.free,
-                            training=p) for r in rooms)
-    need = (p.peak_bytes + p.allowance_bytes) * len(rooms)
+    shares = tuple(GpuShare(r.gpu, p.weights_bytes, p.peak_bytes - p.weights_bytes, p.allowance_bytes + v, r.free,
+                            training=p) for r, v in zip(rooms, vllm))
+    need = (p.peak_bytes + p.allowance_bytes) * len(rooms) + sum(vllm)
     short = sum(max(0, -sh.left_bytes) for sh in shares)
     values = {"nproc": str(len(rooms)), **({"micro_batch": str(step.micro_batch)} if run.micro_open else {})}
     return Placement("training", shares, whole=step.fits, fits=step.fits, need_bytes=need, short_bytes=short,
-                     notes=step.notes, values=tuple(values.items()))
+                     notes=step.notes + memory_generation.vllm_notes(run.setup, rooms, vllm), values=tuple(values.items()))

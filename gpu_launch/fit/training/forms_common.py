@@ -151,8 +151,11 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         quant = quant or 4
     elif method == "lora" and quant:
         method = "qlora"
+    completion = int(g("completion_len") or 0)
     seq = options.get("train_seq") or g("seq_len")
-    if seq is None:
+    if completion:
+        seq = _generated_seq(launch, options, completion, assumed)
+    elif seq is None:
         seq = DEFAULT_SEQ
         assumed.append(f"{DEFAULT_SEQ} tokens a sequence: say --train-seq or the launch's max length")
     micro = options.get("micro_batch") or g("micro_batch")
@@ -183,7 +186,12 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         sharding=g("sharding") or "none", offload_optimizer=bool(g("offload_optimizer")),
         offload_params=bool(g("offload_params")), nproc=launch.nproc, assumed=tuple(assumed),
         mixed_precision=bool(g("bf16") or g("fp16")), zero_buckets=tuple(g("zero_buckets") or ()),
-        sources=launch.sources, fsdp_version=version)
+        sources=launch.sources, fsdp_version=version, completion_len=completion,
+        # steps_per_generation defaults to gradient_accumulation_steps (grpo_config.py GRPOConfig.__post_init__)
+        generation_steps=int(g("generation_steps") or g("grad_accum") or 1),
+        generation_batch=int(g("generation_batch") or 0),
+        reference_model=bool(g("reference_model")) and method == "full",  # PEFT disables the adapter instead
+        vllm=str(g("vllm") or ""), vllm_share=float(g("vllm_share") or 0.0))
 
 
 def fsdp_version(launch: Launch, assumed: list[str]) -> int:
@@ -219,6 +227,25 @@ def fsdp_version(launch: Launch, assumed: list[str]) -> int:
     assumed.append("FSDP1 (accelerate's default where nothing names the version): say FSDP_VERSION=2 or the "
                    "config's fsdp_version: 2")
     return 1
+
+
+def _generated_seq(launch: Launch, options: Mapping[str, Any], completion: int, assumed: list[str]) -> int:
+    """GRPO's sequence: the prompt + the completion (memory_generation.py). The prompts' length is the data's:
+    ``--train-seq`` says prompt + completion, an older trl's max_prompt_length the prompt; else it is assumed."""
+    from gpu_launch.fit.training.memory_generation import DEFAULT_PROMPT
+
+    said = options.get("train_seq")
+    if said:
+        if int(said) <= completion:
+            raise UsageError(f"--train-seq {said}: {launch.launcher} sizes prompt + completion, and the completion "
+                             f"alone is {completion} tokens ({launch.written('completion_len')})",
+                             hint=f"--train-seq {completion + DEFAULT_PROMPT} (a {DEFAULT_PROMPT}-token prompt)")
+        return int(said)
+    if launch.get("prompt_len"):
+        return int(launch.get("prompt_len")) + completion
+    assumed.append(f"prompts of {DEFAULT_PROMPT} tokens (the data's; trl 1.16 caps none): say --train-seq for prompt "
+                   f"+ completion ({completion} + {DEFAULT_PROMPT} = {completion + DEFAULT_PROMPT} now)")
+    return DEFAULT_PROMPT + completion
 
 
 def with_keys(launch: Launch, **values: Value) -> Launch:

@@ -51,15 +51,12 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
         raw.update(forms_hf.from_file(data, path))
         sources.append(full)
     raw.update({k: v for k, v in flags.items() if k != "config"})  # the command line wins over the YAML
-    seq = 768 if verb == "grpo" else 1024  # GRPOConfig: max_prompt_length 512 + max_completion_length 256
-    defaults = {"seq_len": seq, "gradient_checkpointing": True, "micro_batch": 8, "lora_r": 16, "lora_alpha": 32,
+    defaults = {"seq_len": 1024, "gradient_checkpointing": True, "micro_batch": 8, "lora_r": 16, "lora_alpha": 32,
                 "lora_dropout": 0.05}
+    if verb == "grpo":
+        del defaults["seq_len"]  # prompt + completion (forms_common.to_setup)
     if not ("fp16" in raw and str(raw["fp16"][0]).lower() in ("true", "1", "yes")):
         defaults["bf16"] = True
-    if verb == "grpo" and ("max_prompt_length" in raw or "max_completion_length" in raw):
-        prompt = as_int(*raw.get("max_prompt_length", (512, "")), "max_prompt_length")
-        completion = as_int(*raw.get("max_completion_length", (256, "")), "max_completion_length")
-        defaults["seq_len"] = prompt + completion
     from gpu_launch.fit.training.interpreter import installed_version
 
     # the command's transformers decides what --fsdp builds (forms_common.fsdp_version)
@@ -68,7 +65,61 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
                                           transformers_version=version))
     if verb == "sft":
         launch = _sft_loss(launch, raw, argv, environ)
+    if verb == "grpo":
+        launch = _grpo(launch, raw)
     return launch
+
+
+def _grpo(launch: Launch, raw: Mapping[str, tuple[Any, str]]) -> Launch:
+    """GRPOTrainer's step and generation (trl 1.16: trl/trainer/grpo_config.py, grpo_trainer.py;
+    memory_generation.py): the completion's length (max_completion_length 512), the generation batch
+    (steps_per_generation, default gradient_accumulation_steps, or generation_batch_size), the fused LM head
+    over the completion, a reference model when beta > 0 (0.0 by default), vLLM (use_vllm False by default;
+    vllm_mode colocate, vllm_gpu_memory_utilization 0.3). The prompts' length is the data's: max_prompt_length
+    where an older trl had it, else assumed (forms_common.to_setup)."""
+    from gpu_launch.base.records import replace
+    from gpu_launch.errors import UsageError
+    from gpu_launch.fit.training.forms_common import as_bool
+
+    keys = dict(launch.keys)
+
+    def number(name: str, default: int) -> Value:
+        value, written = raw.get(name, (default, f"TRL's {name} {default}"))
+        return Value(as_int(value, written, name), written)
+
+    keys["completion_len"] = number("max_completion_length", 512)
+    if "max_prompt_length" in raw:  # trl before 1.x truncated prompts to it (512); 1.16 has no such field
+        keys["prompt_len"] = number("max_prompt_length", 512)
+    if raw.get("num_generations") is not None and number("num_generations", 8).value < 2:
+        # grpo_config.py GRPOConfig.__post_init__
+        raise UsageError(f"{raw['num_generations'][1]}: GRPO needs 2 generations a prompt or more",
+                         hint="--num_generations 2 or more (TRL's default: 8)")
+    if "generation_batch_size" in raw and "steps_per_generation" in raw:
+        raise UsageError("generation_batch_size and steps_per_generation cannot both be set (TRL refuses them)",
+                         hint="keep one of them")
+    if "steps_per_generation" in raw:
+        keys["generation_steps"] = number("steps_per_generation", 1)
+    if "generation_batch_size" in raw:
+        keys["generation_batch"] = number("generation_batch_size", 1)
+    beta = raw.get("beta")
+    if beta is not None and _positive(beta[0]):
+        keys["reference_model"] = Value(True, beta[1])
+    keys["loss"] = Value("fused", "TRL's fused LM head")
+    if "use_vllm" in raw and as_bool(*raw["use_vllm"]):
+        mode = str(raw.get("vllm_mode", ("colocate", ""))[0]).lower()
+        if mode not in ("colocate", "server"):
+            raise UsageError(f"{raw['vllm_mode'][1]}: vllm_mode is colocate or server", hint="--vllm_mode colocate")
+        keys["vllm"] = Value(mode, raw["use_vllm"][1])
+        share = raw.get("vllm_gpu_memory_utilization", (0.3, ""))[0]
+        try:
+            fraction = float(share)
+        except (TypeError, ValueError):
+            fraction = -1.0
+        if not 0 < fraction <= 1:
+            raise UsageError(f"vllm_gpu_memory_utilization {share!r} is not a share of the GPU's memory",
+                             hint="a number above 0 and up to 1 (TRL's default: 0.3)")
+        keys["vllm_share"] = Value(fraction, raw.get("vllm_gpu_memory_utilization", (0, "TRL's 0.3"))[1])
+    return replace(launch, keys=keys)
 
 
 def _sft_loss(launch: Launch, raw: Mapping[str, tuple[Any, str]], argv: Sequence[str],

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from gpu_launch.base.records import replace
 
-from gpu_launch.fit.training import memory_sharding
+from gpu_launch.fit.training import memory_generation, memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_backward import backward_peak
 from gpu_launch.fit.training.memory_sharding import FSDP
@@ -213,7 +213,22 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         grads = 0
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp + (zero.bucket if zero else 0)}
-    return {"backward": backward, "optimizer step": step, "host": {"bytes": host},
+    out = {"backward": backward, "optimizer step": step}
+    if memory_generation.rows(setup, world):
+        # GRPO's generate before the step (memory_generation.py): the weights (ZeRO-3 gathers them whole for it:
+        # trl/models/utils.py _unwrap_model_for_generation, ds3_gather_for_generation), the states, no gradients
+        gen = memory_generation.generation_bytes(model, config, setup, world)
+        whole = counts.total * e if setup.sharding == "zero3" else 0
+        out["generation"] = {"weights": at_backward + whole, "gradients": 0, "optimizer": states, "activations": 0,
+                             "loss": 0, "other": 0, "generation": max(gen.values())}
+    if setup.reference_model and setup.method == "full":
+        # GRPO's reference model (beta > 0, no PEFT: a LoRA run disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ create_model_from_path in
+        # the policy's dtype, frozen, prepared as the policy is (sharded where its weights are)
+        ref = _weights_bytes(model, setup, counts.total, counts.linear)
+        ref = -(-ref // divisor) if setup.sharding in _SHARDS_WEIGHTS else ref
+        for moment in out.values():
+            moment["weights"] += ref
+    return {**out, "host": {"bytes": host},
             "info": {"late": int(backward_at == "end of backward"), "total": counts.total,
                      "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
                      "master": fsdp.master if fsdp else te}}
@@ -223,7 +238,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
     ph = phases(model, config, setup, world)
     info = ph["info"]
-    sums = {k: sum(ph[k].values()) for k in ("backward", "optimizer step")}
+    sums = {k: sum(ph[k].values()) for k in ("backward", "optimizer step", "generation") if k in ph}
     peak_at = max(sums, key=lambda k: sums[k])
     at = ph[peak_at]
     total = sums[peak_at]
@@ -232,7 +247,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
-    terms = {k: at[k] for k in ("weights", "gradients", "optimizer", "activations", "loss")}
+    terms = {k: at.get(k, 0) for k in ("weights", "gradients", "optimizer", "activations", "loss", "generation")}
     dominant = max(terms, key=lambda k: terms[k])
     fsdp = setup.sharding in FSDP
     over = f" over {info['divisor']} ranks" if fsdp else ""
@@ -247,11 +262,18 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
              f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
              + ("on" if setup.gradient_checkpointing else "off"),
              _LOSS_RULES.get(setup.loss, f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"))
+    if setup.completion_len:
+        gen = ph.get("generation")
+        rules += (memory_generation.rule(model, setup, world, gen["generation"] if gen else 0,
+                                         sum(gen.values()) if gen else 0),)
+    if setup.reference_model and setup.method == "full":
+        rules += ("weights: + the reference model's (beta > 0 without PEFT: a frozen copy as loaded)",)
     return TrainingPeak(
         peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
         optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],
-        allowance_bytes=allowance, host_bytes=ph["host"]["bytes"], other_bytes=at["other"], dominant=dominant,
+        allowance_bytes=allowance, host_bytes=ph["host"]["bytes"], other_bytes=at["other"],
+        generation_bytes=at.get("generation", 0), dominant=dominant,
         rules=rules,
         labels={"weights": "exact" if setup.method == "full" and setup.sharding not in _SHARDS_WEIGHTS else "rule",
                 "gradients": "rule", "optimizer": "rule", "activations": "rule", "loss": "rule",
-                "allowance": "allowance"})
+                "allowance": "allowance", **({"generation": "rule"} if setup.completion_len else {})})

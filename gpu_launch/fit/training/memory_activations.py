@@ -206,8 +206,10 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     if setup.loss == "fused":
         # TRL's fused head saves its own copy of the scored hidden states, trained or frozen, in their dtype
         # (fp32 under autocast), with a few per-token vectors (memory_fused.py); the final norm's output itself
-        # is then kept by nothing
-        outside += memory_fused.hidden_bytes(setup) * h + memory_fused.SAVED_PER_TOKEN
+        # is then kept by nothing; GRPO copies only the completion's positions (memory_fused.scored_tokens)
+        fused = memory_fused.hidden_bytes(setup) * h + memory_fused.SAVED_PER_TOKEN
+        tokens = setup.micro_batch * setup.seq_len
+        outside += fused if not setup.completion_len else -(-fused * memory_fused.scored_tokens(setup) // tokens)
     else:
         outside += e * h if full and not amp else 0  # the head's input, saved when the head trains
     if full and amp and setup.loss != "fused":

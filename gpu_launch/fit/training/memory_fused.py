@@ -43,7 +43,11 @@ SAVED_PER_TOKEN = 8 + 4 + 4 + 1
 
 def scored_tokens(setup: TrainingSetup) -> int:
     """The positions the head scores: every one but each sequence's last (``[:, :-1]``); fewer when labels are
-    masked (prompt tokens under completion_only_loss, padding), which no launch says: all of them."""
+    masked (prompt tokens under completion_only_loss, padding), which no launch says: all of them. GRPO scores
+    the completion only (grpo_trainer.py ``_get_per_token_logps_and_entropies``: ``labels[:, :-logits_to_keep] =
+    -100``, logits_to_keep the completion's length)."""
+    if setup.completion_len:
+        return setup.micro_batch * min(setup.completion_len, max(1, setup.seq_len - 1))
     return setup.micro_batch * max(1, setup.seq_len - 1)
 
 

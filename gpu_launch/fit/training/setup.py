@@ -67,6 +67,19 @@ class TrainingSetup:
     # transformers 4 and 5.0-5.9): FSDP1 wraps the decoder layers only, so its root unit holds the embedding, the
     # final norm and the head together (memory.py, memory_sharding._fsdp1). Read by forms_common.fsdp_version.
     fsdp_version: int = 2
+    # GRPO (``trl grpo``; memory_generation.py): how many of ``seq_len``'s tokens are the completion
+    # (max_completion_length; the rest is the prompt; only the completion is scored; 0: the launch generates
+    # nothing), and the generation batch: steps_per_generation (each GPU generates micro_batch × it at once), or
+    # generation_batch_size over all ranks where the launch says that instead
+    completion_len: int = 0
+    generation_steps: int = 1
+    generation_batch: int = 0
+    # a frozen second copy of the weights beside the trained ones (GRPO with beta > 0 and no PEFT)
+    reference_model: bool = False
+    # where the completions are made with vLLM (use_vllm): "" (none: model.generate on this GPU), "server"
+    # (another GPU), "colocate" (vLLM in the training process: ``vllm_share`` of each GPU's memory reserved)
+    vllm: str = ""
+    vllm_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,8 @@ class TrainingPeak:
     ``peak_bytes`` (``other_bytes`` holds what none of them names: the optimizer step's temporaries, say)."""
 
     peak_bytes: int
-    # "backward" (the start of backward: every activation alive, the loss's tensors, the last layer's backward;
+    # "generation" (GRPO's model.generate before the step: weights, states, the KV cache), "backward" (the start
+    # of backward: every activation alive, the loss's tensors, the last layer's backward;
     # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
     # there, one layer's activations) or "optimizer step"
     peak_at: str
@@ -89,6 +103,7 @@ class TrainingPeak:
     allowance_bytes: int
     host_bytes: int = 0  # what the setup keeps in host RAM (offloaded states, parameters)
     other_bytes: int = 0
+    generation_bytes: int = 0  # GRPO's generation at its peak: the KV cache and generate's temporaries
     dominant: str = ""  # the largest term's name
     rules: tuple[str, ...] = ()  # one line a term: how it was worked out and where the rule comes from
     labels: dict[str, str] = field(default_factory=dict)  # term -> "exact" / "rule" / "allowance"

@@ -1,0 +1,190 @@
+"""The oracle of ``trl grpo``: PyTorch's own count of real steps of TRL's own GRPOTrainer (trl 1.16.0), on CPU.
+
+``measure_grpo(case, prompt, completion, ...)`` builds the tiny model from its config (tests/training_oracle.py
+``build``), hands it to ``trl.GRPOTrainer`` with in-memory text prompts of ``prompt`` words (a word-level
+tokenizer: one token a word), a trivial reward function and ``max_completion_length=completion``, and runs
+``trainer.train()``. A callback enters ``MemTracker`` at the step that generates (``steps_per_generation``
+steps after the first, so that the optimizer's states exist) and takes three peaks: the generation (the
+trainer's ``_generate_and_score_completions``, wrapped: ``model.generate`` of the rank's whole generation
+batch, the rewards), the backward (to ``on_pre_optimizer_step``) and the optimizer step. EOS is never sampled
+(``generation_kwargs={"eos_token_id": None}``), so every completion runs to ``completion`` tokens, the length
+gpulaunch sizes.
+
+The loss is TRL's fused LM head (grpo_trainer.py ``_get_per_token_logps_and_entropies``: ``model(...,
+fused_lm_head=True)``), with the same CUDA stand-ins as the SFT oracle (tests/training_oracle_trl.py
+``_cuda_folds``: the Triton folds allocate nothing, only the labelled positions are scored). The generation
+runs transformers' own ``generate`` unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from training_oracle import FAMILIES, Case, Measured, _terms, _tracker, build  # noqa: F401
+from training_oracle_trl import _cuda_folds, vocab_tile
+
+PHASES = ("generation", "backward", "optimizer step")
+
+
+def _tokenizer(vocab: int) -> Any:
+    """A word-level tokenizer of ``vocab`` entries (one token a space-separated word), with pad and eos."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"w{i}": i for i in range(vocab - 2)}
+    words.update({"<pad>": vocab - 2, "</s>": vocab - 1})
+    tok = Tokenizer(WordLevel(words, unk_token="w0"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="w0")
+
+
+def _generation_tracker() -> Any:
+    """training_oracle's MemTracker, taking a model called many times (generate's decode steps): MemTracker keeps
+    per-module stats of one call and refuses a second top-level one ("does not support memory tracking for
+    multiple iterative calls"); its hint, ``reset_mod_stats``, is taken at each new top-level call. The counts of
+    live tensors (what the peaks are) are not module stats and stay."""
+    base = type(_tracker())
+
+    class Tracker(base):  # type: ignore[misc, valid-type]
+        def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
+            try:
+                super()._pre_fw_hook(module, inputs)
+            except NotImplementedError:
+                self.reset_mod_stats()
+                super()._pre_fw_hook(module, inputs)
+
+        # a module generate called but the step does not (the LM head: the fused head uses its weight only) keeps
+        # its gradient hooks from generate's calls, its stats reset away: nothing to record for it
+        def _pre_bw_hook(self, module: Any, args: Any) -> None:
+            if module in self.memory_tracking:
+                super()._pre_bw_hook(module, args)
+
+        def _post_bw_hook(self, module: Any, args: Any) -> None:
+            if module in self.memory_tracking:
+                super()._post_bw_hook(module, args)
+
+    return Tracker()
+
+
+def _reward(completions: list[str], **kwargs: Any) -> list[float]:
+    return [float(len(c)) for c in completions]
+
+
+def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generations: int = 2,
+                 steps_per_generation: int = 1, fold: str = "cuda", **config: Any) -> Measured:
+    """PyTorch's count of a generating step of TRL's GRPOTrainer on ``case``'s model (``case.micro_batch`` is
+    per_device_train_batch_size); ``config``: more GRPOConfig fields (``beta=0.04``...)."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    model = build(Case(case.family, precision=case.precision))
+    vocab = FAMILIES[case.family]["vocab_size"]
+    g = torch.Generator().manual_seed(1)
+    rows = 4 * case.micro_batch * steps_per_generation
+    prompts = [" ".join(f"w{i}" for i in torch.randint(0, vocab - 2, (prompt,), generator=g).tolist())
+               for _ in range(rows)]
+    data = Dataset.from_dict({"prompt": prompts})
+    peft = None
+    if case.method == "lora":
+        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=0.0, target_modules=list(case.lora_targets),
+                          task_type="CAUSAL_LM")
+    out: dict[str, dict[str, int]] = {}
+    tracked = steps_per_generation  # the first step that generates after step 1
+
+    class Count(TrainerCallback):
+        tracker: Any = None
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                          **kw: Any) -> None:
+            if state.global_step != tracked:
+                return
+            self.tracker = _generation_tracker()
+            self.tracker.track_external(model, optimizer)
+            self.tracker.__enter__()
+            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
+
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.tracker is not None:
+                out["backward"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
+                self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
+
+        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.tracker is not None:
+                out["optimizer step"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"),
+                                                                                             {}))
+                self.tracker.__exit__(None, None, None)
+                self.tracker = None
+
+    count = Count()
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=case.micro_batch,
+                          num_generations=num_generations, max_completion_length=completion,
+                          steps_per_generation=steps_per_generation,
+                          gradient_checkpointing=case.gradient_checkpointing, bf16=case.precision != "fp32",
+                          max_steps=tracked + 1, use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
+                          dataloader_num_workers=0, disable_tqdm=True,
+                          generation_kwargs={"eos_token_id": None}, **config)
+        trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=args, train_dataset=data,
+                              processing_class=_tokenizer(vocab), peft_config=peft, callbacks=[count])
+        # foreach AdamW, CUDA's default (GRPOTrainer takes no optimizer_cls_and_kwargs; Trainer.create_optimizer
+        # reads the attribute)
+        trainer.optimizer_cls_and_kwargs = (torch.optim.AdamW, {"lr": 1e-4, "foreach": True})
+        original = trainer._generate_and_score_completions
+
+        def generate(*a: Any, **kw: Any) -> Any:
+            result = original(*a, **kw)
+            if count.tracker is not None:
+                out["generation"] = _terms(count.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
+                count.tracker._peak_mem, count.tracker._peak_mem_snap = {}, {}
+            return result
+
+        trainer._generate_and_score_completions = generate
+        with _cuda_folds() if fold == "cuda" else contextlib.nullcontext():
+            trainer.train()
+    return Measured(out)
+
+
+def setup_grpo(case: Case, prompt: int, completion: int, steps_per_generation: int = 1, beta: float = 0.0) -> Any:
+    """gpulaunch's setup of the same step: ``trl grpo``, TRL's fused head, the Trainer's autocast (--bf16)."""
+    from training_oracle import setup_of
+
+    return replace(setup_of(case), launcher="trl grpo", loss="fused", loss_chunk_tokens=None,
+                   mixed_precision=case.precision != "fp32", seq_len=prompt + completion, completion_len=completion,
+                   generation_steps=steps_per_generation,
+                   reference_model=beta > 0 and case.method == "full")
+
+
+def compare_grpo(case: Case, folder: Path, prompt: int = 32, completion: int = 32, tile: int | None = 512,
+                 steps_per_generation: int = 1, **config: Any) -> dict[str, Any]:
+    """gpulaunch's peak and phases beside the count of GRPOTrainer's step: {"peak": (ours, torch), "peak_at":
+    (...), phase: {"weights"|"total": (ours, torch)}}."""
+    from gpu_launch.fit.training.memory import peak, phases
+    from gpu_launch.modelfile.read import read_model
+
+    facts = read_model(str(folder))
+    config_json = json.loads((folder / "config.json").read_text())
+    setup = setup_grpo(case, prompt, completion, steps_per_generation, float(config.get("beta", 0.0)))
+    with vocab_tile(tile):
+        got = peak(facts, config_json, setup, 1)
+        ph = phases(facts, config_json, setup, 1)
+        m = measure_grpo(case, prompt, completion, steps_per_generation=steps_per_generation, **config)
+    at = "backward" if got.peak_at == "end of backward" else got.peak_at
+    out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (at, m.peak_at)}
+    for name in PHASES:
+        p = ph[name]
+        out[name] = {"weights": (p["weights"], m.phases[name]["weights"]), "total": (sum(p.values()),
+                                                                                    m.phases[name]["total"])}
+    return out
+
+
+__all__ = ["measure_grpo", "setup_grpo", "compare_grpo", "PHASES"]
