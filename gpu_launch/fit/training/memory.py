@@ -238,8 +238,8 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     """The per-GPU peak of one step of ``setup`` on ``model`` over ``world`` data-parallel ranks."""
     ph = phases(model, config, setup, world)
     info = ph["info"]
-    sums = {k: sum(ph[k].values()) for k in ("backward", "optimizer step", "generation") if k in ph}
-    peak_at = max(sums, key=lambda k: sums[k])
+    sums: dict[str, int] = {k: sum(ph[k].values()) for k in ("backward", "optimizer step", "generation") if k in ph}
+    peak_at: str = max(sums, key=lambda k: sums[k])
     at = ph[peak_at]
     total = sums[peak_at]
     if peak_at == "backward":  # the loss's moment, the last layer's, or the end of backward (memory_backward)
@@ -252,7 +252,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     fsdp = setup.sharding in FSDP
     over = f" over {info['divisor']} ranks" if fsdp else ""
     master = info["master"]
-    rules = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
+    rules: tuple[str, ...] = (f"weights: {info['total']:,} parameters, {info['e']} bytes each as loaded"
              + (f" (+ {info['trainable']:,} adapter parameters in fp32)" if setup.method != "full" else "")
              + (f"; FSDP shards{over}, the trained ones in fp32 (mixed precision), units gathered in 16 bits"
                 if fsdp and master != info["te"] else f"; FSDP shards{over} and the units it gathers" if fsdp else ""),
