@@ -243,7 +243,8 @@ def zero_setup(zc: ZeroCase) -> Any:
         precision = "amp_bf16"
     zero = zc.ds_config()["zero_optimization"]
     buckets = tuple((k, v) for k, v in zero.items()
-                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"))
+                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+                             "stage3_max_live_parameters", "stage3_param_persistence_threshold"))
     return replace(setup_of(replace(zc.case, precision=precision)), sharding=f"zero{zc.stage}",
                    mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets)
 
