@@ -204,15 +204,14 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
         e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
         late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None,
-        fsdp1=bool(fsdp) and setup.fsdp_version == 1)
+        fsdp1=bool(fsdp) and setup.fsdp_version == 1, standing_grads=zero.grads if zero else 0)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient (FSDP1: the root
         # gathered with its gradient twice, memory_sharding._fsdp1)
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
-    if zero:  # the gradient buffer and the reduce bucket exist all step long
-        backward["gradients"] += zero.grads if backward_at == "backward" else 0
+    if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
     if setup.sharding in ("zero1", "zero2"):
         # the 16-bit gradients are flattened into the fp32 partition's gradient and freed before the optimizer

@@ -1,8 +1,10 @@
 """What a ZeRO-3 rank holds gathered through the backward, by replaying DeepSpeed's parameter coordinator over the
 step's module trace. Arithmetic only: no torch, no deepspeed.
 
-From deepspeed/runtime/zero (0.19.8), checked against rank 0 of a real DeepSpeed step over 2 gloo ranks on CPU
-(tests/test_training_deepspeed.py), its gathered elements logged at every fetch and release:
+From deepspeed/runtime/zero (0.19.8), checked against rank 0 of a real DeepSpeed step over 2 gloo ranks on CPU:
+the coordinator's own gathered elements, counted at each of its fetches and releases, are the replay's, element
+for element (tests/test_training_deepspeed.py ``test_zero3_gathered_is_deepspeeds_coordinator_replayed``: 2 and
+6 layers, tied and untied, checkpointing, a max-live limit, reuse distances 0, 1e6 and 1e9):
 
 * every module's forward pre-hook and backward pre-hook fetches its own parameters (parameter_offload.py
   ``_register_deepspeed_module``, ``pre_sub_module_forward_function``/``pre_sub_module_backward_function``),
@@ -36,10 +38,12 @@ __all__ = ["Gathered", "gathered"]
 @dataclass(frozen=True)
 class Gathered:
     """Elements gathered whole (the persistent ones included): early in the backward (the loss, the head's and the
-    last layer's backward), and in the first layer's backward (the end of backward)."""
+    last layer's backward), and in the first layer's backward (the end of backward); ``persistent``: those
+    gathered for good."""
 
     early: int
     late: int
+    persistent: int
 
 
 # a module: (name, parameter sizes, children)
@@ -179,9 +183,10 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
                     n_avail -= size[p]
         marks.append(n_avail)
     whole = sum(size[p] for p in persistent)
-    start = next(i for i, (kind, _) in enumerate(events) if kind == "B")
-    last = next(i for i, (kind, m) in enumerate(events) if kind == "R" and i > start and m[0] != "lm_head"
+    # from the loss (computed in the root's forward once the head's has returned) to the last layer's first linear
+    start = next(i for i, (kind, m) in enumerate(events) if kind == "R" and m[0] == "lm_head")
+    last = next(i for i, (kind, m) in enumerate(events) if kind == "R" and i > start
                 and m[0].startswith(f"{layers - 1}."))
     first = [i for i, (_, m) in enumerate(events) if i > start and m[0].startswith("0.")]
     late = max(marks[first[0]:first[-1] + 1]) if first else marks[-1]
-    return Gathered(early=max(marks[start:last + 1]) + whole, late=late + whole)
+    return Gathered(early=max(marks[start:last + 1]) + whole, late=late + whole, persistent=whole)
