@@ -45,13 +45,16 @@ def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: 
 def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, act: Saved, *,
                   weights: int, states: int, grads: int, head: int, loss: int, e: int,
                   late_weights: int | None = None, late_grads: int | None = None, late_extra: int = 0,
-                  late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False) -> tuple[str, dict[str, int]]:
+                  late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False,
+                  standing_grads: int = 0) -> tuple[str, dict[str, int]]:
     """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
     frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
     element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
     backward (``late_weights``, ``late_grads``), more alive there (``late_extra``: a checkpointed layer's
     inputs) and the layer's unsharded gradient (``late_unit_grads``: in its MLP's backward, in its first
-    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`)."""
+    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`);
+    ``standing_grads``: gradient bytes there all step, beside the early moments' (ZeRO-3's partition buffer;
+    ``late_grads`` holds them at the end)."""
     tokens = setup.micro_batch * setup.seq_len
     h = model.hyper.hidden_size or 0
     acts = act.total(setup, model.hyper.n_layers)
@@ -105,6 +108,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, head, states, kept, 0,
                                e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens))
     best = max(moments, key=lambda m: sum(m.values()))
+    best["gradients"] += standing_grads
     # --- the end of backward: the gradients nearly all there (the input embedding's, untied, comes last), one
     # layer's activations (recomputed under checkpointing) and the gradients flowing through its MLP
     if late_grads is None:

@@ -60,7 +60,8 @@ class TrainingSetup:
     # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
     mixed_precision: bool = False
     # The DeepSpeed config's ZeRO sizes as written (reduce_bucket_size, stage3_prefetch_bucket_size,
-    # stage3_max_reuse_distance: a number or "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
+    # stage3_max_reuse_distance, stage3_max_live_parameters, stage3_param_persistence_threshold: a number or
+    # "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
     zero_buckets: tuple[tuple[str, object], ...] = ()
     # FSDP's version: 2 (fully_shard; the Trainer's --fsdp since transformers 5.10, accelerate's fsdp_version: 2,
     # torchtune) or 1 (FullyShardedDataParallel: accelerate launch's and axolotl's default, the Trainer's --fsdp in
