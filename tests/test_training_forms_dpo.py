@@ -89,3 +89,12 @@ def test_the_reference_forward_after_the_policys_can_be_the_peak() -> None:
     assert got.gradients_bytes == 0
     pre = peak(llama8b(), CONFIG, replace(s, reference_model=False), 1)
     assert pre.peak_at != "reference forward" and pre.peak_bytes < got.peak_bytes
+
+
+def test_max_length_none_truncates_nothing_so_the_length_is_assumed(tmp_path: Path) -> None:
+    cfg = tmp_path / "dpo.yaml"
+    cfg.write_text("model_name_or_path: M\nmax_length: null\n")
+    for s in (dpo("--max_length", "None"), to_setup(read_launch(["trl", "dpo", "--config", str(cfg)], NO_HOME), "M",
+                                                       "bf16", {})):
+        assert s.seq_len == 2048 and any("tokens a sequence: say --train-seq" in a for a in s.assumed), s
+    assert dpo("--max_length", "None", train_seq=4096).seq_len == 4096

@@ -63,6 +63,10 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
                 "lora_dropout": 0.05}
     if verb == "grpo":
         del defaults["seq_len"]  # prompt + completion (forms_common.to_setup)
+    elif "max_length" in raw and str(raw["max_length"][0]).lower() in ("none", "null"):
+        # max_length None: TRL truncates nothing (sft_config.py, dpo_config.py: ``int | None``), the data's length
+        # decides: assumed (forms_common.to_setup), as for a script
+        del raw["max_length"], defaults["seq_len"]
     if not ("fp16" in raw and str(raw["fp16"][0]).lower() in ("true", "1", "yes")):
         defaults["bf16"] = True
     from gpu_launch.fit.training.interpreter import installed_version
