@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from gpu_launch.base.records import replace
 
-from gpu_launch.fit.training import memory_generation, memory_sharding
+from gpu_launch.fit.training import memory_generation, memory_preference, memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_backward import backward_peak
 from gpu_launch.fit.training.memory_sharding import FSDP
@@ -177,6 +177,10 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
         # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
         setup = replace(setup, precision=setup.precision[4:])
+    # DPO's chosen and rejected rows go through the model as one batch (memory_preference.py); from here on the
+    # setup's micro-batch is the rows a forward takes
+    preference = setup.rows_per_example > 1
+    setup = memory_preference.step_rows(setup)
     act_setup = setup
     if setup.sharding == "zero3" and setup.method != "full":
         # zero.Init swaps F.linear for LinearFunctionForZeroStage3, which saves every linear's input, frozen or
@@ -211,6 +215,13 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
+    if preference and setup.reference_model:
+        # DPO's reference forward, after the policy's, every activation of the policy alive (memory_preference.py)
+        ref_fw = memory_preference.reference_forward(model, config, setup, act, weights=at_backward, states=states,
+                                                     e=info_e(setup))
+        ref_fw["gradients"] += zero.grads if zero else 0  # ZeRO's gradient partition buffer: all step long
+        if sum(ref_fw.values()) > sum(backward.values()):
+            backward_at, backward = "reference forward", ref_fw
     if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
     if setup.sharding in ("zero1", "zero2"):
@@ -228,14 +239,17 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         out["generation"] = {"weights": at_backward + whole, "gradients": 0, "optimizer": states, "activations": 0,
                              "loss": 0, "other": 0, "generation": max(gen.values())}
     if setup.reference_model and setup.method == "full":
-        # GRPO's reference model (beta > 0, no PEFT: a LoRA run disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ create_model_from_path in
-        # the policy's dtype, frozen, prepared as the policy is (sharded where its weights are)
+        # the reference model of a full fine-tune (GRPO's beta > 0, DPO without precompute_ref_log_probs; PEFT
+        # disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ and dpo_trainer.py DPOTrainer.__init__
+        # create_model_from_path in the policy's dtype, frozen, prepared as the policy is (sharded where its
+        # weights are)
         ref = _weights_bytes(model, setup, counts.total, counts.linear)
         ref = -(-ref // divisor) if setup.sharding in _SHARDS_WEIGHTS else ref
         for moment in out.values():
             moment["weights"] += ref
     return {**out, "host": {"bytes": host},
-            "info": {"late": int(backward_at == "end of backward"), "total": counts.total,
+            "info": {"late": int(backward_at == "end of backward"), "ref": int(backward_at == "reference forward"),
+                     "total": counts.total,
                      "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
                      "master": fsdp.master if fsdp else te}}
 
@@ -249,7 +263,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     at = ph[peak_at]
     total = sums[peak_at]
     if peak_at == "backward":  # the loss's moment, the last layer's, or the end of backward (memory_backward)
-        peak_at = "end of backward" if info["late"] else "backward"
+        peak_at = "end of backward" if info["late"] else "reference forward" if info["ref"] else "backward"
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
@@ -265,15 +279,19 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
              f"gradients: {info['trainable']:,} trainable parameters x {master} bytes{over}",
              f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
                                                        if setup.sharding in _SHARDS_STATES else ""),
-             f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
+             f"activations: {setup.micro_batch} x {setup.seq_len} tokens"
+             + (f" x {setup.rows_per_example} rows (chosen and rejected)" if setup.rows_per_example > 1 else "")
+             + ", checkpointing "
              + ("on" if setup.gradient_checkpointing else "off"),
              _LOSS_RULES.get(setup.loss, f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"))
     if setup.completion_len:
         gen = ph.get("generation")
         rules += (memory_generation.rule(model, setup, world, gen["generation"] if gen else 0,
                                          sum(gen.values()) if gen else 0),)
-    if setup.reference_model and setup.method == "full":
-        rules += ("weights: + the reference model's (beta > 0 without PEFT: a frozen copy as loaded)",)
+    if setup.reference_model:
+        why = "without precompute_ref_log_probs" if setup.rows_per_example > 1 else "beta > 0"
+        rules += (f"weights: + the reference model's ({why}: a frozen copy as loaded)" if setup.method == "full"
+                  else f"reference model: the adapter disabled ({why} with PEFT: no copy)",)
     return TrainingPeak(
         peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
         optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],
