@@ -251,7 +251,7 @@ _TRAINING_SETUP = _obj({
     "lora_dropout": {"type": "number", "minimum": 0, "maximum": 1},
     "lora_targets": {"type": "array", "items": _STR}, "quant_bits": _NINT,
     "sharding": _STR, "offload_optimizer": {"type": "boolean"}, "offload_params": {"type": "boolean"},
-    "completion_len": _COUNT, "reference_model": {"type": "boolean"},
+    "fsdp_version": {"enum": [None, 1, 2]}, "completion_len": _COUNT, "reference_model": {"type": "boolean"},
     "rows_per_example": _COUNT, "vllm": {"enum": [None, "server", "colocate"]},
     "assumed": {"type": "array", "items": _STR}, "sources": {"type": "array", "items": _STR},
 })

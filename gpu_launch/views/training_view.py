@@ -40,8 +40,10 @@ def setup_json(p: Plan) -> dict[str, Any]:
             "mixed_precision": setup.mixed_precision, "loss": setup.loss, "lora_r": setup.lora_r,
             "lora_dropout": setup.lora_dropout, "lora_targets": list(setup.lora_targets),
             "quant_bits": setup.quant_bits, "sharding": setup.sharding, "offload_optimizer": setup.offload_optimizer,
-            "offload_params": setup.offload_params, "completion_len": setup.completion_len,
-            "reference_model": setup.reference_model, "rows_per_example": setup.rows_per_example, "vllm": setup.vllm or None, "assumed": list(setup.assumed),
+            "offload_params": setup.offload_params,
+            "fsdp_version": setup.fsdp_version if setup.sharding.startswith("fsdp") else None,
+            "completion_len": setup.completion_len, "reference_model": setup.reference_model,
+            "rows_per_example": setup.rows_per_example, "vllm": setup.vllm or None, "assumed": list(setup.assumed),
             "sources": list(setup.sources)}
 
 
