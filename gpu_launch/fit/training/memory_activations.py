@@ -19,7 +19,10 @@ LlamaDecoderLayer and the families built on it), h hidden, d head size, e the co
   bf16 and autograd keeps both casts (torch/csrc/autograd/autocast_mode: cached weight casts), the norms and
   the residual stream stay fp32;
 * LoRA (peft/tuners/lora/layer.py Linear.forward): lora_A saves its input cast to the adapter's fp32
-  (4·fan_in, once per adapter) and lora_B saves A's fp32 output (4r).
+  (4·fan_in, once per adapter) and lora_B saves A's fp32 output (4r); under autocast on fp32 weights each
+  adapter's linears save autocast's 16-bit casts instead (2·fan_in, 2r), and every frozen linear whose input
+  needs a gradient keeps a fresh 16-bit cast of its weight to its backward (autocast caches only the casts
+  of leaves that require grad: :func:`_weight_casts`).
 
 Checked tensor by tensor against the saved tensors of the real models (tests/test_training_memory*.py).
 """
@@ -73,11 +76,17 @@ def _adapters_16bit(setup: TrainingSetup) -> bool:
     return setup.mixed_precision and setup.sharding in FSDP
 
 
-def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: bool = False) -> int:
     """What the LoRA adapters of one layer keep a token: lora_A's fp32 copy of its input (none when the
     input is in the adapter's dtype already: then it is the input itself, counted with the norm's output)
-    and lora_B's input, in the adapter's dtype."""
+    and lora_B's input, in the adapter's dtype. Under autocast on fp32 weights (``amp``) the input is fp32
+    already (peft's cast is none) and lora_A's F.linear saves autocast's 16-bit cast of it, a fresh one an
+    adapter (aten/src/ATen/autocast_mode.cpp cached_cast caches leaves only), and lora_B its 16-bit input."""
     r = setup.lora_r or 8
+    if amp:
+        # dropout (nn.Dropout on the fp32 input: native_dropout's boolean mask kept, its output cast to 16 bits
+        # by lora_A, saved in the input's place)
+        return sum((x.fan_in if setup.lora_dropout > 0 else 0) + 2 * x.fan_in + 2 * r for x in targets)
     # lora_dropout > 0 (TRL's ModelConfig default, 0.05): peft's nn.Dropout before lora_A keeps its boolean
     # mask (torch native_dropout: the mask is its backward's input), and lora_A then saves the dropped copy
     # where it would have saved the input itself
@@ -151,7 +160,7 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     full = setup.method == "full"
     targets = lora_targets(setup, block) if not full else ()
     by = {x.name: x for x in block}
-    lora = _lora_bytes(targets, setup, e) if targets else 0
+    lora = _lora_bytes(targets, setup, e, amp) if targets else 0
     gemma = model_type in _GEMMA
     # --- the norms before attention and before the MLP
     attn_in = tuple(by[n] for n in ("q_proj", "k_proj", "v_proj", "qkv_proj") if n in by)
@@ -234,17 +243,44 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     head_cast = 2 * (hy.vocab_size or 0) * h if amp and full and setup.loss != "fused" else 0
     routed_weights = hy.n_layers * (hy.expert_count or 0) * 3 * h * int(config.get("moe_intermediate_size") or 0)
     fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
+    if amp and not full:
+        head_cast = 2 * (hy.vocab_size or 0) * h if setup.loss == "plain" else 0
+        fixed = _weight_casts(block, targets, attn_in, setup, hy.n_layers) + head_cast
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
     # every checkpointed layer, so the checkpoint keeps them (torch/utils/checkpoint.py saves the inputs)
     masks = e * (2 if config.get("sliding_window") and model_type in _SLIDING_AND_GLOBAL else 1) if eager else 0
     out = Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
-    out.lora_forward = _lora_forward(targets, setup, e)
+    out.lora_forward = _lora_forward(targets, setup, e, amp)
     return out
 
 
-def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], attn_in: tuple[Linear, ...],
+                  setup: TrainingSetup, layers: int) -> int:
+    """Autocast's 16-bit copies of a LoRA model's fp32 linear weights kept for the backward, the frozen base's
+    and the adapters'. autocast caches the cast of an fp32 leaf that requires grad only
+    (aten/src/ATen/autocast_mode.cpp cached_cast: ``arg.requires_grad() && arg.is_leaf()``), so each frozen
+    weight's cast is a fresh tensor; where the input needs a gradient (the adapters upstream) the linear's mm
+    keeps it (tools/autograd/derivatives.yaml mm: the gradient of ``self`` needs ``mat2``) until its backward
+    has run. The first layer's attention inputs need none without checkpointing (the frozen embedding's
+    output), nor, with no adapter in its attention, its o_proj's; under checkpointing the Trainer's
+    enable_input_require_grads makes every layer's need one. The adapters' (cached) casts are kept by the same
+    rule: lora_B's always, lora_A's where its input needs a gradient. A routed MoE's grouped matmul
+    (torch._grouped_mm) is on no autocast list: its experts are not cast."""
+    r = setup.lora_r or 8
+    per_layer = sum(x.fan_in * x.fan_out * x.count for x in block if not x.expert) \
+        + sum(r * (x.fan_in + x.fan_out) for x in targets)
+    first = per_layer
+    if not setup.gradient_checkpointing:
+        first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in attn_in)
+        attention = {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"}
+        if not any(x.name in attention for x in targets):
+            first -= sum(x.fan_in * x.fan_out for x in block if x.name == "o_proj")
+    return 2 * (per_layer * (layers - 1) + first)
+
+
+def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: bool = False) -> int:
     """What the widest adapter makes and does not keep while it runs (peft/tuners/lora/layer.py Linear.forward:
     ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then ``lora_A(dropout(x))``): the fp32 copy of
     its input, and with dropout the dropped fp32 copy, in a layer's forward or its recompute under
@@ -252,6 +288,8 @@ def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> 
     if not targets or _adapters_16bit(setup):
         return 0
     widest = max(x.fan_in for x in targets)
+    if amp:  # the input is fp32 already: the base linear's 16-bit cast of it, and dropout's fp32 copy
+        return 2 * widest + (4 * widest if setup.lora_dropout > 0 else 0)
     return (4 * widest if e != 4 else 0) + (4 * widest if setup.lora_dropout > 0 else 0)
 
 

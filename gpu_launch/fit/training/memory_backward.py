@@ -69,7 +69,15 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
         hidden_grad = e * h * tokens
         chunk = min(tokens, setup.loss_chunk_tokens or tokens)
-        moments.append(_moment(weights, head, states, acts, loss, hidden_grad))
+        recast = 0
+        if setup.precision.startswith("amp") and setup.method != "full":
+            # under autocast on fp32 weights a frozen head's 16-bit cast is made afresh in each chunk's recompute
+            # (aten/src/ATen/autocast_mode.cpp cached_cast caches trained leaves only), with the chunk's input
+            # cast, both kept by its mm to the end of the chunk's backward; the hidden states are the final
+            # norm's fp32 output, so the gradient summed into them is fp32
+            hidden_grad = 4 * h * tokens
+            recast = 2 * (model.hyper.vocab_size or 0) * h + 2 * chunk * h
+        moments.append(_moment(weights, head, states, acts, loss, hidden_grad + recast))
         if head and tokens > chunk:
             # the head is used once a chunk, so autograd sums its gradients before accumulating them
             # (torch/csrc/autograd/input_buffer.cpp accumulate: in place only into a dense gradient it alone
