@@ -103,6 +103,12 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: 
 
 
 
+def _autocast_16bit_weights(setup: TrainingSetup) -> bool:
+    """Whether the Trainer's autocast runs on 16-bit weights (--bf16 on a bf16 load, TRL's SFTTrainer): one
+    process or DDP (FSDP casts the units itself, DeepSpeed the module)."""
+    return setup.mixed_precision and setup.precision in ("bf16", "fp16") and setup.sharding in ("none", "ddp")
+
+
 def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,
                   amp: bool) -> bool:
     """Whether a norm's output (in the activations' dtype) is saved: a trained linear reads it as is (full
@@ -160,7 +166,8 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     full = setup.method == "full"
     targets = lora_targets(setup, block) if not full else ()
     by = {x.name: x for x in block}
-    lora = _lora_bytes(targets, setup, e, amp) if targets else 0
+    cast16 = amp or _autocast_16bit_weights(setup)  # the adapters' F.linear under autocast
+    lora = _lora_bytes(targets, setup, e, cast16) if targets else 0
     gemma = model_type in _GEMMA
     # --- the norms before attention and before the MLP
     attn_in = tuple(by[n] for n in ("q_proj", "k_proj", "v_proj", "qkv_proj") if n in by)
@@ -246,13 +253,15 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     if amp and not full:
         head_cast = 2 * (hy.vocab_size or 0) * h if setup.loss == "plain" else 0
         fixed = _weight_casts(block, targets, attn_in, setup, hy.n_layers) + head_cast
+    elif cast16 and targets:  # 16-bit weights: the frozen ones need no cast; the fp32 adapters' casts are kept
+        fixed = 2 * hy.n_layers * sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in targets)
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
     # every checkpointed layer, so the checkpoint keeps them (torch/utils/checkpoint.py saves the inputs)
     masks = e * (2 if config.get("sliding_window") and model_type in _SLIDING_AND_GLOBAL else 1) if eager else 0
     out = Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
-    out.lora_forward = _lora_forward(targets, setup, e, amp)
+    out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
 
 
@@ -274,23 +283,41 @@ def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], attn_i
     first = per_layer
     if not setup.gradient_checkpointing:
         first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in attn_in)
-        attention = {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"}
-        if not any(x.name in attention for x in targets):
+        # in the first layer a linear's input needs a gradient only below an adapter: o_proj's below one in
+        # q/k/v, the MLP's inputs below one in the attention, down_proj's below one anywhere before it
+        names = {x.name for x in targets}
+        attention = bool(names & {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"})
+        if not names & {"q_proj", "k_proj", "v_proj", "qkv_proj"}:
             first -= sum(x.fan_in * x.fan_out for x in block if x.name == "o_proj")
+        if not attention:
+            first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in block
+                         if x.name in ("gate_proj", "up_proj", "gate_up_proj"))
     return 2 * (per_layer * (layers - 1) + first)
 
 
-def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: bool = False) -> int:
+def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, h: int, amp: bool = False) -> int:
     """What the widest adapter makes and does not keep while it runs (peft/tuners/lora/layer.py Linear.forward:
-    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then ``lora_A(dropout(x))``): the fp32 copy of
-    its input, and with dropout the dropped fp32 copy, in a layer's forward or its recompute under
-    checkpointing. For a tiny model's down_proj this outweighs the loss's tensors (TRL's SFTTrainer, counted)."""
+    ``result = self.base_layer(x)``, ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then
+    ``lora_A(dropout(x))``): the fp32 copy of its input, with dropout the dropped fp32 copy, the base linear's
+    output, and what its layer holds and does not save: the adapter's own input (unless lora_A keeps it as it
+    is, fp32 weights without autocast), and the layer's input (the model's loop still holds it), its residual
+    and its norm's output (modeling_llama.py LlamaDecoderLayer.forward), in a layer's forward or its recompute
+    under checkpointing. For a tiny model's down_proj this outweighs the loss's tensors (TRL's SFTTrainer,
+    counted op by op)."""
     if not targets or _adapters_16bit(setup):
         return 0
-    widest = max(x.fan_in for x in targets)
-    if amp:  # the input is fp32 already: the base linear's 16-bit cast of it, and dropout's fp32 copy
-        return 2 * widest + (4 * widest if setup.lora_dropout > 0 else 0)
-    return (4 * widest if e != 4 else 0) + (4 * widest if setup.lora_dropout > 0 else 0)
+    x = max(targets, key=lambda t: t.fan_in)
+    widest = x.fan_in
+    # o_proj's and down_proj's inputs are 16-bit (the attention's output, the MLP's product) even under autocast
+    # on fp32 weights; the others read a norm's output, fp32 there
+    norm_fed = x.name.rsplit(".", 1)[-1] not in ("o_proj", "down_proj", "w2")
+    in_e = 4 if (amp and norm_fed) or e == 4 else e
+    # the base output; the layer's input and its residual (under autocast on fp32 weights they are the norms'
+    # saved inputs); the norm's output beside an o_proj or down_proj adapter's own input
+    held = e * x.fan_out + (0 if amp else 2 * e * h) + (0 if norm_fed else (4 if amp else e) * h)
+    own = 0 if in_e == 4 and not amp else in_e * widest  # the adapter's input, unless lora_A keeps it as it is
+    copy = 4 * widest if in_e != 4 else 2 * widest if amp else 0  # peft's fp32 copy, or the base's 16-bit cast
+    return held + own + copy + (4 * widest if setup.lora_dropout > 0 else 0)
 
 
 def _sliding_layers(config: Mapping[str, Any], model_type: str, setup: TrainingSetup, layers: int) -> float:

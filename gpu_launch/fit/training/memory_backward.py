@@ -95,6 +95,10 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
         kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
+        if setup.precision.startswith("amp"):
+            # under autocast on fp32 weights the recomputed first norm saves the layer's fp32 input itself (its
+            # upcast is none): the checkpoint's own input, counted already
+            kept -= 4 * h * tokens
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
@@ -106,6 +110,14 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, 0, states, forward, 0, 0))
         if setup.gradient_checkpointing:
             moments.append(_moment(weights, head, states, kept, 0, (act.lora_forward + e * h) * tokens))
+            if setup.method != "full" and model.hyper.n_layers > 1:
+                # or the first layer's recompute, the last in backward: every later layer's adapters have their
+                # gradients (AccumulateGrad as each layer's backward ends), their checkpointed inputs are gone
+                # (measured: TRL's SFTTrainer, all-linear, a 2-layer model peaks there)
+                layers = model.hyper.n_layers
+                later = grads * (layers - 1) // layers
+                earliest = kept - act.checkpointed_layer * tokens * (layers - 1)
+                moments.append(_moment(weights, later, states, earliest, 0, (act.lora_forward + e * h) * tokens))
     four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
     if four_norms:
         # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,
