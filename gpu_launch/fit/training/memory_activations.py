@@ -76,14 +76,15 @@ def _adapters_16bit(setup: TrainingSetup) -> bool:
     return setup.mixed_precision and setup.sharding in FSDP
 
 
-def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: bool = False) -> int:
+def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, autocast: bool = False) -> int:
     """What the LoRA adapters of one layer keep a token: lora_A's fp32 copy of its input (none when the
     input is in the adapter's dtype already: then it is the input itself, counted with the norm's output)
-    and lora_B's input, in the adapter's dtype. Under autocast on fp32 weights (``amp``) the input is fp32
-    already (peft's cast is none) and lora_A's F.linear saves autocast's 16-bit cast of it, a fresh one an
-    adapter (aten/src/ATen/autocast_mode.cpp cached_cast caches leaves only), and lora_B its 16-bit input."""
+    and lora_B's input, in the adapter's dtype. Under autocast (``autocast``: the Trainer's --bf16 on fp32 or
+    on 16-bit weights) lora_A's F.linear saves autocast's 16-bit cast of its input (of peft's fp32 copy on
+    16-bit weights), a fresh one an adapter (aten/src/ATen/autocast_mode.cpp cached_cast caches leaves only),
+    and lora_B its 16-bit input: seen tensor by tensor through TRL's SFTTrainer and the plain oracle."""
     r = setup.lora_r or 8
-    if amp:
+    if autocast:
         # dropout (nn.Dropout on the fp32 input: native_dropout's boolean mask kept, its output cast to 16 bits
         # by lora_A, saved in the input's place)
         return sum((x.fan_in if setup.lora_dropout > 0 else 0) + 2 * x.fan_in + 2 * r for x in targets)
@@ -94,13 +95,7 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, amp: 
         if setup.lora_dropout > 0 else 0
     if _adapters_16bit(setup):
         return drop + sum(e * r for _ in targets)
-    # (The Trainer's --bf16 on 16-bit weights runs under autocast, where lora_A saves autocast's 16-bit cast of
-    # peft's fp32 copy and lora_B a 16-bit input: half these bytes, seen tensor by tensor through TRL's
-    # SFTTrainer. Counted in fp32 all the same: with adapters on the MLP the step then holds more than the
-    # saved tensors in its backward and its adapters' fp32 copies, which no moment here models; the fp32
-    # count stays above PyTorch's (tests/test_training_memory_trl.py), the 16-bit one fell 1-9 % under.)
     return drop + sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
-
 
 
 def _autocast_16bit_weights(setup: TrainingSetup) -> bool:
