@@ -72,7 +72,15 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
         hidden_grad = e * h * tokens
         chunk = min(tokens, setup.loss_chunk_tokens or tokens)
-        moments.append(_moment(weights, head, states, acts, loss, hidden_grad))
+        recast = 0
+        if setup.precision.startswith("amp") and setup.method != "full":
+            # under autocast on fp32 weights a frozen head's 16-bit cast is made afresh in each chunk's recompute
+            # (aten/src/ATen/autocast_mode.cpp cached_cast caches trained leaves only), with the chunk's input
+            # cast, both kept by its mm to the end of the chunk's backward; the hidden states are the final
+            # norm's fp32 output, so the gradient summed into them is fp32
+            hidden_grad = 4 * h * tokens
+            recast = 2 * (model.hyper.vocab_size or 0) * h + 2 * chunk * h
+        moments.append(_moment(weights, head, states, acts, loss, hidden_grad + recast))
         if head and tokens > chunk:
             # the head is used once a chunk, so autograd sums its gradients before accumulating them
             # (torch/csrc/autograd/input_buffer.cpp accumulate: in place only into a dense gradient it alone
@@ -90,6 +98,10 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
         kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
+        if setup.precision.startswith("amp"):
+            # under autocast on fp32 weights the recomputed first norm saves the layer's fp32 input itself (its
+            # upcast is none): the checkpoint's own input, counted already
+            kept -= 4 * h * tokens
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
@@ -101,6 +113,14 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, 0, states, forward, 0, 0))
         if setup.gradient_checkpointing:
             moments.append(_moment(weights, head, states, kept, 0, (act.lora_forward + e * h) * tokens))
+            if setup.method != "full" and model.hyper.n_layers > 1:
+                # or the first layer's recompute, the last in backward: every later layer's adapters have their
+                # gradients (AccumulateGrad as each layer's backward ends), their checkpointed inputs are gone
+                # (measured: TRL's SFTTrainer, all-linear, a 2-layer model peaks there)
+                layers = model.hyper.n_layers
+                later = grads * (layers - 1) // layers
+                earliest = kept - act.checkpointed_layer * tokens * (layers - 1)
+                moments.append(_moment(weights, later, states, earliest, 0, (act.lora_forward + e * h) * tokens))
     four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
     if four_norms:
         # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,
