@@ -38,10 +38,10 @@ CASES = [
 KNOWN_OFF = {
     # the checkpointed last layer's backward (memory_backward.py), as in trl sft's long checkpointed case
     "llama-bf16-full-gc1-plain-1x256-512": "over (1.044): the checkpointed layer's backward moment",
-    # LoRA adapters counted in fp32 where the Trainer's autocast saves their inputs in 16 bits
-    # (memory_activations._lora_bytes says why it stays so), as in trl sft's LoRA cases
-    "llama-bf16-lora8-gc1-plain-1x128-512": "over (1.03-1.04): LoRA inputs counted in fp32 under autocast",
-    "llama-bf16-lora8-gc0-plain-1x128-512": "over (1.08): LoRA inputs counted in fp32 under autocast",
+    # LoRA with checkpointing: 1.034 while the adapters' inputs were counted in fp32; counted in 16 bits, as the
+    # Trainer's autocast saves them (memory_activations._lora_bytes), 0.983: what DPO's checkpointed LoRA step
+    # holds beyond trl sft's (0.9999 there) is not found yet
+    "llama-bf16-lora8-gc1-plain-1x128-512": "under (0.983): DPO's checkpointed LoRA backward",
 }
 
 
