@@ -36,8 +36,6 @@ CASES = [
 
 #: Over by more than 3 %, measured
 KNOWN_OFF = {
-    # the checkpointed last layer's backward (memory_backward.py), as in trl sft's long checkpointed case
-    "llama-bf16-full-gc1-plain-1x256-512": "over (1.044): the checkpointed layer's backward moment",
     # LoRA adapters counted in fp32 where the Trainer's autocast saves their inputs in 16 bits
     # (memory_activations._lora_bytes says why it stays so), as in trl sft's LoRA cases
     "llama-bf16-lora8-gc1-plain-1x128-512": "over (1.03-1.04): LoRA inputs counted in fp32 under autocast",
