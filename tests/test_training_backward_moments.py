@@ -123,3 +123,13 @@ def test_the_first_layers_mlp_backward_holds_every_gradient_but_that_layers_and_
     assert terms["gradients"] == grads - layer + 2 * H * I  # down_proj's made, the rest of that layer's to come
     assert terms["activations"] == 3 * 10 ** 9 - 2 * I * T + (2 * H + 40) * T
     assert terms["other"] == 2 * H * T + 3 * 2 * I * T
+
+
+def test_an_fp32_recomputed_layers_first_norm_saves_the_checkpointed_input_itself():
+    # issue 34: in fp32 the norm's upcast is its input, the tensor the checkpoint keeps: counted once (TRL's
+    # DPOTrainer, fp32, checkpointing: 1.021 of PyTorch's count with it counted twice, 1.004 once)
+    fp32 = replace(GC, precision="fp32")
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, _OneLayer(),
+                              weights=0, states=0, grads=10 ** 9, head=0, loss=0, e=4)
+    assert at == "end of backward"
+    assert terms["activations"] == 3 * 10 ** 9 - 4 * I * T + 40 * T

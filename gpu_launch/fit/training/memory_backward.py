@@ -36,6 +36,8 @@ __all__ = ["backward_peak", "NORM_BACKWARD_FP32"]
 #: to x (``grad * rsqrt``) are alive): five. Gemma's norm (modeling_gemma2.py Gemma2RMSNorm) is the same
 #: chain. Seen tensor by tensor in PyTorch's count (the final norm's backward, bf16 Llama LoRA).
 NORM_BACKWARD_FP32 = 5
+#: Where every term is whole on the rank (no ZeRO, no FSDP): the moments measured through one process's steps.
+_ONE_RANK = ("none", "ddp")
 
 
 def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: int) -> dict[str, int]:
@@ -90,7 +92,9 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # 3·e·I a token); in its attention the two branches' gradients and eager attention's s² ones
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
-        kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
+        # the layer recomputed (torch/utils/checkpoint.py, non-reentrant), its first norm's fp32 input the
+        # checkpointed input itself where the residual stream is fp32
+        kept += act.one_layer(setup) - _shared_input(setup, act, e)
     # by MulBackward0 down_proj's node has run and released what it saved, the product (its input, saved for
     # its weight's gradient when it trains): autograd frees a node's saved variables once it has run
     # (torch/csrc/autograd/node.h Node::release_variables, called when the graph is not retained); a
@@ -143,12 +147,25 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
                         act.one_layer(setup) + act.rope * tokens, 0,
                         e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
         late = max(late, first, key=lambda m: sum(m.values()))
-    if late_unit_grads is None and late_grads_given is None and setup.method == "full":
+    if late_unit_grads is None and late_grads_given is None and setup.method == "full" \
+            and setup.sharding in _ONE_RANK:
         late = max(late, _first_mlp(model, setup, act, h, inter, e, at_late, late_grads, grads, states),
                    key=lambda m: sum(m.values()))
     if sum(late.values()) > sum(best.values()):
         return "end of backward", late
     return "backward", best
+
+
+def _shared_input(setup: TrainingSetup, act: Saved, e: int) -> int:
+    """What a recomputed layer's first norm saves that the checkpoint already holds: where the residual stream
+    is fp32 (fp32 weights, autocast) the norm's upcast (LlamaRMSNorm.forward: ``hidden_states.to(float32)``)
+    is the layer's input itself, kept by the checkpoint (torch/utils/checkpoint.py saves the inputs), not a
+    copy. Seen in MemTracker's count of TRL's DPOTrainer step (fp32 Llama, checkpointing): the embedding's
+    output the first norm's saved input, no other. A full fine-tune's only (a LoRA model's is memory_activations')."""
+    if not setup.gradient_checkpointing or setup.method != "full" or setup.sharding not in _ONE_RANK \
+            or (e != 4 and not setup.precision.startswith("amp")):
+        return 0
+    return act.checkpointed_layer * setup.micro_batch * setup.seq_len
 
 
 def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int,
@@ -167,7 +184,7 @@ def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inte
     down = element_bytes(setup.precision) * h * inter
     acts = act.one_layer(setup) - e * inter * tokens + act.rope * tokens
     if setup.gradient_checkpointing:
-        acts += act.checkpointed_layer * tokens
+        acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e)
     return _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
 
 
