@@ -8,8 +8,9 @@ once it has made its outputs). Arithmetic only: no torch. The largest moment is 
 * the final norm's backward (still ``"backward"``): every activation but the loss's, the head's gradient and
   the norm's fp32 temporaries;
 * the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
-  gradients flowing through it;
-* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on
+  gradients flowing through it, the product down_proj saved released once its node has run;
+* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on one
+  rank also the first layer's MLP backward (every gradient but the embedding's and that layer's); on
   an FSDP rank, where a layer's unsharded gradient is as large as its weights, two moments of the first
   layer's backward instead: its MLP's (the layer's activations, down_proj's gradient) and its input norm's
   (the whole gradient, the norm's fp32 tensors; the rest of the layer's activations gone).
