@@ -10,7 +10,7 @@ from dataclasses import replace
 from gpu_launch.fit.training.memory_backward import NORM_BACKWARD_FP32, backward_peak
 from gpu_launch.fit.training.setup import TrainingSetup
 
-from test_training_memory_rules import H, llama8b
+from test_training_memory_rules import H, I, llama8b
 
 T = 4096  # tokens: micro batch 1 × 4096
 SMALL_I = 1024  # an MLP small enough that the norms' fp32 backward is the backward's largest moment
@@ -86,3 +86,50 @@ def test_an_fsdp_ranks_first_layer_in_its_mlp_holds_only_down_projs_gradient():
     assert at == "end of backward"
     assert terms["weights"] == 7 + down
     assert terms["other"] == 2 * H * T + 2 * 2 * SMALL_I * T
+
+
+class _OneLayer(_NoActivations):
+    """One layer's saved tensors (the recomputed one under checkpointing), its checkpointed input and RoPE's."""
+    rope = 40
+    checkpointed_layer = 2 * H
+
+    def one_layer(self, setup):  # noqa: ANN001, ANN201
+        return 3 * 10 ** 9
+
+
+GC = replace(SETUP, gradient_checkpointing=True)
+
+
+def test_the_last_layers_mlp_backward_has_released_the_product_down_proj_saved():
+    # issue 34: by MulBackward0 down_proj's node has run and its saved input (the product, e·I a token) is gone;
+    # counted there, a checkpointed step came out 1.081 of PyTorch's count (trl sft, 4,200 tokens)
+    head = 10 ** 11  # the head's gradient: the last layer's moments are the backward's largest
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, GC, _OneLayer(),
+                              weights=0, states=0, grads=head, head=head, loss=0, e=2)
+    assert at == "backward"
+    assert terms["activations"] == 3 * 10 ** 9 + 40 * T - 2 * I * T  # with what every layer reads
+    assert terms["other"] == 2 * H * T + 3 * 2 * I * T
+
+
+def test_the_first_layers_mlp_backward_holds_every_gradient_but_that_layers_and_its_checkpointed_input():
+    # issue 34: TRL's DPOTrainer step (checkpointing, 2 x 128 tokens) peaked there, 1.3 % above the end of
+    # backward's moment once the product was no longer counted in the last layer's
+    grads = 10 ** 9
+    model = llama8b()
+    at, terms = backward_peak(model, {"model_type": "llama", "intermediate_size": I}, GC, _OneLayer(),
+                              weights=0, states=0, grads=grads, head=0, loss=0, e=2)
+    layer = grads * model.weights.layers[0] // model.weights.total
+    assert at == "end of backward"
+    assert terms["gradients"] == grads - layer + 2 * H * I  # down_proj's made, the rest of that layer's to come
+    assert terms["activations"] == 3 * 10 ** 9 - 2 * I * T + (2 * H + 40) * T
+    assert terms["other"] == 2 * H * T + 3 * 2 * I * T
+
+
+def test_an_fp32_recomputed_layers_first_norm_saves_the_checkpointed_input_itself():
+    # issue 34: in fp32 the norm's upcast is its input, the tensor the checkpoint keeps: counted once (TRL's
+    # DPOTrainer, fp32, checkpointing: 1.021 of PyTorch's count with it counted twice, 1.004 once)
+    fp32 = replace(GC, precision="fp32")
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, _OneLayer(),
+                              weights=0, states=0, grads=10 ** 9, head=0, loss=0, e=4)
+    assert at == "end of backward"
+    assert terms["activations"] == 3 * 10 ** 9 - 4 * I * T + 40 * T

@@ -36,8 +36,6 @@ CASES = [
 
 #: Over by more than 3 %, measured
 KNOWN_OFF = {
-    # the checkpointed last layer's backward (memory_backward.py), as in trl sft's long checkpointed case
-    "llama-bf16-full-gc1-plain-1x256-512": "over (1.044): the checkpointed layer's backward moment",
     # LoRA with checkpointing: 0.983 of MemTracker's count, which is 32,768 bytes (one bf16 hidden state of the
     # batch) above its count of the same step with precompute_ref_log_probs (plan 1.0069 there); the CPU
     # allocator's own events (torch.profiler, profile_memory) put both steps' peaks at the same bytes above the

@@ -201,17 +201,20 @@ HEAD_GRAD = 2 * V * H
     # a chunked loss accumulates the head's gradient chunk by chunk while every activation is alive
     (replace(BASE, loss="chunked"), "optimizer step", None),
     (replace(BASE, loss="chunked", micro_batch=4), "backward", HEAD_GRAD),
-    # checkpointing and a chunked loss with fused AdamW: the peak is late in backward, most gradients there
+    # checkpointing and a chunked loss with fused AdamW: the peak is late in backward, in the first layer's MLP
+    # (issue 34, measured so through TRL's DPOTrainer): every gradient but the embedding's and that layer's,
+    # down_proj's already made
     (replace(BASE, micro_batch=4, loss="chunked", gradient_checkpointing=True, optimizer="adamw_torch_fused"),
-     "end of backward", "all but the embedding's")])
+     "end of backward", "all but the embedding's and the first layer's but down_proj's")])
 def test_the_peaks_terms_add_up_at_its_moment_and_the_moment_says_which_gradients_exist(setup, at, gradients):
     p = peak(llama8b(), CONFIG, setup, 1)
     assert p.peak_at == at, p
     assert p.weights_bytes + p.gradients_bytes + p.optimizer_bytes + p.activations_bytes + p.loss_bytes \
         + p.other_bytes == p.peak_bytes
     step = phases(llama8b(), CONFIG, setup, 1)["optimizer step"]
-    if gradients == "all but the embedding's":
-        assert p.gradients_bytes == step["gradients"] - HEAD_GRAD and p.loss_bytes == 0
+    if gradients == "all but the embedding's and the first layer's but down_proj's":
+        layer = 2 * (H * H + 2 * H * 1024 + H * H + 3 * H * I + 2 * H)
+        assert p.gradients_bytes == step["gradients"] - HEAD_GRAD - layer + 2 * H * I and p.loss_bytes == 0
         assert p.moment == "the end of backward"
     elif gradients is not None:
         assert p.gradients_bytes == gradients and p.moment == "the start of backward"

@@ -8,8 +8,9 @@ once it has made its outputs). Arithmetic only: no torch. The largest moment is 
 * the final norm's backward (still ``"backward"``): every activation but the loss's, the head's gradient and
   the norm's fp32 temporaries;
 * the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
-  gradients flowing through it;
-* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on
+  gradients flowing through it, the product down_proj saved released once its node has run;
+* the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on one
+  rank also the first layer's MLP backward (every gradient but the embedding's and that layer's); on
   an FSDP rank, where a layer's unsharded gradient is as large as its weights, two moments of the first
   layer's backward instead: its MLP's (the layer's activations, down_proj's gradient) and its input norm's
   (the whole gradient, the norm's fp32 tensors; the rest of the layer's activations gone).
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpu_launch.fit.training.memory_activations import FOUR_NORMS, Saved
+from gpu_launch.fit.training.memory_params import element_bytes
 from gpu_launch.fit.training.setup import TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -35,6 +37,8 @@ __all__ = ["backward_peak", "NORM_BACKWARD_FP32"]
 #: to x (``grad * rsqrt``) are alive): five. Gemma's norm (modeling_gemma2.py Gemma2RMSNorm) is the same
 #: chain. Seen tensor by tensor in PyTorch's count (the final norm's backward, bf16 Llama LoRA).
 NORM_BACKWARD_FP32 = 5
+#: Where every term is whole on the rank (no ZeRO, no FSDP): the moments measured through one process's steps.
+_ONE_RANK = ("none", "ddp")
 
 
 def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: int) -> dict[str, int]:
@@ -97,12 +101,21 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # 3·e·I a token); in its attention the two branches' gradients and eager attention's s² ones
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
-        kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
-        if setup.precision.startswith("amp"):
+        # the layer recomputed (torch/utils/checkpoint.py, non-reentrant), its first norm's fp32 input the
+        # checkpointed input itself where the residual stream is fp32 (a full fine-tune: _shared_input)
+        kept += act.one_layer(setup) - _shared_input(setup, act, e)
+        if setup.precision.startswith("amp") and setup.method != "full":
             # under autocast on fp32 weights the recomputed first norm saves the layer's fp32 input itself (its
             # upcast is none): the checkpoint's own input, counted already
             kept -= 4 * h * tokens
-    moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
+    # by MulBackward0 down_proj's node has run and released what it saved, the product (its input, saved for
+    # its weight's gradient when it trains): autograd frees a node's saved variables once it has run
+    # (torch/csrc/autograd/node.h Node::release_variables, called when the graph is not retained); a
+    # recomputed one is dropped as it is unpacked (torch/utils/checkpoint.py _checkpoint_hook.unpack_hook:
+    # ``holder.handles[gid] = None``, its Rule 4). Seen tensor by tensor in MemTracker's count of a checkpointed
+    # bf16 Llama at 4,200 tokens: gate's, SiLU's and up's outputs alive there, the product gone
+    product = e * inter * tokens if setup.method == "full" else 0
+    moments.append(_moment(weights, head, states, kept - product, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
     if act.lora_forward:
@@ -131,6 +144,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     best["gradients"] += standing_grads
     # --- the end of backward: the gradients nearly all there (the input embedding's, untied, comes last), one
     # layer's activations (recomputed under checkpointing) and the gradients flowing through its MLP
+    late_grads_given = late_grads
     if late_grads is None:
         late_grads = grads - (head if not model.weights.tied_embeddings else 0)
     at_late = weights if late_weights is None else late_weights
@@ -154,9 +168,45 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
                         act.one_layer(setup) + act.rope * tokens, 0,
                         e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
         late = max(late, first, key=lambda m: sum(m.values()))
+    if late_unit_grads is None and late_grads_given is None and setup.method == "full" \
+            and setup.sharding in _ONE_RANK:
+        late = max(late, _first_mlp(model, setup, act, h, inter, e, at_late, late_grads, grads, states),
+                   key=lambda m: sum(m.values()))
     if sum(late.values()) > sum(best.values()):
         return "end of backward", late
     return "backward", best
+
+
+def _shared_input(setup: TrainingSetup, act: Saved, e: int) -> int:
+    """What a recomputed layer's first norm saves that the checkpoint already holds: where the residual stream
+    is fp32 (fp32 weights, autocast) the norm's upcast (LlamaRMSNorm.forward: ``hidden_states.to(float32)``)
+    is the layer's input itself, kept by the checkpoint (torch/utils/checkpoint.py saves the inputs), not a
+    copy. Seen in MemTracker's count of TRL's DPOTrainer step (fp32 Llama, checkpointing): the embedding's
+    output the first norm's saved input, no other. A full fine-tune's only (a LoRA model's is memory_activations')."""
+    if not setup.gradient_checkpointing or setup.method != "full" or setup.sharding not in _ONE_RANK \
+            or (e != 4 and not setup.precision.startswith("amp")):
+        return 0
+    return act.checkpointed_layer * setup.micro_batch * setup.seq_len
+
+
+def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int,
+               late_grads: int, grads: int, states: int) -> dict[str, int]:
+    """The first decoder layer's MLP backward, at MulBackward0 (a full fine-tune on one rank): every gradient
+    but the embedding's and that layer's, down_proj's among them already (its node has run:
+    torch/csrc/autograd/functions/accumulate_grad.h AccumulateGrad stores ``.grad`` as the node runs); the
+    layer's activations (recomputed under checkpointing) but the product down_proj saved, released when its
+    node ran (torch/csrc/autograd/node.h Node::release_variables; a recomputed one as it is unpacked:
+    torch/utils/checkpoint.py _checkpoint_hook.unpack_hook, Rule 4); what every layer reads (RoPE's tables,
+    the ids), the checkpointed layer's input, kept to the end of its backward (torch/utils/checkpoint.py: the
+    checkpoint's inputs); the gradient arriving and three of e·I a token. Seen tensor by tensor in MemTracker's
+    count of TRL's DPOTrainer step (bf16 Llama, checkpointing, 2 × 128 tokens), where it is the peak."""
+    tokens = setup.micro_batch * setup.seq_len
+    first = grads * max(model.weights.layers, default=0) // max(1, model.weights.total)
+    down = element_bytes(setup.precision) * h * inter
+    acts = act.one_layer(setup) - e * inter * tokens + act.rope * tokens
+    if setup.gradient_checkpointing:
+        acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e)
+    return _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
 
 
 def _fsdp_late(setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int, grads: int,
