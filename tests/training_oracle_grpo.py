@@ -103,6 +103,9 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
         raise ValueError(f"a padded case pads to multiples of 8: prompt {prompt}, completion {completion}")
     model = build(Case(case.family, precision=case.precision))
     vocab = FAMILIES[case.family]["vocab_size"]
+    # every eos the model declares ends a completion too (grpo_trainer.py GRPOTrainer.__init__: eos_token_ids from
+    # generation_config.eos_token_id; LlamaConfig's default is token 2, sampled now and then): the tokenizer's only
+    model.config.eos_token_id = model.generation_config.eos_token_id = vocab
     g = torch.Generator().manual_seed(1)
     rows = 4 * case.micro_batch * steps_per_generation
     words = prompt - 1 if padded else prompt
