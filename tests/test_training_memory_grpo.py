@@ -39,8 +39,7 @@ CASES = {
 #: The generation's moment measured under the plan by more than 1 %: the plan's peak is the step's there
 GENERATION_OFF = {
     "checkpointing": "under (0.952): a checkpointed step keeps about a hidden state (55 kB here) from the step "
-                     "before through generate and the optimizer step, not found",
-    "beta": "under (0.930): the reference model's scoring after generate, sized at its head only"}
+                     "before through generate and the optimizer step, not found"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -122,16 +122,19 @@ def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: Traini
               + 2 * n * vocab * 4 + 3 * n * longest * 8)
     out = {"prefill": prefill, "decode": decode}
     if setup.reference_model and setup.method == "full":
-        out["reference"] = _reference_forward(setup, h)
+        # the prefill's widest moment, for a micro-batch of whole sequences and no cache (the reference's scoring)
+        tokens = setup.micro_batch * setup.seq_len
+        mlp = tokens * (e * (3 * inter + 4 * h + 2 * d) + 32 + setup.seq_len)
+        out["reference"] = max(_reference_head(setup, h), mlp)
     return out
 
 
-def _reference_forward(setup: TrainingSetup, h: int) -> int:
+def _reference_head(setup: TrainingSetup, h: int) -> int:
     """The reference model's scoring after generate (beta > 0, grpo_trainer.py ``_generate_and_score_completions``:
-    ``_get_per_token_logps_and_entropies(self.ref_model, ...)`` a micro-batch at a time, under no_grad, through
-    its own fused head: trl/trainer/utils.py ``add_fused_lm_head``): at the head, the backbone's last hidden
-    states, their copy at the scored positions, one projection tile and the per-token fp32 outputs
-    (measured: tests/training_oracle_grpo.py with beta 0.04)."""
+    ``_get_per_token_logps_and_entropies(self.ref_model, ...)`` a micro-batch at a time, under no_grad, no cache,
+    through its own fused head: trl/trainer/utils.py ``add_fused_lm_head``): at its last layer's MLP (as the
+    prefill's), or at the head: the backbone's last hidden states, their copy at the scored positions, one
+    projection tile and the per-token fp32 outputs (measured: tests/training_oracle_grpo.py with beta 0.04)."""
     n = memory_fused.scored_tokens(setup)
     eh, ec = memory_fused.hidden_bytes(setup), 4 if setup.precision == "fp32" else 2
     return (setup.micro_batch * setup.seq_len * eh * h + n * eh * h
