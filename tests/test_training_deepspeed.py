@@ -16,8 +16,9 @@ pytest.importorskip("torch", reason="the oracle runs real PyTorch steps: pip ins
 pytest.importorskip("transformers", reason="the oracle runs the real Hugging Face code: pip install -e '.[test,oracle]'")
 pytest.importorskip("deepspeed", reason="DeepSpeed's own ZeRO step: pip install deepspeed==0.19.8 (after torch==2.13.0)")
 
+from gpu_launch.fit.training import memory_zero3  # noqa: E402
 from training_oracle import Case, write_model  # noqa: E402
-from training_oracle_deepspeed import ZeroCase, compare_zero, measure_zero  # noqa: E402
+from training_oracle_deepspeed import DEEP_LIMITS, ZeroCase, compare_zero, measure_zero  # noqa: E402
 
 #: ZeRO-3 bf16 (an untied Llama; a tied Qwen3 with checkpointing), an fp32 checkpoint under DeepSpeed's bf16
 #: (DeepSpeed casts it: no autocast), pure fp32 ZeRO-3 (its master copy is a clone), ZeRO-2 and ZeRO-1, LoRA
@@ -30,6 +31,14 @@ CASES = [
     ZeroCase(Case("llama", gradient_checkpointing=True), stage=1),
     # LoRA under ZeRO-3: zero.Init's F.linear saves every frozen linear's input (0.957 when not counted)
     ZeroCase(Case("llama", method="lora")),
+    # a wider model whose layers outweigh the loss, none kept by reuse: the coordinator's prefetch runs ahead into
+    # the backward's uses and keeps them gathered all the same, the head's gradient is whole (0.763 when not counted)
+    ZeroCase(Case("llama_wide", seq_len=32), zero=(("stage3_max_reuse_distance", 0),)),
+    # 6 layers under a max-live limit and a short reuse distance: the run-ahead stops part-way (0.935 when the
+    # partition buffer was left out of the early moments' comparison). Without checkpointing the backward is
+    # 0.988: the final norm's gradient hook reduce-scatters the head's gradient, and gloo's _reduce_scatter_base_
+    # copies its whole input (PyTorch's count, op by op; NCCL's reduce-scatter makes no copy)
+    ZeroCase(Case("llama_deep", seq_len=16, gradient_checkpointing=True), zero=DEEP_LIMITS),
 ]
 
 
@@ -44,6 +53,9 @@ def test_zero_rank_peak_is_pytorchs_count(zc, measured, tmp_path):
     ours, torch_count = r["peak"]
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
     assert r["peak_at"][0] == r["peak_at"][1], r
+    # the backward's own peak, where the optimizer step is the step's (what is gathered, the head's gradient)
+    ours, torch_count = r["backward"]["total"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
     # the optimizer step: the partitions, DeepSpeed's fp32 master copy and states, the fp32 gradient partition
     ours, torch_count = r["optimizer step"]["total"]
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
@@ -69,3 +81,30 @@ def test_zero3_buffers_follow_the_config(tmp_path):
     auto = other((("reduce_bucket_size", "auto"),))
     assert other(()) - auto == (500_000_000 - 64 * 64) * 2
     assert other((("reduce_bucket_size", 10_000),)) - auto == (10_000 - 64 * 64) * 2
+
+
+@pytest.mark.parametrize("zc", [pytest.param(c, id=c.name) for c in CASES if c.stage == 3 and c.case.method == "full"])
+def test_zero3_gathered_is_deepspeeds_coordinator_replayed(zc, measured, tmp_path):
+    """What memory_zero3.py's replay says is gathered early and late in the backward is what DeepSpeed's own
+    parameter coordinator had gathered, counted at each of its fetches and releases (the persistent parameters
+    left out: they are whole all step), element for element."""
+    import json
+
+    from gpu_launch.fit.training import memory_sharding
+    from gpu_launch.fit.training.memory_params import linears
+    from gpu_launch.modelfile.read import read_model
+    from training_oracle_deepspeed import zero_setup
+
+    folder = write_model(zc.case, tmp_path)
+    facts, config = read_model(str(folder)), json.loads((folder / "config.json").read_text())
+    h, setup = facts.hyper.hidden_size, zero_setup(zc)
+    size = {k: memory_sharding.zero_bucket(setup.zero_buckets, k, h) for k in memory_sharding.ZERO_DEFAULTS}
+    got = memory_zero3.gathered(
+        block=tuple((x.name, x.fan_in * x.fan_out * x.count) for x in linears(facts, config)),
+        layers=facts.hyper.n_layers, h=h, head_dim=facts.hyper.key_length, vocab=facts.hyper.vocab_size,
+        tied=facts.weights.tied_embeddings, checkpointing=zc.case.gradient_checkpointing,
+        qk_norm=config["model_type"] == "qwen3", prefetch=size["stage3_prefetch_bucket_size"],
+        max_live=size["stage3_max_live_parameters"], reuse=size["stage3_max_reuse_distance"],
+        persist=size["stage3_param_persistence_threshold"])
+    theirs = measured[zc].phases["gathered"]
+    assert (got.early - got.persistent, got.late - got.persistent) == (theirs["early"], theirs["late"])

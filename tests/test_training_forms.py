@@ -110,10 +110,13 @@ def test_deepspeed_json_bucket_sizes_are_kept_as_written(tmp_path: Path) -> None
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
                                                     "stage3_prefetch_bucket_size": 5e7,
-                                                    "stage3_max_reuse_distance": 0, "overlap_comm": True}}))
+                                                    "stage3_max_reuse_distance": 0, "overlap_comm": True,
+                                                    "stage3_max_live_parameters": 3e8,
+                                                    "stage3_param_persistence_threshold": "auto"}}))
     s = setup_of([*TORCHRUN, "--deepspeed", str(ds)])
     assert s.zero_buckets == (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", 5e7),
-                              ("stage3_max_reuse_distance", 0))
+                              ("stage3_max_reuse_distance", 0), ("stage3_max_live_parameters", 3e8),
+                              ("stage3_param_persistence_threshold", "auto"))
     assert setup_of([*TORCHRUN, "--deepspeed", '{"zero_optimization": {"stage": 3}}']).zero_buckets == ()
 
 

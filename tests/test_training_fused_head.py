@@ -83,12 +83,15 @@ def test_trl_sft_takes_the_loss_of_the_trl_it_runs(tmp_path: Path, version, word
     assert to_setup(launch, "M", "bf16", {}).loss == loss
 
 
-def test_trl_sft_refuses_a_loss_type_its_trl_refuses_and_dpo_keeps_the_logits(tmp_path: Path) -> None:
+def test_trl_sft_refuses_a_loss_type_its_trl_refuses_and_dpo_takes_the_head_of_its_trl(tmp_path: Path) -> None:
     env = _trl(tmp_path, "1.16.0")
     with pytest.raises(UsageError, match="takes loss_type nll or dft"):
         read_launch(["trl", "sft", "--model_name_or_path", "M", "--loss_type", "chunked_nll"], env)
     dpo = to_setup(read_launch(["trl", "dpo", "--model_name_or_path", "M"], env), "M", "bf16", {})
-    assert dpo.loss == "plain"
+    assert dpo.loss == "fused"  # trl 1.16's DPOTrainer: add_fused_lm_head on the policy and the reference
+    old = to_setup(read_launch(["trl", "dpo", "--model_name_or_path", "M"], _trl(tmp_path / "old", "1.10.0")), "M",
+                   "bf16", {})
+    assert old.loss == "plain"  # 1.10 made both models' logits (selective_log_softmax)
 
 
 def test_trl_sft_lora_takes_trls_dropout_and_a_mask_an_adapter() -> None:

@@ -65,11 +65,16 @@ def test_the_lengths_come_from_the_launch_or_train_seq_never_from_trls_old_defau
 
 def test_beta_above_zero_keeps_a_reference_copy_of_the_weights_unless_peft() -> None:
     s = grpo("--beta", "0.04")
-    assert s.reference_model and not grpo("--beta", "0.04", "--use_peft").reference_model
+    peft = grpo("--beta", "0.04", "--use_peft")
+    assert s.reference_model and peft.reference_model  # PEFT scores against its base, adapter disabled
     assert not grpo("--beta", "0.0").reference_model
     with_ref, without = phases(llama8b(), CONFIG, s, 1), phases(llama8b(), CONFIG, replace(s, reference_model=False), 1)
     for moment in ("generation", "backward", "optimizer step"):
         assert with_ref[moment]["weights"] - without[moment]["weights"] == llama8b().weights.total
+    peft_ref = phases(llama8b(), CONFIG, peft, 1)
+    peft_none = phases(llama8b(), CONFIG, replace(peft, reference_model=False), 1)
+    for moment in ("generation", "backward", "optimizer step"):  # no copy: the same bytes
+        assert peft_ref[moment] == peft_none[moment]
 
 
 def test_the_cache_is_k_and_v_of_every_layer_for_prompt_and_completion_of_every_generated_row() -> None:

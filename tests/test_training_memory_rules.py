@@ -145,6 +145,31 @@ def test_zero3_over_8_gpus_fits_an_80gb_card_and_offload_moves_states_to_host_ra
     assert off.peak_bytes < p.peak_bytes
 
 
+def test_zero3_gathers_what_deepspeeds_json_lets_it():
+    """ZeRO-3's gathered weights at the start of backward follow the coordinator's limits as the JSON sets them:
+    stage3_max_live_parameters bounds the prefetch's run-ahead, stage3_prefetch_bucket_size 0 stops it (and the
+    reuse distance 0 then releases every module after its forward), persistence keeps small ones whole
+    (memory_zero3.py)."""
+    s = replace(BASE, gradient_checkpointing=True, sharding="zero3")
+
+    def weights(*buckets: tuple[str, object]) -> int:
+        return phases(llama8b(), CONFIG, replace(s, zero_buckets=buckets), 8)["backward"]["weights"]
+
+    partition = -(-llama8b().weights.total // 8)
+    default = weights() - partition
+    # DeepSpeed's 1e9 live elements: the head and layers up to that, in 16 bits
+    assert 1e9 * 2 <= default <= (1e9 + V * H + 3 * H * I) * 2
+    # fewer live elements: the head (used again at once by its backward) and the prefetch up to 3e8
+    fewer = weights(("stage3_max_live_parameters", 3e8)) - partition
+    assert V * H * 2 <= fewer <= (V * H + 3e8 + H * I) * 2 < default
+    none = weights(("stage3_prefetch_bucket_size", 0), ("stage3_max_reuse_distance", 0)) - partition
+    # nothing kept nor prefetched: only the module running, the head at its backward (and the norms, whole)
+    assert V * H * 2 <= none <= (V * H + (2 * L + 1) * H) * 2
+    # every parameter kept whole: all of them gathered
+    whole = weights(("stage3_param_persistence_threshold", 10 ** 12)) - partition
+    assert whole == llama8b().weights.total
+
+
 def test_fused_adamw_has_no_foreach_temporary_and_8bit_states_are_a_quarter():
     gc = replace(BASE, gradient_checkpointing=True)
     foreach = phases(llama8b(), CONFIG, gc, 1)["optimizer step"]

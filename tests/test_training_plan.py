@@ -88,7 +88,20 @@ def test_plan_json_has_a_training_object_in_each_gpus_entry(work: Path) -> None:
     plain = plan_json(work, "--", "torchrun", "train.py", "--model_name_or_path", "./Llama-3.1-8B",
                       "--per_device_train_batch_size", "1")
     assert plain["training"]["mixed_precision"] is False and plain["training"]["lora_dropout"] == 0.0
+    assert plain["training"]["fsdp_version"] is None and doc["training"]["fsdp_version"] is None  # no FSDP
     assert doc["placeholders"] == {"nproc": "1"}
+
+
+def test_plan_json_says_which_fsdp_the_launch_runs(work: Path) -> None:
+    config = work / "fsdp-accelerate.yaml"
+    config.write_text("distributed_type: FSDP\nnum_processes: 4\nmixed_precision: bf16\nfsdp_config:\n"
+                      "  fsdp_sharding_strategy: FULL_SHARD\n")
+    argv = ["accelerate", "launch", "--config_file", str(config), "train.py", "--model_name_or_path",
+            "./Llama-3.1-8B", "--per_device_train_batch_size", "1", "--gradient_checkpointing"]
+    v1 = plan_json(work, "--", *argv)  # accelerate launch's default: FullyShardedDataParallel
+    v2 = plan_json(work, "--", *argv[:4], "--fsdp_version", "2", *argv[4:])
+    assert (v1["training"]["sharding"], v1["training"]["fsdp_version"]) == ("fsdp_full", 1)
+    assert (v2["training"]["sharding"], v2["training"]["fsdp_version"]) == ("fsdp_full", 2)
 
 
 def test_a_bare_python_script_is_planned_with_its_assumptions_stated(work: Path) -> None:

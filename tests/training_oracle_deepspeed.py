@@ -36,6 +36,12 @@ WORLD = 2
 # stage3_max_reuse_distance releases some of them after forward): importing it registers llama_wide
 import training_oracle_sharded  # noqa: E402,F401
 
+#: llama_wide 6 layers deep: enough fetches for the coordinator's prefetch to run ahead of the step, and for
+#: stage3_max_live_parameters and stage3_max_reuse_distance to bind part-way (memory_zero3.py)
+FAMILIES.setdefault("llama_deep", dict(FAMILIES["llama_wide"], num_hidden_layers=6))
+#: the deep model's limits: 2e6 live elements (of its 6.3e6), a reuse distance of 1e6
+DEEP_LIMITS = (("stage3_max_live_parameters", 2_000_000), ("stage3_max_reuse_distance", 1_000_000))
+
 
 @dataclass(frozen=True)
 class ZeroCase:
@@ -174,6 +180,7 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
         _dump(engine, live)
     tracker.track_external(engine.module, opt, *live)
     cpu = torch.device("cpu")
+    events = _watch_coordinator(engine) if zc.stage == 3 else []
     with tracker:
         tracker._peak_mem, tracker._peak_mem_snap = {}, {}
         loss = forward()
@@ -184,7 +191,52 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
         engine.step()
         step = _terms(tracker.get_tracker_snapshot("peak").get(cpu, {}))
     del engine, opt, model, live
-    return Measured({"backward": backward, "optimizer step": step})
+    phases = {"backward": backward, "optimizer step": step}
+    if events:
+        phases["gathered"] = dict(_windows(events, case), total=0)
+    return Measured(phases)
+
+
+def _watch_coordinator(engine: Any) -> list[tuple[str, str, int]]:
+    """(fetch or release, the module, the elements gathered after it) at each of the parameter coordinator's
+    fetches and releases (partitioned_param_coordinator.py fetch_sub_module, release_sub_module) of the next
+    forward and backward; the persistent parameters left out (always gathered)."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    coordinator = engine.optimizer.parameter_offload.get_param_coordinator()
+    names = {id(m): n for n, m in engine.module.named_modules()}
+    params = [p for p in engine.module.parameters() if not p.ds_persist]
+    out: list[tuple[str, str, int]] = []
+    fetch, release = coordinator.fetch_sub_module, coordinator.release_sub_module
+
+    def gathered() -> int:
+        return sum(p.ds_numel for p in params if p.ds_status != ZeroParamStatus.NOT_AVAILABLE)
+
+    def watched_fetch(module: Any, forward: bool) -> None:
+        fetch(module, forward)
+        if len(out) < 100_000:
+            out.append(("F" if forward else "B", names.get(id(module), ""), gathered()))
+
+    def watched_release(module: Any, forward: bool = False) -> None:
+        release(module, forward)
+        if len(out) < 100_000:
+            out.append(("R", names.get(id(module), ""), gathered()))
+
+    coordinator.fetch_sub_module, coordinator.release_sub_module = watched_fetch, watched_release
+    return out
+
+
+def _windows(events: list[tuple[str, str, int]], case: Case) -> dict[str, int]:
+    """The most gathered from the loss (the head's forward returned) to the last layer's first backward release
+    ("early"), and in the first layer's backward ("late"), as memory_zero3.py reports them (a PEFT model's
+    modules named under base_model.model)."""
+    layers = FAMILIES[case.family]["num_hidden_layers"]
+    backward = next(i for i, e in enumerate(events) if e[0] == "B")
+    start = next(i for i, e in enumerate(events) if e[0] == "R" and e[1].split(".")[-1] == "lm_head")
+    last = next(i for i, e in enumerate(events) if i > backward and e[0] == "R" and f"layers.{layers - 1}." in e[1])
+    first = [i for i, e in enumerate(events) if i > backward and "layers.0." in e[1]]
+    return {"early": max(e[2] for e in events[start:last + 1]),
+            "late": max(e[2] for e in events[first[0]:first[-1] + 1])}
 
 
 def _worker(rank: int, world: int, cases: list[ZeroCase], port: int, out: str) -> None:
@@ -243,7 +295,8 @@ def zero_setup(zc: ZeroCase) -> Any:
         precision = "amp_bf16"
     zero = zc.ds_config()["zero_optimization"]
     buckets = tuple((k, v) for k, v in zero.items()
-                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance"))
+                    if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+                             "stage3_max_live_parameters", "stage3_param_persistence_threshold"))
     return replace(setup_of(replace(zc.case, precision=precision)), sharding=f"zero{zc.stage}",
                    mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets)
 
@@ -290,10 +343,13 @@ def zero_matrix() -> list[ZeroCase]:
             out.append(ZeroCase(Case("llama_wide", seq_len=32, gradient_checkpointing=gc),
                                 zero=(("stage3_max_reuse_distance", reuse),)))
     out.append(ZeroCase(Case("llama_wide", seq_len=32)))
+    for gc in (False, True):
+        out.append(ZeroCase(Case("llama_deep", seq_len=16, gradient_checkpointing=gc), zero=DEEP_LIMITS))
+    out.append(ZeroCase(Case("llama_deep", seq_len=16)))
     return out
 
 
 # DS_ORACLE_DEBUG=1: rank 0 prints every live tensor of 1 KiB and more before step 2 (what DeepSpeed keeps)
 
 
-__all__ = ["ZeroCase", "measure_zero", "zero_setup", "compare_zero", "zero_matrix", "WORLD"]
+__all__ = ["ZeroCase", "DEEP_LIMITS", "measure_zero", "zero_setup", "compare_zero", "zero_matrix", "WORLD"]

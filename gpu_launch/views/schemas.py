@@ -237,7 +237,8 @@ _LABEL = {"enum": ["exact", "rule", "allowance"]}
 #: the allowance an allowance (compute buffers cannot be read from a file).
 #: A training launch's step on one GPU (docs/json.md): peak_bytes is what PyTorch's allocator holds at the peak.
 _TRAINING_GPU = _obj({
-    "peak_bytes": _BYTES, "peak_at": {"enum": ["generation", "backward", "end of backward", "optimizer step"]},
+    "peak_bytes": _BYTES, "peak_at": {"enum": ["generation", "backward", "reference forward", "end of backward",
+                                              "optimizer step"]},
     "weights_bytes": _BYTES, "gradients_bytes": _BYTES, "optimizer_bytes": _BYTES, "activations_bytes": _BYTES,
     "loss_bytes": _BYTES, "other_bytes": _BYTES, "generation_bytes": _BYTES, "allowance_bytes": _BYTES, "host_bytes": _BYTES, "dominant": _STR,
     "labels": {"type": "object", "additionalProperties": {"enum": ["exact", "rule", "allowance"]}},
@@ -250,7 +251,8 @@ _TRAINING_SETUP = _obj({
     "lora_dropout": {"type": "number", "minimum": 0, "maximum": 1},
     "lora_targets": {"type": "array", "items": _STR}, "quant_bits": _NINT,
     "sharding": _STR, "offload_optimizer": {"type": "boolean"}, "offload_params": {"type": "boolean"},
-    "completion_len": _COUNT, "reference_model": {"type": "boolean"}, "vllm": {"enum": [None, "server", "colocate"]},
+    "fsdp_version": {"enum": [None, 1, 2]}, "completion_len": _COUNT, "reference_model": {"type": "boolean"},
+    "rows_per_example": _COUNT, "vllm": {"enum": [None, "server", "colocate"]},
     "assumed": {"type": "array", "items": _STR}, "sources": {"type": "array", "items": _STR},
 })
 

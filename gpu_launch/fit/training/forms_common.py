@@ -190,7 +190,8 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
         # steps_per_generation defaults to gradient_accumulation_steps (grpo_config.py GRPOConfig.__post_init__)
         generation_steps=int(g("generation_steps") or g("grad_accum") or 1),
         generation_batch=int(g("generation_batch") or 0),
-        reference_model=bool(g("reference_model")) and method == "full",  # PEFT disables the adapter instead
+        # a full fine-tune's is a frozen copy; PEFT disables its adapter instead (memory.py)
+        reference_model=bool(g("reference_model")), rows_per_example=int(g("rows_per_example") or 1),
         vllm=str(g("vllm") or ""), vllm_share=float(g("vllm_share") or 0.0))
 
 

@@ -105,7 +105,8 @@ def deepspeed_config(source: str | Mapping[str, Any], what: str = "the DeepSpeed
 
 
 #: The ZeRO sizes that decide a rank's buffers (fit/training/memory_sharding.py zero3)
-_ZERO_SIZES = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance")
+_ZERO_SIZES = ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
+               "stage3_max_live_parameters", "stage3_param_persistence_threshold")
 
 
 def default_accelerate_config(environ: Mapping[str, str]) -> str | None:

@@ -14,6 +14,12 @@ is turned off there: "it replaces the model's forward, which this trainer patche
 only ``label_smoothing_factor`` > 0 makes the full logits again (``compute_loss``: "Label smoothing needs
 the full logits"). trl 1.14 and before made the logits (``loss_type: chunked_nll`` chunked them in 1.14).
 The version is read from the command's own interpreter (:mod:`.interpreter`); none found: the current one's.
+
+``trl dpo`` (trl 1.16's DPOTrainer, :mod:`.memory_preference`): two rows an example (chosen and rejected in one
+forward), max_length 1024 (trl/trainer/dpo_config.py), the fused LM head for the policy and the reference, and
+the reference model unless ``precompute_ref_log_probs``. ``beta``, ``loss_type`` and ``loss_weights`` work on one
+log-prob a row and change no tensor that grows with the tokens: not read. trl before 1.16 (1.10 is the last
+looked at) made both models' logits (``selective_log_softmax``): a plain loss there.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ VERBS = ("sft", "dpo", "grpo", "kto", "orpo", "reward", "rloo", "ppo", "xpo", "n
 
 #: The first trl whose SFTTrainer computes its loss through the fused LM head.
 FUSED_SINCE = (1, 15)
+#: The first trl whose DPOTrainer is known to score through it (1.16, read; 1.10 made the logits).
+DPO_FUSED_SINCE = (1, 16)
 
 
 def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Launch | None:
@@ -55,6 +63,10 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
                 "lora_dropout": 0.05}
     if verb == "grpo":
         del defaults["seq_len"]  # prompt + completion (forms_common.to_setup)
+    elif "max_length" in raw and str(raw["max_length"][0]).lower() in ("none", "null"):
+        # max_length None: TRL truncates nothing (sft_config.py, dpo_config.py: ``int | None``), the data's length
+        # decides: assumed (forms_common.to_setup), as for a script
+        del raw["max_length"], defaults["seq_len"]
     if not ("fp16" in raw and str(raw["fp16"][0]).lower() in ("true", "1", "yes")):
         defaults["bf16"] = True
     from gpu_launch.fit.training.interpreter import installed_version
@@ -67,7 +79,31 @@ def read_trl(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> L
         launch = _sft_loss(launch, raw, argv, environ)
     if verb == "grpo":
         launch = _grpo(launch, raw)
+    if verb == "dpo":
+        launch = _dpo(launch, raw, argv, environ)
     return launch
+
+
+def _dpo(launch: Launch, raw: Mapping[str, tuple[Any, str]], argv: Sequence[str],
+         environ: Mapping[str, str] | None) -> Launch:
+    """DPOTrainer's step (module docstring): dpo_trainer.py ``DataCollatorForPreference`` (2 rows an example),
+    ``DPOTrainer.__init__`` (``ref_model`` None: a frozen copy unless PEFT or ``precompute_ref_log_probs``),
+    ``_compute_loss`` (the fused LM head)."""
+    from gpu_launch.base.records import replace
+    from gpu_launch.fit.training.forms_common import as_bool
+    from gpu_launch.fit.training.interpreter import installed_version
+
+    keys = dict(launch.keys)
+    keys["rows_per_example"] = Value(2, "DPOTrainer's chosen and rejected rows")
+    precompute = raw.get("precompute_ref_log_probs")
+    if precompute is not None and as_bool(*precompute):
+        keys["reference_model"] = Value(False, precompute[1])  # the log-probs come with the batch
+    else:
+        keys["reference_model"] = Value(True, "DPOTrainer's reference model")
+    version = installed_version(argv, environ, "trl") if environ is not None else None
+    if version is None or version >= DPO_FUSED_SINCE:
+        keys["loss"] = Value("fused", "TRL's fused LM head")
+    return replace(launch, keys=keys)
 
 
 def _grpo(launch: Launch, raw: Mapping[str, tuple[Any, str]]) -> Launch:

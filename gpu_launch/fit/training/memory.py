@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from gpu_launch.base.records import replace
 
-from gpu_launch.fit.training import memory_generation, memory_sharding
+from gpu_launch.fit.training import memory_generation, memory_preference, memory_sharding
 from gpu_launch.fit.training.memory_activations import loss_bytes, saved
 from gpu_launch.fit.training.memory_backward import backward_peak
 from gpu_launch.fit.training.memory_sharding import FSDP
@@ -56,6 +56,8 @@ _PER_TENSOR = ("adamw_8bit", "paged_adamw_8bit", "adafactor")
 _SHARDS_STATES = {"zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_GRADS = {"zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid"}
 _SHARDS_WEIGHTS = {"zero3", "fsdp_full", "fsdp_hybrid"}
+#: The families whose attention normalizes q and k per head (modeling_qwen3.py Qwen3Attention q_norm, k_norm)
+_QK_NORM = ("qwen3", "qwen3_moe")
 
 
 #: How the loss's term was worked out, by loss (LOSSES); the others: the plain fp32 logits' rule.
@@ -153,12 +155,13 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             down=_first_grads(block), version=setup.fsdp_version, head_weight=vocab_h + h)
         weights, grads, states, temp = fsdp.weights, fsdp.grads, fsdp.states, fsdp.temp
     elif setup.sharding in _SHARDS_WEIGHTS:
-        # ZeRO-3 (memory_sharding.zero3): what is still gathered at the start of backward, the gradient
-        # partition buffer, the reduce bucket
+        # ZeRO-3 (memory_sharding.zero3): what is gathered early and late in the backward (memory_zero3.py replays
+        # the parameter coordinator), the gradient partition buffer, the reduce bucket
         zero = memory_sharding.zero3(
-            divisor=divisor, e=e, trainable=counts.trainable, layer=layer, layers=model.hyper.n_layers,
-            head=vocab_h, embed=0 if model.weights.tied_embeddings else vocab_h, h=h,
-            checkpointing=setup.gradient_checkpointing, written=setup.zero_buckets)
+            divisor=divisor, e=e, trainable=counts.trainable, layers=model.hyper.n_layers, head=vocab_h,
+            block=tuple((x.name, x.fan_in * x.fan_out * x.count) for x in block), tied=model.weights.tied_embeddings,
+            h=h, head_dim=model.hyper.key_length or 0, checkpointing=setup.gradient_checkpointing,
+            qk_norm=str(config.get("model_type") or model.architecture) in _QK_NORM, written=setup.zero_buckets)
         weights = -(-weights // divisor)
         gathered, grads = zero.gathered, zero.grads
     host = fsdp.host if fsdp else 0
@@ -170,10 +173,14 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         weights = 0
     # the weights at each moment: FSDP holds some units gathered beside the shards, ZeRO-3 its gathered modules
     at_backward = weights + (fsdp.gathered_backward if fsdp else gathered)
-    at_late = weights + (fsdp.gathered_late if fsdp else gathered)
+    at_late = weights + (fsdp.gathered_late if fsdp else zero.late if zero else gathered)
     if fsdp and setup.mixed_precision and setup.precision in ("amp_bf16", "amp_fp16"):
         # FSDP casts the fp32 weights to MixedPrecisionPolicy.param_dtype itself: the step computes as a 16-bit one
         setup = replace(setup, precision=setup.precision[4:])
+    # DPO's chosen and rejected rows go through the model as one batch (memory_preference.py); from here on the
+    # setup's micro-batch is the rows a forward takes
+    preference = setup.rows_per_example > 1
+    setup = memory_preference.step_rows(setup)
     act_setup = setup
     if setup.sharding == "zero3" and setup.method != "full":
         # zero.Init swaps F.linear for LinearFunctionForZeroStage3, which saves every linear's input, frozen or
@@ -184,7 +191,11 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
     head = vocab_h * te if setup.method == "full" else 0
-    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS else head
+    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS and not zero else head
+    # ZeRO-3: the head's 16-bit gradient is made whole by its matmul; larger than the reduce bucket it is not copied
+    # into it but stays param.grad until the next gradient's hook reduces it (stage3.py
+    # reduce_independent_p_g_buckets_and_remove_grads, __add_grad_to_ipg_bucket, __reduce_and_partition_ipg_grads).
+    # Measured: the step's backward peaks in lm_head's backward matmul (tests/test_training_deepspeed.py llama_wide)
     late_extra = 0
     if fsdp and setup.method == "full":
         head = fsdp.head_grad  # the tail unit's gradient is whole until its reduce-scatter
@@ -197,15 +208,21 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
         e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
         late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None,
-        fsdp1=bool(fsdp) and setup.fsdp_version == 1)
+        fsdp1=bool(fsdp) and setup.fsdp_version == 1, standing_grads=zero.grads if zero else 0)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient (FSDP1: the root
         # gathered with its gradient twice, memory_sharding._fsdp1)
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
-    if zero:  # the gradient buffer and the reduce bucket exist all step long
-        backward["gradients"] += zero.grads if backward_at == "backward" else 0
+    if preference and setup.reference_model:
+        # DPO's reference forward, after the policy's, every activation of the policy alive (memory_preference.py)
+        ref_fw = memory_preference.reference_forward(model, config, setup, act, weights=at_backward, states=states,
+                                                     e=info_e(setup))
+        ref_fw["gradients"] += zero.grads if zero else 0  # ZeRO's gradient partition buffer: all step long
+        if sum(ref_fw.values()) > sum(backward.values()):
+            backward_at, backward = "reference forward", ref_fw
+    if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
     if setup.sharding in ("zero1", "zero2"):
         # the 16-bit gradients are flattened into the fp32 partition's gradient and freed before the optimizer
@@ -222,14 +239,17 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         out["generation"] = {"weights": at_backward + whole, "gradients": 0, "optimizer": states, "activations": 0,
                              "loss": 0, "other": 0, "generation": max(gen.values())}
     if setup.reference_model and setup.method == "full":
-        # GRPO's reference model (beta > 0, no PEFT: a LoRA run disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ create_model_from_path in
-        # the policy's dtype, frozen, prepared as the policy is (sharded where its weights are)
+        # the reference model of a full fine-tune (GRPO's beta > 0, DPO without precompute_ref_log_probs; PEFT
+        # disables its adapter instead): grpo_trainer.py GRPOTrainer.__init__ and dpo_trainer.py DPOTrainer.__init__
+        # create_model_from_path in the policy's dtype, frozen, prepared as the policy is (sharded where its
+        # weights are)
         ref = _weights_bytes(model, setup, counts.total, counts.linear)
         ref = -(-ref // divisor) if setup.sharding in _SHARDS_WEIGHTS else ref
         for moment in out.values():
             moment["weights"] += ref
     return {**out, "host": {"bytes": host},
-            "info": {"late": int(backward_at == "end of backward"), "total": counts.total,
+            "info": {"late": int(backward_at == "end of backward"), "ref": int(backward_at == "reference forward"),
+                     "total": counts.total,
                      "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
                      "master": fsdp.master if fsdp else te}}
 
@@ -243,7 +263,7 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
     at = ph[peak_at]
     total = sums[peak_at]
     if peak_at == "backward":  # the loss's moment, the last layer's, or the end of backward (memory_backward)
-        peak_at = "end of backward" if info["late"] else "backward"
+        peak_at = "end of backward" if info["late"] else "reference forward" if info["ref"] else "backward"
     allowance = CONTEXT_BYTES + WORKSPACE_BYTES + int(FRAGMENTATION * total)
     if world > 1 and setup.sharding != "none":
         allowance += NCCL_BYTES + DDP_BUCKET_BYTES
@@ -259,15 +279,19 @@ def peak(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingSet
              f"gradients: {info['trainable']:,} trainable parameters x {master} bytes{over}",
              f"optimizer: {setup.optimizer} states" + (f" over {info['divisor']} ranks"
                                                        if setup.sharding in _SHARDS_STATES else ""),
-             f"activations: {setup.micro_batch} x {setup.seq_len} tokens, checkpointing "
+             f"activations: {setup.micro_batch} x {setup.seq_len} tokens"
+             + (f" x {setup.rows_per_example} rows (chosen and rejected)" if setup.rows_per_example > 1 else "")
+             + ", checkpointing "
              + ("on" if setup.gradient_checkpointing else "off"),
              _LOSS_RULES.get(setup.loss, f"loss: {setup.loss} (fp32 logits: 12 bytes a token and vocabulary entry)"))
     if setup.completion_len:
         gen = ph.get("generation")
         rules += (memory_generation.rule(model, setup, world, gen["generation"] if gen else 0,
                                          sum(gen.values()) if gen else 0),)
-    if setup.reference_model and setup.method == "full":
-        rules += ("weights: + the reference model's (beta > 0 without PEFT: a frozen copy as loaded)",)
+    if setup.reference_model:
+        why = "without precompute_ref_log_probs" if setup.rows_per_example > 1 else "beta > 0"
+        rules += (f"weights: + the reference model's ({why}: a frozen copy as loaded)" if setup.method == "full"
+                  else f"reference model: the adapter disabled ({why} with PEFT: no copy)",)
     return TrainingPeak(
         peak_bytes=total, peak_at=peak_at, weights_bytes=at["weights"], gradients_bytes=at["gradients"],
         optimizer_bytes=at["optimizer"], activations_bytes=at["activations"], loss_bytes=at["loss"],

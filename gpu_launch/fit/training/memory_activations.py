@@ -21,7 +21,10 @@ LlamaDecoderLayer and the families built on it), h hidden, d head size, e the co
   bf16 and autograd keeps both casts (torch/csrc/autograd/autocast_mode: cached weight casts), the norms and
   the residual stream stay fp32;
 * LoRA (peft/tuners/lora/layer.py Linear.forward): lora_A saves its input cast to the adapter's fp32
-  (4·fan_in, once per adapter) and lora_B saves A's fp32 output (4r).
+  (4·fan_in, once per adapter) and lora_B saves A's fp32 output (4r); under autocast on fp32 weights each
+  adapter's linears save autocast's 16-bit casts instead (2·fan_in, 2r), and every frozen linear whose input
+  needs a gradient keeps a fresh 16-bit cast of its weight to its backward (autocast caches only the casts
+  of leaves that require grad: :func:`_weight_casts`).
 
 Checked tensor by tensor against the saved tensors of the real models (tests/test_training_memory*.py).
 """
@@ -75,11 +78,18 @@ def _adapters_16bit(setup: TrainingSetup) -> bool:
     return setup.mixed_precision and setup.sharding in FSDP
 
 
-def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, autocast: bool = False) -> int:
     """What the LoRA adapters of one layer keep a token: lora_A's fp32 copy of its input (none when the
     input is in the adapter's dtype already: then it is the input itself, counted with the norm's output)
-    and lora_B's input, in the adapter's dtype."""
+    and lora_B's input, in the adapter's dtype. Under autocast (``autocast``: the Trainer's --bf16 on fp32 or
+    on 16-bit weights) lora_A's F.linear saves autocast's 16-bit cast of its input (of peft's fp32 copy on
+    16-bit weights), a fresh one an adapter (aten/src/ATen/autocast_mode.cpp cached_cast caches leaves only),
+    and lora_B its 16-bit input: seen tensor by tensor through TRL's SFTTrainer and the plain oracle."""
     r = setup.lora_r or 8
+    if autocast:
+        # dropout (nn.Dropout on the fp32 input: native_dropout's boolean mask kept, its output cast to 16 bits
+        # by lora_A, saved in the input's place)
+        return sum((x.fan_in if setup.lora_dropout > 0 else 0) + 2 * x.fan_in + 2 * r for x in targets)
     # lora_dropout > 0 (TRL's ModelConfig default, 0.05): peft's nn.Dropout before lora_A keeps its boolean
     # mask (torch native_dropout: the mask is its backward's input), and lora_A then saves the dropped copy
     # where it would have saved the input itself
@@ -87,13 +97,13 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> in
         if setup.lora_dropout > 0 else 0
     if _adapters_16bit(setup):
         return drop + sum(e * r for _ in targets)
-    # (The Trainer's --bf16 on 16-bit weights runs under autocast, where lora_A saves autocast's 16-bit cast of
-    # peft's fp32 copy and lora_B a 16-bit input: half these bytes, seen tensor by tensor through TRL's
-    # SFTTrainer. Counted in fp32 all the same: with adapters on the MLP the step then holds more than the
-    # saved tensors in its backward and its adapters' fp32 copies, which no moment here models; the fp32
-    # count stays above PyTorch's (tests/test_training_memory_trl.py), the 16-bit one fell 1-9 % under.)
     return drop + sum((4 * x.fan_in if e != 4 else 0) + 4 * r for x in targets)
 
+
+def _autocast_16bit_weights(setup: TrainingSetup) -> bool:
+    """Whether the Trainer's autocast runs on 16-bit weights (--bf16 on a bf16 load, TRL's SFTTrainer): one
+    process or DDP (FSDP casts the units itself, DeepSpeed the module)."""
+    return setup.mixed_precision and setup.precision in ("bf16", "fp16") and setup.sharding in ("none", "ddp")
 
 
 def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,
@@ -153,7 +163,8 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     full = setup.method == "full"
     targets = lora_targets(setup, block) if not full else ()
     by = {x.name: x for x in block}
-    lora = _lora_bytes(targets, setup, e) if targets else 0
+    cast16 = amp or _autocast_16bit_weights(setup)  # the adapters' F.linear under autocast
+    lora = _lora_bytes(targets, setup, e, cast16) if targets else 0
     gemma = model_type in _GEMMA
     # --- the norms before attention and before the MLP
     attn_in = tuple(by[n] for n in ("q_proj", "k_proj", "v_proj", "qkv_proj") if n in by)
@@ -241,6 +252,11 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     head_cast = 2 * (hy.vocab_size or 0) * h if amp and full and setup.loss != "fused" else 0
     routed_weights = hy.n_layers * (hy.expert_count or 0) * 3 * h * int(config.get("moe_intermediate_size") or 0)
     fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
+    if amp and not full:
+        head_cast = 2 * (hy.vocab_size or 0) * h if setup.loss == "plain" else 0
+        fixed = _weight_casts(block, targets, attn_in, setup, hy.n_layers) + head_cast
+    elif cast16 and targets:  # 16-bit weights: the frozen ones need no cast; the fp32 adapters' casts are kept
+        fixed = 2 * hy.n_layers * sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in targets)
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
@@ -255,19 +271,63 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # checkpointed layer, kept by the checkpoint (measured: tests/training_oracle_grpo.py, padded prompts)
         out.squared += e
         out.masks += 1
-    out.lora_forward = _lora_forward(targets, setup, e)
+    out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
 
 
-def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int) -> int:
+def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], attn_in: tuple[Linear, ...],
+                  setup: TrainingSetup, layers: int) -> int:
+    """Autocast's 16-bit copies of a LoRA model's fp32 linear weights kept for the backward, the frozen base's
+    and the adapters'. autocast caches the cast of an fp32 leaf that requires grad only
+    (aten/src/ATen/autocast_mode.cpp cached_cast: ``arg.requires_grad() && arg.is_leaf()``), so each frozen
+    weight's cast is a fresh tensor; where the input needs a gradient (the adapters upstream) the linear's mm
+    keeps it (tools/autograd/derivatives.yaml mm: the gradient of ``self`` needs ``mat2``) until its backward
+    has run. The first layer's attention inputs need none without checkpointing (the frozen embedding's
+    output), nor, with no adapter in its attention, its o_proj's; under checkpointing the Trainer's
+    enable_input_require_grads makes every layer's need one. The adapters' (cached) casts are kept by the same
+    rule: lora_B's always, lora_A's where its input needs a gradient. A routed MoE's grouped matmul
+    (torch._grouped_mm) is on no autocast list: its experts are not cast."""
+    r = setup.lora_r or 8
+    per_layer = sum(x.fan_in * x.fan_out * x.count for x in block if not x.expert) \
+        + sum(r * (x.fan_in + x.fan_out) for x in targets)
+    first = per_layer
+    if not setup.gradient_checkpointing:
+        first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in attn_in)
+        # in the first layer a linear's input needs a gradient only below an adapter: o_proj's below one in
+        # q/k/v, the MLP's inputs below one in the attention, down_proj's below one anywhere before it
+        names = {x.name for x in targets}
+        attention = bool(names & {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"})
+        if not names & {"q_proj", "k_proj", "v_proj", "qkv_proj"}:
+            first -= sum(x.fan_in * x.fan_out for x in block if x.name == "o_proj")
+        if not attention:
+            first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in block
+                         if x.name in ("gate_proj", "up_proj", "gate_up_proj"))
+    return 2 * (per_layer * (layers - 1) + first)
+
+
+def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, h: int, amp: bool = False) -> int:
     """What the widest adapter makes and does not keep while it runs (peft/tuners/lora/layer.py Linear.forward:
-    ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then ``lora_A(dropout(x))``): the fp32 copy of
-    its input, and with dropout the dropped fp32 copy, in a layer's forward or its recompute under
-    checkpointing. For a tiny model's down_proj this outweighs the loss's tensors (TRL's SFTTrainer, counted)."""
+    ``result = self.base_layer(x)``, ``x = self._cast_input_dtype(x, lora_A.weight.dtype)``, then
+    ``lora_A(dropout(x))``): the fp32 copy of its input, with dropout the dropped fp32 copy, the base linear's
+    output, and what its layer holds and does not save: the adapter's own input (unless lora_A keeps it as it
+    is, fp32 weights without autocast), and the layer's input (the model's loop still holds it), its residual
+    and its norm's output (modeling_llama.py LlamaDecoderLayer.forward), in a layer's forward or its recompute
+    under checkpointing. For a tiny model's down_proj this outweighs the loss's tensors (TRL's SFTTrainer,
+    counted op by op)."""
     if not targets or _adapters_16bit(setup):
         return 0
-    widest = max(x.fan_in for x in targets)
-    return (4 * widest if e != 4 else 0) + (4 * widest if setup.lora_dropout > 0 else 0)
+    x = max(targets, key=lambda t: t.fan_in)
+    widest = x.fan_in
+    # o_proj's and down_proj's inputs are 16-bit (the attention's output, the MLP's product) even under autocast
+    # on fp32 weights; the others read a norm's output, fp32 there
+    norm_fed = x.name.rsplit(".", 1)[-1] not in ("o_proj", "down_proj", "w2")
+    in_e = 4 if (amp and norm_fed) or e == 4 else e
+    # the base output; the layer's input and its residual (under autocast on fp32 weights they are the norms'
+    # saved inputs); the norm's output beside an o_proj or down_proj adapter's own input
+    held = e * x.fan_out + (0 if amp else 2 * e * h) + (0 if norm_fed else (4 if amp else e) * h)
+    own = 0 if in_e == 4 and not amp else in_e * widest  # the adapter's input, unless lora_A keeps it as it is
+    copy = 4 * widest if in_e != 4 else 2 * widest if amp else 0  # peft's fp32 copy, or the base's 16-bit cast
+    return held + own + copy + (4 * widest if setup.lora_dropout > 0 else 0)
 
 
 def _padding_mask(setup: TrainingSetup, eager: bool) -> bool:

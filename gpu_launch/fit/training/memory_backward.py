@@ -45,13 +45,16 @@ def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: 
 def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, act: Saved, *,
                   weights: int, states: int, grads: int, head: int, loss: int, e: int,
                   late_weights: int | None = None, late_grads: int | None = None, late_extra: int = 0,
-                  late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False) -> tuple[str, dict[str, int]]:
+                  late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False,
+                  standing_grads: int = 0) -> tuple[str, dict[str, int]]:
     """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
     frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
     element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
     backward (``late_weights``, ``late_grads``), more alive there (``late_extra``: a checkpointed layer's
     inputs) and the layer's unsharded gradient (``late_unit_grads``: in its MLP's backward, in its first
-    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`)."""
+    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`);
+    ``standing_grads``: gradient bytes there all step, beside the early moments' (ZeRO-3's partition buffer;
+    ``late_grads`` holds them at the end)."""
     tokens = setup.micro_batch * setup.seq_len
     h = model.hyper.hidden_size or 0
     acts = act.total(setup, model.hyper.n_layers)
@@ -69,7 +72,15 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         # are slices of it: SliceBackward0 writes each chunk's into a zero tensor, the sums are out of place)
         hidden_grad = e * h * tokens
         chunk = min(tokens, setup.loss_chunk_tokens or tokens)
-        moments.append(_moment(weights, head, states, acts, loss, hidden_grad))
+        recast = 0
+        if setup.precision.startswith("amp") and setup.method != "full":
+            # under autocast on fp32 weights a frozen head's 16-bit cast is made afresh in each chunk's recompute
+            # (aten/src/ATen/autocast_mode.cpp cached_cast caches trained leaves only), with the chunk's input
+            # cast, both kept by its mm to the end of the chunk's backward; the hidden states are the final
+            # norm's fp32 output, so the gradient summed into them is fp32
+            hidden_grad = 4 * h * tokens
+            recast = 2 * (model.hyper.vocab_size or 0) * h + 2 * chunk * h
+        moments.append(_moment(weights, head, states, acts, loss, hidden_grad + recast))
         if head and tokens > chunk:
             # the head is used once a chunk, so autograd sums its gradients before accumulating them
             # (torch/csrc/autograd/input_buffer.cpp accumulate: in place only into a dense gradient it alone
@@ -87,6 +98,10 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
         kept += act.one_layer(setup)  # the layer recomputed (torch/utils/checkpoint.py, non-reentrant)
+        if setup.precision.startswith("amp"):
+            # under autocast on fp32 weights the recomputed first norm saves the layer's fp32 input itself (its
+            # upcast is none): the checkpoint's own input, counted already
+            kept -= 4 * h * tokens
     moments.append(_moment(weights, head, states, kept, 0, e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
@@ -98,6 +113,14 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, 0, states, forward, 0, 0))
         if setup.gradient_checkpointing:
             moments.append(_moment(weights, head, states, kept, 0, (act.lora_forward + e * h) * tokens))
+            if setup.method != "full" and model.hyper.n_layers > 1:
+                # or the first layer's recompute, the last in backward: every later layer's adapters have their
+                # gradients (AccumulateGrad as each layer's backward ends), their checkpointed inputs are gone
+                # (measured: TRL's SFTTrainer, all-linear, a 2-layer model peaks there)
+                layers = model.hyper.n_layers
+                later = grads * (layers - 1) // layers
+                earliest = kept - act.checkpointed_layer * tokens * (layers - 1)
+                moments.append(_moment(weights, later, states, earliest, 0, (act.lora_forward + e * h) * tokens))
     four_norms = str(config.get("model_type") or model.architecture) in FOUR_NORMS
     if four_norms:
         # Gemma-2/3's layer ends in a norm (post_feedforward_layernorm): its fp32 backward is the layer's first,
@@ -105,6 +128,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         moments.append(_moment(weights, head, states, kept, 0,
                                e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens))
     best = max(moments, key=lambda m: sum(m.values()))
+    best["gradients"] += standing_grads
     # --- the end of backward: the gradients nearly all there (the input embedding's, untied, comes last), one
     # layer's activations (recomputed under checkpointing) and the gradients flowing through its MLP
     if late_grads is None:

@@ -33,16 +33,16 @@ DeepSpeed step over 2 gloo ranks on CPU (tests/test_training_deepspeed.py): a ra
 a contiguous gradient partition buffer of the same size (stage3.py ``_setup_for_real_optimizer``:
 ``grad_partitions_flat_buffer``, in ``gradient_accumulation_dtype``: the parameters' own), one reduce bucket
 of ``reduce_bucket_size`` elements (stage3.py ``IPGBucketZ3`` buffers, ``contiguous_gradients``), and the fp32
-master partition with the optimizer's states (memory.py). A module's gathered parameters are not released after
-its forward when they are used again within ``stage3_max_reuse_distance`` elements of the step's trace
-(partitioned_param_coordinator.py ``__params_to_release``), so at the start of backward the head and, in a model
-smaller than that distance, every layer are still gathered; beyond them the backward prefetches up to
-``stage3_prefetch_bucket_size`` elements.
+master partition with the optimizer's states (memory.py). What is gathered whole through the backward is the
+parameter coordinator's replay (memory_zero3.py: its prefetch runs ahead of the step, ``stage3_max_live_parameters``
+bounds it, ``stage3_max_reuse_distance`` keeps what is used again soon, ``stage3_param_persistence_threshold``
+keeps the small ones for good).
 """
 
 from __future__ import annotations
 
 from gpu_launch.base.records import dataclass
+from gpu_launch.fit.training import memory_zero3
 
 __all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket"]
 
@@ -166,19 +166,22 @@ def _fsdp1(*, grads: int, master: int, divisor: int, gathered_e: int, layer: int
 
 
 #: DeepSpeed's defaults where the config does not name them (deepspeed/runtime/zero/config.py
-#: DeepSpeedZeroConfig: reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7, stage3_max_reuse_distance 1e9)
+#: DeepSpeedZeroConfig: reduce_bucket_size 5e8, stage3_prefetch_bucket_size 5e7, stage3_max_reuse_distance 1e9,
+#: stage3_max_live_parameters 1e9, stage3_param_persistence_threshold 1e5)
 ZERO_DEFAULTS = {"reduce_bucket_size": 500_000_000, "stage3_prefetch_bucket_size": 50_000_000,
-                 "stage3_max_reuse_distance": 1_000_000_000}
+                 "stage3_max_reuse_distance": 1_000_000_000, "stage3_max_live_parameters": 1_000_000_000,
+                 "stage3_param_persistence_threshold": 100_000}
 
 
 def zero_bucket(written: tuple[tuple[str, object], ...], key: str, h: int) -> int:
     """A ZeRO size in elements as DeepSpeed runs it: the number written, DeepSpeed's default when absent, or
     ``"auto"`` as the Trainer fills it from the hidden size (transformers integrations/deepspeed.py
-    ``trainer_config_finalize``: reduce_bucket_size h², stage3_prefetch_bucket_size 0.9·h²)."""
+    ``trainer_config_finalize``: reduce_bucket_size h², stage3_prefetch_bucket_size 0.9·h²,
+    stage3_param_persistence_threshold 10·h; it fills no other)."""
     value = dict(written).get(key, ZERO_DEFAULTS[key])
     if value == "auto":
-        return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h)}.get(key, 0) \
-            or ZERO_DEFAULTS[key]
+        return {"reduce_bucket_size": h * h, "stage3_prefetch_bucket_size": int(0.9 * h * h),
+                "stage3_param_persistence_threshold": 10 * h}.get(key, 0) or ZERO_DEFAULTS[key]
     try:
         return int(float(str(value)))
     except ValueError:
@@ -187,31 +190,25 @@ def zero_bucket(written: tuple[tuple[str, object], ...], key: str, h: int) -> in
 
 @dataclass(frozen=True)
 class Zero3:
-    """One ZeRO-3 rank's bytes beside its partitions: ``gathered`` at the start of backward, the gradient
-    partition buffer ``grads`` and the reduce ``bucket``."""
+    """One ZeRO-3 rank's bytes beside its partitions: ``gathered`` early in the backward and ``late`` (the first
+    layer's backward), the gradient partition buffer ``grads`` and the reduce ``bucket``."""
 
     gathered: int
+    late: int
     grads: int
     bucket: int
 
 
-def zero3(*, divisor: int, e: int, trainable: int, layer: int, layers: int, head: int, embed: int, h: int,
-          checkpointing: bool, written: tuple[tuple[str, object], ...]) -> Zero3:
-    """``e``: the 16-bit (or fp32) element size DeepSpeed computes in; ``layer``, ``head``, ``embed``: elements
-    of the largest decoder layer (of ``layers``), of the head (the embedding when tied), of an untied input
-    embedding (0 when tied)."""
-    reuse = zero_bucket(written, "stage3_max_reuse_distance", h)
-    prefetch = zero_bucket(written, "stage3_prefetch_bucket_size", h)
-    # the trace after a layer's forward: the layers after it and the head, then the backward through them
-    # (checkpointing: each later layer recomputed then run backward, then this layer's recompute)
-    per_later = 3 if checkpointing else 2
-    kept = head if reuse > 0 else 0  # used again at once by its backward
-    for i in range(layers):
-        distance = per_later * (layers - 1 - i) * layer + 2 * head
-        kept += max(0, min(layer, (reuse - distance) // 2))
-    if embed:
-        kept += embed if per_later * layers * layer + 2 * head < reuse else 0
-    if kept < head + layers * layer + embed:
-        kept += min(prefetch, layer)
-    return Zero3(gathered=kept * e, grads=_over(trainable * e, divisor),
-                 bucket=zero_bucket(written, "reduce_bucket_size", h) * e)
+def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int], ...], layers: int, head: int,
+          tied: bool, h: int, head_dim: int, qk_norm: bool, checkpointing: bool,
+          written: tuple[tuple[str, object], ...]) -> Zero3:
+    """``e``: the 16-bit (or fp32) element size DeepSpeed computes in; ``block``: a decoder layer's linears (name,
+    elements) as it calls them (of ``layers``); ``head``: the head's elements (the embedding's, tied or not)."""
+    size = dict((k, zero_bucket(written, k, h)) for k in ZERO_DEFAULTS)
+    got = memory_zero3.gathered(
+        block=block, layers=layers, h=h, head_dim=head_dim, vocab=head // max(1, h), tied=tied,
+        checkpointing=checkpointing, qk_norm=qk_norm, prefetch=size["stage3_prefetch_bucket_size"],
+        max_live=size["stage3_max_live_parameters"], reuse=size["stage3_max_reuse_distance"],
+        persist=size["stage3_param_persistence_threshold"])
+    return Zero3(gathered=got.early * e, late=got.late * e, grads=_over(trainable * e, divisor),
+                 bucket=size["reduce_bucket_size"] * e)

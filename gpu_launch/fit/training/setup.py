@@ -60,7 +60,8 @@ class TrainingSetup:
     # accelerate keeps the trainable parameters in fp32 (accelerate/utils/fsdp_utils.py fsdp2_prepare_model).
     mixed_precision: bool = False
     # The DeepSpeed config's ZeRO sizes as written (reduce_bucket_size, stage3_prefetch_bucket_size,
-    # stage3_max_reuse_distance: a number or "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
+    # stage3_max_reuse_distance, stage3_max_live_parameters, stage3_param_persistence_threshold: a number or
+    # "auto"); absent ones take DeepSpeed's defaults (memory_sharding.py)
     zero_buckets: tuple[tuple[str, object], ...] = ()
     # FSDP's version: 2 (fully_shard; the Trainer's --fsdp since transformers 5.10, accelerate's fsdp_version: 2,
     # torchtune) or 1 (FullyShardedDataParallel: accelerate launch's and axolotl's default, the Trainer's --fsdp in
@@ -74,8 +75,13 @@ class TrainingSetup:
     completion_len: int = 0
     generation_steps: int = 1
     generation_batch: int = 0
-    # a frozen second copy of the weights beside the trained ones (GRPO with beta > 0 and no PEFT)
+    # the loss compares with a reference model's log-probs computed at each step (GRPO with beta > 0, DPO without
+    # precompute_ref_log_probs): a full fine-tune holds a frozen second copy of the weights as loaded; PEFT
+    # disables its adapter instead (no copy). DPO runs it after the policy's forward (memory_preference.py)
     reference_model: bool = False
+    # the rows of the batch a training example makes: 2 for DPO (dpo_trainer.py DataCollatorForPreference stacks
+    # the chosen and the rejected rows: one forward of 2 x per_device_train_batch_size rows), else 1
+    rows_per_example: int = 1
     # where the completions are made with vLLM (use_vllm): "" (none: model.generate on this GPU), "server"
     # (another GPU), "colocate" (vLLM in the training process: ``vllm_share`` of each GPU's memory reserved)
     vllm: str = ""
@@ -92,7 +98,8 @@ class TrainingPeak:
     peak_bytes: int
     # "generation" (GRPO's model.generate before the step: weights, states, the KV cache), "backward" (the start
     # of backward: every activation alive, the loss's tensors, the last layer's backward;
-    # the only gradient then is the LM head's, when it trains), "end of backward" (the gradients nearly all
+    # the only gradient then is the LM head's, when it trains), "reference forward" (DPO's reference model run after
+    # the policy's forward: every activation alive, no gradient; memory_preference.py), "end of backward" (the gradients nearly all
     # there, one layer's activations) or "optimizer step"
     peak_at: str
     weights_bytes: int

@@ -148,7 +148,8 @@ def alternatives(model: ModelFacts, run: TrainingRun, room: int, most: int) -> l
         tries.append(("with --gradient_checkpointing", replace(s, gradient_checkpointing=True), world))
     if s.sharding not in ("zero3", "fsdp_full") and most > 1:
         # with the bucket sizes "auto", as the HF integration's example ZeRO-3 config writes them
-        auto = (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", "auto"))
+        auto = (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", "auto"),
+                ("stage3_param_persistence_threshold", "auto"))
         tries.append((f"ZeRO-3 over {most} GPUs", replace(s, sharding="zero3", zero_buckets=s.zero_buckets or auto),
                       most))
     if s.method == "full":
