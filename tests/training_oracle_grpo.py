@@ -35,17 +35,19 @@ from training_oracle_trl import _cuda_folds, step_counter, vocab_tile
 PHASES = ("generation", "backward", "optimizer step")
 
 
-def _tokenizer(vocab: int) -> Any:
-    """A word-level tokenizer of ``vocab`` entries (one token a space-separated word), with pad and eos; eos is
-    ``vocab``, outside the model's vocabulary: never sampled, so every completion is as long as asked (TRL masks
-    what follows an eos: grpo_trainer.py ``_generate_single_turn``, ``is_eos``)."""
+def _tokenizer(vocab: int, unsampled_eos: bool = False) -> Any:
+    """A word-level tokenizer of ``vocab`` entries (one token a space-separated word), with pad and eos (the last
+    two). ``unsampled_eos`` (GRPO's): eos is ``vocab``, outside the model's vocabulary, never sampled, so every
+    completion is as long as asked (TRL masks what follows an eos: grpo_trainer.py ``_generate_single_turn``,
+    ``is_eos``); pad is then the last entry."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from transformers import PreTrainedTokenizerFast
 
-    words = {f"w{i}": i for i in range(vocab - 1)}
-    words.update({"<pad>": vocab - 1, "</s>": vocab})
+    first = vocab - 1 if unsampled_eos else vocab - 2
+    words = {f"w{i}": i for i in range(first)}
+    words.update({"<pad>": first, "</s>": first + 1})
     tok = Tokenizer(WordLevel(words, unk_token="w0"))
     tok.pre_tokenizer = WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="w0")
@@ -132,7 +134,8 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
                           pad_to_multiple_of=8 if padded else None, generation_kwargs={"eos_token_id": None},
                           **config)
         trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=args, train_dataset=data,
-                              processing_class=_tokenizer(vocab), peft_config=peft, callbacks=[count])
+                              processing_class=_tokenizer(vocab, unsampled_eos=True), peft_config=peft,
+                              callbacks=[count])
         # foreach AdamW, CUDA's default (GRPOTrainer takes no optimizer_cls_and_kwargs; Trainer.create_optimizer
         # reads the attribute)
         trainer.optimizer_cls_and_kwargs = (torch.optim.AdamW, {"lr": 1e-4, "foreach": True})
