@@ -3,12 +3,16 @@
 ``measure_grpo(case, prompt, completion, ...)`` builds the tiny model from its config (tests/training_oracle.py
 ``build``), hands it to ``trl.GRPOTrainer`` with in-memory text prompts of ``prompt`` words (a word-level
 tokenizer: one token a word), a trivial reward function and ``max_completion_length=completion``, and runs
-``trainer.train()``. A callback enters ``MemTracker`` at the step that generates (``steps_per_generation``
-steps after the first, so that the optimizer's states exist) and takes three peaks: the generation (the
-trainer's ``_generate_and_score_completions``, wrapped: ``model.generate`` of the rank's whole generation
-batch, the rewards), the backward (to ``on_pre_optimizer_step``) and the optimizer step. EOS is never sampled
-(``generation_kwargs={"eos_token_id": None}``), so every completion runs to ``completion`` tokens, the length
-gpulaunch sizes.
+``trainer.train()``. A callback (tests/training_oracle_trl.py ``step_counter``, the SFT oracle's) enters
+``MemTracker`` at the step that generates (``steps_per_generation`` steps after the first, so that the
+optimizer's states exist) and takes three peaks: the generation (the trainer's
+``_generate_and_score_completions``, wrapped: ``model.generate`` of the rank's whole generation batch, the
+reference model's scoring when beta > 0, the rewards), the backward (to ``on_pre_optimizer_step``) and the
+optimizer step. EOS is never sampled (the tokenizer's eos lies outside the model's vocabulary, and
+``generation_kwargs={"eos_token_id": None}``), so every completion runs to ``completion`` tokens, the length
+gpulaunch sizes; by default the prompts are one word short, left-padded (``pad_to_multiple_of`` 8), so that the
+generation and the step attend through a padding mask as a real batch does (prompts of different lengths,
+completions ending at different eos).
 
 The loss is TRL's fused LM head (grpo_trainer.py ``_get_per_token_logps_and_entropies``: ``model(...,
 fused_lm_head=True)``), with the same CUDA stand-ins as the SFT oracle (tests/training_oracle_trl.py
@@ -25,21 +29,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from training_oracle import FAMILIES, Case, Measured, _terms, _tracker, build  # noqa: F401
-from training_oracle_trl import _cuda_folds, vocab_tile
+from training_oracle import FAMILIES, Case, Measured, _tracker, build
+from training_oracle_trl import _cuda_folds, step_counter, vocab_tile
 
 PHASES = ("generation", "backward", "optimizer step")
 
 
-def _tokenizer(vocab: int) -> Any:
-    """A word-level tokenizer of ``vocab`` entries (one token a space-separated word), with pad and eos."""
+def _tokenizer(vocab: int, unsampled_eos: bool = False) -> Any:
+    """A word-level tokenizer of ``vocab`` entries (one token a space-separated word), with pad and eos (the last
+    two). ``unsampled_eos`` (GRPO's): eos is ``vocab``, outside the model's vocabulary, never sampled, so every
+    completion is as long as asked (TRL masks what follows an eos: grpo_trainer.py ``_generate_single_turn``,
+    ``is_eos``); pad is then the last entry."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
     from transformers import PreTrainedTokenizerFast
 
-    words = {f"w{i}": i for i in range(vocab - 2)}
-    words.update({"<pad>": vocab - 2, "</s>": vocab - 1})
+    first = vocab - 1 if unsampled_eos else vocab - 2
+    words = {f"w{i}": i for i in range(first)}
+    words.update({"<pad>": first, "</s>": first + 1})
     tok = Tokenizer(WordLevel(words, unk_token="w0"))
     tok.pre_tokenizer = WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="w0")
@@ -78,20 +86,32 @@ def _reward(completions: list[str], **kwargs: Any) -> list[float]:
 
 
 def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generations: int = 2,
-                 steps_per_generation: int = 1, fold: str = "cuda", **config: Any) -> Measured:
+                 steps_per_generation: int = 1, fold: str = "cuda", padded: bool = True, **config: Any) -> Measured:
     """PyTorch's count of a generating step of TRL's GRPOTrainer on ``case``'s model (``case.micro_batch`` is
-    per_device_train_batch_size); ``config``: more GRPOConfig fields (``beta=0.04``...)."""
+    per_device_train_batch_size); ``config``: more GRPOConfig fields (``beta=0.04``...).
+
+    ``padded`` (the default): prompts of ``prompt - 1`` words left-padded to ``prompt`` (GRPOConfig
+    ``pad_to_multiple_of`` 8: ``prompt`` and ``completion`` multiples of 8), so that the generation and the step
+    run with a padding mask, as a real batch of prompts of different lengths and completions ending at
+    different eos does; False: every row ``prompt`` tokens, no mask. With ``beta`` above 0 the reference model is
+    loaded from the policy saved to a temporary folder (grpo_trainer.py GRPOTrainer.__init__:
+    ``create_model_from_path(get_config_model_id(model.config))``, in the policy's dtype)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    if padded and (prompt % 8 or completion % 8):
+        raise ValueError(f"a padded case pads to multiples of 8: prompt {prompt}, completion {completion}")
     model = build(Case(case.family, precision=case.precision))
     vocab = FAMILIES[case.family]["vocab_size"]
+    # every eos the model declares ends a completion too (grpo_trainer.py GRPOTrainer.__init__: eos_token_ids from
+    # generation_config.eos_token_id; LlamaConfig's default is token 2, sampled now and then): the tokenizer's only
+    model.config.eos_token_id = model.generation_config.eos_token_id = vocab
     g = torch.Generator().manual_seed(1)
     rows = 4 * case.micro_batch * steps_per_generation
-    prompts = [" ".join(f"w{i}" for i in torch.randint(0, vocab - 2, (prompt,), generator=g).tolist())
+    words = prompt - 1 if padded else prompt
+    prompts = [" ".join(f"w{i}" for i in torch.randint(0, vocab - 1, (words,), generator=g).tolist())
                for _ in range(rows)]
     data = Dataset.from_dict({"prompt": prompts})
     peft = None
@@ -99,43 +119,23 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
         peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=0.0, target_modules=list(case.lora_targets),
                           task_type="CAUSAL_LM")
     out: dict[str, dict[str, int]] = {}
-    tracked = steps_per_generation  # the first step that generates after step 1
-
-    class Count(TrainerCallback):
-        tracker: Any = None
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                          **kw: Any) -> None:
-            if state.global_step != tracked:
-                return
-            self.tracker = _generation_tracker()
-            self.tracker.track_external(model, optimizer)
-            self.tracker.__enter__()
-            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["backward"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
-                self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["optimizer step"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"),
-                                                                                             {}))
-                self.tracker.__exit__(None, None, None)
-                self.tracker = None
-
-    count = Count()
+    # the first step that generates after step 1 (so that the optimizer's states exist)
+    count = step_counter(out, steps_per_generation, _generation_tracker)
     with tempfile.TemporaryDirectory() as tmp:
+        if float(config.get("beta", 0.0)) > 0:
+            model.save_pretrained(f"{tmp}/policy")
+            model.config._name_or_path = f"{tmp}/policy"
         args = GRPOConfig(output_dir=tmp, per_device_train_batch_size=case.micro_batch,
                           num_generations=num_generations, max_completion_length=completion,
                           steps_per_generation=steps_per_generation,
                           gradient_checkpointing=case.gradient_checkpointing, bf16=case.precision != "fp32",
-                          max_steps=tracked + 1, use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
-                          dataloader_num_workers=0, disable_tqdm=True,
-                          generation_kwargs={"eos_token_id": None}, **config)
+                          max_steps=steps_per_generation + 1, use_cpu=True, report_to=[], save_strategy="no",
+                          logging_steps=1, dataloader_num_workers=0, disable_tqdm=True,
+                          pad_to_multiple_of=8 if padded else None, generation_kwargs={"eos_token_id": None},
+                          **config)
         trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=args, train_dataset=data,
-                              processing_class=_tokenizer(vocab), peft_config=peft, callbacks=[count])
+                              processing_class=_tokenizer(vocab, unsampled_eos=True), peft_config=peft,
+                              callbacks=[count])
         # foreach AdamW, CUDA's default (GRPOTrainer takes no optimizer_cls_and_kwargs; Trainer.create_optimizer
         # reads the attribute)
         trainer.optimizer_cls_and_kwargs = (torch.optim.AdamW, {"lr": 1e-4, "foreach": True})
@@ -144,8 +144,7 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
         def generate(*a: Any, **kw: Any) -> Any:
             result = original(*a, **kw)
             if count.tracker is not None:
-                out["generation"] = _terms(count.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
-                count.tracker._peak_mem, count.tracker._peak_mem_snap = {}, {}
+                count.take("generation")
             return result
 
         trainer._generate_and_score_completions = generate

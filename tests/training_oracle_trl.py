@@ -115,13 +115,51 @@ def vocab_tile(width: int | None) -> Any:
         u._CHUNKED_LOGPROB_CHUNK_SIZE, memory_fused.VOCAB_TILE = saved
 
 
+def step_counter(out: dict[str, dict[str, int]], step: int, make_tracker: Any = None) -> Any:
+    """A TrainerCallback that enters a MemTracker (``make_tracker()``, training_oracle's by default) as step
+    ``step`` (the Trainer's ``global_step`` then) begins and writes each phase's own peak into ``out``: the
+    "backward" up to ``on_pre_optimizer_step``, then the "optimizer step" (restarted per phase, as
+    training_oracle.measure does). Its ``tracker`` is the one entered, None outside the step, for a phase of
+    the caller's own (``take``)."""
+    import torch
+    from transformers import TrainerCallback
+
+    class Count(TrainerCallback):  # type: ignore[misc]
+        tracker: Any = None
+
+        def take(self, phase: str) -> None:
+            """``phase``'s peak so far into ``out``, and the peak restarted."""
+            out[phase] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
+            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                          **kw: Any) -> None:
+            if state.global_step != step:
+                return
+            self.tracker = (make_tracker or _tracker)()
+            self.tracker.track_external(model, optimizer)
+            self.tracker.__enter__()
+            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
+
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.tracker is not None:
+                self.take("backward")
+
+        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.tracker is not None:
+                self.take("optimizer step")
+                self.tracker.__exit__(None, None, None)
+                self.tracker = None
+
+    return Count()
+
+
 def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **config: Any) -> Measured:
     """PyTorch's count of the second of two steps of TRL's SFTTrainer on ``case``'s model; ``config``: more
     SFTConfig fields (``loss_type="dft"``, ``use_liger_kernel``...)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     model = build(Case(case.family, precision=case.precision))  # SFTTrainer adds LoRA and checkpointing
@@ -136,31 +174,6 @@ def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **con
                           task_type="CAUSAL_LM")
     out: dict[str, dict[str, int]] = {}
 
-    class Count(TrainerCallback):
-        """Enter the tracker at the second step; each phase's own peak (restarted per phase, as measure does)."""
-
-        tracker: Any = None
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                          **kw: Any) -> None:
-            if state.global_step != 1:
-                return
-            self.tracker = _tracker()
-            self.tracker.track_external(model, optimizer)
-            self.tracker.__enter__()
-            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["backward"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
-                self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["optimizer step"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
-                self.tracker.__exit__(None, None, None)
-                self.tracker = None
-
     with tempfile.TemporaryDirectory() as tmp:
         args = SFTConfig(output_dir=tmp, per_device_train_batch_size=case.micro_batch, max_length=case.seq_len,
                          gradient_checkpointing=case.gradient_checkpointing, bf16=case.precision != "fp32",
@@ -168,7 +181,7 @@ def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **con
                          dataset_kwargs={"skip_prepare_dataset": True}, dataloader_num_workers=0,
                          disable_tqdm=True, **config)
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=_tokenizer(vocab),
-                             peft_config=peft, callbacks=[Count()],
+                             peft_config=peft, callbacks=[step_counter(out, 1, _tracker)],
                              optimizer_cls_and_kwargs=(torch.optim.AdamW, {"lr": 1e-4, "foreach": True}))
         with _cuda_folds() if fold == "cuda" else contextlib.nullcontext(), \
                 _cuda_dropout() if fold == "cuda" else contextlib.nullcontext():
@@ -208,4 +221,4 @@ def compare_sft(case: Case, folder: Path, fold: str = "cuda", tile: int | None =
     return out
 
 
-__all__ = ["measure_sft", "setup_sft", "compare_sft", "TRL_VERSION"]
+__all__ = ["measure_sft", "setup_sft", "compare_sft", "step_counter", "TRL_VERSION"]

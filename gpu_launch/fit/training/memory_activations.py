@@ -13,6 +13,8 @@ LlamaDecoderLayer and the families built on it), h hidden, d head size, e the co
 * attention through sdpa/flash: q and k after RoPE, v, the output (all saved by the kernel; o_proj's input
   is a view of the output), an fp32 logsumexp a head; eager attention (Gemma-2's soft-capping) adds the
   s² scores: tanh's output, softmax's fp32 output and its cast, and copies k, v repeated to every head;
+  sdpa through a padding mask (GRPO's padded prompts and completions) saves k and v repeated to every head
+  and its own (batch, 1, s, s) float copy of the mask a layer;
 * the gated MLP: gate's output (saved by the activation), the activation's and up's (saved by the product),
   the product (saved by down_proj when it trains);
 * autocast (fp32 weights, Trainer --bf16 on a v4 fp32 load): every linear casts its input and its weight to
@@ -197,6 +199,11 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # sdpa with a mask (a sliding-window layer): transformers' sdpa_attention_forward repeats k and v to
         # every head (repeat_kv: use_gqa_in_sdpa is False with a mask), and the kernel saves the copies
         attn += int(2 * e * q * sliding_mask)
+    padded = _padding_mask(setup, eager)
+    if padded and kv < heads:
+        # the same with GRPO's padding mask, in every layer: the kernel saves k and v repeated to every head in
+        # place of the kv heads' own (the roped k is saved by nothing else)
+        attn += 2 * e * (q - kvd)
     if model_type in _QK_NORM:
         # the fp32 upcast and rsqrt; the normalised value kept by a trained weight (fp32 in Gemma's norm)
         attn += (4 * (q + kvd) + 4 * (heads + kv)) + ((4 if gemma else e) * (q + kvd) if full else 0)
@@ -256,6 +263,14 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     # every checkpointed layer, so the checkpoint keeps them (torch/utils/checkpoint.py saves the inputs)
     masks = e * (2 if config.get("sliding_window") and model_type in _SLIDING_AND_GLOBAL else 1) if eager else 0
     out = Saved(layer, first, outside, fixed, checkpointed, squared, heads, hy.n_layers, rope, head_cast, masks)
+    if padded:
+        # sdpa's own float copy of the boolean padding mask, made at each layer's call and saved by the kernel
+        # (aten/src/ATen/native/transformers/attention.cpp scaled_dot_product_attention: convert_boolean_attn_mask
+        # to the query's dtype; the memory-efficient kernel CUDA picks with a mask saves its attn_bias): a layer's
+        # (batch, 1, s, s) in the compute dtype; the boolean one (masking_utils.py sdpa_mask) is an input of every
+        # checkpointed layer, kept by the checkpoint (measured: tests/training_oracle_grpo.py, padded prompts)
+        out.squared += e
+        out.masks += 1
     out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
 
@@ -313,6 +328,15 @@ def _lora_forward(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, h: 
     own = 0 if in_e == 4 and not amp else in_e * widest  # the adapter's input, unless lora_A keeps it as it is
     copy = 4 * widest if in_e != 4 else 2 * widest if amp else 0  # peft's fp32 copy, or the base's 16-bit cast
     return held + own + copy + (4 * widest if setup.lora_dropout > 0 else 0)
+
+
+def _padding_mask(setup: TrainingSetup, eager: bool) -> bool:
+    """GRPO's step attends through a padding mask: its prompts are left-padded to the longest and its
+    completions right-padded after each eos (grpo_trainer.py ``_generate_and_score_completions``: ``pad(...,
+    padding_side="left")``, the completion mask), so the attention mask has zeros and transformers makes the
+    4-D mask (masking_utils.py sdpa_mask: no causal skip once a position is padded). flash_attention_2 unpads
+    instead (no s² mask); eager attention's masks are counted with its scores."""
+    return bool(setup.completion_len) and not eager and setup.attention != "flash_attention_2"
 
 
 def _sliding_layers(config: Mapping[str, Any], model_type: str, setup: TrainingSetup, layers: int) -> float:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gpu_launch.fit.training import memory_fused
 from gpu_launch.fit.training.setup import TrainingSetup
 from gpu_launch.modelfile.facts import ModelFacts
 
@@ -92,7 +93,8 @@ def rows(setup: TrainingSetup, world: int = 1) -> int:
 
 def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup,
                      world: int = 1) -> dict[str, int]:
-    """{"prefill": bytes, "decode": bytes}: what generate holds beyond the weights and states at each moment."""
+    """{"prefill": bytes, "decode": bytes[, "reference": bytes]}: what generate (and the reference model's scoring
+    after it) holds beyond the weights and states at each moment."""
     n, completion = rows(setup, world), setup.completion_len
     if n <= 0:
         return {"prefill": 0, "decode": 0}
@@ -118,7 +120,25 @@ def generation_bytes(model: ModelFacts, config: Mapping[str, Any], setup: Traini
     longest = prompt + completion
     decode = (cache_bytes(model, setup, longest - 1, n) + n * max(longest * widest * e, vocab * e)
               + 2 * n * vocab * 4 + 3 * n * longest * 8)
-    return {"prefill": prefill, "decode": decode}
+    out = {"prefill": prefill, "decode": decode}
+    if setup.reference_model and setup.method == "full":
+        # the prefill's widest moment, for a micro-batch of whole sequences and no cache (the reference's scoring)
+        tokens = setup.micro_batch * setup.seq_len
+        mlp = tokens * (e * (3 * inter + 4 * h + 2 * d) + 32 + setup.seq_len)
+        out["reference"] = max(_reference_head(setup, h), mlp)
+    return out
+
+
+def _reference_head(setup: TrainingSetup, h: int) -> int:
+    """The reference model's scoring after generate (beta > 0, grpo_trainer.py ``_generate_and_score_completions``:
+    ``_get_per_token_logps_and_entropies(self.ref_model, ...)`` a micro-batch at a time, under no_grad, no cache,
+    through its own fused head: trl/trainer/utils.py ``add_fused_lm_head``): at its last layer's MLP (as the
+    prefill's), or at the head: the backbone's last hidden states, their copy at the scored positions, one
+    projection tile and the per-token fp32 outputs (measured: tests/training_oracle_grpo.py with beta 0.04)."""
+    n = memory_fused.scored_tokens(setup)
+    eh, ec = memory_fused.hidden_bytes(setup), 4 if setup.precision == "fp32" else 2
+    return (setup.micro_batch * setup.seq_len * eh * h + n * eh * h
+            + min(n, memory_fused.TOKEN_TILE) * memory_fused.VOCAB_TILE * ec + 3 * 4 * n)
 
 
 def rule(model: ModelFacts, setup: TrainingSetup, world: int = 1, term: int = 0, moment: int = 0) -> str:

@@ -1,0 +1,82 @@
+"""``trl grpo`` as TRL runs it: gpulaunch's per-GPU peak and its generation against PyTorch's count of a real
+generating step of TRL 1.16's own GRPOTrainer (tests/training_oracle_grpo.py: GRPOTrainer.train() on CPU, the
+fused head's Triton folds stood in by what CUDA allocates), within 3 % and never more than 1 % under.
+
+The prompts are left-padded by one token (the oracle's ``padded``), as a real batch of prompts of different
+lengths is, so the step attends through a padding mask. Small cases (2 layers, hidden 64, a 512-wide tile, at
+most 208 tokens): a few seconds each once trl is imported. Skipped without trl (pip install trl==1.16.0).
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="the oracle runs real PyTorch steps: pip install torch==2.13.0")
+pytest.importorskip("peft", reason="GRPOTrainer imports peft: pip install -e '.[test,oracle]'")
+trl = pytest.importorskip("trl", reason="the real GRPOTrainer: pip install trl==1.16.0")
+
+from training_oracle import Case, write_model  # noqa: E402
+from training_oracle_grpo import PHASES, compare_grpo, measure_grpo  # noqa: E402
+from training_oracle_trl import TRL_VERSION, vocab_tile  # noqa: E402
+
+#: (name, micro-batch, prompt, completion, more GRPOConfig fields, checkpointing): as long a prompt as the
+#: completion; a short prompt with a long completion (the padding mask's s² in every layer); 8 generations of
+#: one prompt; checkpointing; beta > 0 (the reference model loaded beside the policy)
+CASES = {
+    "equal": (2, 32, 32, {}, False),
+    "short-prompt-long-completion": (2, 8, 96, {}, False),
+    "longer-completion": (2, 8, 200, {}, False),
+    "8-generations": (8, 8, 96, {"num_generations": 8}, False),
+    "checkpointing": (2, 8, 200, {}, True),
+    "beta": (2, 8, 96, {"beta": 0.04}, False),
+}
+
+#: The generation's moment measured under the plan by more than 1 %: the plan's peak is the step's there
+GENERATION_OFF = {
+    "checkpointing": "under (0.952): a checkpointed step keeps about a hidden state (55 kB here) from the step "
+                     "before through generate and the optimizer step, not found"}
+
+
+@functools.lru_cache(maxsize=None)
+def _compared(name: str) -> dict[str, Any]:
+    mb, prompt, completion, config, gc = CASES[name]
+    case = Case("llama", micro_batch=mb, gradient_checkpointing=gc)
+    with tempfile.TemporaryDirectory() as tmp:
+        return compare_grpo(case, write_model(case, Path(tmp)), prompt=prompt, completion=completion, **config)
+
+
+def test_the_oracle_runs_the_pinned_trl() -> None:
+    assert trl.__version__ == TRL_VERSION, f"measured with trl {TRL_VERSION}: re-measure before moving the pin"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_trl_grpo_peak_is_pytorchs_count_of_grpotrainer_within_3_percent(name: str) -> None:
+    r = _compared(name)
+    ours, torch_count = r["peak"]
+    assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
+    for phase in PHASES:  # the weights (the reference model's too) are read from the headers: exact
+        got, want = r[phase]["weights"]
+        assert abs(got - want) <= 128, (phase, got, want)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(reason=GENERATION_OFF[n], strict=True)]
+                                               if n in GENERATION_OFF else []) for n in CASES])
+def test_trl_grpo_generation_is_pytorchs_count_of_generate_within_3_percent(name: str) -> None:
+    got, want = _compared(name)["generation"]["total"]
+    assert 0.99 * want <= got <= 1.03 * want, (got / want, got, want)
+
+
+def test_a_padded_batch_holds_more_than_an_unpadded_one() -> None:
+    """Why the oracle pads its prompts: with a padding mask the step's attention keeps a (batch, 1, s, s) mask a
+    layer and k and v repeated to every head; an unpadded batch (every prompt as long, no eos) keeps neither."""
+    case = Case("llama", micro_batch=2)
+    with vocab_tile(512):  # TRL's own 32,768-wide tile would hide the layers (test_training_memory_trl.py)
+        padded = measure_grpo(case, prompt=8, completion=96).phases["backward"]["total"]
+        bare = measure_grpo(case, prompt=8, completion=96, padded=False).phases["backward"]["total"]
+    masks = 2 * 2 * 104 * 104  # the two layers' bf16 masks of 2 sequences of 104 positions
+    assert padded >= bare + masks, (padded, bare)
