@@ -26,9 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from training_oracle import FAMILIES, Case, Measured, _terms, build
+from training_oracle import FAMILIES, Case, Measured, build
 from training_oracle_grpo import _generation_tracker, _tokenizer
-from training_oracle_trl import _cuda_dropout, _cuda_folds, vocab_tile
+from training_oracle_trl import _cuda_dropout, _cuda_folds, lora_config, step_counter, vocab_tile
 
 
 def _preferences(vocab: int, rows: int, prompt: int, seq_len: int) -> Any:
@@ -53,43 +53,15 @@ def measure_dpo(case: Case, prompt: int = 1, fold: str = "cuda", lora_dropout: f
     is per_device_train_batch_size, ``case.seq_len`` max_length); ``config``: more DPOConfig fields
     (``precompute_ref_log_probs=True``...)."""
     import torch
-    from peft import LoraConfig
-    from transformers import TrainerCallback
     from trl import DPOConfig, DPOTrainer
 
     vocab = FAMILIES[case.family]["vocab_size"]
-    peft = None
-    if case.method == "lora":
-        targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
-        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=lora_dropout, target_modules=targets,
-                          task_type="CAUSAL_LM")
+    peft = lora_config(case, lora_dropout)
     out: dict[str, dict[str, int]] = {}
     held: dict[str, Any] = {}
-
-    class Count(TrainerCallback):
-        tracker: Any = None
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                          **kw: Any) -> None:
-            if state.global_step != 1:
-                return
-            self.tracker = _generation_tracker()  # LoRA: the same model runs again as the reference
-            ref = held["trainer"].ref_model
-            self.tracker.track_external(model, optimizer, *([ref] if ref is not None else []))
-            self.tracker.__enter__()
-            self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["backward"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"), {}))
-                self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
-
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if self.tracker is not None:
-                out["optimizer step"] = _terms(self.tracker.get_tracker_snapshot("peak").get(torch.device("cpu"),
-                                                                                             {}))
-                self.tracker.__exit__(None, None, None)
-                self.tracker = None
+    # LoRA: the same model runs again as the reference (the generation tracker takes a second call)
+    count = step_counter(out, 1, _generation_tracker,
+                         also=lambda: [r for r in (held["trainer"].ref_model,) if r is not None])
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build(Case(case.family, precision=case.precision))  # DPOTrainer adds LoRA and checkpointing
@@ -101,7 +73,7 @@ def measure_dpo(case: Case, prompt: int = 1, fold: str = "cuda", lora_dropout: f
                          logging_steps=1, dataloader_num_workers=0, disable_tqdm=True, **config)
         data = _preferences(vocab, 2 * case.micro_batch, prompt, case.seq_len)
         trainer = DPOTrainer(model=model, args=args, train_dataset=data, processing_class=_tokenizer(vocab),
-                             peft_config=peft, callbacks=[Count()])
+                             peft_config=peft, callbacks=[count])
         held["trainer"] = trainer
         # foreach AdamW, CUDA's default (Trainer.create_optimizer reads the attribute)
         trainer.optimizer_cls_and_kwargs = (torch.optim.AdamW, {"lr": 1e-4, "foreach": True})

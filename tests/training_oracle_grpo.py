@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from training_oracle import FAMILIES, Case, Measured, _tracker, build
-from training_oracle_trl import _cuda_folds, step_counter, vocab_tile
+from training_oracle_trl import _cuda_folds, lora_config, step_counter, vocab_tile
 
 PHASES = ("generation", "backward", "optimizer step")
 
@@ -98,7 +98,6 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
     ``create_model_from_path(get_config_model_id(model.config))``, in the policy's dtype)."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
     if padded and (prompt % 8 or completion % 8):
@@ -114,10 +113,7 @@ def measure_grpo(case: Case, prompt: int = 32, completion: int = 32, num_generat
     prompts = [" ".join(f"w{i}" for i in torch.randint(0, vocab - 1, (words,), generator=g).tolist())
                for _ in range(rows)]
     data = Dataset.from_dict({"prompt": prompts})
-    peft = None
-    if case.method == "lora":
-        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=0.0, target_modules=list(case.lora_targets),
-                          task_type="CAUSAL_LM")
+    peft = lora_config(case, 0.0)
     out: dict[str, dict[str, int]] = {}
     # the first step that generates after step 1 (so that the optimizer's states exist)
     count = step_counter(out, steps_per_generation, _generation_tracker)

@@ -115,12 +115,24 @@ def vocab_tile(width: int | None) -> Any:
         u._CHUNKED_LOGPROB_CHUNK_SIZE, memory_fused.VOCAB_TILE = saved
 
 
-def step_counter(out: dict[str, dict[str, int]], step: int, make_tracker: Any = None) -> Any:
+def lora_config(case: Case, lora_dropout: float) -> Any:
+    """peft's LoraConfig for ``case`` (None for a full fine-tune), as the trainers' ``peft_config``."""
+    from peft import LoraConfig
+
+    if case.method != "lora":
+        return None
+    targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
+    return LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=lora_dropout, target_modules=targets,
+                      task_type="CAUSAL_LM")
+
+
+def step_counter(out: dict[str, dict[str, int]], step: int, make_tracker: Any = None,
+                 also: Any = None) -> Any:
     """A TrainerCallback that enters a MemTracker (``make_tracker()``, training_oracle's by default) as step
     ``step`` (the Trainer's ``global_step`` then) begins and writes each phase's own peak into ``out``: the
     "backward" up to ``on_pre_optimizer_step``, then the "optimizer step" (restarted per phase, as
-    training_oracle.measure does). Its ``tracker`` is the one entered, None outside the step, for a phase of
-    the caller's own (``take``)."""
+    training_oracle.measure does). ``also()``: more modules to track beside the model (DPO's reference).
+    Its ``tracker`` is the one entered, None outside the step, for a phase of the caller's own (``take``)."""
     import torch
     from transformers import TrainerCallback
 
@@ -137,7 +149,7 @@ def step_counter(out: dict[str, dict[str, int]], step: int, make_tracker: Any = 
             if state.global_step != step:
                 return
             self.tracker = (make_tracker or _tracker)()
-            self.tracker.track_external(model, optimizer)
+            self.tracker.track_external(model, optimizer, *(also() if also else ()))
             self.tracker.__enter__()
             self.tracker._peak_mem, self.tracker._peak_mem_snap = {}, {}
 
@@ -159,7 +171,6 @@ def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **con
     SFTConfig fields (``loss_type="dft"``, ``use_liger_kernel``...)."""
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
     model = build(Case(case.family, precision=case.precision))  # SFTTrainer adds LoRA and checkpointing
@@ -167,11 +178,7 @@ def measure_sft(case: Case, fold: str = "cuda", lora_dropout: float = 0.0, **con
     g = torch.Generator().manual_seed(1)
     rows = [torch.randint(0, vocab - 2, (case.seq_len,), generator=g).tolist() for _ in range(2 * case.micro_batch)]
     data = Dataset.from_dict({"input_ids": rows})
-    peft = None
-    if case.method == "lora":
-        targets = "all-linear" if case.lora_targets == ("all-linear",) else list(case.lora_targets)
-        peft = LoraConfig(r=case.lora_r, lora_alpha=16, lora_dropout=lora_dropout, target_modules=targets,
-                          task_type="CAUSAL_LM")
+    peft = lora_config(case, lora_dropout)
     out: dict[str, dict[str, int]] = {}
 
     with tempfile.TemporaryDirectory() as tmp:
