@@ -261,6 +261,14 @@ def _worker(rank: int, world: int, cases: list[ZeroCase], port: int, out: str) -
     if rank == 0:
         with open(out, "w") as f:
             json.dump(results, f)
+    # Leave without the interpreter's teardown: a rank once died there of SIGABRT ("terminate called without an
+    # active exception": a communication thread still joinable as its C++ object was destroyed), after its work
+    # was done, and failed the whole run. Both ranks meet first, so neither leaves while the other still talks.
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
 
 
 def _free_port() -> int:
