@@ -145,6 +145,26 @@ def test_zero3_over_8_gpus_fits_an_80gb_card_and_offload_moves_states_to_host_ra
     assert off.peak_bytes < p.peak_bytes
 
 
+def test_zero_offload_keeps_the_fp32_gradient_partition_in_host_ram_too():
+    """ZeRO-Offload's host RAM a rank, as DeepSpeed allocates it (memory_sharding.zero_offload; measured by role in
+    tests/test_training_deepspeed.py): the fp32 master partition, AdamW's two fp32 states and the fp32 gradient
+    partition (16 bytes a parameter over N, where states alone were 12), plus ZeRO-2's 16-bit copy of the partition
+    and one largest parameter's 16-bit gradient (the untied head, V·h), or ZeRO-3's 16-bit gradient partition
+    buffer; the device keeps ZeRO-2's staging gradient of that size and no longer ZeRO-3's gradient buffer."""
+    n = llama8b().weights.total // 2
+    for stage in ("zero2", "zero3"):
+        s = replace(BASE, gradient_checkpointing=True, sharding=stage, mixed_precision=True)
+        on = phases(llama8b(), CONFIG, s, 8)
+        off = peak(llama8b(), CONFIG, replace(s, offload_optimizer=True), 8)
+        staging = 2 * V * H if stage == "zero2" else 0
+        assert abs(off.host_bytes - 18 * n // 8 - staging) <= 16, stage
+        assert off.host_bytes > 16.5 * GiB  # 8B over 8 ranks: 16.8 GiB (the states and master alone: 11.2)
+        moved = phases(llama8b(), CONFIG, replace(s, offload_optimizer=True), 8)["optimizer step"]
+        # beside it only ZeRO-3's reduce bucket (DeepSpeed's default 5e8 elements: the JSON names none)
+        assert moved["optimizer"] == 0 and moved["other"] == staging + (2 * 500_000_000 if stage == "zero3" else 0)
+        assert moved["gradients"] == 0 and on["optimizer step"]["gradients"] == (0 if stage == "zero2" else -(-2 * n // 8))
+
+
 def test_zero3_gathers_what_deepspeeds_json_lets_it():
     """ZeRO-3's gathered weights at the start of backward follow the coordinator's limits as the JSON sets them:
     stage3_max_live_parameters bounds the prefetch's run-ahead, stage3_prefetch_bucket_size 0 stops it (and the

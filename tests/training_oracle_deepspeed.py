@@ -18,8 +18,10 @@ every tensor the step allocates; each phase's peak is taken as tests/training_or
 
 DeepSpeed's process group JIT-compiles one C++ op on CPU (deepspeed/comm/torch.py ``build_shm_op``, the
 shared-memory kernel of ``inference_all_reduce``; a training step never calls it): 346 s on this machine's
-2 cores, so it is skipped here (``build_shm_op`` returns None, as where the op is not compatible). Nothing
-else is compiled: the optimizer is torch's own.
+2 cores, so it is skipped here (``build_shm_op`` returns None, as where the op is not compatible). The
+ZeRO-Offload cases (``offload``) need DeepSpeedCPUAdam, which DeepSpeed makes from the JSON's "optimizer" under
+offload and JIT-builds (deepspeed/ops/op_builder/cpu_adam.py ``CPUAdamBuilder``, ninja and g++: about 2 minutes
+on 2 cores, once, cached in ``TORCH_EXTENSIONS_DIR``); the other cases use torch's own optimizer.
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ class ZeroCase:
     bf16: bool = True
     world: int = WORLD
     zero: tuple[tuple[str, Any], ...] = ()  # more zero_optimization keys, as written
+    offload: tuple[str, ...] = ()  # "optimizer", "param": offload_optimizer / offload_param to the cpu
+    cpu_adam: bool = False  # an "optimizer" section (AdamW): DeepSpeed builds DeepSpeedCPUAdam under offload
 
     @property
     def name(self) -> str:
         return (f"{self.case.name}-zero{self.stage}x{self.world}" + ("-bf16" if self.bf16 else "")
-                + "".join(f"-{k.replace('stage3_', '')}={v}" for k, v in self.zero))
+                + "".join(f"-{k.replace('stage3_', '')}={v}" for k, v in self.zero)
+                + "".join(f"-offload_{o}" for o in self.offload) + ("-cpu_adam" if self.cpu_adam else ""))
 
     def ds_config(self) -> dict[str, Any]:
         """The DeepSpeed JSON as a user writes it for the Trainer: "auto" wherever the HF integration fills it."""
@@ -65,9 +70,19 @@ class ZeroCase:
         if self.stage == 3:
             zero.update(stage3_prefetch_bucket_size="auto", stage3_param_persistence_threshold="auto")
         zero.update(self.zero)
-        return {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
-                "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                "train_batch_size": "auto"}
+        for what in self.offload:
+            zero[f"offload_{what}"] = {"device": "cpu", "pin_memory": True}
+        out = {"bf16": {"enabled": "auto"}, "zero_optimization": zero, "gradient_clipping": "auto",
+               "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+               "train_batch_size": "auto"}
+        if self.offload and not self.cpu_adam:
+            # the Trainer's torch AdamW on the host: DeepSpeed refuses it unless told (engine.py
+            # _configure_optimizer, zero_force_ds_cpu_optimizer)
+            out["zero_force_ds_cpu_optimizer"] = False
+        if self.cpu_adam:
+            out["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                            "weight_decay": "auto"}}
+        return out
 
 
 def _args(zc: ZeroCase) -> Any:
@@ -149,10 +164,13 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
         model = build(case)
         hf.trainer_config_finalize(args, model, 10)
         params = [p for p in model.parameters() if p.requires_grad]
-        # Trainer.create_optimizer for adamw_torch (foreach, what CUDA picks), then deepspeed_optim_sched's flag
-        opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+        # Trainer.create_optimizer for adamw_torch (foreach, what CUDA picks), then deepspeed_optim_sched's flag;
+        # with an "optimizer" section DeepSpeed makes its own (DeepSpeedCPUAdam under offload: engine.py
+        # _configure_basic_optimizer)
+        opt = None if zc.cpu_adam else torch.optim.AdamW(params, lr=1e-3, foreach=True)
         config = dict(hf.config, zero_allow_untested_optimizer=True)
         engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=config, model_parameters=params)
+        opt = opt or engine.optimizer.optimizer  # the DeepSpeedCPUAdam inside ZeRO's wrapper
     finally:
         unset_hf_deepspeed_config()
     g = torch.Generator().manual_seed(1 + rank)
@@ -178,6 +196,7 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
     live = _live_tensors(torch, before)
     if os.environ.get("DS_ORACLE_DEBUG"):
         _dump(engine, live)
+    host = _host_bytes(engine) if zc.offload else 0
     tracker.track_external(engine.module, opt, *live)
     cpu = torch.device("cpu")
     events = _watch_coordinator(engine) if zc.stage == 3 else []
@@ -192,9 +211,50 @@ def _one(zc: ZeroCase, rank: int) -> Measured | None:
         step = _terms(tracker.get_tracker_snapshot("peak").get(cpu, {}))
     del engine, opt, model, live
     phases = {"backward": backward, "optimizer step": step}
+    if zc.offload:
+        phases["host"] = {"resident": host, "total": 0}
     if events:
         phases["gathered"] = dict(_windows(events, case), total=0)
     return Measured(phases)
+
+
+def _host_bytes(engine: Any) -> int:
+    """The bytes of what ZeRO-Offload keeps on the host, by role (on a CPU-only machine the accelerator's device
+    is the cpu too, so the allocator cannot tell them apart): the fp32 master partitions and their fp32
+    gradients, the optimizer's states, the 16-bit staging buffers of the partition and of a gradient
+    (stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ cpu_offload paths; stage3.py _create_fp32_partitions,
+    _setup_for_real_optimizer under offload_optimizer), the offloaded parameters' partitions (offload_param)."""
+    import torch
+
+    zo = engine.optimizer
+    found: list[Any] = []
+
+    def add(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+            if x.grad is not None:
+                found.append(x.grad)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                add(y)
+        elif isinstance(x, dict):
+            for y in x.values():
+                add(y)
+
+    for attr in ("single_partition_of_fp32_groups", "param_buffer_of_bit16_for_cpu_offload_groups",
+                 "temp_grad_buffer_for_cpu_offload", "accumulated_grads_in_cpu", "fp32_partitioned_groups_flat",
+                 "grad_partitions_flat_buffer"):
+        add(getattr(zo, attr, None))
+    inner = getattr(zo, "optimizer", None)
+    if inner is not None:
+        add(list(inner.state.values()))
+    if getattr(zo, "offload_param", False):
+        add([p.ds_tensor for p in engine.module.parameters() if hasattr(p, "ds_tensor")])
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in found
+                if t.device.type == "cpu" and t.numel()}
+    if os.environ.get("DS_ORACLE_DEBUG"):
+        print("  host by role", sorted(storages.values(), reverse=True), flush=True)
+    return sum(storages.values())
 
 
 def _watch_coordinator(engine: Any) -> list[tuple[str, str, int]]:
@@ -306,7 +366,8 @@ def zero_setup(zc: ZeroCase) -> Any:
                     if k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_reuse_distance",
                              "stage3_max_live_parameters", "stage3_param_persistence_threshold"))
     return replace(setup_of(replace(zc.case, precision=precision)), sharding=f"zero{zc.stage}",
-                   mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets)
+                   mixed_precision=zc.bf16, nproc=zc.world, zero_buckets=buckets,
+                   offload_optimizer="optimizer" in zc.offload, offload_params="param" in zc.offload)
 
 
 def compare_zero(zc: ZeroCase, folder: Any, measured: Measured) -> dict[str, Any]:
@@ -323,11 +384,17 @@ def compare_zero(zc: ZeroCase, folder: Any, measured: Measured) -> dict[str, Any
     got = peak(facts, config, setup, zc.world)
     ph = phases(facts, config, setup, zc.world)
     m = measured
+    # offload: on a CPU-only machine the host's bytes are in every phase's count; they are counted by role
+    # (_host_bytes) and taken out, which leaves what the device holds
+    host = m.phases.get("host", {}).get("resident", 0)
+    gpu = {name: m.phases[name]["total"] - host for name in ("backward", "optimizer step")}
     at = "backward" if got.peak_at == "end of backward" else got.peak_at
-    out: dict[str, Any] = {"peak": (got.peak_bytes, m.peak), "peak_at": (at, m.peak_at)}
+    m_at = max(gpu, key=lambda k: gpu[k])
+    out: dict[str, Any] = {"peak": (got.peak_bytes, gpu[m_at]), "peak_at": (at, m_at),
+                           "host": (got.host_bytes, host)}
     for name in ("backward", "optimizer step"):
         p = ph[name]
-        out[name] = {"total": (sum(p.values()), m.phases[name]["total"])}
+        out[name] = {"total": (sum(p.values()), gpu[name])}
         out[name + " terms"] = {"ours": dict(p), "torch": m.phases[name]}
     return out
 

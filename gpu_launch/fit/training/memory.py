@@ -165,9 +165,18 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         weights = -(-weights // divisor)
         gathered, grads = zero.gathered, zero.grads
     host = fsdp.host if fsdp else 0
+    offload_gpu = 0
     if setup.offload_optimizer and not fsdp:
-        host += states
-        states, temp = 0, 0
+        # ZeRO-Offload (memory_sharding.zero_offload): master, states and the fp32 gradient partition on the host
+        largest = max([vocab_h] + [x.fan_in * x.fan_out for x in block]) if setup.method == "full" else 0
+        off = memory_sharding.zero_offload(
+            stage=int(setup.sharding[4:]) if _deepspeed(setup) else 2, divisor=divisor, e=e, trainable=counts.trainable,
+            states=states, largest=largest, grad_buffer=zero.grads if zero else 0)
+        host += off.host
+        states, temp, offload_gpu = 0, off.gpu, off.gpu
+        if zero:
+            zero = replace(zero, grads=0)
+            grads = 0
     if setup.offload_params and setup.sharding in _SHARDS_WEIGHTS and not fsdp:
         host += weights
         weights = 0
@@ -224,6 +233,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             backward_at, backward = "reference forward", ref_fw
     if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
+    backward["other"] += offload_gpu  # ZeRO-Offload's device-side gradient staging buffer: all step long
     if setup.sharding in ("zero1", "zero2"):
         # the 16-bit gradients are flattened into the fp32 partition's gradient and freed before the optimizer
         # steps (stage_1_and_2.py DeepSpeedZeroOptimizer.step; measured: tests/test_training_deepspeed.py)

@@ -44,7 +44,7 @@ from __future__ import annotations
 from gpu_launch.base.records import dataclass
 from gpu_launch.fit.training import memory_zero3
 
-__all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket"]
+__all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket", "ZeroOffload", "zero_offload"]
 
 #: The sharding kinds FSDP2 runs (hybrid: FULL_SHARD within a node, replicated across nodes)
 FSDP = ("fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
@@ -212,3 +212,34 @@ def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int],
         persist=size["stage3_param_persistence_threshold"])
     return Zero3(gathered=got.early * e, late=got.late * e, grads=_over(trainable * e, divisor),
                  bucket=size["reduce_bucket_size"] * e)
+
+
+@dataclass(frozen=True)
+class ZeroOffload:
+    """What DeepSpeed's ZeRO-Offload (``offload_optimizer`` device cpu) keeps in pinned ``host`` RAM per rank, and
+    the ``gpu`` staging buffer it adds on the device (ZeRO-1/2)."""
+
+    host: int
+    gpu: int
+
+
+def zero_offload(*, stage: int, divisor: int, e: int, trainable: int, states: int, largest: int,
+                 grad_buffer: int) -> ZeroOffload:
+    """``states``: the rank's fp32 master partition and the optimizer's fp32 states (memory.py); ``largest``: the
+    elements of the largest trained parameter; ``grad_buffer``: ZeRO-3's gradient partition buffer (bytes).
+
+    From deepspeed/runtime/zero (0.19.8), measured by role on rank 0 of a real step (tests/
+    test_training_deepspeed.py): under offload the fp32 gradient partition is allocated once and kept for good
+    (stage_1_and_2.py ``initialize_optimizer_states``: the partition's ``.grad`` stays set when ``cpu_offload``;
+    stage3.py ``_setup_for_real_optimizer``: the sub-group's ``subgroup_gradient_buffer``), beside the master
+    partition and the states. ZeRO-1/2 add a 16-bit copy of the partition (``__init__``:
+    ``param_buffer_of_bit16_for_cpu_offload_groups``, what the step writes before it goes to the device) and one
+    largest parameter's 16-bit gradient on each side (``temp_grad_buffer_for_cpu_offload`` on the host,
+    ``temp_grad_buffer_for_gpu_offload`` on the device). ZeRO-3 puts its gradient partition buffer on the host
+    (stage3.py ``_setup_for_real_optimizer``: ``grad_partitions_flat_buffer`` on ``self.device``, the cpu under
+    offload). DeepSpeedCPUAdam (the optimizer DeepSpeed makes under offload; a torch one is refused:
+    engine.py ``_configure_optimizer``, ``zero_force_ds_cpu_optimizer``) steps in place in C++: no temporaries."""
+    grads32 = _over(trainable * 4, divisor)
+    if stage == 3:
+        return ZeroOffload(host=states + grads32 + grad_buffer, gpu=0)
+    return ZeroOffload(host=states + grads32 + _over(trainable * e, divisor) + largest * e, gpu=largest * e)
