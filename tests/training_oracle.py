@@ -84,9 +84,14 @@ class Case:
 
 
 def _torch() -> Any:
+    """torch, on one CPU thread: with more, CPU kernels take per-thread scratch buffers that no CUDA kernel has
+    (sdpa's CPU flash attention, reductions), and a count depends on the machine's cores (an FSDP1 case measured
+    1.6 % more on CI's 2 cores than on 1)."""
     global torch
     import torch as _t
 
+    if _t.get_num_threads() != 1:
+        _t.set_num_threads(1)
     torch = _t
     return _t
 

@@ -27,6 +27,7 @@ on 2 cores, once, cached in ``TORCH_EXTENSIONS_DIR``); the other cases use torch
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -305,8 +306,6 @@ def _worker(rank: int, world: int, cases: list[ZeroCase], port: int, out: str) -
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    import sys
-
     import deepspeed
 
     # (``import deepspeed.comm.torch`` would give torch itself: deepspeed.comm re-exports a ``torch`` name)
@@ -349,6 +348,11 @@ def measure_zero(cases: list[ZeroCase]) -> list[Measured]:
     world = {zc.world for zc in cases}
     assert len(world) == 1, "one world size a run"
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    # the JIT build of DeepSpeedCPUAdam runs ``ninja`` by name: the one pip put beside this interpreter, where the
+    # README's test command runs it from an unactivated venv (PATH without .venv/bin)
+    here = os.path.dirname(sys.executable)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rank0.json")
         mp.spawn(_worker, args=(world.pop(), cases, _free_port(), out), nprocs=cases[0].world, join=True)
