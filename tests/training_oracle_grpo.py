@@ -58,9 +58,38 @@ def _generation_tracker() -> Any:
     per-module stats of one call and refuses a second top-level one ("does not support memory tracking for
     multiple iterative calls"); its hint, ``reset_mod_stats``, is taken at each new top-level call. The counts of
     live tensors (what the peaks are) are not module stats and stay."""
+    import torch
+
     base = type(_tracker())
 
+    def no_leaves(hook: Any) -> Any:
+        """ModTracker's forward hook, given under no_grad the leaves that need a gradient detached (sharing
+        their storage): see Tracker.__init__."""
+        def wrapped(module: Any, args: Any, *output: Any) -> Any:
+            if not torch.is_grad_enabled():
+                def bare(t: Any) -> Any:
+                    leaf = isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is None
+                    return t.detach() if leaf else t
+                args, output = torch.utils._pytree.tree_map(bare, (args, output))
+            return hook(module, args, *output)
+        return wrapped
+
     class Tracker(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            """A checkpointed model makes each forward's embeddings a leaf that needs a gradient, under no_grad too
+            (transformers/modeling_utils.py ``enable_input_require_grads``, called by
+            ``activation_checkpointing_enable``): generate's 200 calls make 200 such leaves. ModTracker
+            (torch/distributed/_tools/mod_tracker.py ``_fw_pre_hook``, ``_fw_post_hook``) registers a
+            multi-grad hook on every tensor a module takes or gives that needs a gradient
+            (torch/autograd/graph.py ``register_multi_grad_hook``: the leaf's AccumulateGrad node, which holds
+            the leaf), so each leaf lives as long as the tracker: 53 kB of (2, 1, 64) bf16 embeddings through
+            the rest of the step, the tracker's own (weak references to them: none alive at the optimizer step
+            without the tracker, all 200 with it; test_training_memory_grpo.py). Under no_grad nothing can
+            reach those hooks: ModTracker is given the leaves detached there."""
+            super().__init__()
+            mt = self._mod_tracker
+            mt._fw_pre_hook, mt._fw_post_hook = no_leaves(mt._fw_pre_hook), no_leaves(mt._fw_post_hook)
+
         def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
             try:
                 super()._pre_fw_hook(module, inputs)

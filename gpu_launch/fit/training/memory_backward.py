@@ -197,15 +197,20 @@ def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inte
     layer's activations (recomputed under checkpointing) but the product down_proj saved, released when its
     node ran (torch/csrc/autograd/node.h Node::release_variables; a recomputed one as it is unpacked:
     torch/utils/checkpoint.py _checkpoint_hook.unpack_hook, Rule 4); what every layer reads (RoPE's tables,
-    the ids), the checkpointed layer's input, kept to the end of its backward (torch/utils/checkpoint.py: the
-    checkpoint's inputs); the gradient arriving and three of e·I a token. Seen tensor by tensor in MemTracker's
-    count of TRL's DPOTrainer step (bf16 Llama, checkpointing, 2 × 128 tokens), where it is the peak."""
+    the ids), the checkpointed layer's inputs (its hidden states and masks), kept to the end of its backward
+    (torch/utils/checkpoint.py: the checkpoint's inputs); the gradient arriving and three of e·I a token. Seen
+    tensor by tensor in MemTracker's count of TRL's DPOTrainer step (bf16 Llama, checkpointing, 2 × 128
+    tokens), where it is the peak."""
     tokens = setup.micro_batch * setup.seq_len
     first = grads * max(model.weights.layers, default=0) // max(1, model.weights.total)
     down = element_bytes(setup.precision) * h * inter
     acts = act.one_layer(setup) - e * inter * tokens + act.rope * tokens
     if setup.gradient_checkpointing:
-        acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e)
+        # with its other inputs the checkpoint keeps: the 4-D masks every layer is given (an sdpa step's boolean
+        # padding mask, masking_utils.py sdpa_mask; eager attention's float one), there to the first layer's end
+        # (measured: TRL's GRPOTrainer, checkpointed, its prompts padded: 0.982 of PyTorch's count without them)
+        acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e) \
+            + act.masks * setup.micro_batch * setup.seq_len ** 2
     return _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
 
 
