@@ -182,7 +182,9 @@ def _shared_input(setup: TrainingSetup, act: Saved, e: int) -> int:
     is fp32 (fp32 weights, autocast) the norm's upcast (LlamaRMSNorm.forward: ``hidden_states.to(float32)``)
     is the layer's input itself, kept by the checkpoint (torch/utils/checkpoint.py saves the inputs), not a
     copy. Seen in MemTracker's count of TRL's DPOTrainer step (fp32 Llama, checkpointing): the embedding's
-    output the first norm's saved input, no other. A full fine-tune's only (a LoRA model's is memory_activations')."""
+    output the first norm's saved input, no other. A full fine-tune's only: a LoRA model's under autocast is
+    subtracted beside the last layer's moment in :func:`backward_peak` (the same ``checkpointed_layer`` bytes, 4·h a
+    token; not at the end of backward, where it was not measured)."""
     if not setup.gradient_checkpointing or setup.method != "full" or setup.sharding not in _ONE_RANK \
             or (e != 4 and not setup.precision.startswith("amp")):
         return 0
