@@ -51,6 +51,11 @@ CASES = [
     ZeroCase(Case("qwen3", gradient_checkpointing=True), stage=2, offload=("optimizer",), cpu_adam=True),
     ZeroCase(Case("llama"), stage=3, offload=("optimizer",), cpu_adam=True),
     ZeroCase(Case("llama"), stage=3, offload=("optimizer", "param"), cpu_adam=True),
+    # ZeRO-3 offload on the wider model: the head's gradient partition is moved to the host in the final norm's
+    # gradient hook, its whole 16-bit gradient alive, and its norm taken in fp64 (0.918, with offload_param 0.892,
+    # when that moment was not planned)
+    ZeroCase(Case("llama_wide", seq_len=32), stage=3, offload=("optimizer",), cpu_adam=True),
+    ZeroCase(Case("llama_wide", seq_len=32), stage=3, offload=("optimizer", "param"), cpu_adam=True),
 ]
 
 
@@ -69,18 +74,26 @@ def test_zero_rank_peak_is_pytorchs_count(zc, measured, tmp_path):
     if zc not in measured:
         pytest.skip("DeepSpeedCPUAdam is JIT-built: pip install ninja (and a g++)")
     r = compare_zero(zc, write_model(zc.case, tmp_path), measured[zc])
+    # ZeRO-3 offload: on a GPU each gradient's partition is copied back to the device before its fp64 norm
+    # (deepspeed stage3.py partition_grads: ``grad_buffer.to(grad_partition.device)``); here the host and the
+    # device are one cpu and that copy is none, so the plan's bytes for it (the head's: 2 bytes an element over
+    # the ranks) are taken out before comparing
+    copy = r["cuda_copy"]
     ours, torch_count = r["peak"]
+    ours -= copy if r["peak_at"][0] == "backward" else 0
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
     assert r["peak_at"][0] == r["peak_at"][1], r
     # the backward's own peak, where the optimizer step is the step's (what is gathered, the head's gradient)
     ours, torch_count = r["backward"]["total"]
+    ours -= copy
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
     # the optimizer step: the partitions, DeepSpeed's fp32 master copy and states, the fp32 gradient partition
     ours, torch_count = r["optimizer step"]["total"]
     if zc.offload:
-        # offloaded, the device's step holds little (ZeRO-3: the 16-bit partition and the bucket, 166 KB here):
-        # a known gap of under 2 KB of small tensors the step makes (1.1 %; with offload_param 19 %) is allowed,
-        # in bytes; the backward is the step's peak
+        # offloaded, the device's step holds little (ZeRO-3: the 16-bit partition, the bucket and the persistent
+        # parameters gathered afresh after it, 167 KB here): a known gap of under 2 KB of small tensors the step
+        # makes (1.2 KB, 0.7 %; with offload_param 12 %: the gradients' norms as scalars, gloo's copies of the
+        # persistent parameters' gather) is allowed, in bytes; the backward is the step's peak
         assert torch_count - 2048 <= ours <= 1.03 * torch_count, (ours / torch_count, r)
         # host RAM: what DeepSpeed's ZeRO-Offload keeps there, counted by role
         ours, theirs = r["host"]
@@ -113,9 +126,9 @@ def test_zero3_buffers_follow_the_config(tmp_path):
 
 @pytest.mark.parametrize("zc", [pytest.param(c, id=c.name) for c in CASES if c.stage == 3 and c.case.method == "full"])
 def test_zero3_gathered_is_deepspeeds_coordinator_replayed(zc, measured, tmp_path):
-    """What memory_zero3.py's replay says is gathered early and late in the backward is what DeepSpeed's own
-    parameter coordinator had gathered, counted at each of its fetches and releases (the persistent parameters
-    left out: they are whole all step), element for element."""
+    """What memory_zero3.py's replay says is gathered early and late in the backward, and at the final norm's
+    backward, is what DeepSpeed's own parameter coordinator had gathered, counted at each of its fetches and
+    releases (the persistent parameters left out: they are whole all step), element for element."""
     import json
 
     from gpu_launch.fit.training import memory_sharding
@@ -135,4 +148,5 @@ def test_zero3_gathered_is_deepspeeds_coordinator_replayed(zc, measured, tmp_pat
         max_live=size["stage3_max_live_parameters"], reuse=size["stage3_max_reuse_distance"],
         persist=size["stage3_param_persistence_threshold"])
     theirs = measured[zc].phases["gathered"]
-    assert (got.early - got.persistent, got.late - got.persistent) == (theirs["early"], theirs["late"])
+    assert (got.early - got.persistent, got.late - got.persistent, got.at_norm - got.persistent) == (
+        theirs["early"], theirs["late"], theirs["at_norm"])

@@ -160,9 +160,28 @@ def test_zero_offload_keeps_the_fp32_gradient_partition_in_host_ram_too():
         assert abs(off.host_bytes - 18 * n // 8 - staging) <= 16, stage
         assert off.host_bytes > 16.5 * GiB  # 8B over 8 ranks: 16.8 GiB (the states and master alone: 11.2)
         moved = phases(llama8b(), CONFIG, replace(s, offload_optimizer=True), 8)["optimizer step"]
-        # beside it only ZeRO-3's reduce bucket (DeepSpeed's default 5e8 elements: the JSON names none)
-        assert moved["optimizer"] == 0 and moved["other"] == staging + (2 * 500_000_000 if stage == "zero3" else 0)
+        # beside it only ZeRO-3's reduce bucket (DeepSpeed's default 5e8 elements: the JSON names none) and the
+        # persistent parameters gathered afresh after the step (the 2·L + 1 norms, under the default 1e5 elements)
+        persistent = 2 * (2 * L + 1) * H
+        assert moved["optimizer"] == 0 and moved["other"] == staging + (
+            2 * 500_000_000 + persistent if stage == "zero3" else 0)
         assert moved["gradients"] == 0 and on["optimizer step"]["gradients"] == (0 if stage == "zero2" else -(-2 * n // 8))
+
+
+def test_zero3_offload_moves_the_heads_gradient_with_its_fp64_norm_beside_it():
+    """ZeRO-3 offload, Llama-3.1-8B over 2 ranks at 512 tokens: the backward peaks as the untied head's gradient
+    partition goes to the host (in the final norm's gradient hook; the head, 5.3e8 elements, is larger than the
+    5e8 bucket): its whole 16-bit gradient, the partition brought back to the GPU (2 bytes an element) and its
+    norm's fp64 copy (8), with the reduce bucket (memory_sharding.zero_offload; measured on a small model in
+    tests/test_training_deepspeed.py)."""
+    s = replace(BASE, gradient_checkpointing=True, sharding="zero3", mixed_precision=True, seq_len=512,
+                offload_optimizer=True)
+    ph = phases(llama8b(), CONFIG, s, 2)
+    assert ph["backward"]["gradients"] == 2 * V * H
+    assert ph["backward"]["other"] == (8 + 2) * V * H // 2 + 2 * H * 512 + 2 * 500_000_000
+    assert ph["info"]["cuda_copy"] == 2 * V * H // 2
+    # not offloaded, the head's partition stays in the device's buffer: no such copies
+    assert phases(llama8b(), CONFIG, replace(s, offload_optimizer=False), 2)["info"]["cuda_copy"] == 0
 
 
 def test_zero3_gathers_what_deepspeeds_json_lets_it():

@@ -289,15 +289,16 @@ def _watch_coordinator(engine: Any) -> list[tuple[str, str, int]]:
 
 def _windows(events: list[tuple[str, str, int]], case: Case) -> dict[str, int]:
     """The most gathered from the loss (the head's forward returned) to the last layer's first backward release
-    ("early"), and in the first layer's backward ("late"), as memory_zero3.py reports them (a PEFT model's
-    modules named under base_model.model)."""
+    ("early"), in the first layer's backward ("late"), and after the final norm's backward fetch ("at_norm"), as
+    memory_zero3.py reports them (a PEFT model's modules named under base_model.model)."""
     layers = FAMILIES[case.family]["num_hidden_layers"]
     backward = next(i for i, e in enumerate(events) if e[0] == "B")
     start = next(i for i, e in enumerate(events) if e[0] == "R" and e[1].split(".")[-1] == "lm_head")
     last = next(i for i, e in enumerate(events) if i > backward and e[0] == "R" and f"layers.{layers - 1}." in e[1])
     first = [i for i, e in enumerate(events) if i > backward and "layers.0." in e[1]]
+    norm = next(e for i, e in enumerate(events) if i > backward and e[0] == "B" and e[1].endswith("model.norm"))
     return {"early": max(e[2] for e in events[start:last + 1]),
-            "late": max(e[2] for e in events[first[0]:first[-1] + 1])}
+            "late": max(e[2] for e in events[first[0]:first[-1] + 1]), "at_norm": norm[2]}
 
 
 def _worker(rank: int, world: int, cases: list[ZeroCase], port: int, out: str) -> None:
@@ -394,8 +395,10 @@ def compare_zero(zc: ZeroCase, folder: Any, measured: Measured) -> dict[str, Any
     gpu = {name: m.phases[name]["total"] - host for name in ("backward", "optimizer step")}
     at = "backward" if got.peak_at == "end of backward" else got.peak_at
     m_at = max(gpu, key=lambda k: gpu[k])
+    # ZeRO-3 offload: the plan's copy of a gradient's partition back to the device, which CUDA makes and the cpu
+    # does not (memory_sharding.zero_offload), in the backward's bytes where it counts
     out: dict[str, Any] = {"peak": (got.peak_bytes, gpu[m_at]), "peak_at": (at, m_at),
-                           "host": (got.host_bytes, host)}
+                           "host": (got.host_bytes, host), "cuda_copy": ph["info"]["cuda_copy"]}
     for name in ("backward", "optimizer step"):
         p = ph[name]
         out[name] = {"total": (sum(p.values()), gpu[name])}

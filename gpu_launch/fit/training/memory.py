@@ -166,12 +166,14 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         gathered, grads = zero.gathered, zero.grads
     host = fsdp.host if fsdp else 0
     offload_gpu = 0
+    off: memory_sharding.ZeroOffload | None = None
     if setup.offload_optimizer and not fsdp:
         # ZeRO-Offload (memory_sharding.zero_offload): master, states and the fp32 gradient partition on the host
         largest = max([vocab_h] + [x.fan_in * x.fan_out for x in block]) if setup.method == "full" else 0
         off = memory_sharding.zero_offload(
             stage=int(setup.sharding[4:]) if _deepspeed(setup) else 2, divisor=divisor, e=e, trainable=counts.trainable,
-            states=states, largest=largest, grad_buffer=zero.grads if zero else 0)
+            states=states, largest=largest, grad_buffer=zero.grads if zero else 0,
+            head=vocab_h if setup.method == "full" and not model.weights.tied_embeddings else 0)
         host += off.host
         states, temp, offload_gpu = 0, off.gpu, off.gpu
         if zero:
@@ -224,13 +226,26 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         backward_at = "end of backward"
         backward = {"weights": weights + fsdp.gathered_embed, "gradients": fsdp.embed_grads, "optimizer": states,
                     "activations": 0, "loss": 0, "other": 0}
+    cuda_copy = 0
+    if zero and off and off.reduce_norm:
+        # ZeRO-3 offload: the untied head's gradient moved to the host in the final norm's gradient hook
+        # (memory_sharding.zero_offload), what is gathered then (memory_zero3.py), every activation, the gradient
+        # the norm's backward passes on. Measured: llama_wide's backward peaks there (tests/test_training_deepspeed.py).
+        # A head no larger than reduce_bucket_size is copied into the bucket instead and reduced with it later
+        # (stage3.py __add_grad_to_ipg_bucket), reduce_scatter_coalesced's flat copy of the bucket in place of its
+        # gradient: the same moment stands for it (measured 0.990 of that step's backward with a 1e6 bucket)
+        at_norm = {"weights": weights + zero.at_norm, "gradients": head, "optimizer": states,
+                   "activations": act.total(setup, model.hyper.n_layers), "loss": 0,
+                   "other": info_e(setup) * h * tokens + off.reduce_norm + off.reduce_copy}
+        if sum(at_norm.values()) > sum(backward.values()):
+            backward_at, backward, cuda_copy = "backward", at_norm, off.reduce_copy
     if preference and setup.reference_model:
         # DPO's reference forward, after the policy's, every activation of the policy alive (memory_preference.py)
         ref_fw = memory_preference.reference_forward(model, config, setup, act, weights=at_backward, states=states,
                                                      e=info_e(setup))
         ref_fw["gradients"] += zero.grads if zero else 0  # ZeRO's gradient partition buffer: all step long
         if sum(ref_fw.values()) > sum(backward.values()):
-            backward_at, backward = "reference forward", ref_fw
+            backward_at, backward, cuda_copy = "reference forward", ref_fw, 0
     if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
     backward["other"] += offload_gpu  # ZeRO-Offload's device-side gradient staging buffer: all step long
@@ -240,6 +255,11 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         grads = 0
     step = {"weights": weights, "gradients": grads, "optimizer": states, "activations": 0, "loss": 0,
             "other": temp + (zero.bucket if zero else 0)}
+    if zero and off:
+        # ZeRO-3 offload, the device's step (the optimizer's on the host): after it the persistent parameters are
+        # gathered afresh, a new whole buffer each (stage3.py _post_step, partition_parameters.py
+        # _allgather_params_coalesced)
+        step["other"] += zero.persistent
     out = {"backward": backward, "optimizer step": step}
     if memory_generation.rows(setup, world):
         # GRPO's generate before the step (memory_generation.py): the weights (ZeRO-3 gathers them whole for it:
@@ -260,7 +280,7 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     return {**out, "host": {"bytes": host},
             "info": {"late": int(backward_at == "end of backward"), "ref": int(backward_at == "reference forward"),
                      "total": counts.total,
-                     "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te,
+                     "trainable": counts.trainable, "divisor": divisor, "e": e, "te": te, "cuda_copy": cuda_copy,
                      "master": fsdp.master if fsdp else te}}
 
 

@@ -191,12 +191,15 @@ def zero_bucket(written: tuple[tuple[str, object], ...], key: str, h: int) -> in
 @dataclass(frozen=True)
 class Zero3:
     """One ZeRO-3 rank's bytes beside its partitions: ``gathered`` early in the backward and ``late`` (the first
-    layer's backward), the gradient partition buffer ``grads`` and the reduce ``bucket``."""
+    layer's backward), the gradient partition buffer ``grads`` and the reduce ``bucket``; ``at_norm``: gathered at
+    the final norm's backward; ``persistent``: the parameters gathered for good (stage3_param_persistence_threshold)."""
 
     gathered: int
     late: int
     grads: int
     bucket: int
+    at_norm: int = 0
+    persistent: int = 0
 
 
 def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int], ...], layers: int, head: int,
@@ -211,22 +214,27 @@ def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int],
         max_live=size["stage3_max_live_parameters"], reuse=size["stage3_max_reuse_distance"],
         persist=size["stage3_param_persistence_threshold"])
     return Zero3(gathered=got.early * e, late=got.late * e, grads=_over(trainable * e, divisor),
-                 bucket=size["reduce_bucket_size"] * e)
+                 bucket=size["reduce_bucket_size"] * e, at_norm=got.at_norm * e, persistent=got.persistent * e)
 
 
 @dataclass(frozen=True)
 class ZeroOffload:
     """What DeepSpeed's ZeRO-Offload (``offload_optimizer`` device cpu) keeps in pinned ``host`` RAM per rank, and
-    the ``gpu`` staging buffer it adds on the device (ZeRO-1/2)."""
+    the ``gpu`` staging buffer it adds on the device (ZeRO-1/2); ZeRO-3's device bytes beside an untied head's whole
+    gradient while its partition goes to the host: ``reduce_norm``, the fp64 copy its norm takes, and ``reduce_copy``,
+    the partition brought back to the device (a copy on a GPU only)."""
 
     host: int
     gpu: int
+    reduce_norm: int = 0
+    reduce_copy: int = 0
 
 
 def zero_offload(*, stage: int, divisor: int, e: int, trainable: int, states: int, largest: int,
-                 grad_buffer: int) -> ZeroOffload:
+                 grad_buffer: int, head: int = 0) -> ZeroOffload:
     """``states``: the rank's fp32 master partition and the optimizer's fp32 states (memory.py); ``largest``: the
-    elements of the largest trained parameter; ``grad_buffer``: ZeRO-3's gradient partition buffer (bytes).
+    elements of the largest trained parameter; ``grad_buffer``: ZeRO-3's gradient partition buffer (bytes);
+    ``head``: the trained LM head's elements (ZeRO-3).
 
     From deepspeed/runtime/zero (0.19.8), measured by role on rank 0 of a real step (tests/
     test_training_deepspeed.py): under offload the fp32 gradient partition is allocated once and kept for good
@@ -241,5 +249,13 @@ def zero_offload(*, stage: int, divisor: int, e: int, trainable: int, states: in
     engine.py ``_configure_optimizer``, ``zero_force_ds_cpu_optimizer``) steps in place in C++: no temporaries."""
     grads32 = _over(trainable * 4, divisor)
     if stage == 3:
-        return ZeroOffload(host=states + grads32 + grad_buffer, gpu=0)
+        # each gradient's partition, reduce-scattered on the device, is moved to the host one parameter at a time
+        # (stage3.py partition_grads: copied into the host buffer, then ``grad_buffer.to(grad_partition.device)``
+        # brings it back, a copy in the parameters' dtype; on a CPU-only machine a no-op), its norm taken there
+        # in fp64 (``_offload_grad_partition_at_boundary`` -> ``_constant_buffered_norm2``:
+        # ``part.to(get_norm_dtype())``, zero/utils.py: torch.double where the accelerator has fp64), then cast to
+        # fp32 for the host's fp32 gradient (4 bytes, after the fp64 copy is freed). The head's, the largest, is
+        # reduced in the next gradient's hook (the final norm's), its whole 16-bit gradient alive
+        return ZeroOffload(host=states + grads32 + grad_buffer, gpu=0, reduce_norm=_over(head * 8, divisor),
+                           reduce_copy=_over(head * e, divisor))
     return ZeroOffload(host=states + grads32 + _over(trainable * e, divisor) + largest * e, gpu=largest * e)

@@ -43,11 +43,13 @@ __all__ = ["Gathered", "gathered"]
 class Gathered:
     """Elements gathered whole (the persistent ones included): early in the backward (the loss, the head's and the
     last layer's backward), and in the first layer's backward (the end of backward); ``persistent``: those
-    gathered for good."""
+    gathered for good; ``at_norm``: at the final norm's backward (where an untied head's gradient is reduced: the
+    next gradient's hook, the norm's)."""
 
     early: int
     late: int
     persistent: int
+    at_norm: int = 0
 
 
 # a module: (name, parameter sizes, children)
@@ -193,4 +195,6 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
                 and m[0].startswith(f"{layers - 1}."))
     first = [i for i, (_, m) in enumerate(events) if i > start and m[0].startswith("0.")]
     late = max(marks[first[0]:first[-1] + 1]) if first else marks[-1]
-    return Gathered(early=max(marks[start:last + 1]) + whole, late=late + whole, persistent=whole)
+    norm = next(i for i, (kind, m) in enumerate(events) if kind == "B" and m[0] == "norm")
+    return Gathered(early=max(marks[start:last + 1]) + whole, late=late + whole, persistent=whole,
+                    at_norm=marks[norm] + whole)
