@@ -5,10 +5,10 @@ once it has made its outputs). Arithmetic only: no torch. The largest moment is 
 * the loss (``"backward"``, the start of backward): every saved activation and the loss's fp32 tensors; a
   chunked loss holds one chunk's at a time, and where the head trains its gradient is accumulated chunk by
   chunk;
-* the final norm's backward (still ``"backward"``): every activation but the loss's, the head's gradient and
-  the norm's fp32 temporaries;
+* the final norm's backward (still ``"backward"``): every activation but the loss's (TRL's fused head's saved
+  ones among them) and what the norm's last products saved, the head's gradient and the norm's fp32 temporaries;
 * the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
-  gradients flowing through it, the product down_proj saved released once its node has run;
+  gradients flowing through it, the product down_proj saved released once its node has run, its gradient made;
 * the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on one
   rank also the first layer's MLP backward (every gradient but the embedding's and that layer's); on
   an FSDP rank, where a layer's unsharded gradient is as large as its weights, two moments of the first
