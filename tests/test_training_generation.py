@@ -56,9 +56,10 @@ def test_the_lengths_come_from_the_launch_or_train_seq_never_from_trls_old_defau
     s = grpo("--max_completion_length", "256")
     assert (s.completion_len, s.seq_len) == (256, 768)
     said = grpo("--max_completion_length", "256", train_seq=2048)
-    assert (said.seq_len, said.completion_len, said.assumed) == (2048, 256, ())
+    assert (said.seq_len, said.completion_len) == (2048, 256)
+    assert not any("prompts of" in a for a in said.assumed), said.assumed
     old = grpo("--max_prompt_length", "128")  # an older trl capped prompts: that is the prompt
-    assert (old.seq_len, old.assumed) == (640, ())
+    assert old.seq_len == 640 and not any("prompts of" in a for a in old.assumed), old.assumed
     with pytest.raises(UsageError, match="the completion alone is 512 tokens"):
         grpo(train_seq=300)
 
@@ -149,3 +150,20 @@ def test_the_plan_json_names_the_generation_and_colocated_vllms_share(work: Path
     assert gpu["allowance_bytes"] - gpu["training"]["allowance_bytes"] == int(0.5 * 81559 * (1 << 20))
     assert colocated["training"]["vllm"] == "colocate" and gpu["training"]["generation_bytes"] == 0
     assert any("vLLM (colocate) reserves" in n for n in colocated["notes"])
+
+
+def test_the_plan_says_it_sizes_a_padding_mask_and_what_that_means_for_a_batch_without_one(work: Path) -> None:
+    """A GRPO step attends through a padding mask (memory_activations._padding_mask): the plan says so, in its text
+    and its --json ``assumed``, with what it means for a batch that has none; flash_attention_2 keeps no mask, and
+    the line goes."""
+    doc = json.loads(plan(work, "--max_completion_length", "256").stdout)
+    line = next(a for a in doc["training"]["assumed"] if a.startswith("a padding mask in every step"))
+    assert "(batch, 1, s, s) mask a layer" in line and "the plan is over for it, never under" in line, line
+    text = subprocess.run([sys.executable, "-m", "gpu_launch", "--snapshot", "dgx-h100", "plan", "--", "trl", "grpo",
+                           "--model_name_or_path", "./Llama-3.1-8B", "--use_peft"], capture_output=True, text=True,
+                          env=clean_env(), timeout=120, cwd=work)
+    assert f"  assumed: {line}" in text.stdout.splitlines(), text.stdout
+    flash = json.loads(plan(work, "--attn_implementation", "flash_attention_2").stdout)
+    assert not any("padding mask" in a for a in flash["training"]["assumed"]), flash["training"]["assumed"]
+    unpadded = peak(llama8b(), CONFIG, replace(grpo("--use_peft"), attention="flash_attention_2"), 1)
+    assert unpadded.peak_bytes < peak(llama8b(), CONFIG, grpo("--use_peft"), 1).peak_bytes  # the mask is sized

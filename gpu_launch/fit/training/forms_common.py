@@ -155,6 +155,13 @@ def to_setup(launch: Launch, model: str, model_dtype: str | None, options: Mappi
     seq = options.get("train_seq") or g("seq_len")
     if completion:
         seq = _generated_seq(launch, options, completion, assumed)
+        if (g("attention") or "sdpa") not in ("eager", "flash_attention_2"):
+            # the step's attention mask has zeros in a real batch (memory_activations._padding_mask): sized so
+            assumed.append("a padding mask in every step, as prompts and completions of different lengths make "
+                           "(sdpa keeps a (batch, 1, s, s) mask a layer, about 2·s² bytes a sequence and layer): a "
+                           "batch with none (equal prompts, every completion to max_completion_length) holds less, "
+                           "so the plan is over for it, never under; --attn_implementation flash_attention_2 keeps "
+                           "none")
     elif seq is None:
         seq = DEFAULT_SEQ
         assumed.append(f"{DEFAULT_SEQ} tokens a sequence: say --train-seq or the launch's max length")

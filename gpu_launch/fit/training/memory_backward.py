@@ -5,10 +5,10 @@ once it has made its outputs). Arithmetic only: no torch. The largest moment is 
 * the loss (``"backward"``, the start of backward): every saved activation and the loss's fp32 tensors; a
   chunked loss holds one chunk's at a time, and where the head trains its gradient is accumulated chunk by
   chunk;
-* the final norm's backward (still ``"backward"``): every activation but the loss's, the head's gradient and
-  the norm's fp32 temporaries;
+* the final norm's backward (still ``"backward"``): every activation but the loss's (TRL's fused head's saved
+  ones among them) and what the norm's last products saved, the head's gradient and the norm's fp32 temporaries;
 * the last layer's MLP backward (still ``"backward"``): under checkpointing one layer recomputed, with the
-  gradients flowing through it, the product down_proj saved released once its node has run;
+  gradients flowing through it, the product down_proj saved released once its node has run, its gradient made;
 * the end of backward (``"end of backward"``): the gradients nearly all there, one layer's activations; on one
   rank also the first layer's MLP backward (every gradient but the embedding's and that layer's); on
   an FSDP rank, where a layer's unsharded gradient is as large as its weights, two moments of the first
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpu_launch.fit.training import memory_fused
 from gpu_launch.fit.training.memory_activations import FOUR_NORMS, Saved
 from gpu_launch.fit.training.memory_params import element_bytes
 from gpu_launch.fit.training.setup import TrainingSetup
@@ -93,8 +94,17 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
             # cast to fp32, summed in place. With the chunk's gradient of its hidden states
             extra = 2 * head if not setup.precision.startswith("amp") else head + head // 2
             moments.append(_moment(weights, head, states, acts, 0, extra + hidden_grad + e * chunk * h))
-    # --- the final norm's backward: the loss's tensors are gone; the head's gradient is there
-    moments.append(_moment(weights, head, states, acts, 0, NORM_BACKWARD_FP32 * 4 * h * tokens))
+    # --- the final norm's backward at its fullest: the loss's tensors are gone (TRL's fused head's saved ones too:
+    # its hidden states' copy, targets, log_z, entropy and label mask), and so are what the norm's last two
+    # products saved and no other node holds: the normalised input the trained weight's product keeps (in fp32
+    # under autocast and Gemma's ``1 + weight``) and the rsqrt (LlamaRMSNorm.forward: ``weight * x.to(dtype)``,
+    # ``x * torch.rsqrt(...)``; the fp32 input stays, pow's). Seen tensor by tensor in PyTorch's count of
+    # GRPOTrainer's and SFTTrainer's steps (bf16, fp32); the head's gradient is there
+    done = memory_fused.saved_bytes(setup, h) if setup.loss == "fused" else 0
+    gemma = str(config.get("model_type") or model.architecture).startswith("gemma")
+    done += tokens * (4 + (h * (4 if gemma or setup.precision.startswith("amp") else e)
+                           if setup.method == "full" else 0))
+    moments.append(_moment(weights, head, states, acts - done, 0, NORM_BACKWARD_FP32 * 4 * h * tokens))
     # --- the last layer's backward (the final norm's saved tensors are gone): in its MLP the gradient arriving
     # at the layer (e·h a token: the residual branch passes the same tensor on), the gradient of down_proj's
     # input and the product's two (SiLU(gate)·up: MulBackward0 makes both while its input's gradient lives:
@@ -115,7 +125,12 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # ``holder.handles[gid] = None``, its Rule 4). Seen tensor by tensor in MemTracker's count of a checkpointed
     # bf16 Llama at 4,200 tokens: gate's, SiLU's and up's outputs alive there, the product gone
     product = e * inter * tokens if setup.method == "full" else 0
-    moments.append(_moment(weights, head, states, kept - product, 0, e * h * tokens + 3 * e * inter * tokens))
+    # with down_proj's gradient and the final norm's made (AccumulateGrad as their nodes ran, as in _first_mlp; a
+    # full fine-tune on one rank: seen in PyTorch's count of SFTTrainer's fp32 step, 0.988 without them)
+    made = element_bytes(setup.precision) * h * (inter + 1) if setup.method == "full" \
+        and setup.sharding in _ONE_RANK and not model.hyper.expert_count else 0
+    moments.append(_moment(weights, head + made, states, kept - product, 0,
+                           e * h * tokens + 3 * e * inter * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
     if act.lora_forward:

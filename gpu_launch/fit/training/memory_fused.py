@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from gpu_launch.fit.training.setup import TrainingSetup
 
-__all__ = ["TOKEN_TILE", "VOCAB_TILE", "SAVED_PER_TOKEN", "scored_tokens", "hidden_bytes", "backward_bytes"]
+__all__ = ["TOKEN_TILE", "VOCAB_TILE", "SAVED_PER_TOKEN", "scored_tokens", "hidden_bytes", "saved_bytes",
+           "backward_bytes"]
 
 #: trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE: tokens a projection tile.
 TOKEN_TILE = 4096
@@ -55,6 +56,13 @@ def hidden_bytes(setup: TrainingSetup) -> int:
     """The hidden states' element size as the head gets them: the final norm's output, fp32 under autocast
     (the residual stream stays fp32 there) and for fp32 weights, else 16-bit."""
     return 2 if setup.precision in ("bf16", "fp16") else 4
+
+
+def saved_bytes(setup: TrainingSetup, hidden: int) -> int:
+    """What the head keeps for its backward (its hidden states' copy and the per-token vectors), freed once
+    ChunkedLogProbFunction.backward and the masking nodes before it have run (torch/csrc/autograd/node.h
+    Node::release_variables): gone by the final norm's backward."""
+    return scored_tokens(setup) * (hidden_bytes(setup) * hidden + SAVED_PER_TOKEN)
 
 
 def _compute_bytes(setup: TrainingSetup) -> int:
