@@ -19,12 +19,12 @@ SETUP = TrainingSetup(model="M", launcher="trainer", precision="bf16", micro_bat
 
 class _NoActivations:
     """Saved activations of nothing: the moments differ only in their own tensors."""
-    outside = rope = squared_backward = lora_forward = masks = 0
+    outside = rope = squared_backward = lora_forward = masks = down_saved = down_adapter = 0
 
     def total(self, setup, layers):  # noqa: ANN001, ANN201
         return 0
 
-    def one_layer(self, setup):  # noqa: ANN001, ANN201
+    def one_layer(self, setup, first=False):  # noqa: ANN001, ANN201
         return 0
 
 
@@ -92,8 +92,9 @@ class _OneLayer(_NoActivations):
     """One layer's saved tensors (the recomputed one under checkpointing), its checkpointed input and RoPE's."""
     rope = 40
     checkpointed_layer = 2 * H
+    down_saved = 2 * I  # the product down_proj saves (bf16), released by MulBackward0
 
-    def one_layer(self, setup):  # noqa: ANN001, ANN201
+    def one_layer(self, setup, first=False):  # noqa: ANN001, ANN201
         return 3 * 10 ** 9
 
 
@@ -143,8 +144,11 @@ def test_the_first_layers_mlp_backward_holds_the_masks_the_checkpoint_keeps():
 def test_an_fp32_recomputed_layers_first_norm_saves_the_checkpointed_input_itself():
     # issue 34: in fp32 the norm's upcast is its input, the tensor the checkpoint keeps: counted once (TRL's
     # DPOTrainer, fp32, checkpointing: 1.021 of PyTorch's count with it counted twice, 1.004 once)
+    class Fp32(_OneLayer):
+        down_saved = 4 * I
+
     fp32 = replace(GC, precision="fp32")
-    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, _OneLayer(),
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, Fp32(),
                               weights=0, states=0, grads=10 ** 9, head=0, loss=0, e=4)
     assert at == "end of backward"
     assert terms["activations"] == 3 * 10 ** 9 - 4 * I * T + 40 * T
