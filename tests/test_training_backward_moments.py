@@ -152,3 +152,42 @@ def test_an_fp32_recomputed_layers_first_norm_saves_the_checkpointed_input_itsel
                               weights=0, states=0, grads=10 ** 9, head=0, loss=0, e=4)
     assert at == "end of backward"
     assert terms["activations"] == 3 * 10 ** 9 - 4 * I * T + 40 * T
+
+
+def test_one_rule_for_the_recomputed_first_norms_input_a_lora_model_under_autocast_at_the_end_of_backward():
+    # issue 34: under autocast (fp32 weights) a recomputed layer's first norm saves the checkpoint's own fp32 input,
+    # for a LoRA model as for a full fine-tune, in the first layer's MLP at the end of backward as in the last
+    # layer's: counted once. Measured (the plain oracle's first-layer window, q,v to all-linear, checkpointing): the
+    # first layer's MLP moment 1.006 to 1.009 of PyTorch's count; the generic end of backward (the gradients through
+    # the MLP, the checkpoint's input uncounted) was 0.937 for q,v
+    class Lora(_OneLayer):
+        checkpointed_layer = 4 * H  # the fp32 residual stream
+        down_saved = 2 * I + 2 * 8  # down_proj's adapter's 16-bit casts of its input and of lora_A's output
+        down_adapter = 8 * (I + H)
+
+    amp = replace(GC, method="lora", precision="amp_bf16")
+    grads = 32 * 10 ** 6  # the adapters' gradients, as many in every layer
+    model = llama8b()
+    at, terms = backward_peak(model, {"model_type": "llama", "intermediate_size": I}, amp, Lora(),
+                              weights=0, states=0, grads=grads, head=0, loss=0, e=2)
+    assert at == "end of backward"
+    assert terms["gradients"] == grads - grads // 32 + 4 * 8 * (I + H)  # down_proj's adapter's made already
+    # the recomputed layer but what down_proj's nodes saved, what every layer reads; the checkpoint's input once
+    assert terms["activations"] == 3 * 10 ** 9 - (2 * I + 16) * T + 40 * T
+    assert terms["other"] == 2 * H * T + 3 * 2 * I * T
+
+
+def test_the_last_layers_mlp_counts_the_recomputed_first_norms_input_once_for_a_lora_model_in_fp32_too():
+    # the same fact in fp32 (the norm's upcast is no copy): the last layer's MLP moment without the checkpoint's
+    # input twice (fp32 all-linear LoRA, checkpointing: 1.009 of PyTorch's count, 1.001 since)
+    class Fp32(_OneLayer):
+        checkpointed_layer = 4 * H
+        down_saved = 4 * I  # the product, which down_proj's adapter keeps as it is in fp32
+
+    fp32 = replace(GC, method="lora", precision="fp32")
+    head = 10 ** 11  # a large gradient there keeps the last layer's moments the largest
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, Fp32(),
+                              weights=0, states=0, grads=head, head=head, loss=0, e=4)
+    assert at == "backward"
+    assert terms["activations"] == 3 * 10 ** 9 - 4 * H * T - 4 * I * T + 40 * T  # with what every layer reads
+    assert terms["other"] == 4 * H * T + 3 * 4 * I * T
