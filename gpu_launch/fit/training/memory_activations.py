@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpu_launch.fit.training import memory_fused
+from gpu_launch.fit.training.memory_first_layer import first_grads, input_grad
 from gpu_launch.fit.training.memory_params import Linear, lora_targets
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.setup import TrainingSetup
@@ -139,6 +140,7 @@ class Saved:
         self.lora_forward = 0  # bytes a token: the widest adapter's unsaved copies while it runs (_lora_forward)
         self.down_saved = 0  # bytes a token of ``layer``: what down_proj's node and its adapter's save (the product)
         self.down_adapter = 0  # elements: down_proj's LoRA adapter, where it has one
+        self.adapter_grad = 0  # bytes a token: a gate/up adapter's fp32 output gradients in its backward
 
     def total(self, setup: TrainingSetup, layers: int) -> int:
         tokens = setup.micro_batch * setup.seq_len
@@ -225,7 +227,7 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         mlp, product = _moe(config, hy.expert_count, h, e, full, amp), 0
     layer = norms + attn + mlp + lora
     first = layer
-    grads = _first_grads(targets) if not full and not setup.gradient_checkpointing else None
+    grads = first_grads(targets) if not full and not setup.gradient_checkpointing else None
     if grads is not None:
         # the first layer's input, the frozen embedding's output, needs no gradient, so nothing of the layer
         # before its first adapter does, and no op there saves anything (torch/csrc/autograd/generated: a node,
@@ -244,7 +246,7 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         if not hy.expert_count:  # (a routed block is left whole: over, never under)
             first -= (0 if grads["gate"] else 2 * e * inter) + (0 if grads["up"] else e * inter)
         if setup.lora_dropout > 0:
-            first -= sum(x.fan_in for x in targets if not _input_grad(x.name, grads))
+            first -= sum(x.fan_in for x in targets if not input_grad(x.name, grads))
     outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
     if setup.loss == "fused":
         # TRL's fused head saves its own copy of the scored hidden states, trained or frozen, in their dtype
@@ -283,7 +285,7 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     elif cast16 and targets:  # 16-bit weights: the frozen ones need no cast; the fp32 adapters' casts are kept
         # (by the same rule: lora_A's not in the first layer where its input needs no gradient, _weight_casts)
         fixed = 2 * hy.n_layers * sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in targets) \
-            - (2 * sum((setup.lora_r or 8) * x.fan_in for x in targets if not _input_grad(x.name, grads))
+            - (2 * sum((setup.lora_r or 8) * x.fan_in for x in targets if not input_grad(x.name, grads))
                if grads is not None else 0)
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
@@ -303,38 +305,16 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     down = tuple(x for x in targets if x.name == "down_proj")
     out.down_saved = product + (_lora_bytes(down, setup, e, cast16) if down else 0)
     out.down_adapter = sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in down)
+    if e == 2 and not cast16 and not _adapters_16bit(setup) and not hy.expert_count:
+        # fp32 adapters on 16-bit weights: peft adds lora_B's fp32 output to the base's and casts the sum back
+        # (peft/tuners/lora/layer.py Linear.forward: ``result.to(torch_result_dtype)``), so a gate/up adapter's
+        # backward holds its output's gradient in fp32 twice (the cast's, the scaling's): seen in MemTracker's
+        # count of the first layer's MLP backward (bf16 Llama, MLP-only and all-linear, checkpointing)
+        out.adapter_grad = 8 * max((x.fan_out for x in targets if x.name in ("gate_proj", "up_proj")), default=0)
     if grads is not None and not grads["attention"]:
         out.first_squared = 0  # eager attention's scores, sdpa's copy of the padding mask: kept by nothing there
     out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
-
-
-def _first_grads(targets: tuple[Linear, ...]) -> dict[str, bool]:
-    """Which tensors of a LoRA model's first layer need a gradient, without checkpointing: the layer's input
-    (the frozen embedding's output) needs none, so a tensor needs one only below an adapter (autograd's
-    requires_grad: any input's), in the order the layer runs (modeling_llama.py LlamaDecoderLayer.forward):
-    q and k (their own adapters'), the attention's output (any adapter in q/k/v), the residual after it and
-    the MLP's norm (one in the attention, o_proj's too), gate's and up's outputs (one in gate/up or above),
-    down_proj's input (either). Seen tensor by tensor in the first layer's saved tensors (Llama, MLP-, gate +
-    down-, down_proj- and o_proj-only)."""
-    names = {x.name.rsplit(".", 1)[-1] for x in targets}
-    q, k = bool(names & {"q_proj", "qkv_proj"}), bool(names & {"k_proj", "qkv_proj"})
-    attention = q or k or bool(names & {"v_proj"})
-    residual = attention or "o_proj" in names
-    gate = residual or bool(names & {"gate_proj", "gate_up_proj", "w1"})
-    up = residual or bool(names & {"up_proj", "gate_up_proj", "w3"})
-    return {"q": q, "k": k, "attention": attention, "residual": residual, "gate": gate, "up": up,
-            "down": gate or up}
-
-
-def _input_grad(name: str, grads: Mapping[str, bool]) -> bool:
-    """Whether the input of the first layer's linear ``name`` needs a gradient (:func:`_first_grads`)."""
-    short = name.rsplit(".", 1)[-1]
-    if short in ("q_proj", "k_proj", "v_proj", "qkv_proj"):
-        return False
-    if short == "o_proj":
-        return grads["attention"]
-    return grads["down"] if short in ("down_proj", "w2") else grads["residual"]
 
 
 def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], setup: TrainingSetup, layers: int) -> int:
@@ -344,8 +324,8 @@ def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], setup:
     weight's cast is a fresh tensor; where the input needs a gradient (the adapters upstream) the linear's mm
     keeps it (tools/autograd/derivatives.yaml mm: the gradient of ``self`` needs ``mat2``) until its backward
     has run. Without checkpointing no input in the first layer needs one above its first adapter (the frozen
-    embedding's output: :func:`_first_grads`); under checkpointing the Trainer's
-    enable_input_require_grads makes every layer's need one. The adapters' (cached) casts are kept by the same
+    embedding's output: memory_first_layer.py); under checkpointing the Trainer's enable_input_require_grads
+    makes every layer's need one. The adapters' (cached) casts are kept by the same
     rule: lora_B's always, lora_A's where its input needs a gradient. A routed MoE's grouped matmul
     (torch._grouped_mm) is on no autocast list: its experts are not cast."""
     r = setup.lora_r or 8
@@ -353,12 +333,12 @@ def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], setup:
         + sum(r * (x.fan_in + x.fan_out) for x in targets)
     first = per_layer
     if not setup.gradient_checkpointing:
-        # in the first layer a linear's input needs a gradient only below an adapter (_first_grads): q/k/v's
+        # in the first layer a linear's input needs a gradient only below an adapter (first_grads): q/k/v's
         # never, o_proj's below one in q/k/v, the MLP's inputs below one in the attention, down_proj's below
         # one anywhere before it
-        grads = _first_grads(targets)
-        first -= sum(x.fan_in * x.fan_out * x.count for x in block if not x.expert and not _input_grad(x.name, grads))
-        first -= sum(r * x.fan_in for x in targets if not _input_grad(x.name, grads))
+        grads = first_grads(targets)
+        first -= sum(x.fan_in * x.fan_out * x.count for x in block if not x.expert and not input_grad(x.name, grads))
+        first -= sum(r * x.fan_in for x in targets if not input_grad(x.name, grads))
     return 2 * (per_layer * (layers - 1) + first)
 
 

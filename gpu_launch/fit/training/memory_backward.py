@@ -113,6 +113,11 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # bf16 Llama at 4,200 tokens: gate's, SiLU's and up's outputs alive there, the product gone
     product = act.down_saved * tokens
     moments.append(_moment(weights, head, states, kept - product, 0, e * h * tokens + 3 * e * inter * tokens))
+    if act.adapter_grad:
+        # or, MulBackward0 run (its saved tensors and down_proj's input's gradient gone), a gate/up adapter's
+        # backward: the product's two gradients and the adapter's fp32 output gradients (Saved.adapter_grad)
+        moments.append(_moment(weights, head, states, kept - product - 2 * e * inter * tokens, 0,
+                               e * h * tokens + 2 * e * inter * tokens + act.adapter_grad * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
     if act.lora_forward:
@@ -216,7 +221,13 @@ def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inte
         # (measured: TRL's GRPOTrainer, checkpointed, its prompts padded: 0.982 of PyTorch's count without them)
         acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e) \
             + act.masks * setup.micro_batch * setup.seq_len ** 2
-    return _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
+    mlp = _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
+    if not act.adapter_grad:
+        return mlp
+    # or a gate/up adapter's backward after MulBackward0 (as in the last layer's, backward_peak)
+    adapter = _moment(weights, max(0, late_grads - first) + down, states, acts - 2 * e * inter * tokens, 0,
+                      e * h * tokens + 2 * e * inter * tokens + act.adapter_grad * tokens)
+    return max(mlp, adapter, key=lambda m: sum(m.values()))
 
 
 def _fsdp_late(setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int, grads: int,
