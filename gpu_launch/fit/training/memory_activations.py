@@ -243,8 +243,16 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
             first -= (0 if grads["q"] else 4 * q + 4 * heads) + (0 if grads["k"] else 4 * kvd + 4 * kv)
         if not grads["residual"]:
             first -= norm_core * (2 if model_type in FOUR_NORMS else 1)
-        if not hy.expert_count:  # (a routed block is left whole: over, never under)
+        if not hy.expert_count:
             first -= (0 if grads["gate"] else 2 * e * inter) + (0 if grads["up"] else e * inter)
+        elif not grads["residual"]:
+            # a routed block below no adapter: its router and its frozen experts save nothing; its shared expert
+            # what a gated MLP does, its output not kept by the sigmoid gate's mul (whose other input needs no
+            # gradient), the gate's output kept (seen tensor by tensor: Qwen2-MoE, MLP-only)
+            shared = int(config.get("shared_expert_intermediate_size") or 0)
+            keep = (3 * e * shared + e - (0 if grads["gate"] else 2 * e * shared)
+                    - (0 if grads["up"] else e * shared)) if shared else 0
+            first -= mlp - keep
         if setup.lora_dropout > 0:
             first -= sum(x.fan_in for x in targets if not input_grad(x.name, grads))
     outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
