@@ -280,6 +280,9 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # compute dtype), saved by sdpa in every sliding layer, and the full layers' boolean one beside it:
         # (e + 1)·s bytes a token, once
         rope += (e + 1) * setup.seq_len
+        if grads is not None and not grads["attention"] \
+                and "sliding_attention" not in list(config.get("layer_types") or ["sliding_attention"] * 2)[1:]:
+            rope -= e * setup.seq_len  # its one sliding layer is the first, whose attention saves nothing
     outside += rope
     # autocast's 16-bit casts of the trained weights, kept for the backward (the head's too, outside the layers:
     # under checkpointing the layers' are made again in their recompute, the head's stays)
