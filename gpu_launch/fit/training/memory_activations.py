@@ -322,8 +322,9 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # backward holds its output's gradient in fp32 twice (the cast's, the scaling's): seen in MemTracker's
         # count of the first layer's MLP backward (bf16 Llama, MLP-only and all-linear, checkpointing)
         out.adapter_grad = 8 * max((x.fan_out for x in targets if x.name in ("gate_proj", "up_proj")), default=0)
-    if grads is not None and not grads["attention"]:
-        out.first_squared = 0  # eager attention's scores, sdpa's copy of the padding mask: kept by nothing there
+    # the first layer's s² tensors (eager attention's scores, sdpa's copy of the padding mask): none where its
+    # attention saves nothing
+    out.first_squared = 0 if grads is not None and not grads["attention"] else out.squared
     out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
 
