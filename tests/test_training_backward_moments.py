@@ -19,12 +19,12 @@ SETUP = TrainingSetup(model="M", launcher="trainer", precision="bf16", micro_bat
 
 class _NoActivations:
     """Saved activations of nothing: the moments differ only in their own tensors."""
-    outside = rope = squared_backward = lora_forward = masks = 0
+    outside = rope = squared_backward = lora_forward = masks = down_saved = down_adapter = adapter_grad = 0
 
     def total(self, setup, layers):  # noqa: ANN001, ANN201
         return 0
 
-    def one_layer(self, setup):  # noqa: ANN001, ANN201
+    def one_layer(self, setup, first=False):  # noqa: ANN001, ANN201
         return 0
 
 
@@ -92,8 +92,9 @@ class _OneLayer(_NoActivations):
     """One layer's saved tensors (the recomputed one under checkpointing), its checkpointed input and RoPE's."""
     rope = 40
     checkpointed_layer = 2 * H
+    down_saved = 2 * I  # the product down_proj saves (bf16), released by MulBackward0
 
-    def one_layer(self, setup):  # noqa: ANN001, ANN201
+    def one_layer(self, setup, first=False):  # noqa: ANN001, ANN201
         return 3 * 10 ** 9
 
 
@@ -143,8 +144,67 @@ def test_the_first_layers_mlp_backward_holds_the_masks_the_checkpoint_keeps():
 def test_an_fp32_recomputed_layers_first_norm_saves_the_checkpointed_input_itself():
     # issue 34: in fp32 the norm's upcast is its input, the tensor the checkpoint keeps: counted once (TRL's
     # DPOTrainer, fp32, checkpointing: 1.021 of PyTorch's count with it counted twice, 1.004 once)
+    class Fp32(_OneLayer):
+        down_saved = 4 * I
+
     fp32 = replace(GC, precision="fp32")
-    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, _OneLayer(),
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, Fp32(),
                               weights=0, states=0, grads=10 ** 9, head=0, loss=0, e=4)
     assert at == "end of backward"
     assert terms["activations"] == 3 * 10 ** 9 - 4 * I * T + 40 * T
+
+
+def test_one_rule_for_the_recomputed_first_norms_input_a_lora_model_under_autocast_at_the_end_of_backward():
+    # issue 34: under autocast (fp32 weights) a recomputed layer's first norm saves the checkpoint's own fp32 input,
+    # for a LoRA model as for a full fine-tune, in the first layer's MLP at the end of backward as in the last
+    # layer's: counted once. Measured (the plain oracle's first-layer window, q,v to all-linear, checkpointing): the
+    # first layer's MLP moment 1.006 to 1.009 of PyTorch's count; the generic end of backward (the gradients through
+    # the MLP, the checkpoint's input uncounted) was 0.937 for q,v
+    class Lora(_OneLayer):
+        checkpointed_layer = 4 * H  # the fp32 residual stream
+        down_saved = 2 * I + 2 * 8  # down_proj's adapter's 16-bit casts of its input and of lora_A's output
+        down_adapter = 8 * (I + H)
+
+    amp = replace(GC, method="lora", precision="amp_bf16")
+    grads = 32 * 10 ** 6  # the adapters' gradients, as many in every layer
+    model = llama8b()
+    at, terms = backward_peak(model, {"model_type": "llama", "intermediate_size": I}, amp, Lora(),
+                              weights=0, states=0, grads=grads, head=0, loss=0, e=2)
+    assert at == "end of backward"
+    assert terms["gradients"] == grads - grads // 32 + 4 * 8 * (I + H)  # down_proj's adapter's made already
+    # the recomputed layer but what down_proj's nodes saved, what every layer reads; the checkpoint's input once
+    assert terms["activations"] == 3 * 10 ** 9 - (2 * I + 16) * T + 40 * T
+    assert terms["other"] == 2 * H * T + 3 * 2 * I * T
+
+
+def test_the_last_layers_mlp_counts_the_recomputed_first_norms_input_once_for_a_lora_model_in_fp32_too():
+    # the same fact in fp32 (the norm's upcast is no copy): the last layer's MLP moment without the checkpoint's
+    # input twice (fp32 all-linear LoRA, checkpointing: 1.009 of PyTorch's count, 1.001 since)
+    class Fp32(_OneLayer):
+        checkpointed_layer = 4 * H
+        down_saved = 4 * I  # the product, which down_proj's adapter keeps as it is in fp32
+
+    fp32 = replace(GC, method="lora", precision="fp32")
+    head = 10 ** 11  # a large gradient there keeps the last layer's moments the largest
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, fp32, Fp32(),
+                              weights=0, states=0, grads=head, head=head, loss=0, e=4)
+    assert at == "backward"
+    assert terms["activations"] == 3 * 10 ** 9 - 4 * H * T - 4 * I * T + 40 * T  # with what every layer reads
+    assert terms["other"] == 4 * H * T + 3 * 4 * I * T
+
+
+def test_a_gate_or_up_adapters_backward_holds_its_fp32_output_gradients_after_the_product():
+    # issue 34: fp32 adapters on bf16 weights (peft casts the sum back to bf16): after MulBackward0 (its saved
+    # tensors and down_proj's input's gradient gone) up_proj's adapter holds its output's gradient in fp32 twice,
+    # 8·I a token, more than the product's three e·I: the first layer's window of a checkpointed bf16 all-linear
+    # LoRA step was 0.966 of PyTorch's count without it (MLP-only 0.957), 1.001 with it
+    class Adapted(_OneLayer):
+        adapter_grad = 8 * I
+
+    lora = replace(GC, method="lora")
+    head = 10 ** 11  # a large gradient there keeps the last layer's moments the largest
+    at, terms = backward_peak(llama8b(), {"model_type": "llama", "intermediate_size": I}, lora, Adapted(),
+                              weights=0, states=0, grads=head, head=head, loss=0, e=2)
+    assert at == "backward"
+    assert terms["activations"] == 3 * 10 ** 9 - 2 * I * T - 2 * 2 * I * T + 40 * T
+    assert terms["other"] == 2 * H * T + 2 * 2 * I * T + 8 * I * T

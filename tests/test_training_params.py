@@ -46,6 +46,15 @@ def test_lora_targets_peft_defaults_and_a_name_that_ends_with_a_target():
     shared = (Linear("gate_proj", H, 512), Linear("shared_expert.gate_proj", H, 2048))
     named = replace(lora, lora_targets=("gate_proj",))
     assert [x.name for x in lora_targets(named, shared)] == ["gate_proj", "shared_expert.gate_proj"]
+    # a routed MoE's experts (3-D parameters in transformers v5) are no module peft's target_modules matches: a
+    # Qwen2-MoE with gate_proj, up_proj, down_proj named trains only its shared expert's (checkpointed: 1.048 of
+    # PyTorch's count while the experts were counted as adapted, 1.001 since)
+    routed = (Linear("gate", H, 8), Linear("gate_proj", H, 512, 8, True), Linear("shared_expert.gate_proj", H, 2048))
+    assert [x.name for x in lora_targets(named, routed)] == ["shared_expert.gate_proj"]
+    # nor its router, a TopKRouter module in transformers v5, under all-linear (1.033 of PyTorch's count with it)
+    every = replace(lora, lora_targets=("all-linear",))
+    assert [x.name for x in lora_targets(every, routed)] == ["shared_expert.gate_proj"]
+    assert [x.name for x in lora_targets(replace(lora, lora_targets=("gate",)), routed)] == []
 
 
 def test_elements_read_every_dtypes_width():

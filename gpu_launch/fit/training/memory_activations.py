@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpu_launch.fit.training import memory_fused
+from gpu_launch.fit.training.memory_first_layer import first_grads, input_grad
 from gpu_launch.fit.training.memory_params import Linear, lora_targets
 from gpu_launch.fit.training.memory_sharding import FSDP
 from gpu_launch.fit.training.setup import TrainingSetup
@@ -129,6 +130,7 @@ class Saved:
         self.fixed = fixed  # bytes, not per token
         self.checkpointed_layer = checkpointed_layer  # bytes a token a layer under gradient checkpointing
         self.squared = squared  # bytes a (token × position) a layer: eager attention's scores
+        self.first_squared = squared  # the first layer's (none where its attention saves nothing)
         self.layers = layers
         self.rope = rope  # of ``outside``: what every layer reads (RoPE's tables, the ids), kept to the end
         self.fixed_outside = fixed_outside  # of ``fixed``: the LM head's (outside every checkpointed layer)
@@ -136,6 +138,9 @@ class Saved:
         # eager attention's backward: the gradient of the probabilities, in the compute dtype (2 bytes)
         self.squared_backward = 2 * heads if squared else 0
         self.lora_forward = 0  # bytes a token: the widest adapter's unsaved copies while it runs (_lora_forward)
+        self.down_saved = 0  # bytes a token of ``layer``: what down_proj's node and its adapter's save (the product)
+        self.down_adapter = 0  # elements: down_proj's LoRA adapter, where it has one
+        self.adapter_grad = 0  # bytes a token: a gate/up adapter's fp32 output gradients in its backward
 
     def total(self, setup: TrainingSetup, layers: int) -> int:
         tokens = setup.micro_batch * setup.seq_len
@@ -143,12 +148,14 @@ class Saved:
         if setup.gradient_checkpointing:
             return self.checkpointed_layer * tokens * layers + self.outside * tokens + self.fixed_outside \
                 + self.masks * setup.micro_batch * setup.seq_len ** 2
-        return (self.first_layer + self.layer * (layers - 1)) * tokens + sq * layers + self.outside * tokens \
-            + self.fixed
+        return (self.first_layer + self.layer * (layers - 1)) * tokens + sq * (layers - 1) \
+            + self.first_squared * tokens * setup.seq_len + self.outside * tokens + self.fixed
 
-    def one_layer(self, setup: TrainingSetup) -> int:
+    def one_layer(self, setup: TrainingSetup, first: bool = False) -> int:
+        """A layer's saved bytes (``first``: the first layer's, which may save less without checkpointing)."""
         tokens = setup.micro_batch * setup.seq_len
-        return self.layer * tokens + self.squared * tokens * setup.seq_len \
+        layer, squared = (self.first_layer, self.first_squared) if first else (self.layer, self.squared)
+        return layer * tokens + squared * tokens * setup.seq_len \
             + (self.fixed - self.fixed_outside) // max(1, self.layers)
 
 
@@ -211,15 +218,43 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     inter = next((x.fan_out for x in block if x.name in ("gate_proj", "w1")), 0)
     if "gate_up_proj" in by:
         inter = by["gate_up_proj"].fan_out // 2
-    mlp = 3 * e * inter + (e * inter if full else 0)
+    # an adapter's lora_A keeps its input as it is where peft casts nothing (fp32 weights without autocast, FSDP's
+    # 16-bit adapters; no dropout): down_proj's, the product, saved by nothing else in a LoRA model
+    as_is = (e == 4 or _adapters_16bit(setup)) and not cast16 and setup.lora_dropout == 0
+    product = e * inter if full or as_is and any(x.name == "down_proj" for x in targets) else 0
+    mlp = 3 * e * inter + product
     if hy.expert_count:
-        mlp = _moe(config, hy.expert_count, h, e, full, amp)
+        mlp, product = _moe(config, hy.expert_count, h, e, full, amp), 0
     layer = norms + attn + mlp + lora
     first = layer
-    if not full and not setup.gradient_checkpointing:
-        first -= _norm_in(h, e)  # the embedding's output needs no gradient: the first norm saves nothing
-        if setup.lora_dropout > 0:  # nor do the dropouts of the adapters that read it (no gradient to mask)
-            first -= sum(x.fan_in for x in targets if x in attn_in)
+    grads = first_grads(targets) if not full and not setup.gradient_checkpointing else None
+    if grads is not None:
+        # the first layer's input, the frozen embedding's output, needs no gradient, so nothing of the layer
+        # before its first adapter does, and no op there saves anything (torch/csrc/autograd/generated: a node,
+        # with what it saves, is made only where an input requires grad): the input norm; the attention, its
+        # q/k norms and, after it, the MLP's norm (the post-attention ones of Gemma) without an adapter above
+        # them; SiLU's input and up's output (saved for each other's gradient by the product) without one in
+        # gate/up or above, the activation's without one in up or above; the dropout masks of adapters reading
+        # a tensor that needs none (tests/test_training_memory.py: MLP-, o_proj- and down_proj-only)
+        first -= _norm_in(h, e)
+        if not grads["attention"]:  # (o_proj's adapter keeps the attention's output as it is)
+            first -= attn - (e * q if as_is and any(x.name == "o_proj" for x in targets) else 0)
+        elif model_type in _QK_NORM:
+            first -= (0 if grads["q"] else 4 * q + 4 * heads) + (0 if grads["k"] else 4 * kvd + 4 * kv)
+        if not grads["residual"]:
+            first -= norm_core * (2 if model_type in FOUR_NORMS else 1)
+        if not hy.expert_count:
+            first -= (0 if grads["gate"] else 2 * e * inter) + (0 if grads["up"] else e * inter)
+        elif not grads["residual"]:
+            # a routed block below no adapter: its router and its frozen experts save nothing; its shared expert
+            # what a gated MLP does, its output not kept by the sigmoid gate's mul (whose other input needs no
+            # gradient), the gate's output kept (seen tensor by tensor: Qwen2-MoE, MLP-only)
+            shared = int(config.get("shared_expert_intermediate_size") or 0)
+            keep = (3 * e * shared + e - (0 if grads["gate"] else 2 * e * shared)
+                    - (0 if grads["up"] else e * shared)) if shared else 0
+            first -= mlp - keep
+        if setup.lora_dropout > 0:
+            first -= sum(x.fan_in for x in targets if not input_grad(x.name, grads))
     outside = _norm_in(h, e) + ((4 if gemma or amp else e) * h if full else 0)
     if setup.loss == "fused":
         # TRL's fused head saves its own copy of the scored hidden states, trained or frozen, in their dtype
@@ -245,6 +280,9 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # compute dtype), saved by sdpa in every sliding layer, and the full layers' boolean one beside it:
         # (e + 1)·s bytes a token, once
         rope += (e + 1) * setup.seq_len
+        if grads is not None and not grads["attention"] \
+                and "sliding_attention" not in list(config.get("layer_types") or ["sliding_attention"] * 2)[1:]:
+            rope -= e * setup.seq_len  # its one sliding layer is the first, whose attention saves nothing
     outside += rope
     # autocast's 16-bit casts of the trained weights, kept for the backward (the head's too, outside the layers:
     # under checkpointing the layers' are made again in their recompute, the head's stays)
@@ -254,9 +292,12 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
     fixed = 2 * (total_linear - routed_weights) + head_cast if amp and full else 0
     if amp and not full:
         head_cast = 2 * (hy.vocab_size or 0) * h if setup.loss == "plain" else 0
-        fixed = _weight_casts(block, targets, attn_in, setup, hy.n_layers) + head_cast
+        fixed = _weight_casts(block, targets, setup, hy.n_layers) + head_cast
     elif cast16 and targets:  # 16-bit weights: the frozen ones need no cast; the fp32 adapters' casts are kept
-        fixed = 2 * hy.n_layers * sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in targets)
+        # (by the same rule: lora_A's not in the first layer where its input needs no gradient, _weight_casts)
+        fixed = 2 * hy.n_layers * sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in targets) \
+            - (2 * sum((setup.lora_r or 8) * x.fan_in for x in targets if not input_grad(x.name, grads))
+               if grads is not None else 0)
     checkpointed = e * h if not amp else 4 * h
     # eager attention's masks (masking_utils.py create_causal_mask / create_sliding_window_causal_mask: one
     # (batch, 1, s, s) tensor in the compute dtype a kind of layer, made once for all layers) are inputs of
@@ -271,20 +312,32 @@ def saved(facts: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, bl
         # checkpointed layer, kept by the checkpoint (measured: tests/training_oracle_grpo.py, padded prompts)
         out.squared += e
         out.masks += 1
+    # down_proj's, released once its nodes have run: the product, its adapter's copies (memory_backward.py)
+    down = tuple(x for x in targets if x.name == "down_proj")
+    out.down_saved = product + (_lora_bytes(down, setup, e, cast16) if down else 0)
+    out.down_adapter = sum((setup.lora_r or 8) * (x.fan_in + x.fan_out) for x in down)
+    if e == 2 and not cast16 and not _adapters_16bit(setup) and not hy.expert_count:
+        # fp32 adapters on 16-bit weights: peft adds lora_B's fp32 output to the base's and casts the sum back
+        # (peft/tuners/lora/layer.py Linear.forward: ``result.to(torch_result_dtype)``), so a gate/up adapter's
+        # backward holds its output's gradient in fp32 twice (the cast's, the scaling's): seen in MemTracker's
+        # count of the first layer's MLP backward (bf16 Llama, MLP-only and all-linear, checkpointing)
+        out.adapter_grad = 8 * max((x.fan_out for x in targets if x.name in ("gate_proj", "up_proj")), default=0)
+    # the first layer's s² tensors (eager attention's scores, sdpa's copy of the padding mask): none where its
+    # attention saves nothing
+    out.first_squared = 0 if grads is not None and not grads["attention"] else out.squared
     out.lora_forward = _lora_forward(targets, setup, e, h, amp)
     return out
 
 
-def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], attn_in: tuple[Linear, ...],
-                  setup: TrainingSetup, layers: int) -> int:
+def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], setup: TrainingSetup, layers: int) -> int:
     """Autocast's 16-bit copies of a LoRA model's fp32 linear weights kept for the backward, the frozen base's
     and the adapters'. autocast caches the cast of an fp32 leaf that requires grad only
     (aten/src/ATen/autocast_mode.cpp cached_cast: ``arg.requires_grad() && arg.is_leaf()``), so each frozen
     weight's cast is a fresh tensor; where the input needs a gradient (the adapters upstream) the linear's mm
     keeps it (tools/autograd/derivatives.yaml mm: the gradient of ``self`` needs ``mat2``) until its backward
-    has run. The first layer's attention inputs need none without checkpointing (the frozen embedding's
-    output), nor, with no adapter in its attention, its o_proj's; under checkpointing the Trainer's
-    enable_input_require_grads makes every layer's need one. The adapters' (cached) casts are kept by the same
+    has run. Without checkpointing no input in the first layer needs one above its first adapter (the frozen
+    embedding's output: memory_first_layer.py); under checkpointing the Trainer's enable_input_require_grads
+    makes every layer's need one. The adapters' (cached) casts are kept by the same
     rule: lora_B's always, lora_A's where its input needs a gradient. A routed MoE's grouped matmul
     (torch._grouped_mm) is on no autocast list: its experts are not cast."""
     r = setup.lora_r or 8
@@ -292,16 +345,12 @@ def _weight_casts(block: tuple[Linear, ...], targets: tuple[Linear, ...], attn_i
         + sum(r * (x.fan_in + x.fan_out) for x in targets)
     first = per_layer
     if not setup.gradient_checkpointing:
-        first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in attn_in)
-        # in the first layer a linear's input needs a gradient only below an adapter: o_proj's below one in
-        # q/k/v, the MLP's inputs below one in the attention, down_proj's below one anywhere before it
-        names = {x.name for x in targets}
-        attention = bool(names & {"q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"})
-        if not names & {"q_proj", "k_proj", "v_proj", "qkv_proj"}:
-            first -= sum(x.fan_in * x.fan_out for x in block if x.name == "o_proj")
-        if not attention:
-            first -= sum(x.fan_in * x.fan_out + (r * x.fan_in if x in targets else 0) for x in block
-                         if x.name in ("gate_proj", "up_proj", "gate_up_proj"))
+        # in the first layer a linear's input needs a gradient only below an adapter (first_grads): q/k/v's
+        # never, o_proj's below one in q/k/v, the MLP's inputs below one in the attention, down_proj's below
+        # one anywhere before it
+        grads = first_grads(targets)
+        first -= sum(x.fan_in * x.fan_out * x.count for x in block if not x.expert and not input_grad(x.name, grads))
+        first -= sum(r * x.fan_in for x in targets if not input_grad(x.name, grads))
     return 2 * (per_layer * (layers - 1) + first)
 
 

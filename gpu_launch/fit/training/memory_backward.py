@@ -112,25 +112,27 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     kept = acts - (act.outside - act.rope) * tokens
     if setup.gradient_checkpointing:
         # the layer recomputed (torch/utils/checkpoint.py, non-reentrant), its first norm's fp32 input the
-        # checkpointed input itself where the residual stream is fp32 (a full fine-tune: _shared_input)
+        # checkpointed input itself where the residual stream is fp32 (_shared_input)
         kept += act.one_layer(setup) - _shared_input(setup, act, e)
-        if setup.precision.startswith("amp") and setup.method != "full":
-            # under autocast on fp32 weights the recomputed first norm saves the layer's fp32 input itself (its
-            # upcast is none): the checkpoint's own input, counted already
-            kept -= 4 * h * tokens
     # by MulBackward0 down_proj's node has run and released what it saved, the product (its input, saved for
     # its weight's gradient when it trains): autograd frees a node's saved variables once it has run
-    # (torch/csrc/autograd/node.h Node::release_variables, called when the graph is not retained); a
+    # (torch/csrc/autograd/node.h Node::release_variables, called when the graph is not retained; a LoRA
+    # down_proj's adapter has run too, its copies of the product released: Saved.down_saved); a
     # recomputed one is dropped as it is unpacked (torch/utils/checkpoint.py _checkpoint_hook.unpack_hook:
     # ``holder.handles[gid] = None``, its Rule 4). Seen tensor by tensor in MemTracker's count of a checkpointed
     # bf16 Llama at 4,200 tokens: gate's, SiLU's and up's outputs alive there, the product gone
-    product = e * inter * tokens if setup.method == "full" else 0
+    product = act.down_saved * tokens
     # with down_proj's gradient and the final norm's made (AccumulateGrad as their nodes ran, as in _first_mlp; a
     # full fine-tune on one rank: seen in PyTorch's count of SFTTrainer's fp32 step, 0.988 without them)
     made = element_bytes(setup.precision) * h * (inter + 1) if setup.method == "full" \
         and setup.sharding in _ONE_RANK and not model.hyper.expert_count else 0
     moments.append(_moment(weights, head + made, states, kept - product, 0,
                            e * h * tokens + 3 * e * inter * tokens))
+    if act.adapter_grad:
+        # or, MulBackward0 run (its saved tensors and down_proj's input's gradient gone), a gate/up adapter's
+        # backward: the product's two gradients and the adapter's fp32 output gradients (Saved.adapter_grad)
+        moments.append(_moment(weights, head, states, kept - product - 2 * e * inter * tokens, 0,
+                               e * h * tokens + 2 * e * inter * tokens + act.adapter_grad * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
     if act.lora_forward:
@@ -183,8 +185,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
                         act.one_layer(setup) + act.rope * tokens, 0,
                         e * h * tokens + NORM_BACKWARD_FP32 * 4 * h * tokens)
         late = max(late, first, key=lambda m: sum(m.values()))
-    if late_unit_grads is None and late_grads_given is None and setup.method == "full" \
-            and setup.sharding in _ONE_RANK:
+    if late_unit_grads is None and late_grads_given is None and setup.sharding in _ONE_RANK:
         late = max(late, _first_mlp(model, setup, act, h, inter, e, at_late, late_grads, grads, states),
                    key=lambda m: sum(m.values()))
     if sum(late.values()) > sum(best.values()):
@@ -195,12 +196,13 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
 def _shared_input(setup: TrainingSetup, act: Saved, e: int) -> int:
     """What a recomputed layer's first norm saves that the checkpoint already holds: where the residual stream
     is fp32 (fp32 weights, autocast) the norm's upcast (LlamaRMSNorm.forward: ``hidden_states.to(float32)``)
-    is the layer's input itself, kept by the checkpoint (torch/utils/checkpoint.py saves the inputs), not a
-    copy. Seen in MemTracker's count of TRL's DPOTrainer step (fp32 Llama, checkpointing): the embedding's
-    output the first norm's saved input, no other. A full fine-tune's only: a LoRA model's under autocast is
-    subtracted beside the last layer's moment in :func:`backward_peak` (the same ``checkpointed_layer`` bytes, 4·h a
-    token; not at the end of backward, where it was not measured)."""
-    if not setup.gradient_checkpointing or setup.method != "full" or setup.sharding not in _ONE_RANK \
+    is the layer's input itself, kept by the checkpoint (torch/utils/checkpoint.py saves the inputs; its
+    recompute detaches them, sharing their storage), not a copy; so for a full fine-tune and a LoRA model
+    alike, in the last layer's backward and in the first layer's MLP at the end of backward. Seen in
+    MemTracker's count of TRL's DPOTrainer step (fp32 Llama, checkpointing: the embedding's output the first
+    norm's saved input, no other) and of the plain step's first layer (LoRA under autocast, q,v to all-linear:
+    one fp32 tensor of 4·h a token for both)."""
+    if not setup.gradient_checkpointing or setup.sharding not in _ONE_RANK \
             or (e != 4 and not setup.precision.startswith("amp")):
         return 0
     return act.checkpointed_layer * setup.micro_batch * setup.seq_len
@@ -208,7 +210,7 @@ def _shared_input(setup: TrainingSetup, act: Saved, e: int) -> int:
 
 def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int,
                late_grads: int, grads: int, states: int) -> dict[str, int]:
-    """The first decoder layer's MLP backward, at MulBackward0 (a full fine-tune on one rank): every gradient
+    """The first decoder layer's MLP backward, at MulBackward0 (on one rank; a LoRA model's too): every gradient
     but the embedding's and that layer's, down_proj's among them already (its node has run:
     torch/csrc/autograd/functions/accumulate_grad.h AccumulateGrad stores ``.grad`` as the node runs); the
     layer's activations (recomputed under checkpointing) but the product down_proj saved, released when its
@@ -217,18 +219,30 @@ def _first_mlp(model: ModelFacts, setup: TrainingSetup, act: Saved, h: int, inte
     the ids), the checkpointed layer's inputs (its hidden states and masks), kept to the end of its backward
     (torch/utils/checkpoint.py: the checkpoint's inputs); the gradient arriving and three of e·I a token. Seen
     tensor by tensor in MemTracker's count of TRL's DPOTrainer step (bf16 Llama, checkpointing, 2 × 128
-    tokens), where it is the peak."""
+    tokens), where it is the peak; for a LoRA model (the plain step's first layer after down_proj's nodes, under
+    autocast, checkpointing: 1.006 to 1.009 of PyTorch's count for q,v, o_proj, MLP, down_proj and all-linear;
+    the generic end of backward, the checkpoint's input uncounted, 0.93 for q,v and o_proj)."""
     tokens = setup.micro_batch * setup.seq_len
     first = grads * max(model.weights.layers, default=0) // max(1, model.weights.total)
     down = element_bytes(setup.precision) * h * inter
-    acts = act.one_layer(setup) - e * inter * tokens + act.rope * tokens
+    if setup.method != "full":
+        # a LoRA model's gradients are its adapters', as many in every layer (fp32: peft's autocast_adapter_dtype);
+        # down_proj's own made where it has one
+        first, down = grads // max(1, model.hyper.n_layers), 4 * act.down_adapter
+    acts = act.one_layer(setup, first=not setup.gradient_checkpointing) - act.down_saved * tokens + act.rope * tokens
     if setup.gradient_checkpointing:
         # with its other inputs the checkpoint keeps: the 4-D masks every layer is given (an sdpa step's boolean
         # padding mask, masking_utils.py sdpa_mask; eager attention's float one), there to the first layer's end
         # (measured: TRL's GRPOTrainer, checkpointed, its prompts padded: 0.982 of PyTorch's count without them)
         acts += act.checkpointed_layer * tokens - _shared_input(setup, act, e) \
             + act.masks * setup.micro_batch * setup.seq_len ** 2
-    return _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
+    mlp = _moment(weights, max(0, late_grads - first) + down, states, acts, 0, e * h * tokens + 3 * e * inter * tokens)
+    if not act.adapter_grad:
+        return mlp
+    # or a gate/up adapter's backward after MulBackward0 (as in the last layer's, backward_peak)
+    adapter = _moment(weights, max(0, late_grads - first) + down, states, acts - 2 * e * inter * tokens, 0,
+                      e * h * tokens + 2 * e * inter * tokens + act.adapter_grad * tokens)
+    return max(mlp, adapter, key=lambda m: sum(m.values()))
 
 
 def _fsdp_late(setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, weights: int, grads: int,

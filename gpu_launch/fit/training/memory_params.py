@@ -98,11 +98,17 @@ def lora_targets(setup: TrainingSetup, block: tuple[Linear, ...]) -> tuple[Linea
     """The block's linears a LoRA adapter wraps. peft's "all-linear" is every nn.Linear but the output layer
     (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers); a name matches a module whose name ends
     with it (peft check_target_module_exists). No targets named: peft's default for the family, q_proj and
-    v_proj for Llama-like models (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)."""
+    v_proj for Llama-like models (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+    transformers v5 keeps a routed MoE's experts as 3-D parameters of one ``experts`` module
+    (modeling_qwen2_moe.py Qwen2MoeExperts), which target_modules never matches (peft's target_parameters
+    would), and its router as a TopKRouter module (modeling_qwen2_moe.py Qwen2MoeTopKRouter; Mixtral's, OLMoE's,
+    Qwen3-MoE's alike), no nn.Linear: neither is adapted, named or under all-linear."""
     targets = setup.lora_targets or (("qkv_proj",) if any(x.name == "qkv_proj" for x in block) else ("q_proj", "v_proj"))
+    # (a routed MoE's experts are 3-D parameters of one module, its router a TopKRouter: no nn.Linear peft wraps)
+    adaptable = tuple(x for x in block if not x.expert and not (x.name == "gate" and any(y.expert for y in block)))
     if "all-linear" in targets or "all_linear" in targets:
-        return tuple(x for x in block if not x.expert)
-    return tuple(x for x in block if x.name in targets or x.name.rsplit(".", 1)[-1] in targets)
+        return adaptable
+    return tuple(x for x in adaptable if x.name in targets or x.name.rsplit(".", 1)[-1] in targets)
 
 
 def _elements(facts: ModelFacts) -> int:
