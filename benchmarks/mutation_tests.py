@@ -138,6 +138,15 @@ MODULE_TESTS: dict[str, list[str]] = {
        for m in ("setup", "forms", "forms_common", "forms_hf", "forms_files", "forms_launchers", "forms_axolotl",
                  "forms_llamafactory", "forms_torchtune", "forms_trl")},
     "fit/training/forms_hf.py": _tests("training_forms_hf training_forms training_plan python_forms"),
+    # session of 2026-12-02: the step's rules added since seed 38, each against its own rule tests first
+    "fit/training/memory_zero3.py": _tests("training_zero3_replay training_memory_rules training_plan"),
+    "fit/training/memory_first_layer.py": _tests("training_activation_rules training_backward_moments "
+                                                "training_memory_rules training_plan"),
+    "fit/training/memory_fused.py": _tests("training_fused_head training_memory_rules training_plan"),
+    "fit/training/memory_generation.py": _tests("training_generation training_memory_rules training_plan"),
+    "fit/training/memory_preference.py": _tests("training_forms_dpo training_memory_rules training_plan"),
+    "fit/training/interpreter.py": _tests("training_forms training_plan python_forms"),
+    "fit/training/sizing_training.py": _tests("training_plan training_shortfall_lines plan_cli"),
     "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
     "fit/weights_dtype.py": _tests("weights_dtype_rules fit_dtype fit_kv_families plan_cli"),
     # the property tests (hypothesis, ~25 s) only for the search itself; the search's own modules first against

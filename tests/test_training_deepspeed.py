@@ -150,3 +150,8 @@ def test_zero3_gathered_is_deepspeeds_coordinator_replayed(zc, measured, tmp_pat
     theirs = measured[zc].phases["gathered"]
     assert (got.early - got.persistent, got.late - got.persistent, got.at_norm - got.persistent) == (
         theirs["early"], theirs["late"], theirs["at_norm"])
+    # and the quick run's table of DeepSpeed's counts (tests/test_training_zero3_replay.py) is this run's
+    from test_training_zero3_replay import COORDINATOR
+
+    if zc.name in COORDINATOR:
+        assert COORDINATOR[zc.name][3] == (theirs["early"], theirs["late"], theirs["at_norm"])
