@@ -445,6 +445,9 @@ def zero_matrix() -> list[ZeroCase]:
     for gc in (False, True):
         out.append(ZeroCase(Case("llama_deep", seq_len=16, gradient_checkpointing=gc), zero=DEEP_LIMITS))
     out.append(ZeroCase(Case("llama_deep", seq_len=16)))
+    # ZeRO-1/2 on the wide model, each rank counted (a rank's gradient buffer is its partition's)
+    for stage, gc in ((2, False), (2, True), (1, False)):
+        out.append(ZeroCase(Case("llama_wide", seq_len=32, gradient_checkpointing=gc), stage=stage, every_rank=True))
     return out
 
 
