@@ -11,7 +11,8 @@ optimizer step). Needs torch, transformers and peft (pip install -e '.[test]' af
 
 ``--sharded``: rank 0 of FSDP2 steps over 2 and 8 fake ranks instead (tests/training_oracle_sharded.py;
 accelerate's own wrapping, torch's FSDPMemTracker), with offload's host bytes. ``--deepspeed``: rank 0 of real
-DeepSpeed ZeRO-1/2/3 steps over 2 gloo ranks (tests/training_oracle_deepspeed.py; needs deepspeed installed),
+DeepSpeed ZeRO-1/2/3 steps over 2 gloo ranks (both, the larger each phase, in the ``-every_rank`` cases;
+tests/training_oracle_deepspeed.py; needs deepspeed installed),
 every case measured first in one pair of processes; its columns are the two phases' totals.
 """
 

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO sized as DeepSpeed's own step holds it (issue 34).
 
-Rank 0 of a real DeepSpeed ZeRO step over 2 gloo ranks on CPU (two processes; the real Hugging Face model from
+Rank 0 (or the larger rank's count, phase by phase: ``every_rank``) of a real DeepSpeed ZeRO step over 2 gloo ranks
+on CPU (two processes; the real Hugging Face model from
 a config; the DeepSpeed JSON's "auto" values filled by transformers' HfTrainerDeepSpeedConfig, the Trainer's
 torch AdamW, ``deepspeed.initialize``; PyTorch's MemTracker over every tensor alive: tests/
 training_oracle_deepspeed.py), against gpulaunch's per-GPU peak for the same launch read from config.json and a
@@ -56,6 +57,24 @@ CASES = [
     # when that moment was not planned)
     ZeroCase(Case("llama_wide", seq_len=32), stage=3, offload=("optimizer",), cpu_adam=True),
     ZeroCase(Case("llama_wide", seq_len=32), stage=3, offload=("optimizer", "param"), cpu_adam=True),
+    # ZeRO-1/2 on the wider model, where the layers' gradients outweigh the activations (the optimizer step is the
+    # step's peak; the backward's own is asserted), each phase the larger rank's: a rank's buffers are its
+    # partition's. Each peak is at one of DeepSpeed's own allocations on the device it computes on (none in gloo's
+    # collectives; overlap_comm, off for ZeRO-1/2, would add a second bucket), which CUDA makes alike. ZeRO-2 makes
+    # a rank's 16-bit gradient buffer (grads_in_partition: every parameter its partition overlaps, whole) at the
+    # first reduction of one of them: rank 1, the head's owner, at the head's, every activation alive; rank 0 in the
+    # last layer, its peak in the first layer's MLP beside the reduce bucket and down_proj's whole gradient waiting
+    # for the next hook (checkpointed, rank 0's is the larger). 0.917 and 0.940 when none of it was counted. ZeRO-1
+    # reduces only at the end of backward, every gradient there as rank 0's buffer is made (0.879)
+    ZeroCase(Case("llama_wide", seq_len=32), stage=2, every_rank=True),
+    ZeroCase(Case("llama_wide", seq_len=32, gradient_checkpointing=True), stage=2, every_rank=True),
+    ZeroCase(Case("llama_wide", seq_len=32), stage=1, every_rank=True),
+    # offloaded (no buffer: each gradient goes to the host as it is reduced) a gradient's share in the partition is
+    # cast to fp64 on the device for its norm (set_norm_for_param_grad_in_gpu; CUDA has fp64 as the CPU does), the
+    # gradient beside it: ZeRO-2's rank 1 at the head's reduction, every activation alive (0.697 when not counted);
+    # ZeRO-1's rank 0 at the embedding's, the first reduced, every gradient there (0.681)
+    ZeroCase(Case("llama_wide", seq_len=32), stage=2, offload=("optimizer",), cpu_adam=True, every_rank=True),
+    ZeroCase(Case("llama_wide", seq_len=32), stage=1, offload=("optimizer",), cpu_adam=True, every_rank=True),
 ]
 
 

@@ -85,6 +85,18 @@ def _first_grads(block: tuple) -> int:
     return experts or next((x.fan_in * x.fan_out for x in block if x.name == "down_proj"), 0)
 
 
+def _trained_sizes(model: ModelFacts, setup: TrainingSetup, block: tuple, layer: int, counts: Any) -> tuple[int, ...]:
+    """The trained parameters' elements in the model's order (named_parameters: the embedding, each layer's
+    attention and MLP linears then its norms, the final norm, the untied head), as DeepSpeed flattens them."""
+    layers = model.hyper.n_layers or 1
+    if setup.method != "full":
+        return (-(-counts.trainable // layers),) * layers
+    h, vocab_h = model.hyper.hidden_size or 0, (model.hyper.vocab_size or 0) * (model.hyper.hidden_size or 0)
+    linear = tuple(x.fan_in * x.fan_out * x.count for x in block)
+    one = linear + (max(0, layer - sum(linear)),)
+    return (vocab_h, *one * layers, h) + (() if model.weights.tied_embeddings else (vocab_h,))
+
+
 def info_e(setup: TrainingSetup) -> int:
     """The activations' element size: 16-bit under autocast and for 16-bit weights, else 4."""
     return 2 if setup.precision in ("bf16", "fp16", "amp_bf16", "amp_fp16") else 4
@@ -164,6 +176,12 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
             qk_norm=str(config.get("model_type") or model.architecture) in _QK_NORM, written=setup.zero_buckets)
         weights = -(-weights // divisor)
         gathered, grads = zero.gathered, zero.grads
+    z12 = None
+    if setup.sharding in ("zero1", "zero2"):
+        # ZeRO-1/2 (memory_sharding.zero12): the partition's 16-bit gradient buffer, the reduce bucket, the fp64
+        # norm of an offloaded gradient, by the partitions of the trained parameters in the model's order
+        z12 = memory_sharding.zero12(divisor=divisor, e=e, sizes=_trained_sizes(model, setup, block, layer, counts),
+                                     written=setup.zero_buckets, h=h)
     host = fsdp.host if fsdp else 0
     offload_gpu = 0
     off: memory_sharding.ZeroOffload | None = None
@@ -202,7 +220,22 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
     loss = loss_bytes(model, config, setup)
     tokens = setup.micro_batch * setup.seq_len
     head = vocab_h * te if setup.method == "full" else 0
-    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS and not zero else head
+    # (ZeRO-2 holds the head's whole 16-bit gradient too: larger than the bucket, it waits for the next hook)
+    head = -(-head // divisor) if setup.sharding in _SHARDS_GRADS and not zero and not z12 else head
+    late_grads = fsdp.late_grads if fsdp else (grads if zero else None)
+    if z12 and setup.sharding == "zero2":
+        # the first layer's backward: the rank's gradient buffer (none under offload: each gradient goes to the
+        # host as it is reduced), the gradient just made and the one before it, whole when larger than the bucket
+        # (measured: llama_wide's first layer's up_proj, down_proj's gradient waiting)
+        made = max((x.fan_in * x.fan_out * x.count for x in block), default=0) if setup.method == "full" \
+            else -(-counts.trainable // max(1, model.hyper.n_layers))
+        late_grads = (0 if setup.offload_optimizer else z12.buffer) + made * e * (2 if made > z12.bucket_elements
+                                                                                    else 1)
+    reduced_early = 0
+    if z12 and setup.sharding == "zero2" and setup.method == "full" and not model.weights.tied_embeddings:
+        # the last rank owns the head: at its reduction (the final norm's hook), every activation alive, it makes
+        # its buffer, or offloaded casts the head's share to fp64 (measured on rank 1: 0.978 and 0.936 without)
+        reduced_early = z12.last64 if setup.offload_optimizer else z12.buffer_last
     # ZeRO-3: the head's 16-bit gradient is made whole by its matmul; larger than the reduce bucket it is not copied
     # into it but stays param.grad until the next gradient's hook reduces it (stage3.py
     # reduce_independent_p_g_buckets_and_remove_grads, __add_grad_to_ipg_bucket, __reduce_and_partition_ipg_grads).
@@ -217,9 +250,10 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         late_extra = info_e(setup) * tokens * (h + 2 * (model.hyper.key_length or 0))
     backward_at, backward = backward_peak(
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
-        e=info_e(setup), late_weights=at_late, late_grads=fsdp.late_grads if fsdp else (grads if zero else None),
+        e=info_e(setup), late_weights=at_late, late_grads=late_grads,
         late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None,
-        fsdp1=bool(fsdp) and setup.fsdp_version == 1, standing_grads=zero.grads if zero else 0)
+        fsdp1=bool(fsdp) and setup.fsdp_version == 1, standing_grads=zero.grads if zero else 0,
+        reduced_early=reduced_early)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient (FSDP1: the root
         # gathered with its gradient twice, memory_sharding._fsdp1)
@@ -246,6 +280,18 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         ref_fw["gradients"] += zero.grads if zero else 0  # ZeRO's gradient partition buffer: all step long
         if sum(ref_fw.values()) > sum(backward.values()):
             backward_at, backward, cuda_copy = "reference forward", ref_fw, 0
+    if z12:
+        # the reductions at the end of backward (stage_1_and_2.py reduce_gradients, the epilogue's reduce_ipg_grads;
+        # memory_sharding.zero12): ZeRO-1 reduces every gradient only now, all of them there as its buffer is made
+        # (or, offloaded, beside the fp64 copy of the first one's share); ZeRO-2 the last, the embedding's,
+        # the largest that waits, with the buffer or its fp64 copy
+        largest = max(_trained_sizes(model, setup, block, layer, counts), default=0) * e
+        reduced = {"weights": weights, "gradients": grads if setup.sharding == "zero1" else largest,
+                   "optimizer": states, "activations": 0, "loss": 0,
+                   "other": z12.norm64 if setup.offload_optimizer else z12.buffer}
+        if sum(reduced.values()) > sum(backward.values()):
+            backward_at, backward, cuda_copy = "end of backward", reduced, 0
+        backward["other"] += z12.bucket  # from the first gradient hook to the epilogue
     if zero:  # the reduce bucket exists all step long (the gradient buffer too: standing_grads, late_grads)
         backward["other"] += zero.bucket
     backward["other"] += offload_gpu  # ZeRO-Offload's device-side gradient staging buffer: all step long

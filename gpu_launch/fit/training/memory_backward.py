@@ -51,7 +51,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
                   weights: int, states: int, grads: int, head: int, loss: int, e: int,
                   late_weights: int | None = None, late_grads: int | None = None, late_extra: int = 0,
                   late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False,
-                  standing_grads: int = 0) -> tuple[str, dict[str, int]]:
+                  standing_grads: int = 0, reduced_early: int = 0) -> tuple[str, dict[str, int]]:
     """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
     frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
     element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
@@ -59,7 +59,8 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     inputs) and the layer's unsharded gradient (``late_unit_grads``: in its MLP's backward, in its first
     norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`);
     ``standing_grads``: gradient bytes there all step, beside the early moments' (ZeRO-3's partition buffer;
-    ``late_grads`` holds them at the end)."""
+    ``late_grads`` holds them at the end); ``reduced_early``: gradient bytes there from the final norm's backward on
+    (ZeRO-2's last rank, once it has reduced the head's: memory_sharding.zero12)."""
     tokens = setup.micro_batch * setup.seq_len
     h = model.hyper.hidden_size or 0
     acts = act.total(setup, model.hyper.n_layers)
@@ -100,6 +101,7 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
     # under autocast and Gemma's ``1 + weight``) and the rsqrt (LlamaRMSNorm.forward: ``weight * x.to(dtype)``,
     # ``x * torch.rsqrt(...)``; the fp32 input stays, pow's). Seen tensor by tensor in PyTorch's count of
     # GRPOTrainer's and SFTTrainer's steps (bf16, fp32); the head's gradient is there
+    early = len(moments)
     done = memory_fused.saved_bytes(setup, h) if setup.loss == "fused" else 0
     gemma = str(config.get("model_type") or model.architecture).startswith("gemma")
     done += tokens * (4 + (h * (4 if gemma or setup.precision.startswith("amp") else e)
@@ -135,6 +137,8 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
                                e * h * tokens + 2 * e * inter * tokens + act.adapter_grad * tokens))
     moments.append(_moment(weights, head, states, kept, 0,
                            2 * e * h * tokens + act.squared_backward * tokens * setup.seq_len))
+    for m in moments[early:]:
+        m["gradients"] += reduced_early
     if act.lora_forward:
         # the last layer's forward at its widest adapter (the copies it makes, memory_activations._lora_forward),
         # every earlier layer's activations kept; under checkpointing the same in its recompute, with the

@@ -44,7 +44,8 @@ from __future__ import annotations
 from gpu_launch.base.records import dataclass
 from gpu_launch.fit.training import memory_zero3
 
-__all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket", "ZeroOffload", "zero_offload"]
+__all__ = ["FSDP", "Shards", "fsdp", "Zero3", "zero3", "zero_bucket", "Zero12", "zero12", "ZeroOffload",
+           "zero_offload"]
 
 #: The sharding kinds FSDP2 runs (hybrid: FULL_SHARD within a node, replicated across nodes)
 FSDP = ("fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
@@ -215,6 +216,61 @@ def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int],
         persist=size["stage3_param_persistence_threshold"])
     return Zero3(gathered=got.early * e, late=got.late * e, grads=_over(trainable * e, divisor),
                  bucket=size["reduce_bucket_size"] * e, at_norm=got.at_norm * e, persistent=got.persistent * e)
+
+
+@dataclass(frozen=True)
+class Zero12:
+    """What a ZeRO-1/2 rank's backward holds beside its gradients, in bytes: the 16-bit gradient ``buffer`` of the
+    parameters its partition overlaps (the most of any rank; ``buffer_last`` the last rank's, the head's owner),
+    the reduce ``bucket`` (of ``bucket_elements``) and, under offload, ``norm64``: the largest share of a
+    parameter in a partition, in fp64 (``last64``: the last parameter's, the head's, in the last partition)."""
+
+    buffer: int
+    buffer_last: int
+    bucket: int
+    bucket_elements: int
+    norm64: int
+    last64: int
+
+
+def zero12(*, divisor: int, e: int, sizes: tuple[int, ...], written: tuple[tuple[str, object], ...],
+           h: int) -> Zero12:
+    """``sizes``: the trained parameters' elements in the model's order (DeepSpeed flattens each group so and
+    gives rank r the elements [r·P, (r+1)·P)). From deepspeed/runtime/zero/stage_1_and_2.py (0.19.8), checked
+    against rank 0 of a real step (tests/test_training_deepspeed.py, llama_wide):
+
+    * ``__init__``: the flat group padded to a multiple of ``nccl_start_alignment_factor`` (2) × ranks, P its
+      share; ``get_partition_info``: a rank's ``params_in_partition`` are those starting in its range and the
+      one straddling its start, whole;
+    * ``copy_grads_in_partition`` (contiguous_gradients, DeepSpeed's default, not under offload): at the first
+      reduction of one of them, ``grads_in_partition``, one 16-bit buffer of all their elements, kept to the
+      epilogue (``_release_ipg_buffers``) and on to the step through the gradients that view it;
+    * ``setup_buckets``: at the first gradient hook, the ipg bucket of ``reduce_bucket_size`` elements;
+    * ``reduce_independent_p_g_buckets_and_remove_grads``: a gradient larger than the bucket is not copied into
+      it but stays the parameter's own (``extra_large_param_to_reduce``) until the next hook reduces it;
+    * offload (``copy_grads_in_partition``'s cpu path): ``set_norm_for_param_grad_in_gpu`` casts the parameter's
+      share in the partition to fp64 (``get_norm_dtype``: double where the device has it, as CUDA does) on the
+      device for its norm, the gradient beside it."""
+    bucket = zero_bucket(written, "reduce_bucket_size", h)
+    total = sum(sizes)
+    align = 2 * max(1, divisor)
+    part = _over(_over(total, align) * align, divisor)
+    starts, at = [], 0
+    for n in sizes:
+        starts.append(at)
+        at += n
+    ranks = max(1, divisor)
+    overlap, share = [0] * ranks, 0
+    for begin, n in zip(starts, sizes):
+        first, last = begin // max(1, part), min((begin + n - 1) // max(1, part), ranks - 1)
+        overlap[min(first, ranks - 1)] += n  # it starts in this rank's range: in its partition, whole
+        for r in range(first + 1, last + 1):
+            overlap[r] += n  # it straddles rank r's start: in that partition too, whole
+        for r in range(first, last + 1):
+            share = max(share, min(begin + n, (r + 1) * part) - max(begin, r * part))
+    last = min(sizes[-1], total - (ranks - 1) * part) if sizes else 0
+    return Zero12(buffer=max(overlap) * e, buffer_last=overlap[-1] * e, bucket=bucket * e, bucket_elements=bucket,
+                  norm64=8 * share, last64=8 * max(0, last))
 
 
 @dataclass(frozen=True)
