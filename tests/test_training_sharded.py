@@ -17,7 +17,7 @@ pytest.importorskip("transformers", reason="the oracle runs the real Hugging Fac
 pytest.importorskip("accelerate", reason="FSDP is wrapped by accelerate's own code: pip install -e '.[test,oracle]'")
 
 from training_oracle import Case, compare, write_model  # noqa: E402
-from training_oracle_sharded import ShardCase, compare_sharded  # noqa: E402
+from training_oracle_sharded import FSDP1_FORMS, ShardCase, compare_sharded  # noqa: E402
 
 #: FULL_SHARD and SHARD_GRAD_OP under accelerate's bf16 mixed precision (fp32 shards) and without it, fp32
 #: weights under autocast, checkpointing, tied embeddings, a wider model at the optimizer step, 8 ranks late
@@ -85,6 +85,14 @@ def test_fsdp_first_layers_backward_is_pytorchs_count(sc, tmp_path):
 FSDP1_CASES = [ShardCase(Case("llama"), version=1), ShardCase(Case("qwen3"), version=1),
                ShardCase(Case("qwen3", gradient_checkpointing=True), world=8, version=1, orig_params=True),
                ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1, orig_params=True)]
+#: FSDP1's other forms, as accelerate and the Trainer build them (tests/training_oracle_sharded.py FSDP1_FORMS): CPU
+#: offload keeps each unit's reduce-scattered fp32 gradient on the device to the end of backward (the wide model at its
+#: root's end: 0.861 when offload's device held no gradient) and a host gradient for every shard, frozen ones too
+#: (offloaded LoRA's host: 0.55 without them); LoRA with peft's wrap policy, each adapter a unit whose sharded fp32
+#: view peft reads, so each casts its input to fp32 and saves autocast's 16-bit cast (0.982 when sized as FSDP2's
+#: 16-bit adapters); SHARD_GRAD_OP, every unit still gathered at the last layer's end (offloaded, the wide model:
+#: 0.980 without the others).
+FSDP1_CASES += FSDP1_FORMS
 
 
 @pytest.mark.parametrize("sc", [pytest.param(c, id=c.name) for c in FSDP1_CASES])
@@ -97,6 +105,9 @@ def test_fsdp1_rank_peak_is_pytorchs_count(sc, tmp_path):
     assert 0.99 * torch_count <= ours <= 1.03 * torch_count, (ours / torch_count, r)
     if sc.world == 8 and sc.case.family == "llama_wide":
         assert r["peak_at"] == ("end of backward", "backward"), r
+    if sc.offload:  # the host's shards, their gradients (_cpu_grad), AdamW's states and its step's temporaries
+        got, want = r["host"]
+        assert abs(got - want) <= 256, r["host"]
 
 
 #: The optimizers beside AdamW, one process: Trainer's adafactor (bf16 and fp32 weights), sgd with

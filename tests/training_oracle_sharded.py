@@ -242,18 +242,35 @@ def measure_fsdp1(sc: ShardCase) -> Measured:
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    pin = torch.Tensor.pin_memory
     case = sc.case
     _collect()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=sc.world)
     try:
         model = build(case)
-        # (FULL_SHARD only: prepare_model passes ``sharding_strategy or reshard_after_forward``, and the plugin's
-        # sharding_strategy defaults to FULL_SHARD)
-        plugin = FullyShardedDataParallelPlugin(fsdp_version=1, auto_wrap_policy="transformer_based_wrap",
-                                                use_orig_params=sc.orig_params)
+        # prepare_model passes the plugin's ``sharding_strategy`` (FULL_SHARD by default, SHARD_GRAD_OP as the
+        # config's fsdp_sharding_strategy says) and its ``cpu_offload`` (set_cpu_offload: CPUOffload(offload_params))
+        plugin = FullyShardedDataParallelPlugin(
+            fsdp_version=1, auto_wrap_policy="transformer_based_wrap", use_orig_params=sc.orig_params,
+            sharding_strategy="FULL_SHARD" if sc.strategy == "full" else "SHARD_GRAD_OP", cpu_offload=sc.offload)
         if sc.mixed:
             plugin.set_mixed_precision("bf16")
-        plugin.set_auto_wrap_policy(model)
+        if case.method != "full":
+            # a PEFT model under the Trainer's --fsdp: transformers/distributed/fsdp.py update_fsdp_plugin_peft sets
+            # peft's policy (peft/utils/other.py fsdp_auto_wrap_policy: each leaf module whose weight trains, the
+            # adapters' lora_A and lora_B, a unit of its own, beside the decoder layers)
+            from peft.utils.other import fsdp_auto_wrap_policy
+
+            plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+        else:
+            plugin.set_auto_wrap_policy(model)
+        if sc.offload:
+            # _flat_param.py init_flat_param_attributes pins the host shard and its gradient (pin_memory needs an
+            # accelerator); on a CPU-only machine the same tensors unpinned
+            torch.Tensor.pin_memory = lambda self, *a, **k: self  # type: ignore[method-assign]
+            # and _runtime_utils.py _post_backward_final_callback waits on the device's stream for the gradients'
+            # copies to the host; torch.cpu's stream, where every copy is done already, has nothing to wait on
+            torch.cpu.Stream.synchronize = lambda self: None  # type: ignore[attr-defined]
         model = FSDP(model, sharding_strategy=plugin.sharding_strategy,
                      cpu_offload=plugin.cpu_offload, auto_wrap_policy=plugin.auto_wrap_policy,
                      mixed_precision=plugin.mixed_precision_policy, backward_prefetch=plugin.backward_prefetch,
@@ -281,6 +298,8 @@ def measure_fsdp1(sc: ShardCase) -> Measured:
         phases = {}
         for name in ("backward", "optimizer step"):
             live = _live(model, opt)
+            held = _fsdp1_host(model, opt) if sc.offload else {}
+            host = sum(held.values())
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as p:
                 if name == "backward":
                     loss = forward()
@@ -288,12 +307,39 @@ def measure_fsdp1(sc: ShardCase) -> Measured:
                     del loss
                 else:
                     opt.step()
-            total = sum(live.values()) + _allocated_peak(p)
-            phases[name] = {**live, "activations": total - sum(live.values()), "total": total, "host": 0}
+            rise = _allocated_peak(p)
+            total = sum(live.values()) + rise
+            if sc.offload:
+                # the device's share: what is not the host's (one allocator on a CPU-only machine). The host's
+                # gradient is there with no .grad set (zero_grad drops the view, not _cpu_grad); the optimizer steps
+                # the host's shards, so its temporaries are the host's too
+                total += max(0, held["grads"] - live["gradients"])
+                if name == "optimizer step":
+                    host += rise
+                live = {"weights": live["weights"] - held["shards"], "gradients": 0, "optimizer": 0}
+                total -= host
+            phases[name] = {**live, "activations": total - sum(live.values()), "total": total, "host": host}
         opt.zero_grad(set_to_none=True)
     finally:
+        torch.Tensor.pin_memory = pin  # type: ignore[method-assign]
         dist.destroy_process_group()
     return Measured(phases)
+
+
+def _fsdp1_host(model: Any, opt: Any) -> dict[str, int]:
+    """What FSDP1's CPU offload keeps in host RAM, by role (torch/distributed/fsdp/_flat_param.py
+    ``init_flat_param_attributes``: each unit's sharded flat parameter, ``_local_shard``, and its sharded gradient,
+    ``_cpu_grad``, allocated once on the CPU; the optimizer's states, made beside the CPU shards it steps)."""
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    def nbytes(t: Any) -> int:
+        return t.untyped_storage().nbytes() if torch.is_tensor(t) else 0
+
+    units = [u for u in FSDP.fsdp_modules(model) if u._has_params]
+    return {"shards": sum(nbytes(u._flat_param._local_shard) for u in units),
+            "grads": sum(nbytes(getattr(u._flat_param, "_cpu_grad", None)) for u in units),
+            "states": sum(nbytes(v) for st in opt.state.values() for v in st.values())}
 
 
 def sharded_setup(sc: ShardCase) -> Any:
@@ -339,6 +385,19 @@ FSDP1 = [ShardCase(Case(fam, gradient_checkpointing=gc), world=world, version=1,
     ShardCase(Case("llama_wide", seq_len=32, optimizer="sgd"), world=8, version=1, orig_params=orig)
     for orig in (False, True)]
 
+#: FSDP1's other forms: CPU offload (CPUOffload(offload_params=True), the small model and the wide one, which peaks at
+#: its root's end), LoRA (peft's fsdp_auto_wrap_policy; use_orig_params True, the Trainer's default: with False
+#: peft reads the adapters' 16-bit unsharded dtype and casts nothing, 2.4 % below the plan; checkpointing off and
+#: on; offloaded), SHARD_GRAD_OP (offloaded too)
+FSDP1_FORMS = [ShardCase(Case("llama"), offload=True, version=1),
+               ShardCase(Case("llama_wide", seq_len=32), offload=True, version=1),
+               ShardCase(Case("llama", method="lora"), version=1, orig_params=True),
+               ShardCase(Case("llama", method="lora", gradient_checkpointing=True), version=1, orig_params=True),
+               ShardCase(Case("llama"), strategy="grad_op", version=1),
+               ShardCase(Case("llama_wide", seq_len=32), strategy="grad_op", version=1),
+               ShardCase(Case("llama_wide", seq_len=32), strategy="grad_op", offload=True, version=1),
+               ShardCase(Case("llama", method="lora"), offload=True, version=1, orig_params=True)]
+
 
 def sharded_matrix() -> list[ShardCase]:
     """The cases benchmarks/training_sizing.py --sharded checks: FULL_SHARD and SHARD_GRAD_OP × mixed precision
@@ -365,7 +424,7 @@ def sharded_matrix() -> list[ShardCase]:
     for gc in (False, True):  # peft's adapters gathered in bf16 (param_dtype): no fp32 casts of their inputs
         out.append(ShardCase(Case("llama", method="lora", gradient_checkpointing=gc)))
     out.append(ShardCase(Case("llama", optimizer="sgd_momentum")))
-    for sc in FSDP1:
+    for sc in FSDP1 + FSDP1_FORMS:
         out.append(sc)
     out.append(ShardCase(Case("llama", optimizer="adamw_torch_fused")))
     for gc in (False, True):
@@ -375,4 +434,4 @@ def sharded_matrix() -> list[ShardCase]:
 
 
 __all__ = ["ShardCase", "measure_sharded", "measure_fsdp1", "sharded_setup", "compare_sharded", "sharded_matrix",
-           "WORLD", "FSDP1"]
+           "WORLD", "FSDP1", "FSDP1_FORMS"]

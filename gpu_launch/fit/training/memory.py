@@ -252,8 +252,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         model, config, setup, act, weights=at_backward, states=states, grads=grads, head=head, loss=loss,
         e=info_e(setup), late_weights=at_late, late_grads=late_grads,
         late_extra=late_extra, late_unit_grads=(fsdp.unit_grad_mlp, fsdp.unit_grad) if fsdp else None,
-        fsdp1=bool(fsdp) and setup.fsdp_version == 1, standing_grads=zero.grads if zero else 0,
-        reduced_early=reduced_early)
+        fsdp1=weights + fsdp.gathered_last if fsdp and setup.fsdp_version == 1 else None,
+        standing_grads=zero.grads if zero else 0, reduced_early=reduced_early)
     if fsdp and weights + fsdp.gathered_embed + fsdp.embed_grads + states > sum(backward.values()):
         # FSDP's last unit in backward: the untied embedding gathered with its dense gradient (FSDP1: the root
         # gathered with its gradient twice, memory_sharding._fsdp1)

@@ -75,8 +75,12 @@ def _adapters_16bit(setup: TrainingSetup) -> bool:
     """Whether the LoRA adapters compute in 16 bits: under FSDP with mixed precision every unit, its
     adapters too, is all-gathered in MixedPrecisionPolicy.param_dtype (torch/distributed/fsdp/_fully_shard/
     _fsdp_param.py: the unsharded parameter is cast to param_dtype), so peft's cast of the input to the
-    adapter's dtype (peft/tuners/lora/layer.py Linear.forward, _cast_input_dtype) is none."""
-    return setup.mixed_precision and setup.sharding in FSDP
+    adapter's dtype (peft/tuners/lora/layer.py Linear.forward, _cast_input_dtype) is none. Not FSDP1's: with
+    peft's wrap policy each adapter is a unit of its own (peft/utils/other.py fsdp_auto_wrap_policy, set by
+    transformers/distributed/fsdp.py update_fsdp_plugin_peft), gathered only when lora_A itself is called, so
+    peft reads the dtype of its sharded fp32 view (use_orig_params, the Trainer's default: _flat_param.py
+    ``_use_sharded_views``) and casts the input to fp32 as on one process (:func:`_autocast_16bit_weights`)."""
+    return setup.mixed_precision and setup.sharding in FSDP and setup.fsdp_version != 1
 
 
 def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, autocast: bool = False) -> int:
@@ -103,8 +107,12 @@ def _lora_bytes(targets: tuple[Linear, ...], setup: TrainingSetup, e: int, autoc
 
 def _autocast_16bit_weights(setup: TrainingSetup) -> bool:
     """Whether the Trainer's autocast runs on 16-bit weights (--bf16 on a bf16 load, TRL's SFTTrainer): one
-    process or DDP (FSDP casts the units itself, DeepSpeed the module)."""
-    return setup.mixed_precision and setup.precision in ("bf16", "fp16") and setup.sharding in ("none", "ddp")
+    process, DDP or FSDP1 (FSDP2 casts the units itself, DeepSpeed the module; FSDP1's adapters are fp32 when peft
+    reads their dtype: :func:`_adapters_16bit`). Measured: an FSDP1 rank's LoRA forward, q,v, each adapter's
+    16-bit cast of its own fp32 copy of the input saved (0.982 of PyTorch's count with FSDP2's shared input)."""
+    fsdp1 = setup.sharding in FSDP and setup.fsdp_version == 1
+    return setup.mixed_precision and setup.precision in ("bf16", "fp16") and (setup.sharding in ("none", "ddp")
+                                                                             or fsdp1)
 
 
 def _output_saved(consumers: tuple[Linear, ...], setup: TrainingSetup, targets: tuple[Linear, ...], e: int,

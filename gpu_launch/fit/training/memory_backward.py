@@ -50,14 +50,15 @@ def _moment(weights: int, grads: int, states: int, acts: int, loss: int, other: 
 def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingSetup, act: Saved, *,
                   weights: int, states: int, grads: int, head: int, loss: int, e: int,
                   late_weights: int | None = None, late_grads: int | None = None, late_extra: int = 0,
-                  late_unit_grads: tuple[int, int] | None = None, fsdp1: bool = False,
+                  late_unit_grads: tuple[int, int] | None = None, fsdp1: int | None = None,
                   standing_grads: int = 0, reduced_early: int = 0) -> tuple[str, dict[str, int]]:
     """(the moment, its terms) of the backward's peak. ``head`` is the LM head's gradient (0 when it is
     frozen), ``grads`` all gradients, ``loss`` the loss's tensors (loss_bytes), ``e`` the activations'
     element size. A sharded rank (memory_sharding.py) holds other weights and gradients at the end of
     backward (``late_weights``, ``late_grads``), more alive there (``late_extra``: a checkpointed layer's
     inputs) and the layer's unsharded gradient (``late_unit_grads``: in its MLP's backward, in its first
-    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`);
+    norm's); ``fsdp1``: FSDP1's, whose units' gradients are there twice at their ends (:func:`_fsdp1_ends`), the
+    weights at the last layer's end (SHARD_GRAD_OP: every unit gathered);
     ``standing_grads``: gradient bytes there all step, beside the early moments' (ZeRO-3's partition buffer;
     ``late_grads`` holds them at the end); ``reduced_early``: gradient bytes there from the final norm's backward on
     (ZeRO-2's last rank, once it has reduced the head's: memory_sharding.zero12)."""
@@ -176,9 +177,9 @@ def backward_peak(model: ModelFacts, config: Mapping[str, Any], setup: TrainingS
         routed = int(config.get("num_experts_per_tok") or 2) * tokens if model.hyper.expert_count else 0
         late = _fsdp_late(setup, act, h, inter, e, at_late, late_grads, states, late_extra, late_unit_grads,
                           2 * e * h * routed)
-        if fsdp1:
+        if fsdp1 is not None:
             late = max(late, *_fsdp1_ends(setup, act, h, e, at_late, late_grads, states, late_extra,
-                                          late_unit_grads[1], kept - act.one_layer(setup)),
+                                          late_unit_grads[1], kept - act.one_layer(setup), fsdp1),
                        key=lambda m: sum(m.values()))
     if four_norms:
         # or the first layer's closing norm, its fp32 backward the layer's first (that layer's gradients to come)
@@ -280,16 +281,17 @@ def _fsdp_late(setup: TrainingSetup, act: Saved, h: int, inter: int, e: int, wei
 
 
 def _fsdp1_ends(setup: TrainingSetup, act: Saved, h: int, e: int, weights: int, grads: int, states: int,
-                inputs: int, whole: int, others: int) -> tuple[dict[str, int], dict[str, int]]:
+                inputs: int, whole: int, others: int, last_weights: int) -> tuple[dict[str, int], dict[str, int]]:
     """FSDP1's two layer ends (memory_sharding._fsdp1): a unit's gradient is there twice when autograd
     concatenates its views' gradients into the flat one, the input norm's backward done, the gradient of the
     layer's input arriving (e·h a token). The last layer's (the first in backward): every other layer's
     activations alive (``others``; a checkpointed layer's input), no unit's gradient sharded yet unless
     gradients accumulate over micro-batches; the first layer's: every other gradient sharded (``grads``),
-    the checkpointed inputs (``inputs``) only. Checked against the profiler's count (measure_fsdp1) at 2 and
+    the checkpointed inputs (``inputs``) only; ``last_weights``: the weights at the last layer's end (``weights``
+    at the first's). Checked against the profiler's count (measure_fsdp1) at 2 and
     8 ranks, tensor by tensor at the last layer's ``cat``."""
     tokens = setup.micro_batch * setup.seq_len
     flowing = e * h * tokens
-    last = _moment(weights + 2 * whole, grads if setup.grad_accum > 1 else 0, states, others, 0, flowing)
+    last = _moment(last_weights + 2 * whole, grads if setup.grad_accum > 1 else 0, states, others, 0, flowing)
     first = _moment(weights + 2 * whole, grads, states, inputs, 0, flowing)
     return last, first

@@ -70,6 +70,7 @@ class Shards:
     head_grad: int  # the head's unsharded gradient while a chunked loss accumulates it
     host: int
     master: int  # bytes of a trained parameter's shard (4 under mixed precision)
+    gathered_last: int = 0  # FSDP1: gathered at the last layer's end (SHARD_GRAD_OP: every unit), else gathered_late
 
 
 def _over(n: int, d: int) -> int:
@@ -122,19 +123,39 @@ def fsdp(*, sharding: str, divisor: int, mixed: bool, e: int, te: int, weights: 
     at_embed = (2 * embed + layer) * gathered_e if embed else 0
     embed_grads = grads - _over(embed * master, divisor)
     head_grad = head * gathered_e
+    last = late
     if version == 1:
         late, late_grads, at_embed, embed_grads, head_grad = _fsdp1(
             grads=grads, master=master, divisor=divisor, gathered_e=gathered_e, layer=layer, root=head,
             early=head_weight if trained_layer is None else 0, trains_root=trained_layer is None)
+        last = late
+        if sharding == "fsdp_grad_op":
+            # SHARD_GRAD_OP reshards a unit only after its backward (_runtime_utils.py _post_forward_reshard: not
+            # after forward; _post_backward_reshard): at the last layer's end every unit is still gathered, with
+            # the root's early gradients (measured: 0.980 of the wide model's offloaded backward without them)
+            last = (total + (head_weight if trained_layer is None else 0)) * gathered_e
     host = 0
     if offload:
         host = resident + grads + states + temp
-        resident = grads = states = temp = late_grads = embed_grads = 0
+        if version == 1:
+            # FSDP1 allocates a host gradient for every unit's shard, frozen ones too (torch/distributed/fsdp/
+            # _flat_param.py init_flat_param_attributes: ``_cpu_grad = torch.zeros_like(flat_param._local_shard)``): as
+            # large as the shards, where a LoRA model's trained ones are a sliver (measured: 0.55 of the host's
+            # bytes without them)
+            host += resident - grads
+        resident = grads = states = temp = 0
+        # FSDP1 keeps each unit's reduce-scattered gradient on the device, cast to the parameter's dtype, from its
+        # post-backward to the end of backward (torch/distributed/fsdp/_runtime_utils.py _accumulate_sharded_grad:
+        # ``_saved_grad_shard``, copied to the host's ``_cpu_grad`` without blocking; _flat_param.py
+        # prepare_gradient_for_optim deletes it in the final callback): late in backward the shards' gradients
+        # are there as without offload (measured: the wide model's root's end, 0.861 without them)
+        if version != 1:
+            late_grads = embed_grads = 0
         # the reduce-scatter's output, in the parameters' dtype, waits on the GPU for its copy to the host
         at_embed += _over(embed * master, divisor)
     unit_mlp = min(down, grad_unit) if trained_layer is None else 0  # down_proj's gradient comes first
     return Shards(resident, grads, states, temp, at_backward, late, max(0, late_grads), unit_mlp * gathered_e,
-                  grad_unit * gathered_e, at_embed, max(0, embed_grads), head_grad, host, master)
+                  grad_unit * gathered_e, at_embed, max(0, embed_grads), head_grad, host, master, last)
 
 
 def _fsdp1(*, grads: int, master: int, divisor: int, gathered_e: int, layer: int, root: int, early: int,
