@@ -144,7 +144,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                                                 "training_memory_rules training_plan"),
     "fit/training/memory_fused.py": _tests("training_fused_head training_memory_rules training_plan"),
     "fit/training/memory_generation.py": _tests("training_generation training_memory_rules training_plan"),
-    "fit/training/memory_preference.py": _tests("training_forms_dpo training_memory_rules training_plan"),
+    "fit/training/memory_preference.py": _tests("training_forms_dpo training_memory_dpo training_plan"),
     "fit/training/interpreter.py": _tests("training_forms training_plan python_forms"),
     "fit/training/sizing_training.py": _tests("training_plan training_shortfall_lines plan_cli"),
     "fit/kv_dsv4.py": _tests("fit_kv_dsv4 fit_kv_families plan_cli"),
