@@ -27,6 +27,9 @@ for element (tests/test_training_deepspeed.py ``test_zero3_gathered_is_deepspeed
 A PEFT model is replayed as its base model (its adapters' modules and their fetches left out): measured, it
 gathers no more than that (a tiny Llama, LoRA r8: 116,736 elements early where the replay says 157,696, 37,888
 late for 78,848; the same under checkpointing), so the plan errs high there.
+
+A full fine-tune's DPO reference runs under a coordinator of its own, over its forward alone (:func:`reference`;
+trl/models/utils.py ``prepare_deepspeed``), checked against that coordinator's count (tests/test_training_dpo_zero.py).
 """
 
 from __future__ import annotations
