@@ -86,3 +86,56 @@ def test_the_persistent_parameters_are_the_norms_under_the_threshold() -> None:
     assert replay("llama", False, ()).persistent == (2 * 2 + 1) * 64
     assert replay("qwen3", False, ()).persistent == (2 * 2 + 1) * 64 + 2 * 2 * 32
     assert replay("llama_deep", False, (("stage3_param_persistence_threshold", 0),)).persistent == 0
+
+
+#: a full fine-tune's reference model under DPO (trl/models/utils.py prepare_deepspeed: its own engine, its config
+#: copied before the Trainer fills "auto", so DeepSpeed's defaults there): the most its coordinator held gathered in
+#: its no-grad forward and its persistent elements, the persistent ones included, as DeepSpeed counted them on rank 0
+#: (tests/training_oracle_dpo_zero.py, 2026-12-02; the first two rows checked against a fresh run in
+#: tests/test_training_dpo_zero.py). The tiny llama is whole for good (every tensor under 1e5 elements); the wider one
+#: gathers every parameter at its first fetch (the 5e7 prefetch) and keeps the head (the fused head's weight, the
+#: root's external parameter) to the end.
+REFERENCE = {
+    "llama": ("llama", (), (158016, 158016)),
+    "llama_wide": ("llama_wide", (), (2524416, 394496)),
+    "llama_wide-prefetch=200000-persistence=1000": (
+        "llama_wide", (("stage3_prefetch_bucket_size", 200_000), ("stage3_param_persistence_threshold", 1000)),
+        (2000128, 1280)),
+    "qwen3": ("qwen3", (), (143808, 143808)),
+}
+
+
+def reference_replay(model: str, zero: tuple[tuple[str, object], ...]) -> tuple[int, int]:
+    """memory_sharding.zero3's reference as the plan asks it for the oracle's JSON ("auto" where the Trainer fills)."""
+    h, inter, heads, kv, hd, vocab, layers, tied = MODELS[model]
+    written = (("reduce_bucket_size", "auto"), ("stage3_prefetch_bucket_size", "auto"),
+               ("stage3_param_persistence_threshold", "auto"), *zero)
+    block = (("q_proj", h * heads * hd), ("k_proj", h * kv * hd), ("v_proj", h * kv * hd), ("o_proj", heads * hd * h),
+             ("gate_proj", h * inter), ("up_proj", h * inter), ("down_proj", inter * h))
+    ref = {k: memory_sharding.ZERO_DEFAULTS[k] if dict(written).get(k) == "auto"
+           else memory_sharding.zero_bucket(written, k, h) for k in memory_sharding.ZERO_DEFAULTS}
+    counted, _, persistent = memory_zero3.reference(
+        block=block, layers=layers, h=h, head_dim=hd, vocab=vocab, tied=tied, qk_norm=model == "qwen3",
+        prefetch=ref["stage3_prefetch_bucket_size"], max_live=ref["stage3_max_live_parameters"],
+        reuse=ref["stage3_max_reuse_distance"], persist=ref["stage3_param_persistence_threshold"])
+    return counted, persistent
+
+
+def test_the_reference_runs_with_deepspeeds_defaults_where_the_json_says_auto() -> None:
+    """The reference's engine takes the config before the Trainer fills "auto" (memory_sharding.zero3): the wider
+    model's 65,536-element q_proj is persistent at DeepSpeed's 1e5, not at the Trainer's 10·h (2,560); and the
+    plan holds, beside the coordinator's count, the flat buffer of its one 5e7 prefetch (1,605,632 elements)."""
+    h, inter, heads, kv, hd, vocab, layers, tied = MODELS["llama_wide"]
+    block = (("q_proj", h * heads * hd), ("k_proj", h * kv * hd), ("v_proj", h * kv * hd), ("o_proj", heads * hd * h),
+             ("gate_proj", h * inter), ("up_proj", h * inter), ("down_proj", inter * h))
+    z = memory_sharding.zero3(divisor=2, e=2, trainable=0, block=block, layers=layers, head=vocab * h, tied=tied, h=h,
+                              head_dim=hd, qk_norm=False, checkpointing=False,
+                              written=(("stage3_prefetch_bucket_size", "auto"),
+                                       ("stage3_param_persistence_threshold", "auto")))
+    assert (z.ref_gathered, z.ref_persistent) == (2 * (2524416 + 1605632), 2 * 394496)
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_the_reference_gathers_what_its_own_coordinator_gathered(name: str) -> None:
+    model, zero, theirs = REFERENCE[name]
+    assert reference_replay(model, zero) == theirs

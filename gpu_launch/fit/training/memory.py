@@ -273,11 +273,17 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
                    "other": info_e(setup) * h * tokens + off.reduce_norm + off.reduce_copy}
         if sum(at_norm.values()) > sum(backward.values()):
             backward_at, backward, cuda_copy = "backward", at_norm, off.reduce_copy
+    reference: dict[str, int] | None = None
     if preference and setup.reference_model:
         # DPO's reference forward, after the policy's, every activation of the policy alive (memory_preference.py)
         ref_fw = memory_preference.reference_forward(model, config, setup, act, weights=at_backward, states=states,
                                                      e=info_e(setup))
         ref_fw["gradients"] += zero.grads if zero else 0  # ZeRO's gradient partition buffer: all step long
+        if zero and setup.method == "full":
+            # ZeRO-3: what the reference's own coordinator gathers in its forward beyond its persistent parameters
+            # (memory_sharding.zero3; those are in its weights at every moment, below)
+            ref_fw["weights"] += zero.ref_gathered - zero.ref_persistent
+        reference = ref_fw
         if sum(ref_fw.values()) > sum(backward.values()):
             backward_at, backward, cuda_copy = "reference forward", ref_fw, 0
     if z12:
@@ -307,6 +313,10 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         # _allgather_params_coalesced)
         step["other"] += zero.persistent
     out = {"backward": backward, "optimizer step": step}
+    if reference:
+        # its own moment (a copy: the reference's weights are added to each moment below)
+        out["reference forward"] = dict(reference) if reference is backward else \
+            dict(reference, other=reference["other"] + (zero.bucket if zero else 0) + offload_gpu)
     if memory_generation.rows(setup, world):
         # GRPO's generate before the step (memory_generation.py): the weights (ZeRO-3 gathers them whole for it:
         # trl/models/utils.py _unwrap_model_for_generation, ds3_gather_for_generation), the states, no gradients
@@ -321,6 +331,8 @@ def phases(model: ModelFacts, config: Mapping[str, Any] | None, setup: TrainingS
         # weights are)
         ref = _weights_bytes(model, setup, counts.total, counts.linear)
         ref = -(-ref // divisor) if setup.sharding in _SHARDS_WEIGHTS else ref
+        # ZeRO-3: its partition and, whole, the parameters its engine keeps gathered for good (memory_sharding.zero3)
+        ref += zero.ref_persistent if zero else 0
         for moment in out.values():
             moment["weights"] += ref
     return {**out, "host": {"bytes": host},

@@ -15,6 +15,8 @@ policy's, in bytes. Arithmetic only: no torch.
   The policy's saved activations and its fused head's outputs are alive then; the reference's forward holds one
   layer's working tensors at a time and, at its end, its own fused head's tile (:func:`reference_forward`).
   With ``precompute_ref_log_probs`` the reference's log-probs come with the batch: no reference at the step.
+  Under ZeRO-3 the reference runs under its own coordinator (trl/models/utils.py ``prepare_deepspeed``): what it
+  holds gathered then is memory_zero3.reference's, added by memory.py.
 
 Checked against PyTorch's count of TRL 1.16's own DPOTrainer steps (tests/training_oracle_dpo.py).
 """

@@ -222,6 +222,10 @@ class Zero3:
     bucket: int
     at_norm: int = 0
     persistent: int = 0
+    # a full fine-tune's reference model (DPO, GRPO's beta > 0) under its own coordinator: the most it holds gathered
+    # in its forward, its prefetches' flat buffers too, and what it holds gathered for good (memory_zero3.reference)
+    ref_gathered: int = 0
+    ref_persistent: int = 0
 
 
 def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int], ...], layers: int, head: int,
@@ -235,8 +239,19 @@ def zero3(*, divisor: int, e: int, trainable: int, block: tuple[tuple[str, int],
         checkpointing=checkpointing, qk_norm=qk_norm, prefetch=size["stage3_prefetch_bucket_size"],
         max_live=size["stage3_max_live_parameters"], reuse=size["stage3_max_reuse_distance"],
         persist=size["stage3_param_persistence_threshold"])
+    # the reference's own engine (trl/models/utils.py prepare_deepspeed) takes a copy of the config as
+    # DPOTrainer.__init__ finds it: before the Trainer's trainer_config_finalize (at train(), integrations/
+    # deepspeed.py deepspeed_init) fills the hidden size's "auto" values, and TRL's own fill is written as top-level
+    # "zero_optimization.*" keys, which DeepSpeed does not read: "auto" is DeepSpeed's default there (its config's
+    # pp_int fields take "auto" as the default). Measured: prefetch 5e7, persistence 1e5 on the reference's engine
+    ref = {k: ZERO_DEFAULTS[k] if dict(written).get(k) == "auto" else size[k] for k in ZERO_DEFAULTS}
+    _, ref_gathered, ref_persistent = memory_zero3.reference(
+        block=block, layers=layers, h=h, head_dim=head_dim, vocab=head // max(1, h), tied=tied, qk_norm=qk_norm,
+        prefetch=ref["stage3_prefetch_bucket_size"], max_live=ref["stage3_max_live_parameters"],
+        reuse=ref["stage3_max_reuse_distance"], persist=ref["stage3_param_persistence_threshold"])
     return Zero3(gathered=got.early * e, late=got.late * e, grads=_over(trainable * e, divisor),
-                 bucket=size["reduce_bucket_size"] * e, at_norm=got.at_norm * e, persistent=got.persistent * e)
+                 bucket=size["reduce_bucket_size"] * e, at_norm=got.at_norm * e, persistent=got.persistent * e,
+                 ref_gathered=ref_gathered * e, ref_persistent=ref_persistent * e)
 
 
 @dataclass(frozen=True)

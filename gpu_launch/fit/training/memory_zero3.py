@@ -27,6 +27,9 @@ for element (tests/test_training_deepspeed.py ``test_zero3_gathered_is_deepspeed
 A PEFT model is replayed as its base model (its adapters' modules and their fetches left out): measured, it
 gathers no more than that (a tiny Llama, LoRA r8: 116,736 elements early where the replay says 157,696, 37,888
 late for 78,848; the same under checkpointing), so the plan errs high there.
+
+A full fine-tune's DPO reference runs under a coordinator of its own, over its forward alone (:func:`reference`;
+trl/models/utils.py ``prepare_deepspeed``), checked against that coordinator's count (tests/test_training_dpo_zero.py).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from functools import lru_cache
 
 from gpu_launch.base.records import dataclass
 
-__all__ = ["Gathered", "gathered"]
+__all__ = ["Gathered", "gathered", "reference"]
 
 
 @dataclass(frozen=True)
@@ -123,19 +126,18 @@ def _events(block: tuple[tuple[str, int], ...], layers: int, h: int, head_dim: i
 
 
 def _params(m: _Module, tied_head: bool) -> tuple[tuple[str, int], ...]:
-    if m[0] == "lm_head" and tied_head:
+    if m[0] in ("lm_head", "root_head") and tied_head:
         return (("embed_tokens.0", 0),)  # the embedding's own parameter (its size known from it)
     return tuple((f"{m[0]}.{k}", n) for k, n in enumerate(m[1]))
 
 
-@lru_cache(maxsize=64)
-def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_dim: int, vocab: int, tied: bool,
-             checkpointing: bool, qk_norm: bool, prefetch: int, max_live: int, reuse: int,
-             persist: int) -> Gathered:
-    """Replay one step of the coordinator (its trace complete, as from the second step on). ``block``: a layer's
-    linears (name, elements) in the order the layer calls them; the sizes in elements. Kept: a plan asks it once
-    a GPU count and micro-batch, with the same model and JSON."""
-    events = _events(block, layers, h, head_dim, vocab, tied, checkpointing, qk_norm)
+def _replay(events: list, tied: bool, prefetch: int, max_live: int, reuse: int, persist: int,
+            flats: bool = False) -> tuple[list[int], int]:
+    """The coordinator's gathered elements after each event of one step (its trace complete), and the elements of
+    the persistent parameters (not among them). ``flats``: with each prefetch's flat buffer, which lives beside the
+    parameters it gathers until the last of them is fetched for use (partition_parameters.py ``_all_gather_dtype``
+    allocates one ``flat_tensor`` for the batch, ``AllGatherCoalescedHandle.wait`` copies each parameter out of it,
+    and the coordinator's ``__inflight_param_registry`` holds the handle for each of them until its fetch pops it)."""
     size: dict[str, int] = {}
     for _, m in events:
         for p, n in _params(m, tied):
@@ -149,9 +151,18 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
     active: dict[str, set[str]] = {}
     n_avail = step = 0
     marks: list[int] = []
+    owner: dict[str, int] = {}
+    pending: dict[int, set[str]] = {}
+    flat: dict[int, int] = {}
     for kind, m in events:
         ps = [p for p, _ in _params(m, tied)]
         if kind != "R":
+            for p in ps:
+                b = owner.pop(p, -1)
+                if b >= 0:
+                    pending[b].discard(p)
+                    if not pending[b]:
+                        del flat[b]
             for p in ps:
                 if p not in live and p not in persistent:
                     live.add(p)
@@ -172,6 +183,10 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
                     numel += size[p]
             live |= flying
             n_avail += numel
+            if flats and flying:
+                pending[len(pending)] = set(flying)
+                flat[len(pending) - 1] = numel
+                owner.update((p, len(pending) - 1) for p in flying)
             step += 1
         else:
             release = {p for p in ps if p not in persistent and most_recent.get(p, -1 << 60) <= step}
@@ -187,8 +202,19 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
                 if p in release and p in live and not active.get(p):
                     live.discard(p)
                     n_avail -= size[p]
-        marks.append(n_avail)
-    whole = sum(size[p] for p in persistent)
+        marks.append(n_avail + sum(flat.values()))
+    return marks, sum(size[p] for p in persistent)
+
+
+@lru_cache(maxsize=64)
+def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_dim: int, vocab: int, tied: bool,
+             checkpointing: bool, qk_norm: bool, prefetch: int, max_live: int, reuse: int,
+             persist: int) -> Gathered:
+    """Replay one step of the coordinator (its trace complete, as from the second step on). ``block``: a layer's
+    linears (name, elements) in the order the layer calls them; the sizes in elements. Kept: a plan asks it once
+    a GPU count and micro-batch, with the same model and JSON."""
+    events = _events(block, layers, h, head_dim, vocab, tied, checkpointing, qk_norm)
+    marks, whole = _replay(events, tied, prefetch, max_live, reuse, persist)
     # from the loss (computed in the root's forward once the head's has returned) to the last layer's first linear
     start = next(i for i, (kind, m) in enumerate(events) if kind == "R" and m[0] == "lm_head")
     last = next(i for i, (kind, m) in enumerate(events) if kind == "R" and i > start
@@ -198,3 +224,25 @@ def gathered(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_di
     norm = next(i for i, (kind, m) in enumerate(events) if kind == "B" and m[0] == "norm")
     return Gathered(early=max(marks[start:last + 1]) + whole, late=late + whole, persistent=whole,
                     at_norm=marks[norm] + whole)
+
+
+@lru_cache(maxsize=64)
+def reference(*, block: tuple[tuple[str, int], ...], layers: int, h: int, head_dim: int, vocab: int, tied: bool,
+              qk_norm: bool, prefetch: int, max_live: int, reuse: int, persist: int) -> tuple[int, int, int]:
+    """A frozen reference model's no-grad forward under its own coordinator (trl/models/utils.py
+    ``prepare_deepspeed``: ``deepspeed.initialize`` with no optimizer, a DeepSpeedZeRoOffload, whose trace is the
+    forward alone; parameter_offload.py ``_start_of_forward_hook`` resets the step at each forward): (the most it
+    counts gathered during that forward, the persistent parameters among them; the most it holds then, its
+    prefetches' flat buffers too (:func:`_replay`); the persistent ones alone, gathered for good).
+    TRL's fused LM head never calls ``lm_head`` (trl/trainer/utils.py ``add_fused_lm_head``) but reads its weight in
+    the model's own forward, where ZeRO-3 registers it as the root module's external parameter
+    (partition_parameters.py ``ZeROOrderedDict.__getitem__``, ``register_external_parameter``): the root's fetch
+    gathers it, and it stays gathered to the root's release, at the forward's end. Measured: the coordinator's
+    count at each fetch and release (tests/test_training_dpo_zero.py)."""
+    decoder = [_layer(i, block, h, head_dim, qk_norm) for i in range(layers)]
+    model = ("model", (), (("embed_tokens", (vocab * h,), ()), ("rotary_emb", (), ()), *decoder, ("norm", (h,), ())))
+    events: list = []
+    _forward(("root_head", () if tied else (vocab * h,), (model,)), events)
+    counted, _ = _replay(events, tied, prefetch, max_live, reuse, persist)
+    marks, whole = _replay(events, tied, prefetch, max_live, reuse, persist, flats=True)
+    return max(counted) + whole, max(marks) + whole, whole
